@@ -1,0 +1,26 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Each creates or updates the virtualenv itself, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/clusterlab demo
+
+test: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n auto
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m benchmarks.codec_bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

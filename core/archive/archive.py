@@ -1,0 +1,71 @@
+"""A member's archive in one object: the log recording, the snapshot store and the catalogue.
+
+Aeron runs the Archive as a separate agent the consensus module talks to; here it is a plain object the
+consensus module owns (no IO except its own files under ``<member_dir>/archive``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from core.archive import layout
+from core.archive.catalogue import Catalogue
+from core.archive.errors import ArchiveError
+from core.archive.recording import DEFAULT_SEGMENT_LENGTH, RecordingStore, TailRepair
+from core.archive.snapshots import SnapshotStore
+
+
+class Archive:
+    """Opens (creating if needed) ``<member_dir>/archive``; see :mod:`core.archive.layout`."""
+
+    def __init__(
+        self,
+        member_dir: Path | str,
+        *,
+        segment_length: int = DEFAULT_SEGMENT_LENGTH,
+        file_sync: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.member_dir = Path(member_dir)
+        self.catalogue = Catalogue.open(layout.archive_dir(member_dir), file_sync=file_sync, log=log)
+        self.recording = RecordingStore.open(
+            layout.log_dir(member_dir),
+            layout.LOG_RECORDING_ID,
+            segment_length=segment_length,
+            file_sync=file_sync,
+            log=log,
+        )
+        self.snapshots = SnapshotStore(
+            layout.snapshot_dir(member_dir), self.catalogue, file_sync=file_sync, log=log
+        )
+        self.sync_catalogue()
+
+    @property
+    def repair(self) -> TailRepair | None:
+        """The log recording's tail repair done on open, if any."""
+        return self.recording.repair
+
+    def sync_catalogue(self) -> None:
+        """Copy the log recording's extent into the catalogue (after open, truncation, purge, close)."""
+        self.catalogue.ensure_log_recording(
+            layout.LOG_DIR_NAME, self.recording.start_position, self.recording.stop_position
+        )
+
+    def recording_extent(self, recording_id: int) -> tuple[int, int]:
+        """(start, stop) of a recording: what RecordingLog.create_recovery_plan asks the archive."""
+        if recording_id == self.recording.recording_id:
+            return self.recording.start_position, self.recording.stop_position
+        d = self.catalogue.find(recording_id)
+        if d is None:
+            raise ArchiveError(f"unknown recording id {recording_id}")
+        return d.start_position, d.stop_position
+
+    def truncate_log(self, position: int) -> None:
+        """Truncate the log recording (PROTOCOL e.6) and record the new stop in the catalogue."""
+        self.recording.truncate(position)
+        self.sync_catalogue()
+
+    def close(self) -> None:
+        if not self.recording.closed:
+            self.sync_catalogue()
+        self.recording.close()

@@ -1,0 +1,631 @@
+"""The member's log recording: framed log entries in segment files, addressed by log position.
+
+Aeron's Archive records the log publication into segment files named ``<recordingId>-<basePosition>.rec``;
+we keep that shape with our own frames (core/codec/framing.py). A log position is a byte offset in the
+*log stream*, so every segment is named by the stream position of its first byte
+(``0000000000000000.seg``, ``0000000016777184.seg``, ...) and holds only whole frames: a frame that does not
+fit in the current segment starts the next one. A position therefore maps to (segment, file offset) by a
+bisect on segment bases, and truncating the log to a frame boundary is "delete later segments, cut one file".
+
+Durability: writes go straight to the OS with ``os.pwrite`` (no Python buffer), so a killed process loses
+nothing it appended; ``fsync`` happens only with ``file_sync=True`` (Aeron's file sync level 0 by default:
+survives a process crash, not a power loss). On open the last segment is checked frame by frame; a torn
+or corrupt tail (a crash mid-write, a chaos fault) is cut back to the last whole frame and reported as a
+:class:`TailRepair`, never raised. Damage anywhere else cannot be repaired silently and raises ArchiveError.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import re
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from core.archive.errors import ArchiveError
+from core.codec.errors import DecodeError
+from core.codec.framing import (
+    FRAME_ALIGNMENT,
+    FRAME_HEADER_LENGTH,
+    MAX_FRAME_LENGTH,
+    Frame,
+    align,
+    frame,
+    unframe,
+    walk_frames,
+)
+
+DEFAULT_SEGMENT_LENGTH = 16 * 1024 * 1024
+SEGMENT_SUFFIX = ".seg"
+_SEGMENT_NAME = re.compile(r"^(\d{16})\.seg$")
+# frame_length (int32) at offset 0 and position (int64) at offset 16 of the frame header.
+_FRAME_LENGTH = struct.Struct("<i")
+_FRAME_POSITION = struct.Struct("<q")
+_FRAME_POSITION_OFFSET = 16
+# Older segments are read rarely (replay, catch-up); a few cached descriptors are enough.
+_READ_FD_CACHE_SIZE = 4
+
+
+def segment_file_name(base_position: int) -> str:
+    """The file name of the segment whose first byte is at log position ``base_position``."""
+    return f"{base_position:016d}{SEGMENT_SUFFIX}"
+
+
+def list_segments(directory: Path) -> list[tuple[int, Path]]:
+    """(base position, path) of every segment file in ``directory``, in position order."""
+    found: list[tuple[int, Path]] = []
+    if directory.is_dir():
+        for entry in directory.iterdir():
+            m = _SEGMENT_NAME.match(entry.name)
+            if m and entry.is_file():
+                found.append((int(m.group(1)), entry))
+    found.sort()
+    return found
+
+
+def _noop_log(line: str) -> None:
+    """Default log sink: drop the line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailRepair:
+    """What open() cut off a torn or corrupt tail: the bytes on disk ended at ``from_position`` and the
+    recording now stops at ``to_position``, the end of the last whole, valid frame."""
+
+    recording_id: int
+    from_position: int
+    to_position: int
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"recording {self.recording_id}: tail repaired {self.from_position} -> {self.to_position} "
+            f"({self.from_position - self.to_position} bytes dropped): {self.reason}"
+        )
+
+
+@dataclass(slots=True)
+class _Segment:
+    base_position: int
+    path: Path
+    length: int  # bytes in the file; always a run of whole frames
+
+    @property
+    def end_position(self) -> int:
+        return self.base_position + self.length
+
+
+class RecordingStore:
+    """One recording of framed log entries in segment files; see the module docstring.
+
+    Positions in every argument and result are log positions. Use :meth:`open` to create one."""
+
+    def __init__(
+        self,
+        directory: Path,
+        recording_id: int,
+        segments: list[_Segment],
+        *,
+        segment_length: int,
+        file_sync: bool,
+        log: Callable[[str], None],
+        repair: TailRepair | None,
+    ) -> None:
+        self.directory = directory
+        self.recording_id = recording_id
+        self.segment_length = segment_length
+        self.file_sync = file_sync
+        self.repair = repair
+        self._log = log
+        self._segments = segments
+        self._bases = [s.base_position for s in segments]
+        self._active_fd: int | None = None  # O_RDWR descriptor of the last segment
+        self._read_fds: OrderedDict[int, int] = OrderedDict()  # base position -> O_RDONLY descriptor
+        self._closed = False
+        if segments:
+            self._active_fd = os.open(segments[-1].path, os.O_RDWR)
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        recording_id: int = 0,
+        *,
+        segment_length: int = DEFAULT_SEGMENT_LENGTH,
+        file_sync: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> RecordingStore:
+        """Open (creating if needed) the recording in ``directory``, repairing a torn tail.
+
+        Raises ArchiveError if a segment other than the last is damaged (a gap, missing or extra bytes)."""
+        if segment_length < FRAME_ALIGNMENT or segment_length % FRAME_ALIGNMENT:
+            raise ArchiveError(
+                f"segment_length {segment_length} must be a positive multiple of {FRAME_ALIGNMENT}"
+            )
+        log = log or _noop_log
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        segments = [_Segment(base, path, path.stat().st_size) for base, path in list_segments(directory)]
+        cls._drop_empty_tail_segments(segments, log)
+        cls._check_contiguous(segments)
+        repair = cls._repair_tail(directory, recording_id, segments, log)
+        return cls(
+            directory,
+            recording_id,
+            segments,
+            segment_length=segment_length,
+            file_sync=file_sync,
+            log=log,
+            repair=repair,
+        )
+
+    @staticmethod
+    def _drop_empty_tail_segments(segments: list[_Segment], log: Callable[[str], None]) -> None:
+        # A crash right after creating a segment leaves it empty; it carries no data, and dropping it keeps
+        # "the last segment" equal to "the segment holding the tail frames" for the repair scan.
+        while len(segments) > 1 and segments[-1].length == 0:
+            empty = segments.pop()
+            log(f"archive: removing empty trailing segment {empty.path}")
+            empty.path.unlink()
+
+    @staticmethod
+    def _check_contiguous(segments: list[_Segment]) -> None:
+        for seg, nxt in itertools.pairwise(segments):
+            if seg.end_position != nxt.base_position:
+                expected = nxt.base_position - seg.base_position
+                what = "extra bytes" if seg.length > expected else "missing bytes"
+                raise ArchiveError(
+                    f"corrupt segment {seg.path}: {what} at offset {min(seg.length, expected)} "
+                    f"(holds {seg.length} bytes, next segment {nxt.path.name} starts at position "
+                    f"{nxt.base_position}); a segment that is not the last cannot be repaired automatically"
+                )
+
+    @staticmethod
+    def _repair_tail(
+        directory: Path, recording_id: int, segments: list[_Segment], log: Callable[[str], None]
+    ) -> TailRepair | None:
+        """Walk the last segment; cut a torn/corrupt tail back to the last whole frame."""
+        if not segments:
+            return None
+        original_end = segments[-1].end_position
+        reasons: list[str] = []
+        while True:
+            seg = segments[-1]
+            data = seg.path.read_bytes()
+            result = walk_frames(data, seg.base_position)
+            if result.error is None and result.end_position == seg.end_position:
+                break
+            reasons.append(str(result.error) if result.error is not None else "trailing bytes")
+            keep = result.end_position - seg.base_position
+            log(
+                f"archive: recording {recording_id}: torn or corrupt tail in {seg.path} at offset {keep} "
+                f"(position {result.end_position}): {reasons[-1]}; truncating {seg.length} -> {keep} bytes"
+            )
+            with open(seg.path, "r+b") as f:
+                f.truncate(keep)
+            seg.length = keep
+            if keep == 0 and len(segments) > 1:
+                # The whole segment was bad: drop it, and check the new tail too.
+                segments.pop()
+                seg.path.unlink()
+                continue
+            break
+        if not reasons:
+            return None
+        repair = TailRepair(recording_id, original_end, segments[-1].end_position, "; ".join(reasons))
+        log(f"archive: {repair.describe()}")
+        return repair
+
+    def close(self) -> None:
+        """Release file descriptors. Appended data is already in the OS; fsync only with file_sync."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        if self._active_fd is not None:
+            os.close(self._active_fd)
+            self._active_fd = None
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+    def __enter__(self) -> RecordingStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordingStore(recording_id={self.recording_id}, dir={str(self.directory)!r}, "
+            f"start={self.start_position}, stop={self.stop_position}, segments={len(self._segments)})"
+        )
+
+    # ------------------------------------------------------------------ positions
+
+    @property
+    def start_position(self) -> int:
+        """Position of the first byte still recorded (0 unless segments were purged)."""
+        return self._segments[0].base_position if self._segments else 0
+
+    @property
+    def stop_position(self) -> int:
+        """The append position: the position after the last whole frame."""
+        return self._segments[-1].end_position if self._segments else 0
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, framed: bytes, start_position: int) -> int:
+        """Append a block of whole frames whose first frame starts at ``start_position``.
+
+        ``start_position`` must equal :attr:`stop_position` and every frame must be valid (CRC, position),
+        otherwise ArchiveError and nothing is appended. Returns the new stop position."""
+        self._check_open()
+        stop = self.stop_position
+        if start_position != stop:
+            raise ArchiveError(
+                f"recording {self.recording_id}: append at {start_position} but stop position is {stop}"
+            )
+        if not framed:
+            return stop
+        # One validating pass; its frames give the split points if the block crosses a segment boundary.
+        result = walk_frames(framed, start_position)
+        if result.error is not None or result.end_position != start_position + len(framed):
+            reason = str(result.error) if result.error is not None else "trailing bytes"
+            raise ArchiveError(
+                f"recording {self.recording_id}: rejected block at {start_position} "
+                f"({len(framed)} bytes): bad frame at position {result.end_position}: {reason}"
+            )
+        self._write(framed, [f.end_position - start_position for f in result.frames])
+        return self.stop_position
+
+    def append_entry(self, payload: bytes, leadership_term_id: int) -> int:
+        """Frame ``payload`` at the stop position and append it; returns the position after it."""
+        self._check_open()
+        data = frame(payload, self.stop_position, leadership_term_id)
+        self._write(data, [len(data)])
+        return self.stop_position
+
+    def _write(self, data: bytes, frame_ends: list[int]) -> None:
+        """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments."""
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            if not self._segments:
+                self._new_segment(self.stop_position)
+            seg = self._segments[-1]
+            room = self.segment_length - seg.length
+            if len(data) - offset <= room:
+                end = len(data)
+            else:
+                # Take the whole frames that fit; a frame never spans two segments.
+                i = bisect.bisect_right(frame_ends, offset + room) - 1
+                end = frame_ends[i] if i >= 0 and frame_ends[i] > offset else offset
+                if end == offset:
+                    if seg.length > 0:
+                        self._new_segment(seg.end_position)
+                        continue
+                    # An empty segment takes one frame even if it is longer than segment_length.
+                    end = frame_ends[bisect.bisect_right(frame_ends, offset)]
+            self._pwrite_all(view[offset:end], seg.length)
+            seg.length += end - offset
+            offset = end
+
+    def _pwrite_all(self, data: memoryview, file_offset: int) -> None:
+        assert self._active_fd is not None
+        written = 0
+        while written < len(data):
+            written += os.pwrite(self._active_fd, data[written:], file_offset + written)
+
+    def _new_segment(self, base_position: int) -> None:
+        if self._active_fd is not None:
+            if self.file_sync:
+                os.fsync(self._active_fd)
+            os.close(self._active_fd)
+            self._active_fd = None
+        path = self.directory / segment_file_name(base_position)
+        self._active_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._segments.append(_Segment(base_position, path, 0))
+        self._bases.append(base_position)
+        if self.file_sync:
+            self._sync_directory()
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, from_position: int, to_position: int, max_bytes: int | None = None) -> bytes:
+        """Framed bytes from the frame boundary ``from_position`` up to ``to_position``.
+
+        ``to_position`` is clipped to the stop position; the result ends at the last frame boundary at or
+        before it (so a ``to_position`` inside a frame is rounded down). With ``max_bytes`` the result stops
+        at the last whole frame within the limit, but always holds at least one frame. Raises ArchiveError
+        if ``from_position`` is out of range or not a frame boundary, or if a frame read is corrupt."""
+        chunks, _frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=False)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_frames(self, from_position: int, to_position: int, max_bytes: int | None = None) -> list[Frame]:
+        """Like :meth:`read` but decoded into frames."""
+        _chunks, frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=True)
+        return frames
+
+    def frame_at(self, position: int) -> Frame:
+        """The frame starting at ``position``; ArchiveError if there is none."""
+        self._check_open()
+        if not self.start_position <= position < self.stop_position:
+            raise ArchiveError(
+                f"recording {self.recording_id}: no frame at {position} "
+                f"(recording spans [{self.start_position}, {self.stop_position}))"
+            )
+        seg = self._segment_for(position)
+        return self._frame_at(seg, position)
+
+    def is_frame_boundary(self, position: int) -> bool:
+        """True if ``position`` is the start of a frame or the stop position."""
+        self._check_open()
+        if position == self.stop_position or position == self.start_position:
+            return True
+        if not self.start_position < position < self.stop_position:
+            return False
+        try:
+            self._frame_at(self._segment_for(position), position)
+        except ArchiveError:
+            return False
+        return True
+
+    def _collect(
+        self, from_position: int, to_position: int, max_bytes: int | None, *, want_frames: bool
+    ) -> tuple[list[bytes], list[Frame], int]:
+        self._check_open()
+        start, stop = self.start_position, self.stop_position
+        if not start <= from_position <= stop:
+            raise ArchiveError(
+                f"recording {self.recording_id}: read from {from_position} outside [{start}, {stop}]"
+            )
+        if to_position < from_position:
+            raise ArchiveError(
+                f"recording {self.recording_id}: read to {to_position} is before from {from_position}"
+            )
+        to = min(to_position, stop)
+        if from_position == stop:
+            return [b""], [], from_position
+        seg = self._segment_for(from_position)
+        # The boundary check: the frame at from_position must be a whole, valid frame that says it starts
+        # there. Frames are CRC-protected, so a payload cannot pass for a frame header by accident.
+        first = self._frame_at(seg, from_position)
+        if first.end_position > to:
+            return [b""], [], from_position  # to_position falls inside the first frame
+        limit = to
+        if max_bytes is not None:
+            limit = min(to, max(from_position + max_bytes, first.end_position))
+        chunks: list[bytes] = []
+        frames: list[Frame] = []
+        pos = from_position
+        index = bisect.bisect_right(self._bases, from_position) - 1
+        while pos < limit and index < len(self._segments):
+            seg = self._segments[index]
+            if pos >= seg.end_position:
+                index += 1
+                continue
+            read_end = min(seg.end_position, limit)
+            buf = self._pread(seg, pos - seg.base_position, read_end - pos)
+            used = self._walk_read(
+                seg,
+                buf,
+                pos,
+                cut_by_limit=read_end < seg.end_position,
+                frames=frames,
+                want_frames=want_frames,
+            )
+            if used == 0:
+                break
+            chunks.append(buf if used == len(buf) else buf[:used])
+            pos += used
+            if used < len(buf):
+                break
+            index += 1
+        return chunks, frames, pos
+
+    def _walk_read(
+        self,
+        seg: _Segment,
+        buf: bytes,
+        base_position: int,
+        *,
+        cut_by_limit: bool,
+        frames: list[Frame],
+        want_frames: bool,
+    ) -> int:
+        """Validate the frames in ``buf`` (read from ``seg``); returns how many bytes are whole frames."""
+        off = 0
+        n = len(buf)
+        while off < n:
+            if n - off < FRAME_HEADER_LENGTH:
+                if cut_by_limit:
+                    break
+                self._corrupt(seg, base_position + off, "torn frame header")
+            (frame_length,) = _FRAME_LENGTH.unpack_from(buf, off)
+            if not FRAME_HEADER_LENGTH <= frame_length <= MAX_FRAME_LENGTH:
+                self._corrupt(seg, base_position + off, f"bad frame_length {frame_length}")
+            if off + align(frame_length) > n:
+                if cut_by_limit:
+                    break
+                self._corrupt(seg, base_position + off, "torn frame")
+            try:
+                f = unframe(buf, off, expected_position=base_position + off)
+            except DecodeError as e:
+                self._corrupt(seg, base_position + off, str(e))
+            if want_frames:
+                frames.append(f)
+            off += f.length
+        return off
+
+    def _frame_at(self, seg: _Segment, position: int) -> Frame:
+        """Decode the frame at ``position`` in ``seg``, or raise ArchiveError naming why it is not one."""
+        offset = position - seg.base_position
+        if position % FRAME_ALIGNMENT:
+            raise ArchiveError(f"recording {self.recording_id}: position {position} is not a frame boundary")
+        header = self._pread(seg, offset, FRAME_HEADER_LENGTH)
+        if len(header) < FRAME_HEADER_LENGTH:
+            raise ArchiveError(f"recording {self.recording_id}: position {position} is not a frame boundary")
+        (frame_length,) = _FRAME_LENGTH.unpack_from(header, 0)
+        (header_position,) = _FRAME_POSITION.unpack_from(header, _FRAME_POSITION_OFFSET)
+        if header_position != position or not FRAME_HEADER_LENGTH <= frame_length <= MAX_FRAME_LENGTH:
+            raise ArchiveError(f"recording {self.recording_id}: position {position} is not a frame boundary")
+        data = header + self._pread(
+            seg, offset + FRAME_HEADER_LENGTH, align(frame_length) - FRAME_HEADER_LENGTH
+        )
+        try:
+            return unframe(data, 0, expected_position=position)
+        except DecodeError as e:
+            raise ArchiveError(
+                f"recording {self.recording_id}: position {position} is not a valid frame boundary "
+                f"({seg.path} offset {offset}: {e})"
+            ) from e
+
+    def _corrupt(self, seg: _Segment, position: int, reason: str) -> NoReturn:
+        raise ArchiveError(
+            f"corrupt recording {self.recording_id}: {seg.path} offset {position - seg.base_position} "
+            f"(position {position}): {reason}"
+        )
+
+    def _segment_for(self, position: int) -> _Segment:
+        index = bisect.bisect_right(self._bases, position) - 1
+        assert index >= 0, f"position {position} below the first segment"
+        return self._segments[index]
+
+    def _pread(self, seg: _Segment, file_offset: int, length: int) -> bytes:
+        fd = self._fd_for(seg)
+        parts: list[bytes] = []
+        got = 0
+        while got < length:
+            chunk = os.pread(fd, length - got, file_offset + got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _fd_for(self, seg: _Segment) -> int:
+        if seg is self._segments[-1]:
+            assert self._active_fd is not None
+            return self._active_fd
+        fd = self._read_fds.get(seg.base_position)
+        if fd is not None:
+            self._read_fds.move_to_end(seg.base_position)
+            return fd
+        fd = os.open(seg.path, os.O_RDONLY)
+        self._read_fds[seg.base_position] = fd
+        if len(self._read_fds) > _READ_FD_CACHE_SIZE:
+            _base, old = self._read_fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    # ------------------------------------------------------------------ truncate / purge / flush
+
+    def truncate(self, position: int) -> None:
+        """Cut the recording back to the frame boundary ``position`` (start <= position <= stop).
+
+        Used when a follower holds uncommitted entries the new leader's log does not have (PROTOCOL e.6)."""
+        self._check_open()
+        start, stop = self.start_position, self.stop_position
+        if not start <= position <= stop:
+            raise ArchiveError(
+                f"recording {self.recording_id}: truncate to {position} outside [{start}, {stop}]"
+            )
+        if position == stop:
+            return
+        if position != start and position not in self._bases:
+            self._frame_at(self._segment_for(position), position)  # raises unless a frame starts there
+        index = bisect.bisect_right(self._bases, position) - 1
+        if position == self._bases[index] and index > 0:
+            index -= 1  # the previous segment ends exactly here: keep it whole, drop this one
+        self._drop_segments_after(index)
+        seg = self._segments[index]
+        keep = position - seg.base_position
+        if keep != seg.length:
+            assert self._active_fd is not None
+            os.ftruncate(self._active_fd, keep)
+            seg.length = keep
+        if self.file_sync:
+            assert self._active_fd is not None
+            os.fsync(self._active_fd)
+            self._sync_directory()
+        self._log(f"archive: recording {self.recording_id} truncated {stop} -> {position}")
+
+    def purge_segments(self, new_start_position: int) -> int:
+        """Delete whole segments that end at or before ``new_start_position`` (never the last one).
+
+        Returns the new start position (a segment base, so possibly below the one asked for)."""
+        self._check_open()
+        while len(self._segments) > 1 and self._segments[0].end_position <= new_start_position:
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            fd = self._read_fds.pop(seg.base_position, None)
+            if fd is not None:
+                os.close(fd)
+            seg.path.unlink()
+        if self.file_sync:
+            self._sync_directory()
+        return self.start_position
+
+    def flush(self) -> None:
+        """Make appended data durable to the level configured: it is always in the OS already (writes are
+        unbuffered); with ``file_sync`` it is also fsynced."""
+        if self._closed:
+            return
+        if self.file_sync and self._active_fd is not None:
+            os.fsync(self._active_fd)
+
+    def _drop_segments_after(self, index: int) -> None:
+        while len(self._segments) - 1 > index:
+            seg = self._segments.pop()
+            self._bases.pop()
+            fd = self._read_fds.pop(seg.base_position, None)
+            if fd is not None:
+                os.close(fd)
+            seg.path.unlink()
+        if self._active_fd is not None:
+            os.close(self._active_fd)
+        fd = self._read_fds.pop(self._segments[index].base_position, None)
+        if fd is not None:
+            os.close(fd)
+        self._active_fd = os.open(self._segments[index].path, os.O_RDWR)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ArchiveError(f"recording {self.recording_id} in {self.directory} is closed")
+
+    # ------------------------------------------------------------------ whole-recording check
+
+    def verify(self) -> None:
+        """Check every frame of every segment (CRC, positions); raises ArchiveError naming the first damage.
+
+        open() only walks the last segment (older ones are checked for size and continuity, and frames are
+        CRC-checked again whenever they are read); this is the full scan, for tools and tests."""
+        self._check_open()
+        for seg in self._segments:
+            data = self._pread(seg, 0, seg.length)
+            result = walk_frames(data, seg.base_position)
+            if result.error is not None or result.end_position != seg.end_position:
+                self._corrupt(seg, result.end_position, str(result.error or "trailing bytes"))

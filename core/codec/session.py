@@ -1,0 +1,209 @@
+"""Client session protocol (PROTOCOL.md c.2): ingress, egress, and the session message that also
+travels in the log and from services to the consensus module."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Annotated, ClassVar
+
+from core.codec.enums import AdminRequestType, AdminResponseCode, EventCode
+from core.codec.header import HEADER_LENGTH, SCHEMA_ID
+from core.codec.message import (
+    ENUM32,
+    AsciiVar,
+    DataVar,
+    Int32,
+    Int64,
+    Message,
+    Payload,
+    TimeT,
+    VersionT,
+    codec,
+)
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SessionMessageHeader(Message):
+    """An application message; ``payload`` is every byte after the 32-byte header + block (in
+    Aeron the payload follows directly, it is not a length-prefixed var field)."""
+
+    TEMPLATE_ID: ClassVar[int] = 1
+    BLOCK_LENGTH: ClassVar[int] = 24
+
+    leadership_term_id: Int64
+    cluster_session_id: Int64
+    timestamp: TimeT
+    payload: Payload
+
+
+SESSION_HEADER_LENGTH = HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
+_SMH = struct.Struct("<HHHHqqq")
+assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
+
+
+def encode_session_message(
+    leadership_term_id: int, cluster_session_id: int, timestamp: int, payload: bytes
+) -> bytes:
+    """Encode a SessionMessageHeader without building the dataclass (the hot path).
+
+    Raises ValueError if an int is out of int64 range."""
+    try:
+        block = _SMH.pack(24, 1, 111, 12, leadership_term_id, cluster_session_id, timestamp)
+    except struct.error as e:
+        raise ValueError(f"SessionMessageHeader: {e}") from None
+    return block + payload
+
+
+def unpack_session_message(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes]:
+    """``(leadership_term_id, cluster_session_id, timestamp, payload)`` without building the
+    dataclass; raises DecodeError like :meth:`SessionMessageHeader.decode`."""
+    if len(buf) >= SESSION_HEADER_LENGTH:
+        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
+            return term, session, timestamp, bytes(buf[SESSION_HEADER_LENGTH:])
+    m = SessionMessageHeader.decode(buf)  # slow path: a larger block_length, or the right DecodeError
+    return m.leadership_term_id, m.cluster_session_id, m.timestamp, m.payload
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SessionEvent(Message):
+    """Reply to a connect request, or asynchronous notice that a session closed."""
+
+    TEMPLATE_ID: ClassVar[int] = 2
+    BLOCK_LENGTH: ClassVar[int] = 36
+
+    cluster_session_id: Int64
+    correlation_id: Int64
+    leadership_term_id: Int64
+    leader_member_id: Int32
+    code: Annotated[EventCode, ENUM32]
+    version: VersionT
+    detail: AsciiVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SessionConnectRequest(Message):
+    """A client asks to open a session."""
+
+    TEMPLATE_ID: ClassVar[int] = 3
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    correlation_id: Int64
+    response_stream_id: Int32
+    version: VersionT
+    response_channel: AsciiVar
+    encoded_credentials: DataVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SessionCloseRequest(Message):
+    """A client closes its session."""
+
+    TEMPLATE_ID: ClassVar[int] = 4
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    leadership_term_id: Int64
+    cluster_session_id: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SessionKeepAlive(Message):
+    """A client keeps an idle session from timing out."""
+
+    TEMPLATE_ID: ClassVar[int] = 5
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    leadership_term_id: Int64
+    cluster_session_id: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class NewLeaderEvent(Message):
+    """A new leader tells a surviving session where to send ingress now."""
+
+    TEMPLATE_ID: ClassVar[int] = 6
+    BLOCK_LENGTH: ClassVar[int] = 20
+
+    leadership_term_id: Int64
+    cluster_session_id: Int64
+    leader_member_id: Int32
+    ingress_endpoints: AsciiVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class Challenge(Message):
+    """Authenticator challenge to a connecting client."""
+
+    TEMPLATE_ID: ClassVar[int] = 7
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    correlation_id: Int64
+    cluster_session_id: Int64
+    encoded_challenge: DataVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class ChallengeResponse(Message):
+    """A client's answer to a Challenge."""
+
+    TEMPLATE_ID: ClassVar[int] = 8
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    correlation_id: Int64
+    cluster_session_id: Int64
+    encoded_credentials: DataVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class AdminRequest(Message):
+    """An administrative request (e.g. take a snapshot) from a client session."""
+
+    TEMPLATE_ID: ClassVar[int] = 26
+    BLOCK_LENGTH: ClassVar[int] = 28
+
+    leadership_term_id: Int64
+    cluster_session_id: Int64
+    correlation_id: Int64
+    request_type: Annotated[AdminRequestType, ENUM32]
+    payload: DataVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class AdminResponse(Message):
+    """The cluster's answer to an AdminRequest."""
+
+    TEMPLATE_ID: ClassVar[int] = 27
+    BLOCK_LENGTH: ClassVar[int] = 24
+
+    cluster_session_id: Int64
+    correlation_id: Int64
+    request_type: Annotated[AdminRequestType, ENUM32]
+    response_code: Annotated[AdminResponseCode, ENUM32]
+    message: AsciiVar
+    payload: DataVar
+
+
+MESSAGES: tuple[type[Message], ...] = (
+    SessionMessageHeader,
+    SessionEvent,
+    SessionConnectRequest,
+    SessionCloseRequest,
+    SessionKeepAlive,
+    NewLeaderEvent,
+    Challenge,
+    ChallengeResponse,
+    AdminRequest,
+    AdminResponse,
+)
+

@@ -1,0 +1,779 @@
+"""The Aeron Cluster election: every ``ElectionState``, one method per state, one ``_transition``.
+
+Mirrors ``io.aeron.cluster.Election``. The election owns the ballot and the per-term join
+choreography; the consensus module (``self.cm``) owns the log, archive, recording log and
+publishers, and the election calls into it exactly where Aeron's election calls
+``ConsensusModuleAgent``. Protocol anomalies and timeouts raise ``ElectionError``; ``do_work``
+catches it and restarts the election at INIT with ``log_position = commit position`` (Aeron's
+``handleError``).
+
+ZeroMQ stand-ins (see ARCHITECTURE.md): Aeron's log subscription, images and MDC destinations
+become "the leader sends LogBlocks to a follower from the position the follower reports"; a
+follower's "image available at join position" becomes "the leader's NewLeadershipTerm for this
+term is known and our log is level with its join position".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
+from core.codec.enums import BooleanType
+from core.consensus.context import (
+    APP_VERSION,
+    NULL_POSITION,
+    NULL_SESSION_ID,
+    NULL_VALUE,
+    ElectionState,
+    Role,
+)
+from core.consensus.members import (
+    MemberStatus,
+    compare_log,
+    has_quorum_at_position,
+    has_voters_at_position,
+    is_quorum_candidate,
+    is_quorum_leader,
+    is_unanimous_candidate,
+    is_unanimous_leader,
+    quorum_position,
+)
+
+if TYPE_CHECKING:
+    from core.consensus.module import ConsensusModule
+
+FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first send in a state is immediate
+
+
+class ElectionError(Exception):
+    """A timeout or protocol anomaly inside an election: restarts it at INIT (Aeron ``ClusterEvent``)."""
+
+
+class Election:
+    """One election. Created at node start and whenever the module enters an election."""
+
+    def __init__(
+        self,
+        cm: ConsensusModule,
+        *,
+        is_node_startup: bool,
+        leadership_term_id: int,
+        term_base_log_position: int,
+        log_position: int,
+        append_position: int,
+        graceful_closed_leader_id: int,
+        now_ns: int,
+    ) -> None:
+        self.cm = cm
+        self.ctx = cm.ctx
+        self.timeouts = cm.ctx.timeouts
+        self.member_id = cm.member_id
+        self.is_node_startup = is_node_startup
+        self.is_extended_canvass = is_node_startup
+        self.is_first_init = True
+        self.is_leader_startup = False
+        self.graceful_closed_leader_id = graceful_closed_leader_id
+        self.leadership_term_id = leadership_term_id
+        self.log_leadership_term_id = leadership_term_id
+        self.candidate_term_id = leadership_term_id
+        self.term_base_log_position = term_base_log_position
+        self.log_position = log_position
+        self.append_position = append_position
+        self.leader_member_id = NULL_VALUE
+        self.log_session_id = NULL_SESSION_ID
+        self.leader_recording_id = NULL_VALUE
+        self.catchup_join_position = NULL_POSITION
+        self.catchup_commit_position = 0
+        self.replication_leadership_term_id = NULL_VALUE
+        self.replication_stop_position = NULL_POSITION
+        self.replication_term_base_log_position = NULL_POSITION
+        self.replication_commit_position = 0
+        self.replication_deadline_ns = 0
+        self.replication_started = False
+        self.replay_started = False
+        self.nomination_deadline_ns = 0
+        self.time_of_last_state_change_ns = now_ns
+        self.time_of_last_update_ns = FAR_PAST_NS
+        self.time_of_last_commit_publish_ns = FAR_PAST_NS
+        self.last_published_commit_position = NULL_POSITION
+        self.last_append_position_sent = NULL_POSITION
+        self.state = ElectionState.INIT
+        self.cm.on_election_state(None, ElectionState.INIT, now_ns)
+        if self._is_single_member():
+            # Aeron: the constructor of a single-member election goes straight to leadership.
+            self.candidate_term_id = max(leadership_term_id + 1, cm.node_state.candidate_term_id + 1)
+            self.leadership_term_id = self.candidate_term_id
+            self.leader_member_id = self.member_id
+            cm.node_state.update_candidate_term_id(self.candidate_term_id, log_position, cm.cluster_time_ms(now_ns))
+            self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def statuses(self) -> list[MemberStatus]:
+        return self.cm.statuses
+
+    @property
+    def this_member(self) -> MemberStatus:
+        return self.cm.this_member
+
+    def _is_single_member(self) -> bool:
+        return len(self.ctx.members) == 1 and self.ctx.members[0].member_id == self.member_id
+
+    def _member_count(self) -> int:
+        return len(self.ctx.members)
+
+    def _status(self, member_id: int) -> MemberStatus | None:
+        return self.cm.status(member_id)
+
+    def describe(self) -> str:
+        """One canonical line for logs and reports."""
+        return (
+            f"Election(member={self.member_id} state={self.state.name} term={self.leadership_term_id} "
+            f"candidate_term={self.candidate_term_id} log_term={self.log_leadership_term_id} "
+            f"log_position={self.log_position} append_position={self.append_position} "
+            f"leader={self.leader_member_id})"
+        )
+
+    def _transition(self, new_state: ElectionState, now_ns: int) -> None:
+        """Aeron ``state(newState)``: the one place a state changes, with its entry actions."""
+        if new_state == self.state:
+            return
+        old_state = self.state
+        if old_state == ElectionState.CANVASS:
+            self.is_extended_canvass = False
+        if new_state == ElectionState.CANVASS:
+            for s in self.statuses:
+                s.reset_election_view()
+            self.this_member.leadership_term_id = self.log_leadership_term_id
+            self.this_member.log_position = self.append_position
+            self.leader_member_id = NULL_VALUE
+            self.cm.set_role(Role.FOLLOWER, now_ns)
+        elif new_state == ElectionState.CANDIDATE_BALLOT:
+            self.cm.set_role(Role.CANDIDATE, now_ns)
+        elif new_state == ElectionState.LEADER_LOG_REPLICATION:
+            self.cm.set_role(Role.LEADER, now_ns)
+            self.log_session_id = self.cm.create_log_publication(self.leadership_term_id, self.append_position)
+        elif new_state in (ElectionState.FOLLOWER_LOG_REPLICATION, ElectionState.FOLLOWER_REPLAY):
+            self.cm.set_role(Role.FOLLOWER, now_ns)
+        self.state = new_state
+        self.time_of_last_state_change_ns = now_ns
+        self.time_of_last_update_ns = FAR_PAST_NS
+        self.time_of_last_commit_publish_ns = FAR_PAST_NS
+        self.cm.on_election_state(old_state, new_state, now_ns)
+
+    # ------------------------------------------------------------------ duty cycle
+    def do_work(self, now_ns: int) -> int:
+        """Run the current state's work; an ElectionError restarts the election at INIT."""
+        try:
+            return self._dispatch(now_ns)
+        except ElectionError as e:
+            self.handle_error(now_ns, str(e))
+            return 1
+
+    def handle_error(self, now_ns: int, reason: str) -> None:
+        """Aeron ``handleError``: log, reset ``log_position`` to commit, force INIT."""
+        self.cm.on_election_error(self, reason, now_ns)
+        self.log_position = self.cm.commit_position
+        self._transition(ElectionState.INIT, now_ns)
+
+    def _dispatch(self, now_ns: int) -> int:
+        match self.state:
+            case ElectionState.INIT:
+                return self._init(now_ns)
+            case ElectionState.CANVASS:
+                return self._canvass(now_ns)
+            case ElectionState.NOMINATE:
+                return self._nominate(now_ns)
+            case ElectionState.CANDIDATE_BALLOT:
+                return self._candidate_ballot(now_ns)
+            case ElectionState.FOLLOWER_BALLOT:
+                return self._follower_ballot(now_ns)
+            case ElectionState.LEADER_LOG_REPLICATION:
+                return self._leader_log_replication(now_ns)
+            case ElectionState.LEADER_REPLAY:
+                return self._leader_replay(now_ns)
+            case ElectionState.LEADER_INIT:
+                return self._leader_init(now_ns)
+            case ElectionState.LEADER_READY:
+                return self._leader_ready(now_ns)
+            case ElectionState.FOLLOWER_LOG_REPLICATION:
+                return self._follower_log_replication(now_ns)
+            case ElectionState.FOLLOWER_REPLAY:
+                return self._follower_replay(now_ns)
+            case ElectionState.FOLLOWER_CATCHUP_INIT:
+                return self._follower_catchup_init(now_ns)
+            case ElectionState.FOLLOWER_CATCHUP_AWAIT:
+                return self._follower_catchup_await(now_ns)
+            case ElectionState.FOLLOWER_CATCHUP:
+                return self._follower_catchup(now_ns)
+            case ElectionState.FOLLOWER_LOG_INIT:
+                return self._follower_log_init(now_ns)
+            case ElectionState.FOLLOWER_LOG_AWAIT:
+                return self._follower_log_await(now_ns)
+            case ElectionState.FOLLOWER_READY:
+                return self._follower_ready(now_ns)
+            case ElectionState.CLOSED:
+                return 0
+        raise AssertionError(f"unknown election state {self.state}")
+
+    def next_deadline_ns(self, now_ns: int) -> int:
+        """When this election next needs ``do_work``: the tick, or an exact deadline that is sooner."""
+        tick = min(self.timeouts.election_status_interval_ns, self.timeouts.leader_heartbeat_interval_ns) // 2
+        deadline = now_ns + max(tick, 1)
+        if self.state == ElectionState.NOMINATE:
+            deadline = min(deadline, max(self.nomination_deadline_ns, now_ns))
+        if self.state in (ElectionState.INIT, ElectionState.LEADER_INIT):
+            deadline = now_ns  # these states always move on in the same cycle
+        return deadline
+
+    # ------------------------------------------------------------------ states
+    def _init(self, now_ns: int) -> int:
+        if self.is_first_init:
+            self.is_first_init = False
+            if not self.is_node_startup:
+                self.append_position = self.cm.prepare_for_new_leadership(self.log_position, now_ns)
+        else:
+            # We came back after an error: tear down whatever was in flight.
+            self.cm.stop_all_catchups()
+            self.replication_started = False
+            self.replay_started = False
+            self.log_session_id = NULL_SESSION_ID
+            self.append_position = self.cm.prepare_for_new_leadership(self.log_position, now_ns)
+        self.candidate_term_id = max(self.cm.node_state.candidate_term_id, self.leadership_term_id)
+        if self._is_single_member():
+            self.candidate_term_id = max(self.leadership_term_id + 1, self.candidate_term_id + 1)
+            self.leadership_term_id = self.candidate_term_id
+            self.leader_member_id = self.member_id
+            self.cm.node_state.update_candidate_term_id(
+                self.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
+            )
+            self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
+        else:
+            self._transition(ElectionState.CANVASS, now_ns)
+        return 1
+
+    def _canvass(self, now_ns: int) -> int:
+        work = 0
+        if now_ns >= self.time_of_last_update_ns + self.timeouts.election_status_interval_ns:
+            self.time_of_last_update_ns = now_ns
+            self._publish_canvass_position()
+            work += 1
+        if self.ctx.appointed_leader_id not in (NULL_VALUE, self.member_id):
+            return work  # only the appointed leader may stand
+        if self.is_extended_canvass:
+            deadline = self.time_of_last_state_change_ns + self.timeouts.startup_canvass_timeout_ns
+        else:
+            deadline = self.cm.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
+        n = self._member_count()
+        if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
+            now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, n)
+        ):
+            backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
+            self.nomination_deadline_ns = now_ns + backoff
+            self._transition(ElectionState.NOMINATE, now_ns)
+            work += 1
+        return work
+
+    def _nominate(self, now_ns: int) -> int:
+        if now_ns >= self.nomination_deadline_ns:
+            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
+                self.candidate_term_id + 1, self.log_position, self.cm.cluster_time_ms(now_ns)
+            )
+            for s in self.statuses:
+                s.vote = None
+                s.candidate_term_id = NULL_VALUE
+                s.is_ballot_sent = False
+            me = self.this_member
+            me.candidate_term_id = self.candidate_term_id
+            me.vote = True
+            me.is_ballot_sent = True
+            self._transition(ElectionState.CANDIDATE_BALLOT, now_ns)
+            return 1
+        if now_ns >= self.time_of_last_update_ns + self.timeouts.election_status_interval_ns:
+            self.time_of_last_update_ns = now_ns
+            self._publish_canvass_position()
+            return 1
+        return 0
+
+    def _candidate_ballot(self, now_ns: int) -> int:
+        n = self._member_count()
+        if is_unanimous_leader(self.statuses, self.candidate_term_id, self.graceful_closed_leader_id, n):
+            self._become_leader(now_ns)
+            return 1
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns:
+            if is_quorum_leader(self.statuses, self.candidate_term_id, n):
+                self._become_leader(now_ns)
+            else:
+                self._transition(ElectionState.CANVASS, now_ns)
+            return 1
+        work = 0
+        for s in self.statuses:
+            if s.member_id != self.member_id and not s.is_ballot_sent:
+                self.cm.consensus_publisher.request_vote(
+                    s.member_id,
+                    RequestVote(
+                        log_leadership_term_id=self.log_leadership_term_id,
+                        log_position=self.append_position,
+                        candidate_term_id=self.candidate_term_id,
+                        candidate_member_id=self.member_id,
+                        protocol_version=self.cm.protocol_version,
+                    ),
+                )
+                s.is_ballot_sent = True
+                work += 1
+        return work
+
+    def _become_leader(self, now_ns: int) -> None:
+        self.leader_member_id = self.member_id
+        self.leadership_term_id = self.candidate_term_id
+        self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
+
+    def _follower_ballot(self, now_ns: int) -> int:
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns:
+            self._transition(ElectionState.CANVASS, now_ns)
+            return 1
+        return 0
+
+    def _leader_log_replication(self, now_ns: int) -> int:
+        me = self.this_member
+        me.log_position = self.append_position
+        me.time_of_last_append_position_ns = now_ns
+        # Deviation from Aeron (safety): only count members whose reported log ends in our log's
+        # term (canvass) or who report in the new term (AppendPosition after accepting our NLT). A
+        # member at the same position in an older term does not hold our bytes.
+        quorum = quorum_position(
+            (
+                s.log_position
+                for s in self.statuses
+                if s.leadership_term_id in (self.log_leadership_term_id, self.leadership_term_id)
+            ),
+            self._member_count(),
+        )
+        work = self._publish_new_leadership_term_on_interval(now_ns)
+        work += self._publish_commit_position_on_interval(quorum, now_ns)
+        if quorum >= self.append_position:
+            self._transition(ElectionState.LEADER_REPLAY, now_ns)
+            work += 1
+        return work
+
+    def _leader_replay(self, now_ns: int) -> int:
+        work = 0
+        if not self.replay_started:
+            self.replay_started = True
+            self.is_leader_startup = self.is_node_startup
+            for s in self.statuses:
+                s.log_position = NULL_POSITION
+                s.leadership_term_id = NULL_VALUE if s.member_id != self.member_id else self.leadership_term_id
+            self.this_member.log_position = self.append_position
+            self.this_member.leadership_term_id = self.leadership_term_id
+            if self.log_position < self.append_position:
+                self.cm.start_log_replay(self.log_position, self.append_position, now_ns)
+            work += 1
+        if self.cm.replay_position() >= self.append_position or self.log_position >= self.append_position:
+            self.cm.stop_log_replay()
+            self.log_position = self.append_position
+            self._transition(ElectionState.LEADER_INIT, now_ns)
+            return work + 1
+        work += self.cm.poll_log_replay(now_ns)
+        work += self._publish_new_leadership_term_on_interval(now_ns)
+        quorum = quorum_position((s.log_position for s in self.statuses), self._member_count())
+        work += self._publish_commit_position_on_interval(quorum, now_ns)
+        return work
+
+    def _leader_init(self, now_ns: int) -> int:
+        self.cm.join_log_as_leader(self.leadership_term_id, self.log_position, self.log_session_id, now_ns)
+        self.cm.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+        self.term_base_log_position = self.log_position
+        self.log_leadership_term_id = self.leadership_term_id
+        self._transition(ElectionState.LEADER_READY, now_ns)
+        return 1
+
+    def _leader_ready(self, now_ns: int) -> int:
+        work = self.cm.update_leader_position(now_ns, self.append_position, self.leadership_term_id)
+        work += self._publish_new_leadership_term_on_interval(now_ns)
+        if has_voters_at_position(self.statuses, self.member_id, self.leadership_term_id, self.log_position) or (
+            now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
+            and has_quorum_at_position(
+                self.statuses, self.member_id, self.leadership_term_id, self.log_position, self._member_count()
+            )
+        ):
+            if self.cm.append_new_leadership_term_event(now_ns):
+                self.cm.election_complete(self, now_ns)
+                self._transition(ElectionState.CLOSED, now_ns)
+                work += 1
+        return work
+
+    def _follower_log_replication(self, now_ns: int) -> int:
+        work = 0
+        if not self.replication_started:
+            self.replication_started = True
+            if self.append_position >= self.replication_stop_position:
+                self._update_recording_log_for_replication(now_ns)
+                self._transition(ElectionState.CANVASS, now_ns)
+                return 1
+            self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
+            self.cm.start_replication(
+                self.leader_member_id, self.leader_recording_id, self.append_position,
+                self.replication_stop_position, now_ns,
+            )
+            work += 1
+        work += self.cm.poll_replication(now_ns)  # raises ElectionError when it stops progressing
+        replicated = self.cm.replicated_position()
+        if replicated > self.last_append_position_sent or (
+            now_ns >= self.time_of_last_update_ns + self.timeouts.leader_heartbeat_interval_ns
+        ):
+            self.cm.consensus_publisher.append_position(
+                self.leader_member_id, self.leadership_term_id, replicated, self.member_id, 0
+            )
+            self.last_append_position_sent = replicated
+            self.time_of_last_update_ns = now_ns
+            work += 1
+        if replicated >= self.replication_stop_position:
+            if self.replication_commit_position >= replicated:
+                self.append_position = replicated
+                self.cm.stop_replication()
+                self._update_recording_log_for_replication(now_ns)
+                self._transition(ElectionState.CANVASS, now_ns)
+                return work + 1
+            if now_ns >= self.replication_deadline_ns:
+                raise ElectionError("timeout waiting for leader commit of replicated log")
+        return work
+
+    def _update_recording_log_for_replication(self, now_ns: int) -> None:
+        self.cm.ensure_term_entry(
+            self.replication_leadership_term_id,
+            self.replication_term_base_log_position,
+            self.replication_stop_position,
+            now_ns,
+        )
+        self.log_leadership_term_id = self.replication_leadership_term_id
+        self.this_member.leadership_term_id = self.log_leadership_term_id
+        self.this_member.log_position = self.append_position
+
+    def _follower_replay(self, now_ns: int) -> int:
+        work = 0
+        if not self.replay_started:
+            self.replay_started = True
+            if self.log_position < self.append_position:
+                self.cm.start_log_replay(self.log_position, self.append_position, now_ns)
+            work += 1
+        if self.cm.replay_position() >= self.append_position or self.log_position >= self.append_position:
+            self.cm.stop_log_replay()
+            self.log_position = self.append_position
+            if self.catchup_join_position != NULL_POSITION:
+                self._transition(ElectionState.FOLLOWER_CATCHUP_INIT, now_ns)
+            else:
+                self._transition(ElectionState.FOLLOWER_LOG_INIT, now_ns)
+            return work + 1
+        return work + self.cm.poll_log_replay(now_ns)
+
+    def _follower_catchup_init(self, now_ns: int) -> int:
+        self.cm.consensus_publisher.catchup_position(
+            self.leader_member_id, self.leadership_term_id, self.log_position, self.member_id,
+            self.ctx.member(self.member_id).catchup_endpoint if self.ctx.member(self.member_id) else "",
+        )
+        self.cm.catchup_initiated(now_ns)
+        self._transition(ElectionState.FOLLOWER_CATCHUP_AWAIT, now_ns)
+        return 1
+
+    def _follower_catchup_await(self, now_ns: int) -> int:
+        # The catch-up "image" is available once the first catch-up block landed at our position.
+        if self.cm.has_log_joined(self.leadership_term_id, self.log_position):
+            self.cm.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
+            self._transition(ElectionState.FOLLOWER_CATCHUP, now_ns)
+            return 1
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns:
+            raise ElectionError("failed to join catchup log as follower")
+        return 0
+
+    def _follower_catchup(self, now_ns: int) -> int:
+        work = self.cm.catchup_poll(self.catchup_commit_position, now_ns)
+        commit = self.cm.commit_position
+        if (
+            commit >= self.catchup_join_position
+            and commit >= self.catchup_commit_position
+            and self.cm.is_catchup_stopped
+        ):
+            self.append_position = commit
+            self.log_position = commit
+            self._transition(ElectionState.FOLLOWER_LOG_INIT, now_ns)
+            return work + 1
+        return work
+
+    def _follower_log_init(self, now_ns: int) -> int:
+        if self.cm.has_log_subscription():
+            self._transition(ElectionState.FOLLOWER_READY, now_ns)
+            return 1
+        if self.log_session_id != NULL_SESSION_ID:
+            self.cm.subscribe_to_log(self.leadership_term_id, self.log_session_id)
+            self._transition(ElectionState.FOLLOWER_LOG_AWAIT, now_ns)
+            return 1
+        return 0
+
+    def _follower_log_await(self, now_ns: int) -> int:
+        # ZeroMQ stand-in for "the live image appeared at our position": the leader starts sending
+        # from the position we report, so joining is possible as soon as the subscription exists.
+        if self.cm.has_log_subscription():
+            self.cm.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
+            self.append_position = self.log_position
+            self.cm.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+            self.log_leadership_term_id = self.leadership_term_id
+            self._transition(ElectionState.FOLLOWER_READY, now_ns)
+            return 1
+        if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns:
+            raise ElectionError("failed to join live log as follower")
+        return 0
+
+    def _follower_ready(self, now_ns: int) -> int:
+        self.cm.consensus_publisher.append_position(
+            self.leader_member_id, self.leadership_term_id, self.log_position, self.member_id, 0
+        )
+        self.cm.election_complete(self, now_ns)
+        self._transition(ElectionState.CLOSED, now_ns)
+        return 1
+
+    # ------------------------------------------------------------------ publishing
+    def _publish_canvass_position(self) -> None:
+        msg = CanvassPosition(
+            log_leadership_term_id=self.log_leadership_term_id,
+            log_position=self.append_position,
+            leadership_term_id=self.leadership_term_id,
+            follower_member_id=self.member_id,
+            protocol_version=self.cm.protocol_version,
+        )
+        for s in self.statuses:
+            if s.member_id != self.member_id:
+                self.cm.consensus_publisher.canvass_position(s.member_id, msg)
+
+    def _publish_new_leadership_term_on_interval(self, now_ns: int) -> int:
+        if now_ns < self.time_of_last_update_ns + self.timeouts.leader_heartbeat_interval_ns:
+            return 0
+        self.time_of_last_update_ns = now_ns
+        for s in self.statuses:
+            if s.member_id != self.member_id:
+                self._publish_new_leadership_term(s.member_id, self.log_leadership_term_id, now_ns)
+        return 1
+
+    def _publish_new_leadership_term(self, member_id: int, log_leadership_term_id: int, now_ns: int) -> None:
+        """The NLT a new leader sends; tailored to the recipient's ``log_leadership_term_id`` (b.4)."""
+        nxt = self.cm.recording_log.find_term_entry(log_leadership_term_id + 1)
+        if nxt is not None:
+            next_term = nxt.leadership_term_id
+            next_base = nxt.term_base_log_position
+            next_log_position = nxt.log_position if nxt.log_position != NULL_POSITION else self.append_position
+        else:
+            next_term = self.leadership_term_id
+            next_base = self.append_position
+            next_log_position = NULL_POSITION
+        self.cm.consensus_publisher.new_leadership_term(
+            member_id,
+            NewLeadershipTerm(
+                log_leadership_term_id=log_leadership_term_id,
+                next_leadership_term_id=next_term,
+                next_term_base_log_position=next_base,
+                next_log_position=next_log_position,
+                leadership_term_id=self.leadership_term_id,
+                term_base_log_position=self.append_position,
+                log_position=self.append_position,
+                leader_recording_id=self.cm.log_recording_id,
+                timestamp=self.cm.cluster_time_ms(now_ns),
+                leader_member_id=self.member_id,
+                log_session_id=self.log_session_id,
+                app_version=APP_VERSION,
+                is_startup=BooleanType.TRUE if self.is_node_startup else BooleanType.FALSE,
+            ),
+        )
+
+    def _publish_commit_position_on_interval(self, quorum_position_: int, now_ns: int) -> int:
+        if quorum_position_ > self.last_published_commit_position or (
+            now_ns >= self.time_of_last_commit_publish_ns + self.timeouts.leader_heartbeat_interval_ns
+        ):
+            self.last_published_commit_position = quorum_position_
+            self.time_of_last_commit_publish_ns = now_ns
+            self.cm.publish_commit_position(self.cm.leadership_term_id, quorum_position_)
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------ handlers
+    def on_canvass_position(self, msg: CanvassPosition, now_ns: int) -> None:
+        if self.state == ElectionState.INIT:
+            return
+        if msg.follower_member_id == self.graceful_closed_leader_id:
+            self.graceful_closed_leader_id = NULL_VALUE
+        s = self._status(msg.follower_member_id)
+        if s is None or s.member_id == self.member_id:
+            return
+        s.leadership_term_id = msg.log_leadership_term_id
+        s.log_position = msg.log_position
+        if self.cm.role == Role.LEADER and msg.log_leadership_term_id < self.leadership_term_id:
+            if self.log_session_id != NULL_SESSION_ID:
+                self._publish_new_leadership_term(s.member_id, msg.log_leadership_term_id, now_ns)
+        elif msg.log_leadership_term_id > self.leadership_term_id and self.state in (
+            ElectionState.LEADER_LOG_REPLICATION,
+            ElectionState.LEADER_READY,
+        ):
+            raise ElectionError("potential new election in progress")
+
+    def on_request_vote(self, msg: RequestVote, now_ns: int) -> None:
+        if self.state == ElectionState.INIT or msg.candidate_member_id == self.member_id:
+            return
+        if self._status(msg.candidate_member_id) is None:
+            self.cm.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
+            return
+        if msg.candidate_term_id <= self.candidate_term_id:
+            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+        elif compare_log(
+            self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position
+        ) > 0:
+            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
+                msg.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
+            )
+            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+            if self.cm.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
+                self._publish_new_leadership_term(msg.candidate_member_id, msg.log_leadership_term_id, now_ns)
+        elif self.state in (
+            ElectionState.CANVASS,
+            ElectionState.NOMINATE,
+            ElectionState.CANDIDATE_BALLOT,
+            ElectionState.FOLLOWER_BALLOT,
+        ):
+            # Durable before the vote leaves: a restarted node never votes twice in one term.
+            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
+                msg.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
+            )
+            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, True)
+            self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
+
+    def _place_vote(self, candidate_term_id: int, candidate_member_id: int, vote: bool) -> None:
+        self.cm.consensus_publisher.vote(
+            candidate_member_id,
+            Vote(
+                candidate_term_id=candidate_term_id,
+                log_leadership_term_id=self.log_leadership_term_id,
+                log_position=self.append_position,
+                candidate_member_id=candidate_member_id,
+                follower_member_id=self.member_id,
+                vote=BooleanType.TRUE if vote else BooleanType.FALSE,
+            ),
+        )
+
+    def on_vote(self, msg: Vote, now_ns: int) -> None:
+        if (
+            self.state != ElectionState.CANDIDATE_BALLOT
+            or msg.candidate_term_id != self.candidate_term_id
+            or msg.candidate_member_id != self.member_id
+        ):
+            return
+        s = self._status(msg.follower_member_id)
+        if s is None:
+            return
+        s.candidate_term_id = msg.candidate_term_id
+        s.leadership_term_id = msg.log_leadership_term_id
+        s.log_position = msg.log_position
+        s.vote = msg.vote == BooleanType.TRUE
+
+    def on_new_leadership_term(self, msg: NewLeadershipTerm, now_ns: int) -> None:
+        if self.state == ElectionState.INIT:
+            return
+        leader = self._status(msg.leader_member_id)
+        if leader is None:
+            self.cm.ignore("NewLeadershipTerm", f"unknown leader {msg.leader_member_id}")
+            return
+        if msg.leader_member_id == self.member_id and msg.leadership_term_id == self.leadership_term_id:
+            return
+        if msg.leader_member_id == self.graceful_closed_leader_id:
+            self.graceful_closed_leader_id = NULL_VALUE
+        if (
+            self.state == ElectionState.FOLLOWER_LOG_REPLICATION
+            and msg.leader_member_id == self.leader_member_id
+        ):
+            self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
+        acceptable = self.state == ElectionState.CANVASS or (
+            self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
+            and msg.leadership_term_id == self.candidate_term_id
+        )
+        if not acceptable:
+            return
+        if msg.log_leadership_term_id != self.log_leadership_term_id:
+            # Different view of which term our log ends in: keep canvassing; the leader answers
+            # our CanvassPosition with an NLT tailored to our log_leadership_term_id.
+            self._transition(ElectionState.CANVASS, now_ns)
+            return
+        if msg.next_term_base_log_position != NULL_POSITION and msg.next_term_base_log_position < self.append_position:
+            self.cm.truncate_log_entry(self.log_leadership_term_id, msg.next_term_base_log_position, now_ns)
+            self.append_position = msg.next_term_base_log_position
+            raise ElectionError(
+                f"truncated log to {msg.next_term_base_log_position} for term {self.log_leadership_term_id}"
+            )
+        self.leader_member_id = msg.leader_member_id
+        self.is_leader_startup = msg.is_startup == BooleanType.TRUE
+        self.leadership_term_id = msg.leadership_term_id
+        self.candidate_term_id = max(self.candidate_term_id, msg.leadership_term_id)
+        self.log_session_id = msg.log_session_id
+        self.leader_recording_id = msg.leader_recording_id
+        self.catchup_join_position = msg.log_position if self.append_position < msg.log_position else NULL_POSITION
+        self.cm.set_leader(msg.leader_member_id)
+        if self.append_position < msg.term_base_log_position:
+            if msg.next_leadership_term_id == NULL_VALUE:
+                raise ElectionError("missing next leadership term in NewLeadershipTerm")
+            if self.append_position < msg.next_term_base_log_position:
+                self.replication_leadership_term_id = self.log_leadership_term_id
+                self.replication_stop_position = msg.next_term_base_log_position
+                self.replication_term_base_log_position = self.cm.term_base_of(self.log_leadership_term_id)
+                self._enter_follower_log_replication(now_ns)
+            elif (
+                self.append_position == msg.next_term_base_log_position
+                and msg.next_log_position != NULL_POSITION
+            ):
+                self.replication_leadership_term_id = msg.next_leadership_term_id
+                self.replication_stop_position = msg.next_log_position
+                self.replication_term_base_log_position = msg.next_term_base_log_position
+                self._enter_follower_log_replication(now_ns)
+        else:
+            self.replay_started = False
+            self._transition(ElectionState.FOLLOWER_REPLAY, now_ns)
+
+    def _enter_follower_log_replication(self, now_ns: int) -> None:
+        self.replication_started = False
+        self.replication_commit_position = 0
+        self.last_append_position_sent = NULL_POSITION
+        self._transition(ElectionState.FOLLOWER_LOG_REPLICATION, now_ns)
+
+    def on_append_position(self, leadership_term_id: int, log_position: int, member_id: int, now_ns: int) -> None:
+        if self.state == ElectionState.INIT:
+            return
+        s = self._status(member_id)
+        if s is None or leadership_term_id > self.leadership_term_id:
+            return
+        s.time_of_last_append_position_ns = now_ns
+        if leadership_term_id != self.leadership_term_id:
+            return  # a stale term's position may describe truncated bytes (see module.on_append_position)
+        s.leadership_term_id = leadership_term_id
+        s.log_position = log_position
+        s.time_of_last_append_position_ns = now_ns
+
+    def on_commit_position(self, leadership_term_id: int, log_position: int, leader_member_id: int, now_ns: int) -> None:
+        if self.state == ElectionState.INIT:
+            return
+        if (
+            self.state == ElectionState.FOLLOWER_CATCHUP
+            and leadership_term_id == self.leadership_term_id
+            and leader_member_id == self.leader_member_id
+            and self.catchup_join_position != NULL_POSITION
+        ):
+            self.catchup_commit_position = max(self.catchup_commit_position, log_position)
+        elif self.state == ElectionState.FOLLOWER_LOG_REPLICATION and leader_member_id == self.leader_member_id:
+            self.replication_commit_position = max(self.replication_commit_position, log_position)
+            self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
+        elif self.state == ElectionState.LEADER_READY and leadership_term_id > self.leadership_term_id:
+            raise ElectionError("new leader detected due to commit position")
+
+    def on_replayed_new_leadership_term_event(
+        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+    ) -> None:
+        """A NewLeadershipTermEvent met while replaying the local log (FOLLOWER_REPLAY / LEADER_REPLAY)."""
+        self.cm.ensure_term_entry(leadership_term_id, term_base_log_position, NULL_POSITION, now_ns)
+        if self.state in (ElectionState.FOLLOWER_REPLAY, ElectionState.FOLLOWER_CATCHUP):
+            # Our log now ends in this term: canvass and NLT matching must say so, or a later NLT
+            # for the older term would ask us to truncate what we just committed.
+            self.log_leadership_term_id = max(self.log_leadership_term_id, leadership_term_id)

@@ -1,0 +1,156 @@
+"""A seeded random fault schedule for SimCluster: the property test's driver and the demo's.
+
+Each phase picks one action (offer a burst, kill, restart, partition, isolate the leader, heal,
+truncate or wipe a member's log while it is down, lossy network) and runs the cluster for a
+while; the safety checker samples every live member after each phase. The final phase heals
+everything, restarts every member and requires progress within a bound. Same seed, same run.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from core.consensus.context import MS, SECOND, Role
+from harness.invariants import SafetyChecker
+from harness.sim import SimCluster
+from harness.simnet import NetworkConfig
+
+
+@dataclass
+class ScheduleResult:
+    """What a schedule did and saw."""
+
+    seed: int
+    members: int
+    actions: list[str] = field(default_factory=list)
+    committed_bytes: int = 0
+    terms: int = 0
+    sim_seconds: float = 0.0
+    digest: str = ""
+
+
+def converged(cluster: SimCluster) -> bool:
+    """A settled leader, and every live member has committed the leader's whole log."""
+    leader = cluster.leader_id()
+    if leader is None:
+        return False
+    lm = cluster.member(leader)
+    target = lm.append_position
+    if lm.commit_position < target:
+        return False
+    return all(cluster.member(i).commit_position >= target for i in cluster.members_alive())
+
+
+def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = None) -> ScheduleResult:
+    """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure."""
+    rng = random.Random(f"schedule:{seed}")
+    members = rng.choice([3, 3, 5])
+    lossy = rng.random() < 0.5
+    network = NetworkConfig(
+        loss_probability=rng.choice([0.0, 0.01, 0.05]) if lossy else 0.0,
+        duplicate_probability=rng.choice([0.0, 0.01]) if lossy else 0.0,
+        reorder_probability=rng.choice([0.0, 0.02]) if lossy else 0.0,
+    )
+    result = ScheduleResult(seed, members)
+    checker = SafetyChecker()
+    with SimCluster(members=members, seed=seed, network=network, directory=directory) as c:
+        seen = 0
+
+        def check() -> None:
+            nonlocal seen
+            for ev in c.events[seen:]:
+                checker.on_event(ev)
+            seen = len(c.events)
+            checker.check_cluster(c)
+
+        c.await_leader(30 * SECOND)
+        check()
+        payload_no = 0
+        for _ in range(phases):
+            alive = c.members_alive()
+            dead = [i for i in range(members) if i not in alive]
+            action = rng.choice(
+                ["offer", "offer", "kill", "restart", "partition", "isolate_leader", "heal", "truncate", "wipe"]
+            )
+            if action == "kill" and len(alive) > members // 2 + 0:
+                victim = rng.choice(alive)
+                c.kill(victim)
+                result.actions.append(f"kill {victim}")
+            elif action == "restart" and dead:
+                m = rng.choice(dead)
+                c.restart(m)
+                result.actions.append(f"restart {m}")
+            elif action == "partition":
+                ids = list(range(members))
+                rng.shuffle(ids)
+                cut = rng.randrange(1, members)
+                c.partition([ids[:cut], ids[cut:]])
+                result.actions.append(f"partition {sorted(ids[:cut])}|{sorted(ids[cut:])}")
+            elif action == "isolate_leader" and c.leader_id() is not None:
+                lid = c.leader_id()
+                c.isolate(lid)
+                result.actions.append(f"isolate {lid}")
+            elif action in ("truncate", "wipe"):
+                # Disk faults only on a member whose data the others all hold: heal, converge, then hit it.
+                c.heal()
+                for m in dead:
+                    c.restart(m)
+                if c.run_until(lambda: converged(c), 30 * SECOND):
+                    check()
+                    victim = rng.randrange(members)
+                    if action == "wipe":
+                        c.restart_wiped(victim)
+                        result.actions.append(f"wipe {victim}")
+                    else:
+                        stop = c.member(victim).archive.stop_position
+                        c.kill(victim)
+                        cut = rng.randrange(0, stop // 32 + 1) * 32 if stop else 0
+                        c.truncate_recording(victim, _frame_boundary_at_or_below(c, victim, cut))
+                        c.restart(victim)
+                        result.actions.append(f"truncate {victim}")
+            elif action == "heal":
+                c.heal()
+                result.actions.append("heal")
+            # Client load through whoever leads (an isolated leader appends but cannot commit).
+            for _ in range(rng.randrange(0, 40)):
+                payload_no += 1
+                c.offer(f"op-{seed}-{payload_no}".encode() * rng.randrange(1, 4))
+                c.run_for(rng.randrange(0, 5) * MS)
+            c.run_for(rng.randrange(50, 1500) * MS)
+            check()
+        # Final healed phase: everything back, progress within a bound.
+        c.heal()
+        for m in range(members):
+            if m not in c.members_alive():
+                c.restart(m)
+        c.network.config = NetworkConfig()  # noqa: the final phase runs on a clean network
+        c.await_leader(30 * SECOND)
+        for _ in range(5):
+            payload_no += 1
+            c.offer(f"final-{payload_no}".encode())
+        c.await_condition(lambda: converged(c), 30 * SECOND, "convergence after heal")
+        check()
+        checker.check_durable(c)
+        leader = c.member(c.leader_id())
+        assert leader.role == Role.LEADER
+        result.committed_bytes = len(checker.committed)
+        result.terms = len(checker.leaders_by_term)
+        result.sim_seconds = c.now_ns / SECOND
+        result.digest = c.message_digest()
+    return result
+
+
+def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: int) -> int:
+    """The largest frame boundary <= position in a (down) member's log, read from its files."""
+    from core.archive.layout import log_dir
+    from core.archive.recording import RecordingStore
+
+    store = RecordingStore.open(log_dir(cluster.member_dir(member_id)))
+    try:
+        p = min(position, store.stop_position)
+        while p > store.start_position and not store.is_frame_boundary(p):
+            p -= 32
+        return p
+    finally:
+        store.close()

@@ -1,0 +1,579 @@
+"""SimCluster: the real consensus code, N members in one process, on a seeded network and clock.
+
+Nothing here is threaded or timed by the OS: the scheduler jumps the virtual clock to the next
+thing that can happen (a message due, or a member's deadline), delivers and runs work at that
+instant until nothing more happens, and repeats. Every choice is made in a fixed order (message
+sequence, then member id) and every random draw comes from generators derived from ``seed``, so a
+seed is a complete recipe for a run: :meth:`SimCluster.repro` prints it and failures include it.
+
+Typical use::
+
+    with SimCluster(members=3, seed=7, directory=tmp_path) as cluster:
+        leader = cluster.await_leader(5 * SECOND)
+        cluster.kill(leader)
+        cluster.await_condition(lambda: cluster.leader_id() not in (None, leader), 5 * SECOND,
+                                "a new leader")
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from core.consensus.context import (
+    NULL_VALUE,
+    SECOND,
+    Channel,
+    ClusterMember,
+    ConsensusModuleContext,
+    ConsensusModuleState,
+    ElectionState,
+    Role,
+    Timeouts,
+)
+from harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
+
+# How many rounds of "deliver due messages, run due members" one instant may take before the
+# scheduler calls it a livelock. Real work settles in a handful of rounds.
+DEFAULT_MAX_ROUNDS_PER_INSTANT = 10_000
+
+
+class SimError(RuntimeError):
+    """The simulation itself cannot continue (livelock, misuse of a fault operation)."""
+
+
+class SimTimeout(AssertionError):
+    """An awaited condition did not hold within its simulated timeout. An AssertionError so pytest
+    reports it as a test failure, not an error in the harness."""
+
+
+class ArchiveLike(Protocol):
+    """What the simulator needs from a member's archive (core/archive RecordingStore)."""
+
+    @property
+    def stop_position(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Member(Protocol):
+    """The surface SimCluster drives: ConsensusModule's, and any fake with the same shape."""
+
+    @property
+    def member_id(self) -> int: ...
+    @property
+    def role(self) -> Role: ...
+    @property
+    def leadership_term_id(self) -> int: ...
+    @property
+    def commit_position(self) -> int: ...
+    @property
+    def append_position(self) -> int: ...
+    @property
+    def election_state(self) -> ElectionState | None: ...
+    @property
+    def state(self) -> ConsensusModuleState: ...
+    @property
+    def archive(self) -> ArchiveLike: ...
+
+    def on_start(self, now_ns: int) -> None: ...
+    def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None: ...
+    def do_work(self, now_ns: int) -> int: ...
+    def next_deadline_ns(self) -> int: ...
+    def offer(self, payload: bytes, now_ns: int) -> int: ...
+    def close(self) -> None: ...
+
+
+MemberFactory = Callable[[ConsensusModuleContext], Member]
+
+
+def consensus_module_factory(ctx: ConsensusModuleContext) -> Member:
+    """The default member: the real ConsensusModule (imported lazily so fakes need no core)."""
+    from core.consensus.module import ConsensusModule
+
+    return ConsensusModule(ctx)
+
+
+class _SimOutbox:
+    """A member's Outbox: stamps sends with the virtual time and hands them to the network. A dead
+    incarnation's outbox is disabled, so a stale object someone still holds cannot send."""
+
+    __slots__ = ("_clock", "_network", "alive", "member_id")
+
+    def __init__(self, member_id: int, clock: VirtualClock, network: SimNetwork) -> None:
+        self.member_id = member_id
+        self._clock = clock
+        self._network = network
+        self.alive = True
+
+    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        if self.alive:
+            self._network.send(self._clock.now_ns, self.member_id, member_id, channel, payload)
+
+
+class SimCluster:
+    """N members on one SimNetwork and one VirtualClock; see the module docstring.
+
+    ``events`` holds dicts shaped like the trace's events table, with the virtual ``time_ns`` in
+    place of wall time: harness events (source ``harness``: start, restart, kill, stop, partition,
+    heal, truncate) and whatever members emit through ``ctx.events`` (source ``node-N``). Hooks in
+    ``on_event`` and ``network.on_send/on_deliver/on_drop`` are where a recorder attaches."""
+
+    def __init__(
+        self,
+        members: int = 3,
+        seed: int = 0,
+        directory: Path | str | None = None,
+        timeouts: Timeouts | None = None,
+        network: NetworkConfig | None = None,
+        appointed_leader_id: int = NULL_VALUE,
+        member_factory: MemberFactory | None = None,
+        *,
+        start_time_ns: int = 0,
+        max_rounds_per_instant: int = DEFAULT_MAX_ROUNDS_PER_INSTANT,
+        log_lines_kept: int = 10_000,
+    ) -> None:
+        if members < 1:
+            raise ValueError(f"members must be >= 1, got {members}")
+        self.seed = seed
+        self.member_count = members
+        self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
+        self.timeouts.validate()
+        self.network_config = network if network is not None else NetworkConfig()
+        self.appointed_leader_id = appointed_leader_id
+        self._factory: MemberFactory = member_factory or consensus_module_factory
+        self._max_rounds = max_rounds_per_instant
+        self._owns_directory = directory is None
+        self.directory = (
+            Path(tempfile.mkdtemp(prefix="simcluster-")) if directory is None else Path(directory)
+        )
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+        self.clock = VirtualClock(start_time_ns)
+        self.network = SimNetwork(random.Random(f"{seed}:network"), self.network_config)
+        self.cluster_members = [ClusterMember(i) for i in range(members)]
+        self.events: list[dict[str, Any]] = []
+        self.on_event: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here
+        self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
+        self.undeliverable = 0  # messages addressed to an id that is not a member
+        self._members: list[Member | None] = [None] * members
+        self._outboxes: list[_SimOutbox | None] = [None] * members
+        self._incarnations = [-1] * members
+        self._closed = False
+        for i in range(members):
+            self._start_member(i)
+
+    # ----------------------------------------------------------------------------- accessors
+
+    @property
+    def now_ns(self) -> int:
+        return self.clock.now_ns
+
+    def member(self, member_id: int) -> Member:
+        """The running member object; raises SimError if that member is down."""
+        m = self._members[member_id]
+        if m is None:
+            raise SimError(f"member {member_id} is not running")
+        return m
+
+    def is_alive(self, member_id: int) -> bool:
+        return self._members[member_id] is not None
+
+    def members_alive(self) -> list[int]:
+        return [i for i, m in enumerate(self._members) if m is not None]
+
+    def incarnation(self, member_id: int) -> int:
+        return self._incarnations[member_id]
+
+    def member_dir(self, member_id: int) -> Path:
+        return self.directory / f"member-{member_id}"
+
+    def message_digest(self) -> str:
+        return self.network.digest
+
+    def leader_id(self) -> int | None:
+        """The settled leader: a live member with role LEADER and no election running, whose term
+        is the highest term among live members, and the only such leader in that term."""
+        live = [m for m in self._members if m is not None]
+        if not live:
+            return None
+        top_term = max(m.leadership_term_id for m in live)
+        leaders = [
+            m
+            for m in live
+            if m.role == Role.LEADER and m.election_state is None and m.leadership_term_id == top_term
+        ]
+        return leaders[0].member_id if len(leaders) == 1 else None
+
+    def election_states_entered(self) -> set[ElectionState]:
+        """Every ElectionState some member transitioned into (from ``election_state`` events)."""
+        entered: set[ElectionState] = set()
+        for e in self.events:
+            if e["kind"] == "election_state":
+                to = e["detail"].get("to")
+                entered.add(ElectionState[to] if isinstance(to, str) else ElectionState(to))
+        return entered
+
+    def repro(self) -> str:
+        """How to re-create this run: the constructor call (and the test, when under pytest)."""
+        factory = getattr(self._factory, "__qualname__", repr(self._factory))
+        call = (
+            f"SimCluster(members={self.member_count}, seed={self.seed}, timeouts={self.timeouts!r}, "
+            f"network={self.network_config!r}, appointed_leader_id={self.appointed_leader_id}, "
+            f"member_factory={factory})"
+        )
+        test = os.environ.get("PYTEST_CURRENT_TEST")
+        if test:
+            call += f"; test: pytest '{test.rsplit(' ', 1)[0]}'"
+        return call
+
+    # ----------------------------------------------------------------------------- scheduler
+
+    def next_event_ns(self) -> int:
+        """The next instant something can happen: a delivery or a member deadline (NEVER_NS if none)."""
+        t = self.network.next_delivery_ns()
+        for m in self._members:
+            if m is not None:
+                d = m.next_deadline_ns()
+                if d < t:
+                    t = d
+        return t
+
+    def step(self) -> bool:
+        """Advance to the next instant with work and settle it. Returns False when nothing at all is
+        scheduled (the clock does not move)."""
+        t = self.next_event_ns()
+        if t >= NEVER_NS:
+            return False
+        self._step_to(t)
+        return True
+
+    def _step_to(self, t: int) -> None:
+        now = self.clock.now_ns
+        self.clock.advance_to(t if t > now else now)  # a deadline in the past means "now"
+        try:
+            self._settle()
+        except SimError:
+            raise  # already carries the seed
+        except Exception as e:
+            # A member crashed: make the failure reproducible from its report alone.
+            e.add_note(f"in SimCluster at t={self.clock.now_ns} ns; seed={self.seed} re-run: {self.repro()}")
+            raise
+
+    def _settle(self) -> None:
+        """Run the current instant to a fixed point: deliver what is due (on_message then do_work on
+        the receiver), then do_work on every member whose deadline has come, in member-id order;
+        repeat while anything happened, so zero-latency chains complete within the instant."""
+        now = self.clock.now_ns
+        members = self._members
+        network = self.network
+        for _ in range(self._max_rounds):
+            busy = False
+            if network.next_delivery_ns() <= now:
+                for msg in network.pop_due(now):
+                    self._deliver(msg, now)
+                busy = True
+            for m in members:
+                if m is not None and m.next_deadline_ns() <= now:
+                    m.do_work(now)
+                    busy = True
+            if not busy:
+                return
+        self._raise_livelock(now)
+
+    def _deliver(self, msg: Delivery, now: int) -> None:
+        dst = msg.dst
+        m = self._members[dst] if 0 <= dst < self.member_count else None
+        if m is None:
+            # Dead destinations are dropped by the network (mark_down); this is an id with no member.
+            self.undeliverable += 1
+            return
+        m.on_message(msg.src, msg.channel, msg.payload, now)
+        m.do_work(now)
+
+    def _raise_livelock(self, now: int) -> None:
+        stuck = [
+            f"member {m.member_id} (incarnation {self._incarnations[m.member_id]}, "
+            f"deadline {m.next_deadline_ns()})"
+            for m in self._members
+            if m is not None and m.next_deadline_ns() <= now
+        ]
+        due = [msg.describe() for msg in self.network.in_flight() if msg.deliver_ns <= now][:5]
+        culprits = "; ".join(stuck) or "no member (messages keep arriving at this instant)"
+        raise SimError(
+            f"livelock at t={now} ns: still busy after {self._max_rounds} rounds at one instant; "
+            f"deadline <= now: {culprits}; due messages: {due}; seed={self.seed} re-run: {self.repro()}"
+        )
+
+    def run_for(self, duration_ns: int) -> None:
+        """Run every instant in (now, now + duration_ns]; the clock ends exactly at now + duration."""
+        self.run_until_time(self.clock.now_ns + duration_ns)
+
+    def run_until_time(self, end_ns: int) -> None:
+        while (t := self.next_event_ns()) <= end_ns:
+            self._step_to(t)
+        if end_ns > self.clock.now_ns:
+            self.clock.advance_to(end_ns)
+
+    def run_until(self, predicate: Callable[[], bool], timeout_ns: int) -> bool:
+        """Step until ``predicate()`` holds (checked now and after every instant) or ``timeout_ns``
+        of simulated time passes. Returns whether it held."""
+        if predicate():
+            return True
+        end_ns = self.clock.now_ns + timeout_ns
+        while (t := self.next_event_ns()) <= end_ns:
+            self._step_to(t)
+            if predicate():
+                return True
+        if end_ns > self.clock.now_ns:
+            self.clock.advance_to(end_ns)
+        return predicate()
+
+    def await_condition(self, predicate: Callable[[], bool], timeout_ns: int, what: str) -> None:
+        """run_until, raising SimTimeout (with the seed and how to re-run) when it does not hold."""
+        start_ns = self.clock.now_ns
+        if not self.run_until(predicate, timeout_ns):
+            raise SimTimeout(
+                f"{what} not reached within {timeout_ns / SECOND:.3f}s simulated "
+                f"(from t={start_ns} to t={self.clock.now_ns} ns); {self.status_line()}; "
+                f"seed={self.seed} re-run: {self.repro()}"
+            )
+
+    def await_leader(self, timeout_ns: int = 10 * SECOND) -> int:
+        """Wait for a settled leader (see leader_id) and return its id."""
+        found: list[int] = []
+
+        def has_leader() -> bool:
+            leader = self.leader_id()
+            if leader is None:
+                return False
+            found[:] = [leader]
+            return True
+
+        self.await_condition(has_leader, timeout_ns, "a leader")
+        return found[0]
+
+    def status_line(self) -> str:
+        """One line per member: role, term, election state, positions (for failure messages)."""
+        parts = []
+        for i, m in enumerate(self._members):
+            if m is None:
+                parts.append(f"{i}:down")
+                continue
+            es = m.election_state
+            parts.append(
+                f"{i}:{m.role.name} term={m.leadership_term_id} "
+                f"election={es.name if es is not None else '-'} "
+                f"append={m.append_position} commit={m.commit_position}"
+            )
+        return "members [" + ", ".join(parts) + "]"
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    def _start_member(self, member_id: int, wiped: bool = False) -> None:
+        self._incarnations[member_id] += 1
+        incarnation = self._incarnations[member_id]
+        cluster_dir = self.member_dir(member_id)
+        cluster_dir.mkdir(parents=True, exist_ok=True)
+        outbox = _SimOutbox(member_id, self.clock, self.network)
+        ctx = ConsensusModuleContext(
+            member_id=member_id,
+            members=list(self.cluster_members),
+            cluster_dir=cluster_dir,
+            outbox=outbox,
+            # Distinct per member and per incarnation, and a pure function of the seed.
+            rng=random.Random(f"{self.seed}:{member_id}:{incarnation}"),
+            timeouts=self.timeouts,
+            appointed_leader_id=self.appointed_leader_id,
+            events=self._member_event_sink(member_id, incarnation),
+            log=self._member_log(member_id),
+        )
+        member = self._factory(ctx)
+        self._members[member_id] = member
+        self._outboxes[member_id] = outbox
+        self.network.mark_up(member_id)
+        detail: dict[str, Any] = {"incarnation": incarnation}
+        if wiped:
+            detail["wiped"] = True
+        self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
+        member.on_start(self.clock.now_ns)
+
+    def _take_down(self, member_id: int) -> Member:
+        member = self.member(member_id)
+        self._members[member_id] = None
+        outbox = self._outboxes[member_id]
+        if outbox is not None:
+            outbox.alive = False
+        self._outboxes[member_id] = None
+        # A dead process receives nothing: what is in flight to it is lost, and so is what is sent
+        # to it until it restarts. What it already sent is on the wire and still arrives.
+        self.network.mark_down(member_id, self.clock.now_ns)
+        return member
+
+    def kill(self, member_id: int) -> None:
+        """Crash: drop the object without closing it (unflushed state is lost; files stay)."""
+        self._take_down(member_id)
+        self._harness_event("kill", member_id)
+
+    def stop(self, member_id: int) -> None:
+        """Clean shutdown: close the member (flushes its files), then take it down."""
+        member = self.member(member_id)
+        try:
+            member.close()  # while its outbox still works: a clean close may still send
+        finally:
+            self._take_down(member_id)
+        self._harness_event("stop", member_id)
+
+    def restart(self, member_id: int) -> None:
+        """Start a new incarnation from the member's directory; a running member is killed first."""
+        if self.is_alive(member_id):
+            self.kill(member_id)
+        self._start_member(member_id)
+
+    def restart_wiped(self, member_id: int) -> None:
+        """Restart with an empty directory (a replaced disk); a running member is killed first."""
+        if self.is_alive(member_id):
+            self.kill(member_id)
+        shutil.rmtree(self.member_dir(member_id), ignore_errors=True)
+        self._start_member(member_id, wiped=True)
+
+    def truncate_recording(self, member_id: int, position: int) -> None:
+        """Cut the member's log recording back to ``position`` (a lost disk tail). Only while the
+        member is down: a running archive would not notice its files changing."""
+        if self.is_alive(member_id):
+            raise SimError(f"truncate_recording({member_id}): member is running; kill or stop it first")
+        try:
+            from core.archive.faults import truncate_at
+        except ImportError as e:
+            raise SimError(f"truncate_recording needs core.archive.faults.truncate_at: {e}") from e
+        truncate_at(self.member_dir(member_id), position)
+        self._harness_event("truncate", member_id, log_position=position)
+
+    def offer(self, payload: bytes) -> int:
+        """Append through the current leader: its end log position, or -1 (no leader, back-pressure)."""
+        leader = self.leader_id()
+        if leader is None:
+            return -1
+        return self.member(leader).offer(payload, self.clock.now_ns)
+
+    # ----------------------------------------------------------------------------- network faults
+
+    def partition(self, groups: Iterable[Iterable[int]]) -> None:
+        """Members talk only within their group; members in no group are isolated."""
+        self.network.partition(groups)
+        self._harness_event("partition", -1, groups=self.network.partition_groups)
+
+    def isolate(self, member_id: int) -> None:
+        self.network.isolate(member_id)
+        self._harness_event("partition", member_id, isolate=member_id)
+
+    def block(self, src: int, dst: int) -> None:
+        """Drop src -> dst only."""
+        self.network.block(src, dst)
+        self._harness_event("partition", -1, block=[src, dst])
+
+    def unblock(self, src: int, dst: int) -> None:
+        self.network.unblock(src, dst)
+        self._harness_event("heal", -1, unblock=[src, dst])
+
+    def set_link(
+        self,
+        src: int,
+        dst: int,
+        *,
+        loss: float | None = None,
+        latency_ns: int | tuple[int, int] | None = None,
+    ) -> None:
+        self.network.set_link(src, dst, loss=loss, latency_ns=latency_ns)
+        self._harness_event("partition", -1, link=[src, dst], loss=loss, latency_ns=latency_ns)
+
+    def heal(self) -> None:
+        self.network.heal()
+        self._harness_event("heal", -1)
+
+    # ----------------------------------------------------------------------------- events
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        for hook in self.on_event:
+            hook(event)
+
+    def _harness_event(
+        self, kind: str, member_id: int, log_position: int | None = None, **detail: Any
+    ) -> None:
+        self._emit(
+            {
+                "time_ns": self.clock.now_ns,
+                "source": "harness",
+                "member_id": member_id,
+                "kind": kind,
+                "leadership_term_id": None,
+                "log_position": log_position,
+                "detail": detail,
+            }
+        )
+
+    def _member_event_sink(
+        self, member_id: int, incarnation: int
+    ) -> Callable[[str, int, int | None, int | None, dict[str, Any]], None]:
+        source = f"node-{member_id}"
+        clock = self.clock
+
+        def sink(kind: str, subject: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
+            self._emit(
+                {
+                    "time_ns": clock.now_ns,
+                    "source": source,
+                    "incarnation": incarnation,
+                    "member_id": subject,
+                    "kind": kind,
+                    "leadership_term_id": term,
+                    "log_position": pos,
+                    "detail": detail,
+                }
+            )
+
+        return sink
+
+    def _member_log(self, member_id: int) -> Callable[[str], None]:
+        lines = self.log_lines
+        clock = self.clock
+
+        def log(line: str) -> None:
+            lines.append((clock.now_ns, member_id, line))
+
+        return log
+
+    # ----------------------------------------------------------------------------- teardown
+
+    def close(self) -> None:
+        """Close every running member cleanly. Idempotent. Removes the directory only if the
+        cluster created it (a caller's directory is left for inspection)."""
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[BaseException] = []
+        for i, m in enumerate(self._members):
+            if m is None:
+                continue
+            try:
+                self.stop(i)
+            except Exception as e:  # close the others anyway, then report
+                errors.append(e)
+        if self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> SimCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
