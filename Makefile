@@ -21,6 +21,7 @@ test: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.codec_bench
+	$(BIN)/python -m benchmarks.sim_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -39,7 +39,10 @@ def converged(cluster: SimCluster) -> bool:
     target = lm.append_position
     if lm.commit_position < target:
         return False
-    return all(cluster.member(i).commit_position >= target for i in cluster.members_alive())
+    return all(
+        cluster.member(i).election_state is None and cluster.member(i).commit_position >= target
+        for i in cluster.members_alive()
+    )
 
 
 def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = None) -> ScheduleResult:
@@ -124,7 +127,7 @@ def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = 
         for m in range(members):
             if m not in c.members_alive():
                 c.restart(m)
-        c.network.config = NetworkConfig()  # noqa: the final phase runs on a clean network
+        c.network.config = NetworkConfig()  # the final phase runs on a clean network
         c.await_leader(30 * SECOND)
         for _ in range(5):
             payload_no += 1

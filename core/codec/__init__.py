@@ -4,6 +4,9 @@ our transport's additions (template ids 200+), and the log frame format.
 ``decode(buf)`` decodes any message by its template id; each class also has ``encode()``,
 ``decode(buf)`` and ``describe()``. Malformed bytes raise :class:`DecodeError`; building a message
 with values that do not fit the wire raises ValueError/TypeError.
+
+Nulls: an enum whose null PROTOCOL.md documents (CloseReason, ClusterTimeUnit) decodes INT32_MIN to
+its ``NULL_VAL`` member, as Aeron's Java codecs do; every other enum rejects undefined values.
 """
 
 from core.codec.consensus import (

@@ -106,9 +106,7 @@ def unframe(buffer: bytes | memoryview, offset: int = 0, expected_position: int 
     if frame_type not in (HDR_TYPE_DATA, HDR_TYPE_PAD):
         raise DecodeError("Frame", f"bad type {frame_type} at offset {offset}")
     if available < align(frame_length):
-        raise DecodeError(
-            "Frame", f"torn frame: {available} of {align(frame_length)} bytes at offset {offset}"
-        )
+        raise DecodeError("Frame", f"torn frame: {available} of {align(frame_length)} bytes at offset {offset}")
     payload = bytes(buffer[offset + FRAME_HEADER_LENGTH : offset + frame_length])
     prefix = bytes(buffer[offset : offset + 24])
     if _checksum(prefix, payload) != checksum:

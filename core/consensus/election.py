@@ -391,16 +391,18 @@ class Election:
     def _leader_ready(self, now_ns: int) -> int:
         work = self.cm.update_leader_position(now_ns, self.append_position, self.leadership_term_id)
         work += self._publish_new_leadership_term_on_interval(now_ns)
-        if has_voters_at_position(self.statuses, self.member_id, self.leadership_term_id, self.log_position) or (
+        followers_ready = has_voters_at_position(
+            self.statuses, self.member_id, self.leadership_term_id, self.log_position
+        ) or (
             now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns
             and has_quorum_at_position(
                 self.statuses, self.member_id, self.leadership_term_id, self.log_position, self._member_count()
             )
-        ):
-            if self.cm.append_new_leadership_term_event(now_ns):
-                self.cm.election_complete(self, now_ns)
-                self._transition(ElectionState.CLOSED, now_ns)
-                work += 1
+        )
+        if followers_ready and self.cm.append_new_leadership_term_event(now_ns):
+            self.cm.election_complete(self, now_ns)
+            self._transition(ElectionState.CLOSED, now_ns)
+            work += 1
         return work
 
     def _follower_log_replication(self, now_ns: int) -> int:
@@ -413,8 +415,11 @@ class Election:
                 return 1
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
             self.cm.start_replication(
-                self.leader_member_id, self.leader_recording_id, self.append_position,
-                self.replication_stop_position, now_ns,
+                self.leader_member_id,
+                self.leader_recording_id,
+                self.append_position,
+                self.replication_stop_position,
+                now_ns,
             )
             work += 1
         work += self.cm.poll_replication(now_ns)  # raises ElectionError when it stops progressing
@@ -469,7 +474,10 @@ class Election:
 
     def _follower_catchup_init(self, now_ns: int) -> int:
         self.cm.consensus_publisher.catchup_position(
-            self.leader_member_id, self.leadership_term_id, self.log_position, self.member_id,
+            self.leader_member_id,
+            self.leadership_term_id,
+            self.log_position,
+            self.member_id,
             self.ctx.member(self.member_id).catchup_endpoint if self.ctx.member(self.member_id) else "",
         )
         self.cm.catchup_initiated(now_ns)
@@ -622,9 +630,10 @@ class Election:
             return
         if msg.candidate_term_id <= self.candidate_term_id:
             self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
-        elif compare_log(
-            self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position
-        ) > 0:
+        elif (
+            compare_log(self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position)
+            > 0
+        ):
             self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
                 msg.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
             )
@@ -683,10 +692,7 @@ class Election:
             return
         if msg.leader_member_id == self.graceful_closed_leader_id:
             self.graceful_closed_leader_id = NULL_VALUE
-        if (
-            self.state == ElectionState.FOLLOWER_LOG_REPLICATION
-            and msg.leader_member_id == self.leader_member_id
-        ):
+        if self.state == ElectionState.FOLLOWER_LOG_REPLICATION and msg.leader_member_id == self.leader_member_id:
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
         acceptable = self.state == ElectionState.CANVASS or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
@@ -721,10 +727,7 @@ class Election:
                 self.replication_stop_position = msg.next_term_base_log_position
                 self.replication_term_base_log_position = self.cm.term_base_of(self.log_leadership_term_id)
                 self._enter_follower_log_replication(now_ns)
-            elif (
-                self.append_position == msg.next_term_base_log_position
-                and msg.next_log_position != NULL_POSITION
-            ):
+            elif self.append_position == msg.next_term_base_log_position and msg.next_log_position != NULL_POSITION:
                 self.replication_leadership_term_id = msg.next_leadership_term_id
                 self.replication_stop_position = msg.next_log_position
                 self.replication_term_base_log_position = msg.next_term_base_log_position
@@ -752,7 +755,9 @@ class Election:
         s.log_position = log_position
         s.time_of_last_append_position_ns = now_ns
 
-    def on_commit_position(self, leadership_term_id: int, log_position: int, leader_member_id: int, now_ns: int) -> None:
+    def on_commit_position(
+        self, leadership_term_id: int, log_position: int, leader_member_id: int, now_ns: int
+    ) -> None:
         if self.state == ElectionState.INIT:
             return
         if (

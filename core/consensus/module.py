@@ -31,9 +31,9 @@ from core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from core.codec.enums import AppendPositionFlags, ReplayPurpose
+from core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit, ReplayPurpose
 from core.codec.errors import DecodeError
-from core.codec.framing import Frame, walk_frames
+from core.codec.framing import Frame, framed_length, walk_frames
 from core.codec.log_events import NewLeadershipTermEvent
 from core.codec.registry import decode, peek_template_id
 from core.codec.session import encode_session_message
@@ -73,7 +73,9 @@ class ConsensusModule:
         self.ctx = ctx
         self.member_id = ctx.member_id
         if ctx.member(ctx.member_id) is None:
-            raise ValueError(f"member {ctx.member_id} is not in the cluster members {[m.member_id for m in ctx.members]}")
+            raise ValueError(
+                f"member {ctx.member_id} is not in the cluster members {[m.member_id for m in ctx.members]}"
+            )
         self.statuses = [MemberStatus(m) for m in ctx.members]
         self._status_by_id = {s.member_id: s for s in self.statuses}
         self.this_member = self._status_by_id[self.member_id]
@@ -177,20 +179,27 @@ class ConsensusModule:
         ):
             removed = self.recording_log.truncate_terms_after(stop)
         if removed:
-            self._event("truncate", {"recording_log": [e.describe() for e in removed],
-                                     "reason": "recording shorter than recording log"},
-                        pos=self.archive.stop_position)
+            self._event(
+                "truncate",
+                {"recording_log": [e.describe() for e in removed], "reason": "recording shorter than recording log"},
+                pos=self.archive.stop_position,
+            )
         plan = self.recording_log.create_recovery_plan(self.ctx.service_count, self.archive_store.recording_extent)
         if self.archive.repair is not None:
             r = self.archive.repair
-            self._event("truncate", {"repair": "torn tail", "from": r.from_position, "to": r.to_position,
-                                     "reason": r.reason}, pos=r.to_position)
+            self._event(
+                "truncate",
+                {"repair": "torn tail", "from": r.from_position, "to": r.to_position, "reason": r.reason},
+                pos=r.to_position,
+            )
         self.leadership_term_id = plan.last_leadership_term_id
         self.commit_position = 0  # snapshots (issue 4) raise this to the snapshot position
         self.consumed_position = self.commit_position
         self.state = ConsensusModuleState.ACTIVE
-        self._event("start", {"append_position": self.archive.stop_position,
-                              "last_leadership_term_id": plan.last_leadership_term_id})
+        self._event(
+            "start",
+            {"append_position": self.archive.stop_position, "last_leadership_term_id": plan.last_leadership_term_id},
+        )
         self._enter_election(
             now_ns,
             is_node_startup=True,
@@ -226,8 +235,12 @@ class ConsensusModule:
     ) -> None:
         assert self.election is None, "an election is already running"
         self.election_count += 1
-        self._event("election_start", {"reason": reason, "election_count": self.election_count},
-                    term=leadership_term_id, pos=self.commit_position)
+        self._event(
+            "election_start",
+            {"reason": reason, "election_count": self.election_count},
+            term=leadership_term_id,
+            pos=self.commit_position,
+        )
         self.role = Role.FOLLOWER
         self.election = Election(
             self,
@@ -347,8 +360,9 @@ class ConsensusModule:
         self.commit_position = max(self.commit_position, log_position)
         self._event("leader", {"log_session_id": log_session_id}, term=leadership_term_id, pos=log_position)
 
-    def ensure_term_entry(self, leadership_term_id: int, term_base_log_position: int, log_position: int,
-                          now_ns: int) -> None:
+    def ensure_term_entry(
+        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+    ) -> None:
         self.recording_log.ensure_coherent(
             self.log_recording_id,
             NULL_VALUE,
@@ -391,8 +405,6 @@ class ConsensusModule:
         e = self.election
         assert e is not None
         position = self.archive.stop_position
-        from core.codec.framing import framed_length
-
         event = NewLeadershipTermEvent(
             leadership_term_id=e.leadership_term_id,
             log_position=0,  # placeholder: the position after the event, computed below
@@ -400,7 +412,7 @@ class ConsensusModule:
             term_base_log_position=e.log_position,
             leader_member_id=self.member_id,
             log_session_id=e.log_session_id,
-            time_unit=self._time_unit(),
+            time_unit=ClusterTimeUnit.MILLIS,
             app_version=APP_VERSION,
         )
         end = position + framed_length(len(event.encode()))
@@ -411,17 +423,11 @@ class ConsensusModule:
             term_base_log_position=e.log_position,
             leader_member_id=self.member_id,
             log_session_id=e.log_session_id,
-            time_unit=self._time_unit(),
+            time_unit=ClusterTimeUnit.MILLIS,
             app_version=APP_VERSION,
         )
         self.archive.append_entry(event.encode(), e.leadership_term_id)
         return True
-
-    @staticmethod
-    def _time_unit() -> Any:
-        from core.codec.enums import ClusterTimeUnit
-
-        return ClusterTimeUnit.MILLIS
 
     def election_complete(self, election: Election, now_ns: int) -> None:
         """Aeron ``electionComplete``: adopt the term, reset timers, open for business."""
@@ -435,8 +441,12 @@ class ConsensusModule:
             for s in self.statuses:
                 if s.member_id != self.member_id:
                     s.time_of_last_append_position_ns = now_ns
-        self._event("election_complete", {"leader": election.leader_member_id, "role": self.role.name},
-                    term=election.leadership_term_id, pos=election.log_position)
+        self._event(
+            "election_complete",
+            {"leader": election.leader_member_id, "role": self.role.name},
+            term=election.leadership_term_id,
+            pos=election.log_position,
+        )
 
     def _close_election(self, now_ns: int) -> None:
         self.election = None
@@ -487,8 +497,9 @@ class ConsensusModule:
         return work
 
     # --- replication of earlier terms (FOLLOWER_LOG_REPLICATION)
-    def start_replication(self, leader_member_id: int, recording_id: int, from_position: int, stop_position: int,
-                          now_ns: int) -> None:
+    def start_replication(
+        self, leader_member_id: int, recording_id: int, from_position: int, stop_position: int, now_ns: int
+    ) -> None:
         self.replication_source = leader_member_id
         self.replication_stop_position = stop_position
         self.replication_progress_position = self.archive.stop_position
@@ -548,8 +559,12 @@ class ConsensusModule:
         self.archive_store.truncate_log(log_position)
         # Closes the truncated (last) term at log_position, as Aeron's truncateLogEntry does.
         self.recording_log.truncate_terms_after(log_position)
-        self._event("truncate", {"from": before, "to": log_position, "reason": "uncommitted entries"},
-                    term=leadership_term_id, pos=log_position)
+        self._event(
+            "truncate",
+            {"from": before, "to": log_position, "reason": "uncommitted entries"},
+            term=leadership_term_id,
+            pos=log_position,
+        )
 
     # ------------------------------------------------------------------ inputs
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
@@ -584,8 +599,6 @@ class ConsensusModule:
             self._publish_tailored_new_leadership_term(s.member_id, msg.log_leadership_term_id, now_ns)
 
     def _publish_tailored_new_leadership_term(self, member_id: int, log_leadership_term_id: int, now_ns: int) -> None:
-        from core.codec.enums import BooleanType
-
         if log_leadership_term_id < self.leadership_term_id:
             nxt = self.recording_log.find_term_entry(log_leadership_term_id + 1)
             if nxt is not None:
@@ -639,14 +652,10 @@ class ConsensusModule:
             and msg.leadership_term_id == self.leadership_term_id
             and msg.leader_member_id == self.leader_member_id
         ):
-            self.notified_commit_position = max(self.notified_commit_position, min(msg.log_position, self.commit_floor()))
+            # NLT's log_position is the leader's append position, not a commit: only a heartbeat here.
             self.time_of_last_log_update_ns = now_ns
         elif msg.leadership_term_id > self.leadership_term_id:
             self.enter_election(now_ns, "unexpected new leadership term event")
-
-    def commit_floor(self) -> int:
-        # NLT's log_position is the leader's append position, not a commit; it only acts as a heartbeat.
-        return self.notified_commit_position
 
     def on_append_position(self, src: int, msg: AppendPosition, now_ns: int) -> None:
         s = self.status(msg.follower_member_id)
@@ -682,7 +691,9 @@ class ConsensusModule:
             # Join the live log at the follower's position (Aeron: MDC destination added).
             s.log_send_position = min(msg.log_position, self.archive.stop_position)
         # trackCatchupCompletion
-        if (s.catchup_active or msg.flags & AppendPositionFlags.CATCHUP) and msg.log_position >= self.archive.stop_position:
+        if (
+            s.catchup_active or msg.flags & AppendPositionFlags.CATCHUP
+        ) and msg.log_position >= self.archive.stop_position:
             self.consensus_publisher.stop_catchup(s.member_id, self.log_publication_term_id, s.member_id)
             s.catchup_active = False
 
@@ -710,7 +721,9 @@ class ConsensusModule:
         if self.role != Role.LEADER or term == NULL_VALUE or msg.leadership_term_id > term or s.catchup_active:
             return
         if msg.log_position > self.archive.stop_position:
-            self.ignore("CatchupPosition", f"position {msg.log_position} beyond leader log {self.archive.stop_position}")
+            self.ignore(
+                "CatchupPosition", f"position {msg.log_position} beyond leader log {self.archive.stop_position}"
+            )
             return
         # Aeron starts an archive replay to the follower's catch-up endpoint; we point the follower's
         # send position at the requested position and send on the catch-up channel.
@@ -750,7 +763,9 @@ class ConsensusModule:
         following_term = self.log_subscription_term_id
         if following_term == NULL_VALUE or msg.leadership_term_id != following_term:
             return  # not (yet) subscribed to this term's log: the leader resends when we report
-        if msg.leader_member_id != self.leader_member_id and not (e is not None and msg.leader_member_id == e.leader_member_id):
+        if msg.leader_member_id != self.leader_member_id and not (
+            e is not None and msg.leader_member_id == e.leader_member_id
+        ):
             self.ignore("LogBlock", f"from {msg.leader_member_id}, not our leader")
             return
         stop = self.archive.stop_position
@@ -768,9 +783,9 @@ class ConsensusModule:
         data = msg.entries[offset : walk.end_position - msg.start_position]
         if data:
             self.archive.append(data, stop)
-            if e is not None and e.state == ElectionState.FOLLOWER_CATCHUP_AWAIT:
-                self.catchup_log_joined = True
-            elif self.is_catchup_active and e is not None:
+            if (e is not None and e.state == ElectionState.FOLLOWER_CATCHUP_AWAIT) or (
+                self.is_catchup_active and e is not None
+            ):
                 self.catchup_log_joined = True
         elif self.is_catchup_active:
             self.catchup_log_joined = True
@@ -780,7 +795,6 @@ class ConsensusModule:
 
     def on_log_end_of_stream(self, src: int, msg: LogEndOfStream, now_ns: int) -> None:
         if self.election is None and self.role == Role.FOLLOWER and msg.leader_member_id == self.leader_member_id:
-            self.notified_commit_position = max(self.notified_commit_position, min(msg.log_position, self.notified_commit_position))
             self.enter_election(now_ns, "leader log end of stream", graceful_closed_leader_id=msg.leader_member_id)
 
     def on_replay_request(self, src: int, msg: ReplayRequest, now_ns: int) -> None:
@@ -868,7 +882,10 @@ class ConsensusModule:
             work += self.update_leader_position(now_ns, self.archive.stop_position, self.leadership_term_id)
             self._consume_log(self.commit_position, is_replay=False, now_ns=now_ns)
             if not has_active_quorum(
-                self.statuses, self.member_id, now_ns, self.ctx.timeouts.leader_heartbeat_timeout_ns,
+                self.statuses,
+                self.member_id,
+                now_ns,
+                self.ctx.timeouts.leader_heartbeat_timeout_ns,
                 len(self.statuses),
             ):
                 self.enter_election(now_ns, "inactive follower quorum")
@@ -990,8 +1007,9 @@ class ConsensusModule:
         """Leader only: append an application message; returns its end position or -1."""
         if self.role != Role.LEADER or self.election is not None or self.state != ConsensusModuleState.ACTIVE:
             return -1
-        encoded = encode_session_message(self.leadership_term_id, cluster_session_id, self.cluster_time_ms(now_ns),
-                                         payload)
+        encoded = encode_session_message(
+            self.leadership_term_id, cluster_session_id, self.cluster_time_ms(now_ns), payload
+        )
         return self.archive.append_entry(encoded, self.leadership_term_id)
 
 

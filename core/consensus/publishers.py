@@ -78,7 +78,8 @@ class ConsensusPublisher:
 
     def stop_catchup(self, member_id: int, leadership_term_id: int, follower_member_id: int) -> None:
         self._send(
-            member_id, StopCatchup(leadership_term_id=leadership_term_id, follower_member_id=follower_member_id).encode()
+            member_id,
+            StopCatchup(leadership_term_id=leadership_term_id, follower_member_id=follower_member_id).encode(),
         )
 
     def termination_position(self, member_id: int, leadership_term_id: int, log_position: int) -> None:

@@ -1,0 +1,70 @@
+"""Simulator speed: simulated seconds per real second on a 3-member cluster (issue 3's figure).
+
+Three workloads: idle (heartbeats only), steady load (one 64-byte append per simulated ms), and a
+leader kill + recovery. Prints a table and writes JSON (default benchmarks/results/sim.json).
+Run: python -m benchmarks.sim_bench [--out FILE] [--seconds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from core.consensus.context import MS, SECOND
+from harness.sim import SimCluster
+
+
+def _measure(name: str, seconds: int, load: bool, kill: bool) -> dict[str, float | str]:
+    with SimCluster(members=3, seed=7) as c:
+        c.await_leader(30 * SECOND)
+        start_sim = c.now_ns
+        start_real = time.perf_counter()
+        appended = 0
+        end = start_sim + seconds * SECOND
+        while c.now_ns < end:
+            if kill and c.now_ns >= start_sim + seconds * SECOND // 2 and c.incarnation(0) == 0 and c.is_alive(0):
+                c.kill(c.leader_id() if c.leader_id() is not None else 0)
+            if load and c.leader_id() is not None:
+                for _ in range(10):
+                    if c.offer(b"x" * 64) > 0:
+                        appended += 1
+            c.run_for(10 * MS)
+        real = time.perf_counter() - start_real
+        sim = (c.now_ns - start_sim) / SECOND
+        delivered = sum(c.network.stats.delivered.values()) if hasattr(c.network.stats, "delivered") else 0
+        return {
+            "workload": name,
+            "simulated_s": round(sim, 2),
+            "real_s": round(real, 3),
+            "sim_s_per_real_s": round(sim / real, 1),
+            "entries_appended": appended,
+            "messages_delivered": delivered,
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", default="benchmarks/results/sim.json")
+    parser.add_argument("--seconds", type=int, default=20)
+    args = parser.parse_args()
+    rows = [
+        _measure("idle (heartbeats)", args.seconds, load=False, kill=False),
+        _measure("load: 1 x 64 B append / sim ms", args.seconds, load=True, kill=False),
+        _measure("load + leader kill", args.seconds, load=True, kill=True),
+    ]
+    print(f"{'workload':34} {'sim s':>7} {'real s':>8} {'sim s/real s':>13} {'appended':>9} {'messages':>9}")
+    for r in rows:
+        print(
+            f"{r['workload']:34} {r['simulated_s']:>7} {r['real_s']:>8} {r['sim_s_per_real_s']:>13} "
+            f"{r['entries_appended']:>9} {r['messages_delivered']:>9}"
+        )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"members": 3, "results": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
