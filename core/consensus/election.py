@@ -45,6 +45,54 @@ if TYPE_CHECKING:
 FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first send in a state is immediate
 
 
+E = ElectionState
+# PROTOCOL.md a.3 as data: (from, to) -> condition. ``_transition`` refuses anything else (an
+# assert: a transition outside the table is our bug, not a peer's), and docs/election.md is
+# generated from it (``python -m core.consensus.election``). Any state -> INIT on an error.
+TRANSITIONS: dict[tuple[ElectionState, ElectionState], str] = {
+    (E.INIT, E.CANVASS): "multi-member cluster, same cycle",
+    (E.INIT, E.LEADER_LOG_REPLICATION): "single-member cluster",
+    (E.CANVASS, E.NOMINATE): "unanimous candidate, or deadline passed and quorum candidate",
+    (E.CANVASS, E.FOLLOWER_BALLOT): "RequestVote granted",
+    (E.NOMINATE, E.FOLLOWER_BALLOT): "RequestVote granted",
+    (E.CANDIDATE_BALLOT, E.FOLLOWER_BALLOT): "RequestVote granted (higher candidate term)",
+    (E.NOMINATE, E.CANDIDATE_BALLOT): "nomination deadline reached; candidate term + 1 persisted",
+    (E.CANDIDATE_BALLOT, E.LEADER_LOG_REPLICATION): "unanimous YES, or at election timeout quorum YES and no NO",
+    (E.CANDIDATE_BALLOT, E.CANVASS): "election timeout without winning; or NLT for another log term",
+    (E.FOLLOWER_BALLOT, E.CANVASS): "election timeout; or NLT for another log term",
+    (E.CANVASS, E.FOLLOWER_LOG_REPLICATION): "NLT: missing whole terms before the leader's term",
+    (E.CANDIDATE_BALLOT, E.FOLLOWER_LOG_REPLICATION): "NLT for our candidate term: missing whole terms",
+    (E.FOLLOWER_BALLOT, E.FOLLOWER_LOG_REPLICATION): "NLT for our candidate term: missing whole terms",
+    (E.CANVASS, E.FOLLOWER_REPLAY): "NLT: our log reaches the leader's term base",
+    (E.CANDIDATE_BALLOT, E.FOLLOWER_REPLAY): "NLT for our candidate term: log reaches term base",
+    (E.FOLLOWER_BALLOT, E.FOLLOWER_REPLAY): "NLT for our candidate term: log reaches term base",
+    (E.LEADER_LOG_REPLICATION, E.LEADER_REPLAY): "quorum position >= append position",
+    (E.LEADER_REPLAY, E.LEADER_INIT): "local replay done (or nothing to replay)",
+    (E.LEADER_INIT, E.LEADER_READY): "log joined as leader, TERM entry ensured; same cycle",
+    (E.LEADER_READY, E.CLOSED): "voters (or a quorum after heartbeat timeout) at position; term event appended",
+    (E.FOLLOWER_LOG_REPLICATION, E.CANVASS): "replicated to stop position and leader commit covers it",
+    (E.FOLLOWER_REPLAY, E.FOLLOWER_CATCHUP_INIT): "replay done, leader's log ahead of ours",
+    (E.FOLLOWER_REPLAY, E.FOLLOWER_LOG_INIT): "replay done, level with the leader",
+    (E.FOLLOWER_CATCHUP_INIT, E.FOLLOWER_CATCHUP_AWAIT): "CatchupPosition sent",
+    (E.FOLLOWER_CATCHUP_AWAIT, E.FOLLOWER_CATCHUP): "catch-up stream joined at our position",
+    (E.FOLLOWER_CATCHUP, E.FOLLOWER_LOG_INIT): "commit reached catch-up targets and StopCatchup received",
+    (E.FOLLOWER_LOG_INIT, E.FOLLOWER_LOG_AWAIT): "no log subscription yet: subscribe to the live log",
+    (E.FOLLOWER_LOG_INIT, E.FOLLOWER_READY): "subscription exists (catch-up path)",
+    (E.FOLLOWER_LOG_AWAIT, E.FOLLOWER_READY): "live log joined at our log position",
+    (E.FOLLOWER_READY, E.CLOSED): "AppendPosition sent to the leader",
+}
+
+
+def transition_diagram() -> str:
+    """The election state diagram (Mermaid), generated from TRANSITIONS."""
+    lines = ["stateDiagram-v2", "    [*] --> INIT"]
+    for (src, dst), why in TRANSITIONS.items():
+        lines.append(f"    {src.name} --> {dst.name}: {why}")
+    lines.append("    note right of INIT: any state --> INIT on an election error or timeout")
+    lines.append("    CLOSED --> [*]")
+    return "\n".join(lines) + "\n"
+
+
 class ElectionError(Exception):
     """A timeout or protocol anomaly inside an election: restarts it at INIT (Aeron ``ClusterEvent``)."""
 
@@ -139,6 +187,9 @@ class Election:
         if new_state == self.state:
             return
         old_state = self.state
+        assert new_state == ElectionState.INIT or (old_state, new_state) in TRANSITIONS, (
+            f"election transition {old_state.name} -> {new_state.name} is not in TRANSITIONS"
+        )
         if old_state == ElectionState.CANVASS:
             self.is_extended_canvass = False
         if new_state == ElectionState.CANVASS:
@@ -782,3 +833,7 @@ class Election:
             # Our log now ends in this term: canvass and NLT matching must say so, or a later NLT
             # for the older term would ask us to truncate what we just committed.
             self.log_leadership_term_id = max(self.log_leadership_term_id, leadership_term_id)
+
+
+if __name__ == "__main__":  # python -m core.consensus.election > docs/election.md (the body)
+    print(transition_diagram(), end="")
