@@ -144,6 +144,10 @@ class Outbox(Protocol):
 
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None: ...
 
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        """To a client's egress (its response channel): SessionEvent, NewLeaderEvent, replies."""
+        ...
+
 
 # kind, member_id, leadership_term_id, log_position, detail — the trace's `events` columns, minus
 # run_id/wall_ns/source which the recorder adds.
@@ -167,6 +171,11 @@ class ConsensusModuleContext:
     appointed_leader_id: int = NULL_VALUE
     service_count: int = 1
     events: EventSink = null_event_sink
+    authenticator: Any = None  # core.consensus.authenticator.Authenticator; None = accept all
+    max_concurrent_sessions: int = 10
+    # Aeron's AuthorisationService for admin requests; Aeron's default denies, ours allows so the
+    # harness and tools can request snapshots (pass a stricter one in production-like tests).
+    authorise_admin: Callable[[bytes, int], bool] = lambda principal, request_type: True
     log: Callable[[str], None] = lambda line: None  # human-readable log lines (reasons for ignores etc.)
 
     def member(self, member_id: int) -> ClusterMember | None:

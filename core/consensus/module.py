@@ -38,6 +38,7 @@ from core.codec.log_events import NewLeadershipTermEvent
 from core.codec.registry import decode, peek_template_id
 from core.codec.session import encode_session_message
 from core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
+from core.consensus.cluster_work import MAX_LONG, ClusterWork
 from core.consensus.context import (
     APP_VERSION,
     NULL_POSITION,
@@ -65,7 +66,7 @@ LOG_CONSUME_LIMIT_BYTES = 256 * 1024  # per duty cycle, so one cycle never stall
 LogListener = Callable[[Frame, bool], None]  # (entry, is_replay) in log order, only up to commit
 
 
-class ConsensusModule:
+class ConsensusModule(ClusterWork):
     """One member's consensus module. See module docstring."""
 
     def __init__(self, ctx: ConsensusModuleContext) -> None:
@@ -128,6 +129,7 @@ class ConsensusModule:
         self.log_listeners: list[LogListener] = []
         self.terminated = False
         self._now_ns = 0
+        self._init_cluster_work()
 
     # ------------------------------------------------------------------ small accessors
     def status(self, member_id: int) -> MemberStatus | None:
@@ -193,8 +195,20 @@ class ConsensusModule:
                 pos=r.to_position,
             )
         self.leadership_term_id = plan.last_leadership_term_id
-        self.commit_position = 0  # snapshots (issue 4) raise this to the snapshot position
+        self.commit_position = 0
+        if plan.snapshots:
+            # Recovery = latest valid snapshot + replay of the log after it (c.10). The service loads
+            # its own snapshot from the same recovery plan (Aeron's RecoveryState counter).
+            cm_snapshot = plan.snapshots[0]
+            self.commit_position = self.load_snapshot(cm_snapshot.recording_id)
+            self._event(
+                "snapshot_loaded",
+                {"recording_id": cm_snapshot.recording_id},
+                term=cm_snapshot.leadership_term_id,
+                pos=self.commit_position,
+            )
         self.consumed_position = self.commit_position
+        self.notified_commit_position = self.commit_position
         self.state = ConsensusModuleState.ACTIVE
         self._event(
             "start",
@@ -315,6 +329,7 @@ class ConsensusModule:
         # The log adapter never ran ahead of commit, so nothing processed needs undoing here;
         # sessions/timers restore uncommitted state in the session layer (issue 4).
         self.commit_position = max(self.commit_position, min(log_position, self.consumed_position))
+        self.restore_uncommitted(self.commit_position, now_ns)
         return self.archive.stop_position
 
     def create_log_publication(self, leadership_term_id: int, position: int) -> int:
@@ -333,6 +348,8 @@ class ConsensusModule:
         # committed once a quorum holds it (LEADER_LOG_REPLICATION), so it replays all of it.
         stop = to_position if self.role == Role.LEADER else min(to_position, self.commit_position)
         self.replay_stop_position = stop
+        if stop > self.consumed_position:
+            self.send_join_log(self.consumed_position, stop, True)
 
     def poll_log_replay(self, now_ns: int) -> int:
         if self.replay_stop_position == NULL_POSITION:
@@ -359,6 +376,7 @@ class ConsensusModule:
         self.leadership_term_id = leadership_term_id
         self.commit_position = max(self.commit_position, log_position)
         self._event("leader", {"log_session_id": log_session_id}, term=leadership_term_id, pos=log_position)
+        self.send_join_log(self.consumed_position, MAX_LONG, self.election.is_node_startup if self.election else False)
 
     def ensure_term_entry(
         self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
@@ -441,6 +459,7 @@ class ConsensusModule:
             for s in self.statuses:
                 if s.member_id != self.member_id:
                     s.time_of_last_append_position_ns = now_ns
+            self.on_leader_election_complete(election.is_node_startup, now_ns)
         self._event(
             "election_complete",
             {"leader": election.leader_member_id, "role": self.role.name},
@@ -473,8 +492,8 @@ class ConsensusModule:
         return self.catchup_log_joined
 
     def try_join_log_as_follower(self, log_position: int, is_startup: bool, now_ns: int) -> None:
-        # Services join here (JoinLog) in the service layer (issue 4).
         self.time_of_last_log_update_ns = now_ns
+        self.send_join_log(self.consumed_position, MAX_LONG, is_startup)
 
     def catchup_poll(self, catchup_commit_position: int, now_ns: int) -> int:
         """FOLLOWER_CATCHUP: consume committed catch-up data and report progress (flag CATCHUP)."""
@@ -576,6 +595,12 @@ class ConsensusModule:
             msg = decode(payload)
         except DecodeError as e:
             self.ignore(f"{channel} from {src_member_id}", f"malformed: {e}")
+            return
+        if channel == Channel.INGRESS:
+            self.on_ingress(msg, now_ns)
+            return
+        if channel == Channel.SERVICE:
+            self.on_service_message(msg, now_ns)
             return
         handler = self._handlers.get(type(msg))
         if handler is None:
@@ -754,7 +779,7 @@ class ConsensusModule:
         ):
             s = self.status(msg.member_id)
             if s is not None:
-                s.catchup_active = False
+                self.terminated_followers.add(msg.member_id)
                 self._event("termination_ack", {"member": msg.member_id}, pos=msg.log_position)
 
     def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
@@ -879,8 +904,14 @@ class ConsensusModule:
     def _consensus_work(self, now_ns: int) -> int:
         work = 0
         if self.role == Role.LEADER:
+            work += self.leader_cluster_work(now_ns)
             work += self.update_leader_position(now_ns, self.archive.stop_position, self.leadership_term_id)
+            self.sweep_uncommitted(self.commit_position)
             self._consume_log(self.commit_position, is_replay=False, now_ns=now_ns)
+            work += self.snapshot_work(now_ns)
+            work += self.termination_work(now_ns)
+            if self.terminated:
+                return work
             if not has_active_quorum(
                 self.statuses,
                 self.member_id,
@@ -898,6 +929,10 @@ class ConsensusModule:
                 self._set_commit_position(self.consumed_position)
             if self.consumed_position > before:
                 work += 1
+            work += self.snapshot_work(now_ns)
+            work += self.termination_work(now_ns)
+            if self.terminated:
+                return work
             work += self._send_append_position(now_ns, 0)
             if self.termination_position == NULL_POSITION and now_ns >= (
                 self.time_of_last_log_update_ns + self.ctx.timeouts.leader_heartbeat_timeout_ns
@@ -956,18 +991,25 @@ class ConsensusModule:
 
     def _consume_log(self, limit: int, *, is_replay: bool, now_ns: int) -> None:
         """The log adapter: process entries in order up to ``limit`` (never past commit)."""
-        if limit <= self.consumed_position:
-            return
+        if self.state == ConsensusModuleState.SNAPSHOT:
+            limit = min(limit, self.snapshot_position)  # the adapter stops after an action until it is done
         limit = min(limit, self.archive.stop_position)
         if limit <= self.consumed_position:
             return
+        consumed: list[Frame] = []
         # max_bytes bounds one cycle's work but always yields at least one whole frame.
         for f in self.archive.read_frames(self.consumed_position, limit, max_bytes=LOG_CONSUME_LIMIT_BYTES):
-            self._on_log_entry(f, is_replay, now_ns)
+            more = self._on_log_entry(f, is_replay, now_ns)
             self.consumed_position = f.end_position
+            consumed.append(f)
+            if not more:
+                break
+        self.forward_to_service(consumed)
 
-    def _on_log_entry(self, frame: Frame, is_replay: bool, now_ns: int) -> None:
-        if peek_template_id(frame.payload) == NewLeadershipTermEvent.TEMPLATE_ID:
+    def _on_log_entry(self, frame: Frame, is_replay: bool, now_ns: int) -> bool:
+        template_id = peek_template_id(frame.payload)
+        more = True
+        if template_id == NewLeadershipTermEvent.TEMPLATE_ID:
             try:
                 ev = NewLeadershipTermEvent.decode(frame.payload)
             except DecodeError as e:
@@ -978,8 +1020,12 @@ class ConsensusModule:
                 )
             else:
                 self.ensure_term_entry(ev.leadership_term_id, ev.term_base_log_position, NULL_POSITION, now_ns)
+        elif self.role != Role.LEADER or is_replay:
+            # The leader applied what it appended when it appended it; everyone else learns from the log.
+            more = self.apply_log_entry(frame, template_id, now_ns)
         for listener in self.log_listeners:
             listener(frame, is_replay)
+        return more
 
     def next_deadline_ns(self) -> int:
         """Absolute time at which ``do_work`` must next run."""
