@@ -37,6 +37,13 @@ from core.consensus.context import (
     Role,
     Timeouts,
 )
+from harness.sim_parts import (
+    CLIENT_ID_BASE,
+    SimClient,
+    SimServiceHost,
+    client_network_id,
+    parse_client_channel,
+)
 from harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
@@ -105,17 +112,30 @@ class _SimOutbox:
     """A member's Outbox: stamps sends with the virtual time and hands them to the network. A dead
     incarnation's outbox is disabled, so a stale object someone still holds cannot send."""
 
-    __slots__ = ("_clock", "_network", "alive", "member_id")
+    __slots__ = ("_clock", "_network", "alive", "member_id", "service_inbox")
 
     def __init__(self, member_id: int, clock: VirtualClock, network: SimNetwork) -> None:
         self.member_id = member_id
         self._clock = clock
         self._network = network
         self.alive = True
+        self.service_inbox: Any = None  # the member's service host queue, when it runs a service
 
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
-        if self.alive:
-            self._network.send(self._clock.now_ns, self.member_id, member_id, channel, payload)
+        if not self.alive:
+            return
+        if channel == Channel.SERVICE and member_id == self.member_id:
+            if self.service_inbox is not None:
+                self.service_inbox.append(payload)  # same-host IPC to its own service process
+            return
+        self._network.send(self._clock.now_ns, self.member_id, member_id, channel, payload)
+
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        client_id = parse_client_channel(response_channel)
+        if self.alive and client_id is not None:
+            self._network.send(
+                self._clock.now_ns, self.member_id, client_network_id(client_id), Channel.EGRESS, payload
+            )
 
 
 class SimCluster:
@@ -139,6 +159,8 @@ class SimCluster:
         start_time_ns: int = 0,
         max_rounds_per_instant: int = DEFAULT_MAX_ROUNDS_PER_INSTANT,
         log_lines_kept: int = 10_000,
+        service: str | None = None,
+        authenticator_factory: Callable[[], Any] | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -158,12 +180,27 @@ class SimCluster:
 
         self.clock = VirtualClock(start_time_ns)
         self.network = SimNetwork(random.Random(f"{seed}:network"), self.network_config)
-        self.cluster_members = [ClusterMember(i) for i in range(members)]
+        self.cluster_members = [
+            ClusterMember(
+                i,
+                ingress_endpoint=f"sim-member:{i}",
+                consensus_endpoint=f"sim-member:{i}/consensus",
+                log_endpoint=f"sim-member:{i}/log",
+                catchup_endpoint=f"sim-member:{i}/catchup",
+                archive_endpoint=f"sim-member:{i}/archive",
+            )
+            for i in range(members)
+        ]
         self.events: list[dict[str, Any]] = []
         self.on_event: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here
         self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
+        self.service_name = service
+        self._authenticator_factory = authenticator_factory
+        self._services: list[SimServiceHost | None] = [None] * members
+        self.clients: list[SimClient] = []
+        self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self._outboxes: list[_SimOutbox | None] = [None] * members
         self._incarnations = [-1] * members
         self._closed = False
@@ -244,6 +281,10 @@ class SimCluster:
                 d = m.next_deadline_ns()
                 if d < t:
                     t = d
+        for c in self.clients:
+            d = c.next_deadline_ns()
+            if d is not None and d < t:
+                t = d
         return t
 
     def step(self) -> bool:
@@ -284,12 +325,38 @@ class SimCluster:
                 if m is not None and m.next_deadline_ns() <= now:
                     m.do_work(now)
                     busy = True
+            if self._pump_services(now):
+                busy = True
+            for c in self.clients:
+                d = c.next_deadline_ns()
+                if d is not None and d <= now:
+                    c.do_work(now)
+                    busy = busy or (c.next_deadline_ns() or NEVER_NS) <= now
             if not busy:
                 return
         self._raise_livelock(now)
 
+    def _pump_services(self, now: int) -> bool:
+        busy = False
+        for i, host in enumerate(self._services):
+            if host is None:
+                continue
+            if host.pump():
+                busy = True
+            m = self._members[i]
+            while host.to_node and m is not None:
+                m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
+                m.do_work(now)
+                busy = True
+        return busy
+
     def _deliver(self, msg: Delivery, now: int) -> None:
         dst = msg.dst
+        if dst <= CLIENT_ID_BASE:
+            client_id = CLIENT_ID_BASE - dst
+            if client_id < len(self.clients):
+                self.clients[client_id].on_egress(msg.payload, now)
+            return
         m = self._members[dst] if 0 <= dst < self.member_count else None
         if m is None:
             # Dead destinations are dropped by the network (mark_down); this is an id with no member.
@@ -394,6 +461,8 @@ class SimCluster:
             appointed_leader_id=self.appointed_leader_id,
             events=self._member_event_sink(member_id, incarnation),
             log=self._member_log(member_id),
+            service_count=1 if self.service_name else 0,
+            authenticator=self._authenticator_factory() if self._authenticator_factory else None,
         )
         member = self._factory(ctx)
         self._members[member_id] = member
@@ -404,10 +473,24 @@ class SimCluster:
             detail["wiped"] = True
         self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
         member.on_start(self.clock.now_ns)
+        if self.service_name:
+            from harness.services import SERVICES
+
+            host = SimServiceHost(
+                member_id,
+                cluster_dir,
+                SERVICES[self.service_name],
+                outbox.send_egress,
+                self._applied_sink(member_id, incarnation),
+                self._member_log(member_id),
+            )
+            outbox.service_inbox = host.from_node
+            self._services[member_id] = host
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)
         self._members[member_id] = None
+        self._services[member_id] = None  # the service process dies with its node
         outbox = self._outboxes[member_id]
         if outbox is not None:
             outbox.alive = False
@@ -455,6 +538,43 @@ class SimCluster:
             raise SimError(f"truncate_recording needs core.archive.faults.truncate_at: {e}") from e
         truncate_at(self.member_dir(member_id), position)
         self._harness_event("truncate", member_id, log_position=position)
+
+    def add_client(self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000) -> SimClient:
+        """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``)."""
+        client = SimClient(
+            len(self.clients),
+            self.member_count,
+            lambda src, dst, channel, payload: self.network.send(self.clock.now_ns, src, dst, channel, payload),
+            credentials=credentials,
+            keepalive_interval_ns=keepalive_interval_ns,
+        )
+        self.clients.append(client)
+        return client
+
+    def connect_client(self, credentials: bytes = b"", timeout_ns: int = 10 * SECOND) -> SimClient:
+        """Add a client and wait until its session is open."""
+        client = self.add_client(credentials)
+        client.client.connect(self.clock.now_ns)
+        self.await_condition(
+            lambda: client.client.is_connected or bool(client.errors), timeout_ns, "client connected"
+        )
+        if client.errors:
+            raise client.errors[0]
+        return client
+
+    def service(self, member_id: int) -> Any:
+        """The member's service agent (ClusteredServiceAgent)."""
+        host = self._services[member_id]
+        if host is None:
+            raise SimError(f"member {member_id} runs no service (down, or the cluster has none)")
+        return host.agent
+
+    def _applied_sink(self, member_id: int, incarnation: int) -> Callable[[Any], None]:
+        def sink(entry: Any) -> None:
+            self.applied.append({"member_id": member_id, "incarnation": incarnation, "entry": entry,
+                                 "time_ns": self.clock.now_ns})
+
+        return sink
 
     def offer(self, payload: bytes) -> int:
         """Append through the current leader: its end log position, or -1 (no leader, back-pressure)."""

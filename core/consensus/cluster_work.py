@@ -220,7 +220,8 @@ class ClusterWork:
             LogBlock(
                 leadership_term_id=self.leadership_term_id,
                 start_position=start,
-                commit_position=self.commit_position,
+                # Only committed entries are consumed, so everything in the block is committed.
+                commit_position=max(self.commit_position, frames[-1].end_position),
                 leader_member_id=self.leader_member_id,
                 log_session_id=self.log_session_id,
                 entries=data,
@@ -306,6 +307,7 @@ class ClusterWork:
             for s in self.pending_sessions:
                 if s.cluster_session_id == msg.cluster_session_id and s.state == ClusterSessionState.CHALLENGED:
                     s.time_of_last_activity_ns = now_ns
+                    s.correlation_id = msg.correlation_id  # later replies answer the response (as Aeron)
                     self.authenticator.on_challenge_response(
                         s.cluster_session_id, msg.encoded_credentials, self.cluster_time_ms(now_ns)
                     )

@@ -1,0 +1,150 @@
+"""The simulator's stand-ins for a member's service process and for client processes.
+
+A ``SimServiceHost`` is the service process of one member: a ``ClusteredServiceAgent`` fed by the
+messages its node sends on the service channel (JoinLog, committed LogBlocks, termination), sending
+acks, timers and offers back. Node <-> service traffic is same-host IPC in Aeron, so it bypasses the
+simulated network (no partitions between a node and its own service) but still goes through
+queues, never direct calls, so each side only ever sees messages.
+
+A ``SimClient`` is a client process: a ``ClusterClient`` whose ingress goes over the simulated
+network (so partitions and loss affect clients too) and whose egress arrives from it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.client.client import ClusterClient, EgressMessage
+from core.codec.registry import decode
+from core.codec.service import JoinLog
+from core.codec.transport import LogBlock
+from core.consensus.cluster_work import MAX_LONG
+from core.consensus.context import Channel
+from core.consensus.recording_log import RecordingLog
+from core.service.agent import AppliedEntry, ClusteredServiceAgent
+
+CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
+
+
+def service_snapshot_dir(member_dir: Path, service_id: int) -> Path:
+    """Where a member's service ``service_id`` keeps its snapshot recordings."""
+    return member_dir / f"service-{service_id}"
+
+
+def client_network_id(client_id: int) -> int:
+    return CLIENT_ID_BASE - client_id
+
+
+def client_response_channel(client_id: int) -> str:
+    return f"sim-client:{client_id}"
+
+
+def parse_client_channel(response_channel: str) -> int | None:
+    """The client id in a ``sim-client:N`` response channel, or None."""
+    prefix = "sim-client:"
+    if not response_channel.startswith(prefix):
+        return None
+    try:
+        return int(response_channel[len(prefix) :])
+    except ValueError:
+        return None
+
+
+class SimServiceHost:
+    """One member's service process in the simulator."""
+
+    def __init__(
+        self,
+        member_id: int,
+        member_dir: Path,
+        service_factory: Callable[[], Any],
+        send_egress: Callable[[str, bytes], None],
+        on_applied: Callable[[AppliedEntry], None],
+        log: Callable[[str], None],
+    ) -> None:
+        from core.archive.catalogue import Catalogue
+        from core.archive.layout import archive_dir, snapshot_dir
+        from core.archive.snapshots import SnapshotStore
+
+        self.member_id = member_id
+        self.to_node: deque[bytes] = deque()
+        self.from_node: deque[bytes] = deque()
+        self._replay_max = -1
+        # Each service keeps its snapshots in its own store: the node's archive allocates its own
+        # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
+        # process serialises that; here the recording log's service_id says which store to read).
+        service_dir = service_snapshot_dir(member_dir, 0)
+        catalogue = Catalogue.open(archive_dir(service_dir))
+        self.snapshots = SnapshotStore(snapshot_dir(service_dir), catalogue)
+        self.agent = ClusteredServiceAgent(
+            0,
+            member_id,
+            service_factory(),
+            to_consensus_module=self.to_node.append,
+            egress=lambda channel, _session, payload: send_egress(channel, payload),
+            snapshot_store=self.snapshots,
+            on_applied=on_applied,
+            log=log,
+        )
+        # Aeron's service reads the RecoveryState counter; ours reads the same recovery plan from the
+        # recording log the node just reconciled on start.
+        with RecordingLog.open(member_dir) as recording_log:
+            entry = recording_log.latest_snapshot(0)
+        self.agent.start(entry.recording_id if entry is not None else None)
+
+    def pump(self) -> int:
+        """Apply everything the node sent; returns how many messages were handled."""
+        n = 0
+        while self.from_node:
+            payload = self.from_node.popleft()
+            msg = decode(payload)
+            if isinstance(msg, JoinLog):
+                self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
+            is_replay = isinstance(msg, LogBlock) and msg.start_position + len(msg.entries) <= self._replay_max
+            self.agent.on_service_message(payload, is_replay=is_replay)
+            n += 1
+        return n
+
+
+class SimClient:
+    """A client process in the simulator; see the module docstring."""
+
+    def __init__(
+        self,
+        client_id: int,
+        member_count: int,
+        send: Callable[[int, int, Channel, bytes], None],
+        credentials: bytes = b"",
+        keepalive_interval_ns: int | None = 1_000_000_000,
+    ) -> None:
+        self.client_id = client_id
+        self.network_id = client_network_id(client_id)
+        self.received: list[EgressMessage] = []
+        self.errors: list[Exception] = []
+        self.client = ClusterClient(
+            client_id,
+            client_response_channel(client_id),
+            {m: f"sim-member:{m}" for m in range(member_count)},
+            lambda member_id, payload: send(self.network_id, member_id, Channel.INGRESS, payload),
+            credentials=credentials,
+            keepalive_interval_ns=keepalive_interval_ns,
+        )
+
+    def on_egress(self, payload: bytes, now_ns: int) -> None:
+        try:
+            self.client.on_egress(payload, now_ns)
+        except Exception as e:  # a refused connect: kept for the test to inspect
+            self.errors.append(e)
+        self.received.extend(self.client.poll())
+
+    def do_work(self, now_ns: int) -> None:
+        try:
+            self.client.do_work(now_ns)
+        except Exception as e:  # a connect timeout: kept for the test to inspect
+            self.errors.append(e)
+
+    def next_deadline_ns(self) -> int | None:
+        return self.client.next_deadline_ns()
