@@ -576,6 +576,18 @@ class SimCluster:
 
         return sink
 
+    def control(self, target: str) -> bool:
+        """Cluster control through the leader's toggle (ClusterTool): ``snapshot``, ``suspend``,
+        ``resume``, ``shutdown`` or ``abort``. False if there is no leader or the toggle is busy."""
+        from core.codec.enums import ToggleState
+
+        leader = self.leader_id()
+        if leader is None:
+            return False
+        ok = self.member(leader).toggle_control(ToggleState[target.upper()])  # type: ignore[attr-defined]
+        self._harness_event("control", leader, action=target, accepted=ok)
+        return bool(ok)
+
     def offer(self, payload: bytes) -> int:
         """Append through the current leader: its end log position, or -1 (no leader, back-pressure)."""
         leader = self.leader_id()

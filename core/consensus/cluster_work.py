@@ -162,6 +162,7 @@ class ClusterWork:
         self.termination_deadline_ns = 0
         self.termination_is_shutdown = False
         self.service_termination_sent = False
+        self.services_terminated = False
         self.terminated_followers: set[int] = set()
         self.terminated_reason = ""
         self.service_joined_position = NULL_POSITION
@@ -842,8 +843,10 @@ class ClusterWork:
         if not self.service_termination_sent:
             self.service_termination_sent = True
             self._to_service(ServiceTerminationPosition(log_position=self.termination_position).encode())
-        if self.ctx.service_count and self._service_acks_at(self.termination_position) is None:
-            return 0
+        if not self.services_terminated:
+            if self.ctx.service_count and self._service_acks_at(self.termination_position) is None:
+                return 0
+            self.services_terminated = True  # latched: the acks are consumed from the queue
         if self.role == Role.LEADER:
             followers = {s.member_id for s in self.statuses if s.member_id != self.member_id}
             if not followers <= self.terminated_followers and now_ns < self.termination_deadline_ns:

@@ -912,7 +912,8 @@ class ConsensusModule(ClusterWork):
             work += self.termination_work(now_ns)
             if self.terminated:
                 return work
-            if not has_active_quorum(
+            # During an orderly termination followers stop reporting; the termination deadline governs.
+            if self.termination_position == NULL_POSITION and not has_active_quorum(
                 self.statuses,
                 self.member_id,
                 now_ns,

@@ -1,0 +1,34 @@
+"""The clustered service side of a member: the user API (``api``), Aeron's ClusteredServiceAgent
+(``agent``) and the service snapshot format (``snapshot``)."""
+
+from core.service.agent import (
+    MAX_LOG_POSITION,
+    AgentError,
+    AppliedEntry,
+    ClusteredServiceAgent,
+    EntryType,
+    LogContiguityError,
+    ServiceError,
+    SnapshotError,
+)
+from core.service.api import ClientSession, Cluster, ClusteredService, ClusterError, Role
+from core.service.snapshot import SnapshotFormatError, SnapshotImage, SnapshotWriter
+
+__all__ = [
+    "MAX_LOG_POSITION",
+    "AgentError",
+    "AppliedEntry",
+    "ClientSession",
+    "Cluster",
+    "ClusterError",
+    "ClusteredService",
+    "ClusteredServiceAgent",
+    "EntryType",
+    "LogContiguityError",
+    "Role",
+    "ServiceError",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotImage",
+    "SnapshotWriter",
+]

@@ -1,0 +1,668 @@
+"""The cluster client, sans-IO: Aeron's ``AeronCluster`` and its ``AsyncConnect`` in one object.
+
+The caller (the ZeroMQ runtime, the simulator, a test) owns the sockets and the clock:
+
+* ``send(member_id, bytes)`` is handed in and carries ingress to one member (Aeron: the ingress
+  publication to that member's endpoint; :attr:`ClusterClient.ingress_endpoints` says where a
+  member id lives, and it changes on REDIRECT and NewLeaderEvent);
+* every egress message received on ``response_channel`` is passed to :meth:`ClusterClient.on_egress`;
+* :meth:`ClusterClient.do_work` is called at :meth:`ClusterClient.next_deadline_ns` (or more often)
+  for connect resends, the connect timeout and keep-alives.
+
+Session lifecycle (PROTOCOL.md b.12, c.2, e.9)::
+
+    INIT --connect()--> CONNECTING --SessionEvent OK--> CONNECTED --close() / SessionEvent CLOSED--> CLOSED
+                          |  REDIRECT: resend the connect to the named leader
+                          |  Challenge: answer with a ChallengeResponse, stay CONNECTING
+                          |  ERROR / AUTHENTICATION_REJECTED / CLOSED: CLOSED, raise ConnectError
+                          '  message timeout: CLOSED, raise ClusterTimeoutError
+
+While CONNECTED, NewLeaderEvent moves ingress to the new leader and adopts its term; the session id
+stays the same (no re-authentication). A CLOSED client may ``connect()`` again for a new session.
+
+Errors: the cluster's refusals and timeouts raise (``core.client.errors``); malformed or stale egress
+is never raised, it is dropped and counted in :attr:`ClusterClient.ignored` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import TypeVar
+
+import tenacity
+
+from core.client.errors import (
+    ClientError,
+    ClusterTimeoutError,
+    ConnectError,
+    NotConnectedError,
+    SessionClosedError,
+)
+from core.codec.enums import AdminRequestType, CloseReason, EventCode
+from core.codec.errors import DecodeError
+from core.codec.header import peek_template_id
+from core.codec.message import describe_bytes
+from core.codec.registry import decode
+from core.codec.session import (
+    AdminRequest,
+    AdminResponse,
+    Challenge,
+    ChallengeResponse,
+    NewLeaderEvent,
+    SessionCloseRequest,
+    SessionConnectRequest,
+    SessionEvent,
+    SessionKeepAlive,
+    SessionMessageHeader,
+    encode_session_message,
+    unpack_session_message,
+)
+from core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE, SECOND
+
+__all__ = [
+    "CONNECT_RETRY_INTERVAL_DEFAULT_NS",
+    "EGRESS_STREAM_ID_DEFAULT",
+    "KEEPALIVE_INTERVAL_DEFAULT_NS",
+    "MESSAGE_TIMEOUT_DEFAULT_NS",
+    "ClientState",
+    "ClusterClient",
+    "EgressMessage",
+    "format_ingress_endpoints",
+    "parse_ingress_endpoints",
+    "retry_on_leader_change",
+]
+
+MESSAGE_TIMEOUT_DEFAULT_NS = 5 * SECOND  # aeron.cluster.message.timeout
+KEEPALIVE_INTERVAL_DEFAULT_NS = 1 * SECOND  # what Aeron's test harness uses while it awaits
+CONNECT_RETRY_INTERVAL_DEFAULT_NS = 1 * SECOND
+EGRESS_STREAM_ID_DEFAULT = 102  # aeron.cluster.egress.stream.id; only carried for the SessionOpenEvent
+MAX_EARLY_EGRESS = 256  # session messages buffered while CONNECTING (see _on_session_message)
+
+_CORRELATION_SEQ_LIMIT = 1 << 32
+
+
+class ClientState(Enum):
+    """Where the client session is (Aeron: ``AsyncConnect`` steps + ``AeronCluster.State``, folded)."""
+
+    INIT = "INIT"
+    CONNECTING = "CONNECTING"
+    CONNECTED = "CONNECTED"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True, slots=True)
+class EgressMessage:
+    """An application message from the cluster to this session (Aeron: ``EgressListener.onMessage``)."""
+
+    cluster_session_id: int
+    leadership_term_id: int
+    timestamp: int  # cluster time when the leader's service sent it
+    payload: bytes
+
+    def describe(self) -> str:
+        """One canonical line."""
+        return (
+            f"EgressMessage(cluster_session_id={self.cluster_session_id} "
+            f"leadership_term_id={self.leadership_term_id} timestamp={self.timestamp} "
+            f"payload={describe_bytes(self.payload)})"
+        )
+
+
+def parse_ingress_endpoints(text: str) -> dict[int, str]:
+    """``"0=endpoint,1=endpoint"`` (REDIRECT detail, NewLeaderEvent.ingressEndpoints) as a dict.
+
+    Raises ValueError naming the bad entry; callers holding peer data catch it and ignore the message."""
+    endpoints: dict[int, str] = {}
+    for entry in text.split(","):
+        member, sep, endpoint = entry.partition("=")
+        if not sep or not endpoint:
+            raise ValueError(f"ingress endpoint {entry!r} is not 'id=endpoint' in {text!r}")
+        try:
+            member_id = int(member)
+        except ValueError:
+            raise ValueError(f"ingress endpoint {entry!r} has a non-integer member id in {text!r}") from None
+        if member_id < 0 or member_id in endpoints:
+            raise ValueError(f"ingress endpoint {entry!r}: negative or repeated member id in {text!r}")
+        endpoints[member_id] = endpoint
+    return endpoints
+
+
+def format_ingress_endpoints(endpoints: Mapping[int, str]) -> str:
+    """The inverse of :func:`parse_ingress_endpoints` (what the cluster puts in REDIRECT / NewLeaderEvent)."""
+    return ",".join(f"{member_id}={endpoint}" for member_id, endpoint in endpoints.items())
+
+
+class ClusterClient:
+    """One client session with the cluster (Aeron: ``AeronCluster``), driven by the caller.
+
+    ``client_id`` (0 ≤ id < 2**31) names the client in errors and traces and prefixes its correlation
+    ids: Aeron draws correlation ids from the media driver, unique across all its clients; we have no
+    driver, so ``(client_id << 32) | sequence`` makes them unique across the clients of one run.
+    ``credentials`` go in every SessionConnectRequest; ``on_challenge(encoded_challenge) -> bytes``
+    (Aeron: ``CredentialsSupplier.onChallenge``) answers a Challenge, defaulting to ``credentials``.
+    ``keepalive_interval_ns=None`` turns automatic keep-alives off (then call :meth:`send_keep_alive`,
+    as a Java application calls ``sendKeepAlive()``).
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        response_channel: str,
+        ingress_endpoints: Mapping[int, str],
+        send: Callable[[int, bytes], None],
+        credentials: bytes = b"",
+        message_timeout_ns: int = MESSAGE_TIMEOUT_DEFAULT_NS,
+        keepalive_interval_ns: int | None = KEEPALIVE_INTERVAL_DEFAULT_NS,
+        *,
+        connect_retry_interval_ns: int = CONNECT_RETRY_INTERVAL_DEFAULT_NS,
+        response_stream_id: int = EGRESS_STREAM_ID_DEFAULT,
+        on_challenge: Callable[[bytes], bytes] | None = None,
+    ) -> None:
+        if not 0 <= client_id < 1 << 31:
+            raise ValueError(f"client_id={client_id} must be in [0, 2**31)")
+        if not response_channel or not response_channel.isascii():
+            raise ValueError(f"response_channel={response_channel!r} must be a non-empty ASCII address")
+        if not ingress_endpoints:
+            raise ValueError("ingress_endpoints is empty: give at least one member's ingress address")
+        for name, value in (
+            ("message_timeout_ns", message_timeout_ns),
+            ("connect_retry_interval_ns", connect_retry_interval_ns),
+            ("keepalive_interval_ns", keepalive_interval_ns),
+        ):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name}={value} must be > 0")
+        if not isinstance(credentials, bytes):
+            raise TypeError(f"credentials must be bytes, got {type(credentials).__name__}")
+
+        self.client_id = client_id
+        self.response_channel = response_channel
+        self.response_stream_id = response_stream_id
+        self.credentials = credentials
+        self.message_timeout_ns = message_timeout_ns
+        self.keepalive_interval_ns = keepalive_interval_ns
+        self.connect_retry_interval_ns = connect_retry_interval_ns
+        self._send = send
+        self._answer_challenge = on_challenge  # Aeron: CredentialsSupplier.onChallenge
+        self._endpoints: dict[int, str] = dict(ingress_endpoints)
+
+        self._state = ClientState.INIT
+        self._correlation_seq = 0
+        self._offer_seq = 0
+        self.ignored: dict[str, int] = {}  # reason -> count: bad or stale egress, never raised
+        self.leader_changes = 0  # NewLeaderEvents that moved the session (for tests and traces)
+
+        # Connect attempt (AsyncConnect).
+        self._connect_correlation_id = NULL_VALUE
+        self._connect_deadline_ns = 0
+        self._attempt_deadline_ns = 0
+        self._attempt_member_id = NULL_VALUE
+        self._leader_hint: int | None = None  # REDIRECT's leader, good for one more try after a timeout
+        self._members_tried: list[int] = []
+        self._early_egress: list[EgressMessage] = []
+
+        # Open session (AeronCluster).
+        self._cluster_session_id = NULL_VALUE
+        self._leadership_term_id = NULL_VALUE
+        self._leader_member_id = NULL_VALUE
+        self.cluster_protocol_version = 0  # SessionEvent OK's version (0 = not sent)
+        self._next_keepalive_ns: int | None = None
+        self._egress: list[EgressMessage] = []
+        self._admin_pending: set[int] = set()
+        self._admin_responses: dict[int, AdminResponse] = {}
+        self.close_reason: CloseReason | None = None  # None also when the detail names no CloseReason
+        self.close_detail = ""
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def state(self) -> ClientState:
+        return self._state
+
+    @property
+    def is_connected(self) -> bool:
+        return self._state is ClientState.CONNECTED
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state is ClientState.CLOSED
+
+    @property
+    def cluster_session_id(self) -> int:
+        """The session id the leader assigned (NULL_VALUE until CONNECTED)."""
+        return self._cluster_session_id
+
+    @property
+    def leadership_term_id(self) -> int:
+        """The term stamped on every ingress message; advances on NewLeaderEvent."""
+        return self._leadership_term_id
+
+    @property
+    def leader_member_id(self) -> int:
+        """Where ingress goes (NULL_VALUE until CONNECTED)."""
+        return self._leader_member_id
+
+    @property
+    def ingress_endpoints(self) -> Mapping[int, str]:
+        """Member id -> ingress address as currently known (read-only; the runtime resolves ``send``'s
+        member id with it, since REDIRECT and NewLeaderEvent may replace the list)."""
+        return MappingProxyType(self._endpoints)
+
+    @property
+    def ignored_count(self) -> int:
+        """How many egress messages were dropped (all reasons)."""
+        return sum(self.ignored.values())
+
+    @property
+    def admin_responses(self) -> Mapping[int, AdminResponse]:
+        """AdminResponses received, by correlation id (read-only; see :meth:`take_admin_response`)."""
+        return MappingProxyType(self._admin_responses)
+
+    def describe(self) -> str:
+        """One canonical line for logs and status tables."""
+        return (
+            f"ClusterClient(client={self.client_id} state={self._state.value} "
+            f"session={self._cluster_session_id} term={self._leadership_term_id} "
+            f"leader={self._leader_member_id} ignored={self.ignored_count})"
+        )
+
+    def next_deadline_ns(self) -> int | None:
+        """When :meth:`do_work` next has something to do (aioquic's ``get_timer``); None = nothing timed."""
+        if self._state is ClientState.CONNECTING:
+            return min(self._connect_deadline_ns, self._attempt_deadline_ns)
+        if self._state is ClientState.CONNECTED:
+            return self._next_keepalive_ns
+        return None
+
+    # ------------------------------------------------------------------ caller API
+    def connect(self, now_ns: int) -> None:
+        """Start a session: send SessionConnectRequest to one member. Drive it with :meth:`on_egress` and
+        :meth:`do_work` until :attr:`is_connected` (or ConnectError / ClusterTimeoutError)."""
+        if self._state in (ClientState.CONNECTING, ClientState.CONNECTED):
+            raise ClientError(
+                f"client {self.client_id}: connect() while {self._state.value}; close() the session first"
+            )
+        first = self._leader_member_id  # a previous session's leader is the best first guess
+        self._reset_session()
+        self._connect_deadline_ns = now_ns + self.message_timeout_ns
+        self._transition(ClientState.CONNECTING)
+        if first not in self._endpoints:
+            first = next(iter(self._endpoints))
+        self._send_connect_request(first, now_ns)
+
+    def offer(self, payload: bytes | bytearray | memoryview, now_ns: int) -> int:
+        """Send an application message to the leader; returns a handle (1, 2, ... per client).
+
+        The wire carries no id for session messages (Aeron's ``offer`` returns a publication position),
+        so the handle is local: put your own request id in ``payload`` to match replies. The header
+        carries the current term and session id; the leader stamps the timestamp, so it is 0 here."""
+        self._require_open("offer")
+        self._offer_seq += 1
+        self._send(
+            self._leader_member_id,
+            encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, bytes(payload)),
+        )
+        self._refresh_keepalive(now_ns)
+        return self._offer_seq
+
+    def send_keep_alive(self, now_ns: int) -> None:
+        """Send SessionKeepAlive now (Aeron: ``sendKeepAlive()``); :meth:`do_work` does this on the interval."""
+        self._require_open("send a keep-alive")
+        self._send(
+            self._leader_member_id,
+            SessionKeepAlive(self._leadership_term_id, self._cluster_session_id).encode(),
+        )
+        self._refresh_keepalive(now_ns)
+
+    def send_admin_request(
+        self, request_type: AdminRequestType, now_ns: int, payload: bytes = b""
+    ) -> int:
+        """Send an AdminRequest (e.g. SNAPSHOT) to the leader; returns its correlation id. The answer
+        arrives as an AdminResponse in :attr:`admin_responses` under that id."""
+        self._require_open(f"send an AdminRequest {AdminRequestType(request_type).name}")
+        correlation_id = self._next_correlation_id()
+        request = AdminRequest(
+            self._leadership_term_id, self._cluster_session_id, correlation_id, request_type, payload
+        )
+        self._admin_pending.add(correlation_id)
+        self._send(self._leader_member_id, request.encode())
+        return correlation_id
+
+    def take_admin_response(self, correlation_id: int) -> AdminResponse | None:
+        """Remove and return the AdminResponse for ``correlation_id``, if it has arrived."""
+        return self._admin_responses.pop(correlation_id, None)
+
+    def poll(self) -> list[EgressMessage]:
+        """Application messages received since the last poll, in arrival order."""
+        messages, self._egress = self._egress, []
+        return messages
+
+    def close(self, now_ns: int) -> None:
+        """Close the session: SessionCloseRequest to the leader if it is open. Idempotent."""
+        if self._state is ClientState.CLOSED:
+            return
+        if self._state is ClientState.CONNECTED:
+            self._send(
+                self._leader_member_id,
+                SessionCloseRequest(self._leadership_term_id, self._cluster_session_id).encode(),
+            )
+            self._closed(CloseReason.CLIENT_ACTION, "closed by the client")
+        else:
+            self._closed(CloseReason.CLIENT_ACTION, "closed by the client before the session opened")
+
+    def do_work(self, now_ns: int) -> int:
+        """Timed work: connect resend / timeout, keep-alive. Returns the amount of work done (0 or 1).
+
+        Raises ClusterTimeoutError when no OK arrived within ``message_timeout_ns`` of :meth:`connect`."""
+        if self._state is ClientState.CONNECTING:
+            if now_ns >= self._connect_deadline_ns:
+                tried = ", ".join(str(m) for m in self._members_tried)
+                detail = f"connect timeout after {self.message_timeout_ns / SECOND:g} s"
+                self._closed(None, detail)
+                raise ClusterTimeoutError(
+                    f"client {self.client_id}: {detail} (message_timeout_ns={self.message_timeout_ns}): "
+                    f"no SessionEvent OK; SessionConnectRequest sent to members [{tried}], last to "
+                    f"{self._attempt_member_id}; check that a leader is elected, that ingress_endpoints "
+                    f"{format_ingress_endpoints(self._endpoints)!r} are right and that the cluster can "
+                    f"reach response_channel {self.response_channel!r}, then connect again"
+                )
+            if now_ns >= self._attempt_deadline_ns:
+                # No answer from that member: it may be dead, or the message lost. A leader named by a
+                # REDIRECT gets one more try; otherwise move on to the next member in the list.
+                if self._leader_hint is not None and self._leader_hint in self._endpoints:
+                    target = self._leader_hint
+                else:
+                    target = self._member_after(self._attempt_member_id)
+                self._leader_hint = None
+                self._send_connect_request(target, now_ns)
+                return 1
+        elif (
+            self._state is ClientState.CONNECTED
+            and self._next_keepalive_ns is not None
+            and now_ns >= self._next_keepalive_ns
+        ):
+            self.send_keep_alive(now_ns)
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------ egress
+    def on_egress(self, payload: bytes | bytearray | memoryview, now_ns: int) -> None:
+        """Handle one egress message. Malformed or stale input is counted in :attr:`ignored`, never
+        raised; a refused connect raises ConnectError (the answer to the caller's ``connect``)."""
+        try:
+            if peek_template_id(payload) == SessionMessageHeader.TEMPLATE_ID:
+                # The hot path: no dataclass for application messages.
+                term, session_id, timestamp, body = unpack_session_message(payload)
+                self._on_session_message(EgressMessage(session_id, term, timestamp, body))
+                return
+            msg = decode(payload)
+        except DecodeError as e:
+            self._ignore("egress", f"malformed: {e}")
+            return
+        if isinstance(msg, SessionEvent):
+            self._on_session_event(msg, now_ns)
+        elif isinstance(msg, NewLeaderEvent):
+            self._on_new_leader_event(msg)
+        elif isinstance(msg, Challenge):
+            self._on_challenge(msg, now_ns)
+        elif isinstance(msg, AdminResponse):
+            self._on_admin_response(msg)
+        else:
+            self._ignore("egress", f"unexpected {type(msg).__name__}")
+
+    def _on_session_message(self, msg: EgressMessage) -> None:
+        if self._state is ClientState.CONNECTING:
+            # The OK comes from the consensus module, a service's first reply from the service
+            # process: two sockets, so the reply can overtake the OK. Hold it until we know our id.
+            if len(self._early_egress) >= MAX_EARLY_EGRESS:
+                self._ignore("SessionMessageHeader", "early egress buffer full while CONNECTING")
+            else:
+                self._early_egress.append(msg)
+            return
+        if self._state is not ClientState.CONNECTED:
+            self._ignore("SessionMessageHeader", f"client is {self._state.value}")
+        elif msg.cluster_session_id != self._cluster_session_id:
+            self._ignore("SessionMessageHeader", f"for session {msg.cluster_session_id}, not ours")
+        else:
+            self._egress.append(msg)
+
+    def _on_session_event(self, msg: SessionEvent, now_ns: int) -> None:
+        if self._state is ClientState.CONNECTING:
+            if msg.correlation_id != self._connect_correlation_id:
+                self._ignore("SessionEvent", f"{msg.code.name} for correlation {msg.correlation_id}, not ours")
+                return
+            if msg.code == EventCode.OK:
+                self._on_connected(msg, now_ns)
+            elif msg.code == EventCode.REDIRECT:
+                self._on_redirect(msg, now_ns)
+            else:  # ERROR, AUTHENTICATION_REJECTED, CLOSED of the pending session
+                member_id = self._attempt_member_id
+                self._closed(_close_reason(msg.detail), f"connect refused: {msg.code.name} {msg.detail!r}")
+                raise ConnectError(self.client_id, msg.code, msg.detail, member_id)
+        elif self._state is ClientState.CONNECTED:
+            if msg.cluster_session_id != self._cluster_session_id:
+                self._ignore("SessionEvent", f"{msg.code.name} for session {msg.cluster_session_id}, not ours")
+            elif msg.code == EventCode.CLOSED:
+                # Detail is the CloseReason name (TIMEOUT, SERVICE_ACTION, ...) or "election".
+                self._closed(_close_reason(msg.detail), f"closed by the cluster: {msg.detail or 'no detail'}")
+            else:
+                self._ignore("SessionEvent", f"{msg.code.name} for the open session (detail={msg.detail!r})")
+        else:
+            self._ignore("SessionEvent", f"{msg.code.name} while {self._state.value}")
+
+    def _on_connected(self, msg: SessionEvent, now_ns: int) -> None:
+        self._cluster_session_id = msg.cluster_session_id
+        self._leadership_term_id = msg.leadership_term_id
+        # The OK comes from the member we asked, which is the leader; route by the id it names if we
+        # know that member, else stay with the one that answered.
+        leader = msg.leader_member_id
+        self._leader_member_id = leader if leader in self._endpoints else self._attempt_member_id
+        self.cluster_protocol_version = msg.version
+        self._transition(ClientState.CONNECTED)
+        self._refresh_keepalive(now_ns)
+        early, self._early_egress = self._early_egress, []
+        for message in early:
+            self._on_session_message(message)
+
+    def _on_redirect(self, msg: SessionEvent, now_ns: int) -> None:
+        try:
+            endpoints = parse_ingress_endpoints(msg.detail)
+        except ValueError as e:
+            self._ignore("SessionEvent", f"REDIRECT with a bad member list: {e}")
+            return  # the attempt times out and the next member is tried
+        leader = msg.leader_member_id
+        if leader not in endpoints:
+            self._ignore("SessionEvent", f"REDIRECT to member {leader}, not in its list {msg.detail!r}")
+            return
+        if leader == self._attempt_member_id:
+            # A member redirecting to itself would make us loop at message rate; wait and rotate instead.
+            self._ignore("SessionEvent", f"REDIRECT from member {leader} to itself")
+            return
+        self._endpoints = endpoints  # the cluster's own list wins, as in Aeron's updateMembers()
+        self._leader_hint = leader
+        self._send_connect_request(leader, now_ns)
+
+    def _on_challenge(self, msg: Challenge, now_ns: int) -> None:
+        if self._state is not ClientState.CONNECTING or msg.correlation_id != self._connect_correlation_id:
+            self._ignore("Challenge", f"correlation {msg.correlation_id} while {self._state.value}, not ours")
+            return
+        answer = self._answer_challenge
+        credentials = self.credentials if answer is None else answer(msg.encoded_challenge)
+        # As Aeron: the response gets a fresh correlation id and the OK will carry that one.
+        correlation_id = self._next_correlation_id()
+        self._connect_correlation_id = correlation_id
+        self._attempt_deadline_ns = now_ns + self.connect_retry_interval_ns
+        response = ChallengeResponse(correlation_id, msg.cluster_session_id, credentials)
+        self._send(self._attempt_member_id, response.encode())
+
+    def _on_new_leader_event(self, msg: NewLeaderEvent) -> None:
+        if self._state is not ClientState.CONNECTED:
+            self._ignore("NewLeaderEvent", f"client is {self._state.value}")
+            return
+        if msg.cluster_session_id != self._cluster_session_id:
+            self._ignore("NewLeaderEvent", f"for session {msg.cluster_session_id}, not ours")
+            return
+        if msg.leadership_term_id < self._leadership_term_id:
+            # Delivered late from an older election: following it would stamp a stale term, and the
+            # leader silently drops stale-term ingress.
+            self._ignore("NewLeaderEvent", f"stale term {msg.leadership_term_id} < {self._leadership_term_id}")
+            return
+        endpoints = self._endpoints
+        if msg.ingress_endpoints:
+            try:
+                endpoints = parse_ingress_endpoints(msg.ingress_endpoints)
+            except ValueError as e:
+                self._ignore("NewLeaderEvent", f"bad ingressEndpoints: {e}")
+                return
+        if msg.leader_member_id not in endpoints:
+            self._ignore("NewLeaderEvent", f"leader {msg.leader_member_id} has no ingress endpoint")
+            return
+        if (msg.leadership_term_id, msg.leader_member_id) != (self._leadership_term_id, self._leader_member_id):
+            self.leader_changes += 1
+        self._endpoints = dict(endpoints)
+        self._leadership_term_id = msg.leadership_term_id
+        self._leader_member_id = msg.leader_member_id
+
+    def _on_admin_response(self, msg: AdminResponse) -> None:
+        if self._state is not ClientState.CONNECTED:
+            self._ignore("AdminResponse", f"client is {self._state.value}")
+        elif msg.cluster_session_id != self._cluster_session_id:
+            self._ignore("AdminResponse", f"for session {msg.cluster_session_id}, not ours")
+        elif msg.correlation_id not in self._admin_pending:
+            self._ignore("AdminResponse", f"correlation {msg.correlation_id} matches no AdminRequest")
+        else:
+            self._admin_pending.discard(msg.correlation_id)
+            self._admin_responses[msg.correlation_id] = msg
+
+    # ------------------------------------------------------------------ internals
+    def _send_connect_request(self, member_id: int, now_ns: int) -> None:
+        # Fresh correlation id per attempt (Aeron's prepareConnectRequest): answers to an earlier
+        # attempt, e.g. a slow OK from a member we gave up on, are then told apart and ignored.
+        correlation_id = self._next_correlation_id()
+        self._connect_correlation_id = correlation_id
+        self._attempt_member_id = member_id
+        self._attempt_deadline_ns = now_ns + self.connect_retry_interval_ns
+        self._members_tried.append(member_id)
+        request = SessionConnectRequest(
+            correlation_id,
+            self.response_stream_id,
+            CLIENT_PROTOCOL_VERSION,
+            self.response_channel,
+            self.credentials,
+        )
+        self._send(member_id, request.encode())
+
+    def _member_after(self, member_id: int) -> int:
+        members = list(self._endpoints)
+        if member_id not in self._endpoints:
+            return members[0]
+        return members[(members.index(member_id) + 1) % len(members)]
+
+    def _next_correlation_id(self) -> int:
+        self._correlation_seq += 1
+        assert self._correlation_seq < _CORRELATION_SEQ_LIMIT, "correlation sequence ran into the client id bits"
+        return (self.client_id << 32) | self._correlation_seq
+
+    def _refresh_keepalive(self, now_ns: int) -> None:
+        # Any ingress with the current term refreshes the session's activity on the leader (b.12), so the
+        # keep-alive is only needed after an interval of silence.
+        if self.keepalive_interval_ns is not None:
+            self._next_keepalive_ns = now_ns + self.keepalive_interval_ns
+
+    def _require_open(self, operation: str) -> None:
+        if self._state is ClientState.CONNECTED:
+            return
+        if self._state is ClientState.CLOSED:
+            raise SessionClosedError(self.client_id, operation, self.close_detail)
+        raise NotConnectedError(
+            f"client {self.client_id}: cannot {operation}: the session is not open ({self._state.value}); "
+            "call connect(now_ns), then feed egress to on_egress() and call do_work() until is_connected"
+        )
+
+    def _reset_session(self) -> None:
+        self._members_tried = []
+        self._early_egress = []
+        self._leader_hint = None
+        self._cluster_session_id = NULL_VALUE
+        self._leadership_term_id = NULL_VALUE
+        self._leader_member_id = NULL_VALUE
+        self._next_keepalive_ns = None
+        self._admin_pending.clear()
+        self.close_reason = None
+        self.close_detail = ""
+
+    def _closed(self, reason: CloseReason | None, detail: str) -> None:
+        self.close_reason = reason
+        self.close_detail = detail
+        self._next_keepalive_ns = None
+        self._early_egress = []
+        self._transition(ClientState.CLOSED)
+
+    def _transition(self, to: ClientState) -> None:
+        # The one place the state changes (STYLE.md); a hook for traces belongs here.
+        self._state = to
+
+    def _ignore(self, what: str, reason: str) -> None:
+        key = f"{what}: {reason}"
+        self.ignored[key] = self.ignored.get(key, 0) + 1
+
+
+def _close_reason(detail: str) -> CloseReason | None:
+    """The CloseReason a CLOSED SessionEvent names in its detail, if any ("election" names none)."""
+    member = CloseReason.__members__.get(detail)
+    return None if member is None or member is CloseReason.NULL_VAL else member
+
+
+# ---------------------------------------------------------------------- retries
+T = TypeVar("T")
+
+
+def _no_sleep(seconds: float) -> None:
+    """Core never sleeps: tenacity calls this with 0 between attempts when there is no wait."""
+    if seconds > 0:
+        raise ValueError(
+            f"retry_on_leader_change was asked to sleep {seconds} s but core.client never sleeps: "
+            "pass sleep= (e.g. time.sleep, from the runtime) together with a non-zero wait="
+        )
+
+
+def retry_on_leader_change(
+    fn: Callable[[], T],
+    attempts: int = 3,
+    *,
+    retry_on: tuple[type[BaseException], ...] = (ClusterTimeoutError,),
+    wait: Callable[[tenacity.RetryCallState], float] | None = None,
+    sleep: Callable[[float], None] = _no_sleep,
+    before_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """Call ``fn`` up to ``attempts`` times while it raises one of ``retry_on``; return its result.
+
+    A leader change shows up at the caller as a request that got no answer in time (it went to the old
+    leader and may or may not be in the log), hence ClusterTimeoutError by default. Retrying makes an
+    operation *at least once*: make ``fn`` idempotent (e.g. a request id the service deduplicates).
+    ``before_retry(attempt_number, error)`` runs before each retry (e.g. to reconnect a closed client).
+
+    Pure by default: no wait and no sleep. The runtime passes a real ``wait`` (any tenacity wait, e.g.
+    ``tenacity.wait_exponential()``) and ``sleep=time.sleep``. Stopping is by attempt count only, so
+    the outcome never depends on a clock (tenacity reads one for its own statistics, which we ignore).
+    The last error is re-raised as itself, not wrapped in tenacity's RetryError.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts} must be >= 1")
+
+    def _before_sleep(state: tenacity.RetryCallState) -> None:
+        if before_retry is not None and state.outcome is not None:
+            error = state.outcome.exception()
+            assert error is not None  # tenacity only retries on an exception here
+            before_retry(state.attempt_number, error)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_none() if wait is None else wait,
+        retry=tenacity.retry_if_exception_type(retry_on),
+        sleep=sleep,
+        before_sleep=_before_sleep,
+        reraise=True,
+    )
+    return retrying(fn)

@@ -1,0 +1,835 @@
+"""Aeron's ``ClusteredServiceAgent``, sans-IO: feeds the committed log to a ``ClusteredService`` and
+talks to its consensus module over the service control stream (PROTOCOL.md b.13-b.15, e.3, e.7).
+
+Inputs (the runtime or simulator calls these; nothing here reads a clock or a socket):
+
+* ``start(snapshot_recording_id)``: recovery. Loads the snapshot (or starts empty), calls
+  ``on_start``, acks with ackId 0.
+* ``on_join_log(JoinLog)``: the service joins a log (a local replay or the live log) at exactly its
+  own position ("Cluster log must be contiguous"), acks, and takes the JoinLog's role.
+* ``on_log_frames(frames, commit_position, is_replay)``: log entries; only those ending at or before
+  the commit position (and the JoinLog's ``max_log_position``) are applied, in order. Aeron's
+  ``BoundedLogAdapter``; the rest wait for the commit position to advance.
+* ``on_service_termination_position``, ``on_request_service_ack``, ``on_log_end``, and
+  ``on_service_message(bytes)`` which decodes any CM -> service message and dispatches it.
+
+Outputs: encoded messages to ``to_consensus_module`` (ServiceAck, ScheduleTimer, CancelTimer,
+CloseSession, SessionMessageHeader for ``Cluster.offer``), encoded egress SessionMessageHeaders to
+``egress(response_channel, cluster_session_id, message)`` (leader only), and one ``AppliedEntry`` per
+applied entry to ``on_applied`` (the trace's ``applied`` table).
+
+What a service sends while handling an entry is held back until the entry has been applied, so a
+service that raises (``ServiceError``) leaves no trace of that entry: nothing sent, no applied row,
+position unchanged. The agent then refuses further input; the member stops and recovers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import partial
+from typing import Any
+
+from core.archive.snapshots import SnapshotStore
+from core.codec import (
+    HDR_TYPE_PAD,
+    ClusterAction,
+    ClusterActionRequest,
+    ClusterActionRequestFlags,
+    ClusterMembersExtendedResponse,
+    ClusterMembersQuery,
+    ClusterMembersResponse,
+    ClusterTimeUnit,
+    DecodeError,
+    Frame,
+    JoinLog,
+    LogBlock,
+    LogEndOfStream,
+    MembershipChangeEvent,
+    NewLeadershipTermEvent,
+    RequestServiceAck,
+    ServiceAck,
+    ServiceTerminationPosition,
+    SessionCloseEvent,
+    SessionMessageHeader,
+    SessionOpenEvent,
+    TimerEvent,
+    frame,
+)
+from core.codec import CancelTimer as CancelTimerMsg
+from core.codec import ClientSession as ClientSessionRecord
+from core.codec import CloseSession as CloseSessionMsg
+from core.codec import ScheduleTimer as ScheduleTimerMsg
+from core.codec.enums import BooleanType
+from core.codec.header import peek_template_id
+from core.codec.registry import decode, message_name
+from core.codec.session import encode_session_message, unpack_session_message
+from core.consensus.context import APP_VERSION, Role
+from core.service.api import ClientSession, ClusteredService, ClusterError
+from core.service.snapshot import (
+    SnapshotFormatError,
+    SnapshotImage,
+    SnapshotWriter,
+    decode_service_snapshot,
+    encode_service_snapshot,
+)
+
+NULL_VALUE = -1
+NULL_POSITION = -1
+MAX_LOG_POSITION = 2**63 - 1  # JoinLog.max_log_position of a live log (Aeron Long.MAX_VALUE)
+DIGEST_SIZE = 16
+
+
+class EntryType(StrEnum):
+    """``applied.entry_type`` values (TRACE_SCHEMA.md)."""
+
+    SESSION_MESSAGE = "SessionMessage"
+    SESSION_OPEN = "SessionOpen"
+    SESSION_CLOSE = "SessionClose"
+    TIMER = "Timer"
+    CLUSTER_ACTION = "ClusterAction"
+    NEW_LEADERSHIP_TERM = "NewLeadershipTerm"
+    MEMBERSHIP_CHANGE = "MembershipChange"  # deprecated in Aeron; applied as a no-op
+    SNAPSHOT = "Snapshot"  # the row a service restored from a snapshot writes first
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEntry:
+    """One row of the trace's ``applied`` table, minus what the recorder adds (run, member, service,
+    incarnation)."""
+
+    log_position: int  # end of the entry (for SNAPSHOT: the snapshot's position)
+    length: int  # framed length in the log (0 for SNAPSHOT)
+    leadership_term_id: int
+    entry_type: EntryType
+    cluster_time: int
+    entry_digest: bytes  # blake2b-128 of the framed entry (for SNAPSHOT: of its records)
+    state_digest: bytes  # service.state_digest() after applying it
+    replay: bool
+
+    def describe(self) -> str:
+        """One canonical line."""
+        return (
+            f"AppliedEntry({self.entry_type} position={self.log_position} length={self.length} "
+            f"term={self.leadership_term_id} time={self.cluster_time} entry={self.entry_digest.hex()} "
+            f"state={self.state_digest.hex()}{' replay' if self.replay else ''})"
+        )
+
+
+class ServiceError(Exception):
+    """The user's service raised while handling something; names where in the log that was."""
+
+    def __init__(self, log_position: int, entry_type: str, cause: BaseException) -> None:
+        super().__init__(
+            f"service failed at log position {log_position} ({entry_type}): {type(cause).__name__}: {cause}"
+        )
+        self.log_position = log_position
+        self.entry_type = entry_type
+        self.cause = cause
+
+
+class SnapshotError(ServiceError):
+    """Taking a snapshot failed. The entry counts as applied (a snapshot does not change state) and the
+    consensus module got an ack with a NULL recording id, so the agent stays usable (as in Aeron)."""
+
+
+class AgentError(Exception):
+    """The agent was driven against the protocol (out-of-order log, a JoinLog at the wrong position,
+    an undecodable committed entry, a bad snapshot), or used after it failed."""
+
+
+class LogContiguityError(AgentError):
+    """A log or JoinLog does not continue exactly where the service's processing stopped."""
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=DIGEST_SIZE).digest()
+
+
+def _records_digest(records: Sequence[bytes]) -> bytes:
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    for record in records:
+        h.update(len(record).to_bytes(4, "little"))
+        h.update(record)
+    return h.digest()
+
+
+def _major(version: int) -> int:
+    return (version >> 16) & 0xFF
+
+
+def _noop_log(line: str) -> None:
+    """Default log sink: drop the line."""
+
+
+_NO_LIFECYCLE = ""
+
+
+class ClusteredServiceAgent:
+    """Runs one ``ClusteredService`` for one member. Implements the ``Cluster`` handle the service uses
+    (as Aeron's agent does)."""
+
+    def __init__(
+        self,
+        service_id: int,
+        member_id: int,
+        service: ClusteredService,
+        to_consensus_module: Callable[[bytes], None],
+        egress: Callable[[str, int, bytes], None],
+        snapshot_store: SnapshotStore | None,
+        on_applied: Callable[[AppliedEntry], None] | None = None,
+        *,
+        app_version: int = APP_VERSION,
+        client_id: int = 0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self._service_id = service_id
+        self._member_id = member_id
+        self.service = service
+        self._to_cm = to_consensus_module
+        self._egress = egress
+        self.snapshot_store = snapshot_store
+        self._on_applied = on_applied
+        self.app_version = app_version
+        self.client_id = client_id  # relevantId of the first ack: identifies this service incarnation
+        self._log = log or _noop_log
+
+        self._role = Role.FOLLOWER
+        self._log_position = 0
+        self._cluster_time = 0
+        self._leadership_term_id = NULL_VALUE
+        self._time_unit = ClusterTimeUnit.MILLIS
+        self._next_ack_id = 0
+        self._sessions: dict[int, ClientSession] = {}
+
+        self._started = False
+        self._log_active = False
+        self._max_log_position = NULL_POSITION
+        self._commit_position = NULL_POSITION
+        self._frames: deque[tuple[Frame, bool]] = deque()
+        self._buffered_end = 0  # position after the last buffered frame
+        self._termination_position = NULL_POSITION
+        self._requested_ack_position = NULL_POSITION
+        self._terminated = False
+        self._failure: BaseException | None = None
+
+        self._lifecycle = _NO_LIFECYCLE  # set while a callback that must not send runs
+        self._held: list[tuple[str, Any]] | None = None  # sends held back while an entry is applied
+
+        self.cluster_members: ClusterMembersResponse | ClusterMembersExtendedResponse | None = None
+        self.ignored: Counter[str] = Counter()
+        self.errors: list[BaseException] = []  # swallowed as in Aeron (on_terminate)
+
+    # --- state ----------------------------------------------------------------------------------------
+
+    @property
+    def service_id(self) -> int:
+        return self._service_id
+
+    @property
+    def member_id(self) -> int:
+        return self._member_id
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def time(self) -> int:
+        return self._cluster_time
+
+    @property
+    def time_unit(self) -> ClusterTimeUnit:
+        return self._time_unit
+
+    @property
+    def log_position(self) -> int:
+        """Position after the last applied entry (or of the loaded snapshot)."""
+        return self._log_position
+
+    @property
+    def leadership_term_id(self) -> int:
+        return self._leadership_term_id
+
+    @property
+    def commit_position(self) -> int:
+        return self._commit_position
+
+    @property
+    def next_ack_id(self) -> int:
+        return self._next_ack_id
+
+    @property
+    def pending_frames(self) -> int:
+        """Entries received but not yet applied (past the commit position)."""
+        return len(self._frames)
+
+    @property
+    def is_terminated(self) -> bool:
+        return self._terminated
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the agent, if any."""
+        return self._failure
+
+    # --- Cluster handle (what the service calls) ----------------------------------------------------
+
+    def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
+        """Cluster.schedule_timer: a ScheduleTimer to the consensus module."""
+        self._check_valid_invocation()
+        self._send_cm(ScheduleTimerMsg(correlation_id=correlation_id, deadline=deadline).encode())
+        return True
+
+    def cancel_timer(self, correlation_id: int) -> bool:
+        """Cluster.cancel_timer: a CancelTimer to the consensus module."""
+        self._check_valid_invocation()
+        self._send_cm(CancelTimerMsg(correlation_id=correlation_id).encode())
+        return True
+
+    def offer(self, payload: bytes) -> bool:
+        """Cluster.offer: a service-originated message; the header's session id carries the service id
+        (PROTOCOL.md c.8) and the consensus module appends it to the log."""
+        self._check_valid_invocation()
+        self._send_cm(
+            encode_session_message(self._leadership_term_id, self._service_id, self._cluster_time, bytes(payload))
+        )
+        return True
+
+    def close_client_session(self, cluster_session_id: int) -> bool:
+        """Cluster.close_client_session: a CloseSession to the consensus module."""
+        self._check_valid_invocation()
+        session = self._sessions.get(cluster_session_id)
+        if session is None:
+            raise ClusterError(f"unknown clusterSessionId: {cluster_session_id}")
+        if session.is_closing:
+            return True
+        self._send_cm(CloseSessionMsg(cluster_session_id=cluster_session_id).encode())
+        session.is_closing = True
+        return True
+
+    def get_client_session(self, cluster_session_id: int) -> ClientSession | None:
+        return self._sessions.get(cluster_session_id)
+
+    def client_sessions(self) -> list[ClientSession]:
+        return [self._sessions[k] for k in sorted(self._sessions)]
+
+    def query_cluster_members(self, correlation_id: int, extended: bool = False) -> None:
+        """Send a ClusterMembersQuery; the answer lands in ``cluster_members``."""
+        self._to_cm(
+            ClusterMembersQuery(
+                correlation_id=correlation_id, extended=BooleanType.TRUE if extended else BooleanType.FALSE
+            ).encode()
+        )
+
+    def _offer_egress(self, session: ClientSession, payload: bytes) -> bool:
+        self._check_valid_invocation()
+        if self._role is not Role.LEADER:
+            return True  # Aeron MOCKED_OFFER: followers' services behave as if sent
+        message = encode_session_message(self._leadership_term_id, session.id, self._cluster_time, payload)
+        if self._held is not None:
+            self._held.append(("egress", (session.response_channel, session.id, message)))
+        else:
+            self._egress(session.response_channel, session.id, message)
+        return True
+
+    def _send_cm(self, message: bytes) -> None:
+        if self._held is not None:
+            self._held.append(("cm", message))
+        else:
+            self._to_cm(message)
+
+    def _check_valid_invocation(self) -> None:
+        if self._lifecycle:
+            raise ClusterError(f"sending messages or scheduling timers is not allowed from {self._lifecycle}")
+
+    # --- recovery -------------------------------------------------------------------------------------
+
+    def start(self, snapshot_recording_id: int | None = None, *, cluster_time: int = 0) -> None:
+        """Recover (Aeron ``recoverState``): load the snapshot or start empty, then ack with ackId 0 and
+        relevantId = ``client_id`` (NULL if starting failed, and the error is raised after the ack)."""
+        if self._started:
+            raise AgentError("start() called twice")
+        self._started = True
+        self._cluster_time = cluster_time
+        error: BaseException | None = None
+        try:
+            if snapshot_recording_id is None:
+                self._call_lifecycle("on_start", lambda: self.service.on_start(self, None), "Start")
+            else:
+                self.load_snapshot(snapshot_recording_id)
+        except Exception as e:
+            error = e
+        self._ack(self._log_position, self.client_id if error is None else NULL_VALUE)
+        if error is not None:
+            self._failure = error
+            raise error
+
+    def load_snapshot(self, recording_id: int) -> SnapshotImage:
+        """Restore sessions and position from a service snapshot recording, hand the application part to
+        ``on_start``, and write the ``Snapshot`` applied row. Called by :meth:`start`."""
+        if self.snapshot_store is None:
+            raise AgentError(f"cannot load snapshot {recording_id}: the agent has no snapshot store")
+        records = self.snapshot_store.read_snapshot(recording_id)
+        try:
+            snapshot = decode_service_snapshot(records)
+        except SnapshotFormatError as e:
+            raise AgentError(f"snapshot recording {recording_id}: {e}") from e
+        if _major(snapshot.app_version) != _major(self.app_version):
+            raise AgentError(
+                f"incompatible app version: {self.app_version:#x} snapshot={snapshot.app_version:#x} "
+                f"(recording {recording_id})"
+            )
+        self._sessions.clear()
+        for record in snapshot.sessions:
+            self._add_session(record)
+        self._log_position = snapshot.log_position
+        self._buffered_end = snapshot.log_position
+        self._leadership_term_id = snapshot.leadership_term_id
+        self._time_unit = snapshot.time_unit
+        image = snapshot.image()
+        self._call_lifecycle("on_start", lambda: self.service.on_start(self, image), "Snapshot")
+        state_digest = self._state_digest("Snapshot")
+        self._emit_applied(
+            AppliedEntry(
+                log_position=snapshot.log_position,
+                length=0,
+                leadership_term_id=snapshot.leadership_term_id,
+                entry_type=EntryType.SNAPSHOT,
+                cluster_time=self._cluster_time,
+                entry_digest=_records_digest(records),
+                state_digest=state_digest,
+                replay=True,
+            )
+        )
+        self._log(
+            f"service {self._service_id}: loaded snapshot {recording_id} at position {snapshot.log_position}, "
+            f"{len(snapshot.sessions)} sessions, {len(snapshot.app_records)} app records"
+        )
+        return image
+
+    # --- CM -> service --------------------------------------------------------------------------------
+
+    def on_service_message(self, buffer: bytes, *, is_replay: bool = False) -> None:
+        """Decode any message of the CM -> service stream and dispatch it. LogBlock / LogEndOfStream are
+        accepted too, for a runtime that carries the service's log on the same stream."""
+        try:
+            msg = decode(buffer)
+        except DecodeError as e:
+            self._ignore("undecodable service message", f"{message_name(buffer)}: {e}")
+            return
+        if isinstance(msg, JoinLog):
+            self.on_join_log(msg)
+        elif isinstance(msg, ServiceTerminationPosition):
+            self.on_service_termination_position(msg.log_position)
+        elif isinstance(msg, RequestServiceAck):
+            self.on_request_service_ack(msg.log_position)
+        elif isinstance(msg, ClusterMembersResponse | ClusterMembersExtendedResponse):
+            self.cluster_members = msg
+        elif isinstance(msg, LogBlock):
+            walked = msg.walk()
+            if walked.error is not None:
+                raise AgentError(f"corrupt log block at {msg.start_position}: {walked.error}")
+            self.on_log_frames(walked.frames, msg.commit_position, is_replay)
+        elif isinstance(msg, LogEndOfStream):
+            self.on_log_end()
+        else:
+            self._ignore("not a service message", type(msg).__name__)
+
+    def on_join_log(self, join: JoinLog) -> None:
+        """Join a log at ``join.log_position`` (Aeron ``onJoinLog`` + ``joinActiveLog``).
+
+        The current log first runs to exactly the join position, as far as it is committed; entries
+        buffered beyond that belong to the old stream and are dropped (the new one starts at the join
+        position). The service must then be exactly at the join position."""
+        self._check_usable()
+        if self._terminated:
+            self._ignore("terminated", join.describe())
+            return
+        try:
+            new_role = Role(join.role)
+        except ValueError:
+            raise AgentError(f"JoinLog with unknown role {join.role}") from None
+        if self._log_active:
+            self._max_log_position = min(self._max_log_position, join.log_position)
+            self._deliver()
+            if self._frames:
+                self._log(
+                    f"service {self._service_id}: JoinLog at {join.log_position} drops {len(self._frames)} "
+                    f"buffered entries of the previous log"
+                )
+                self._frames.clear()
+        if self._log_position != join.log_position:
+            raise LogContiguityError(
+                f"Cluster log must be contiguous for active log event: expectedPosition={self._log_position} "
+                f"eventPosition={join.log_position} (service {self._service_id} of member {self._member_id})"
+            )
+        self._log_active = True
+        self._max_log_position = join.max_log_position
+        self._buffered_end = join.log_position
+        self._member_id = join.member_id
+        self._ack(join.log_position, NULL_VALUE)
+        if new_role is Role.LEADER:
+            for session in self._sessions.values():
+                session.is_closing = False  # Aeron resetClosing: a new leader re-handles close requests
+        self._set_role(new_role)
+        self._check_positions()
+
+    def on_log_frames(self, frames: Sequence[Frame], commit_position: int, is_replay: bool = False) -> int:
+        """Receive log entries and/or a new commit position; apply every entry that is committed.
+        Returns how many entries were applied."""
+        self._check_usable()
+        if self._terminated:
+            if frames:
+                self._ignore("terminated", f"{len(frames)} frames")
+            return 0
+        if commit_position > self._commit_position:
+            self._commit_position = commit_position
+        if not self._log_active:
+            if frames:
+                self._ignore("no active log", f"{len(frames)} frames from {frames[0].position}")
+            return 0
+        for f in frames:
+            expected = self._buffered_end
+            if f.position != expected:
+                if f.end_position <= expected:
+                    # Already buffered or applied: a resend overlapping what we have.
+                    self._ignore("duplicate frame", f"{f.position}..{f.end_position}")
+                    continue
+                raise LogContiguityError(
+                    f"Cluster log must be contiguous: frame at {f.position}, expected {expected} "
+                    f"(service {self._service_id} of member {self._member_id})"
+                )
+            self._frames.append((f, is_replay))
+            self._buffered_end = f.end_position
+        applied = self._deliver()
+        self._check_positions()
+        return applied
+
+    def on_log_end(self) -> None:
+        """The log stream ended (Aeron ``closeLog``: image end-of-stream). Uncommitted entries are
+        dropped, egress stops and the role reverts to FOLLOWER until the next JoinLog."""
+        self._check_usable()
+        if not self._log_active:
+            return
+        self._deliver()
+        self._frames.clear()
+        self._log_active = False
+        self._set_role(Role.FOLLOWER)
+        self._check_positions()
+
+    def on_service_termination_position(self, log_position: int) -> None:
+        """Terminate on reaching ``log_position`` (0: at once). Entries past it are not applied."""
+        self._check_usable()
+        if self._terminated:
+            self._ignore("terminated", f"ServiceTerminationPosition {log_position}")
+            return
+        self._termination_position = log_position
+        self._check_positions()
+
+    def on_request_service_ack(self, log_position: int) -> None:
+        """Ack once the service has reached ``log_position``."""
+        self._check_usable()
+        self._requested_ack_position = log_position
+        self._check_positions()
+
+    # --- applying the log -----------------------------------------------------------------------------
+
+    def _bound(self) -> int:
+        bound = min(self._commit_position, self._max_log_position)
+        if self._termination_position != NULL_POSITION:
+            bound = min(bound, self._termination_position)
+        return bound
+
+    def _deliver(self) -> int:
+        applied = 0
+        bound = self._bound()
+        frames = self._frames
+        while frames and frames[0][0].end_position <= bound:
+            f, replay = frames[0]
+            snapshot_error = self._apply(f, replay)
+            frames.popleft()
+            applied += 1
+            if snapshot_error is not None:
+                raise snapshot_error
+        return applied
+
+    def _apply(self, f: Frame, replay: bool) -> SnapshotError | None:
+        """Apply one committed entry; returns a SnapshotError to raise once the entry is done."""
+        end = f.end_position
+        if f.frame_type == HDR_TYPE_PAD:
+            self._log_position = end
+            return None
+        payload = f.payload
+        try:
+            template_id = peek_template_id(payload)
+            if template_id == SessionMessageHeader.TEMPLATE_ID:
+                _term, session_id, timestamp, body = unpack_session_message(payload)
+                msg: Any = None
+            else:
+                msg = decode(payload)
+        except DecodeError as e:
+            self._failure = AgentError(f"undecodable committed log entry at {f.position}..{end}: {e}")
+            raise self._failure from e
+
+        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
+        undo: Callable[[], object] | None = None
+        snapshot_failure: list[BaseException] = []
+        action: Callable[[], object] | None
+
+        if msg is None:
+            entry_type = EntryType.SESSION_MESSAGE
+            session = self._sessions.get(session_id)
+            action = partial(self.service.on_session_message, session, timestamp, body)
+        elif isinstance(msg, TimerEvent):
+            entry_type, timestamp = EntryType.TIMER, msg.timestamp
+            action = partial(self.service.on_timer_event, msg.correlation_id, msg.timestamp)
+        elif isinstance(msg, SessionOpenEvent):
+            entry_type, timestamp = EntryType.SESSION_OPEN, msg.timestamp
+            if msg.cluster_session_id in self._sessions:
+                self._failure = AgentError(
+                    f"clashing open clusterSessionId={msg.cluster_session_id} "
+                    f"leadershipTermId={msg.leadership_term_id} logPosition={end}"
+                )
+                raise self._failure
+            opened = self._add_session(
+                ClientSessionRecord(
+                    cluster_session_id=msg.cluster_session_id,
+                    response_stream_id=msg.response_stream_id,
+                    response_channel=msg.response_channel,
+                    encoded_principal=msg.encoded_principal,
+                )
+            )
+            undo = partial(self._sessions.pop, opened.id, None)
+            action = partial(self.service.on_session_open, opened, msg.timestamp)
+        elif isinstance(msg, SessionCloseEvent):
+            entry_type, timestamp = EntryType.SESSION_CLOSE, msg.timestamp
+            closed = self._sessions.pop(msg.cluster_session_id, None)
+            if closed is None:
+                self._ignore("unknown session close", f"{msg.cluster_session_id} at {end}")
+                action = None
+            else:
+                undo = partial(self._sessions.__setitem__, closed.id, closed)
+                action = partial(self.service.on_session_close, closed, msg.timestamp, msg.close_reason)
+        elif isinstance(msg, ClusterActionRequest):
+            entry_type, timestamp = EntryType.CLUSTER_ACTION, msg.timestamp
+            if msg.log_position != end:
+                self._failure = AgentError(
+                    f"ClusterActionRequest at {f.position}..{end} says log_position {msg.log_position}"
+                )
+                raise self._failure
+            action = None
+            if msg.action is ClusterAction.SNAPSHOT and msg.flags == ClusterActionRequestFlags.DEFAULT:
+                action = partial(self._snapshot_action, msg.leadership_term_id, snapshot_failure)
+        elif isinstance(msg, NewLeadershipTermEvent):
+            entry_type, timestamp = EntryType.NEW_LEADERSHIP_TERM, msg.timestamp
+            if _major(msg.app_version) != _major(self.app_version):
+                self._failure = AgentError(
+                    f"incompatible version: {self.app_version:#x} log={msg.app_version:#x} at {end}"
+                )
+                raise self._failure
+            if msg.time_unit is not ClusterTimeUnit.NULL_VAL:
+                self._time_unit = msg.time_unit
+            action = partial(
+                self.service.on_new_leadership_term_event,
+                msg.leadership_term_id,
+                msg.log_position,
+                msg.timestamp,
+                msg.term_base_log_position,
+                msg.leader_member_id,
+                msg.log_session_id,
+                self._time_unit,
+                msg.app_version,
+            )
+        elif isinstance(msg, MembershipChangeEvent):
+            entry_type, timestamp, action = EntryType.MEMBERSHIP_CHANGE, msg.timestamp, None
+        else:
+            self._failure = AgentError(f"unexpected {type(msg).__name__} in the log at {f.position}..{end}")
+            raise self._failure
+
+        self._log_position = end
+        self._cluster_time = timestamp
+        # Aeron takes the term from NewLeadershipTermEvent and the recovery state; the entry's own frame
+        # says the same and also holds for a service restored from a snapshot mid-term.
+        self._leadership_term_id = f.leadership_term_id
+        self._held = []
+        try:
+            if action is not None:
+                action()
+            state_digest = self._state_digest(entry_type)
+        except Exception as e:
+            self._held = None
+            if undo is not None:
+                undo()
+            (
+                self._log_position,
+                self._cluster_time,
+                self._leadership_term_id,
+                self._time_unit,
+                self._next_ack_id,
+            ) = saved
+            failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
+            self._failure = failure
+            raise failure from e
+        held, self._held = self._held, None
+        for kind, item in held:
+            if kind == "cm":
+                self._to_cm(item)
+            else:
+                self._egress(*item)
+        if self._on_applied is not None:
+            self._emit_applied(
+                AppliedEntry(
+                    log_position=end,
+                    length=f.length,
+                    leadership_term_id=f.leadership_term_id,
+                    entry_type=entry_type,
+                    cluster_time=timestamp,
+                    entry_digest=_digest(frame(payload, f.position, f.leadership_term_id, f.frame_type)),
+                    state_digest=state_digest,
+                    replay=replay,
+                )
+            )
+        if snapshot_failure:
+            return SnapshotError(end, entry_type, snapshot_failure[0])
+        return None
+
+    def _snapshot_action(self, leadership_term_id: int, failure: list[BaseException]) -> None:
+        """Take a snapshot at the current position and ack it (Aeron ``executeAction``); a failure acks
+        with NULL and is reported after the entry is done."""
+        recording_id = NULL_VALUE
+        try:
+            recording_id = self._take_snapshot(leadership_term_id)
+        except Exception as e:
+            failure.append(e)
+        self._ack(self._log_position, recording_id)
+
+    def _take_snapshot(self, leadership_term_id: int) -> int:
+        if self.snapshot_store is None:
+            raise AgentError("cannot take a snapshot: the agent has no snapshot store")
+        writer = SnapshotWriter()
+        self.service.on_take_snapshot(writer)
+        sessions = [
+            ClientSessionRecord(
+                cluster_session_id=s.id,
+                response_stream_id=s.response_stream_id,
+                response_channel=s.response_channel,
+                encoded_principal=s.encoded_principal,
+            )
+            for s in self._sessions.values()
+        ]
+        records = encode_service_snapshot(
+            self._log_position, leadership_term_id, self._time_unit, self.app_version, sessions, writer.records
+        )
+        recording_id = self.snapshot_store.write_snapshot(
+            records, leadership_term_id, self._log_position, self._service_id
+        )
+        self._log(
+            f"service {self._service_id}: snapshot at {self._log_position} -> recording {recording_id}, "
+            f"{len(sessions)} sessions, {len(writer.records)} app records"
+        )
+        return recording_id
+
+    # --- helpers --------------------------------------------------------------------------------------
+
+    def _check_positions(self) -> None:
+        """After every input (Aeron ``pollServiceAdapter``): termination, then a requested ack."""
+        if self._termination_position != NULL_POSITION and self._log_position >= self._termination_position:
+            self._terminate()
+            return
+        if self._requested_ack_position != NULL_POSITION and self._log_position >= self._requested_ack_position:
+            if self._log_position > self._requested_ack_position:
+                self._log(
+                    f"service {self._service_id}: invalid ack request: logPosition={self._log_position} "
+                    f"> requestedAckPosition={self._requested_ack_position}"
+                )
+            self._requested_ack_position = NULL_POSITION
+            self._ack(self._log_position, NULL_VALUE)
+
+    def _terminate(self) -> None:
+        if self._log_position > self._termination_position:
+            self._log(
+                f"service {self._service_id}: terminate: logPosition={self._log_position} "
+                f"> terminationPosition={self._termination_position}"
+            )
+        self._lifecycle = "on_terminate"
+        try:
+            self.service.on_terminate(self)
+        except Exception as e:
+            # Aeron counts the error and still acks: termination must not hang on a broken service.
+            self.errors.append(e)
+            self._log(f"service {self._service_id}: on_terminate raised {type(e).__name__}: {e}")
+        finally:
+            self._lifecycle = _NO_LIFECYCLE
+        self._ack(self._log_position, NULL_VALUE)
+        self._termination_position = NULL_POSITION
+        self._terminated = True
+        self._frames.clear()
+
+    def _set_role(self, new_role: Role) -> None:
+        if new_role is self._role:
+            return
+        self._role = new_role
+        self._call_lifecycle("on_role_change", lambda: self.service.on_role_change(new_role), "RoleChange")
+
+    def _call_lifecycle(self, name: str, call: Callable[[], None], entry_type: str) -> None:
+        self._lifecycle = name
+        try:
+            call()
+        except Exception as e:
+            failure = ServiceError(self._log_position, entry_type, e)
+            self._failure = failure
+            raise failure from e
+        finally:
+            self._lifecycle = _NO_LIFECYCLE
+
+    def _state_digest(self, entry_type: str) -> bytes:
+        digest = self.service.state_digest()
+        if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
+            raise ServiceError(
+                self._log_position,
+                entry_type,
+                ValueError(f"state_digest() must return {DIGEST_SIZE} bytes, got {digest!r:.60}"),
+            )
+        return digest
+
+    def _ack(self, log_position: int, relevant_id: int) -> None:
+        ack_id = self._next_ack_id
+        self._next_ack_id += 1
+        self._send_cm(
+            ServiceAck(
+                log_position=log_position,
+                timestamp=self._cluster_time,
+                ack_id=ack_id,
+                relevant_id=relevant_id,
+                service_id=self._service_id,
+            ).encode()
+        )
+
+    def _add_session(self, record: ClientSessionRecord) -> ClientSession:
+        session = ClientSession(
+            record.cluster_session_id,
+            record.response_stream_id,
+            record.response_channel,
+            record.encoded_principal,
+            self._offer_egress,
+        )
+        self._sessions[session.id] = session
+        return session
+
+    def _emit_applied(self, entry: AppliedEntry) -> None:
+        if self._on_applied is not None:
+            self._on_applied(entry)
+
+    def _ignore(self, reason: str, detail: str) -> None:
+        self.ignored[reason] += 1
+        self._log(f"service {self._service_id}: ignored ({reason}): {detail}")
+
+    def _check_usable(self) -> None:
+        if not self._started:
+            raise AgentError("the agent has not been started: call start() first")
+        if self._failure is not None:
+            raise AgentError(f"the agent stopped after an error: {self._failure}") from self._failure

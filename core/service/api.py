@@ -1,0 +1,187 @@
+"""The clustered-service API (Aeron ``ClusteredService``, ``Cluster`` and ``ClientSession``), in
+Python spelling.
+
+A service is a deterministic state machine fed by the replicated log. Every member runs the same
+service over the same log, so everything a service does must depend only on what the callbacks give
+it: no clocks (use ``timestamp`` / ``Cluster.time``), no unseeded randomness, no IO other than the
+``Cluster`` handle and ``ClientSession.offer``. Only the leader's service actually sends egress; on the
+other members ``offer`` reports success without sending (Aeron's MOCKED_OFFER).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from core.codec import CloseReason, ClusterTimeUnit
+from core.consensus.context import Role
+from core.service.snapshot import SnapshotImage, SnapshotWriter
+
+__all__ = [
+    "ClientSession",
+    "Cluster",
+    "ClusterError",
+    "ClusteredService",
+    "Role",
+    "SnapshotImage",
+    "SnapshotWriter",
+]
+
+
+class ClusterError(Exception):
+    """The service misused its ``Cluster`` handle (Aeron ``ClusterException``): an unknown session,
+    or a send from a lifecycle callback (on_start, on_role_change, on_terminate)."""
+
+
+class ClientSession:
+    """A client's session as a service sees it (Aeron ``ClientSession``).
+
+    Created by the agent on SessionOpenEvent (or from a snapshot); ``offer`` sends egress to the client
+    when this member's service is the leader's."""
+
+    __slots__ = ("_offer", "encoded_principal", "id", "is_closing", "response_channel", "response_stream_id")
+
+    def __init__(
+        self,
+        cluster_session_id: int,
+        response_stream_id: int,
+        response_channel: str,
+        encoded_principal: bytes,
+        offer: Callable[[ClientSession, bytes], bool],
+    ) -> None:
+        self.id = cluster_session_id
+        self.response_stream_id = response_stream_id
+        self.response_channel = response_channel
+        self.encoded_principal = encoded_principal
+        self.is_closing = False
+        self._offer = offer
+
+    def offer(self, payload: bytes) -> bool:
+        """Send ``payload`` to the client on its egress. True on the leader when handed to egress, and
+        on other members without sending anything (only the leader's service has egress)."""
+        return self._offer(self, bytes(payload))
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientSession(id={self.id} response_channel={self.response_channel!r} "
+            f"principal={len(self.encoded_principal)}B closing={self.is_closing})"
+        )
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """What a service may ask of the cluster (Aeron ``Cluster``); handed to ``on_start``."""
+
+    @property
+    def member_id(self) -> int:
+        """This member's id."""
+        ...
+
+    @property
+    def service_id(self) -> int:
+        """This service's id within the member (0 unless several services run)."""
+        ...
+
+    @property
+    def role(self) -> Role:
+        """This member's role as the service last learned it (JoinLog, log end)."""
+        ...
+
+    @property
+    def time(self) -> int:
+        """Cluster time of the log entry being processed (``time_unit`` units, MILLIS by default)."""
+        ...
+
+    @property
+    def time_unit(self) -> ClusterTimeUnit:
+        """Unit of cluster time."""
+        ...
+
+    @property
+    def log_position(self) -> int:
+        """Log position at the end of the entry being processed."""
+        ...
+
+    def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
+        """Schedule (or reschedule) a timer firing at cluster time ``deadline``; it arrives as
+        ``on_timer_event`` at the same log position on every member."""
+        ...
+
+    def cancel_timer(self, correlation_id: int) -> bool:
+        """Cancel a timer."""
+        ...
+
+    def offer(self, payload: bytes) -> bool:
+        """Append a service-originated message to the log; it comes back through
+        ``on_session_message`` with ``session`` None."""
+        ...
+
+    def close_client_session(self, cluster_session_id: int) -> bool:
+        """Ask the cluster to close a session; ClusterError if it is unknown."""
+        ...
+
+    def get_client_session(self, cluster_session_id: int) -> ClientSession | None:
+        """An open session by id."""
+        ...
+
+    def client_sessions(self) -> list[ClientSession]:
+        """The open sessions, by ascending id."""
+        ...
+
+
+class ClusteredService(ABC):
+    """A replicated state machine (Aeron ``ClusteredService``). Callbacks run in log order; each
+    entry callback sees ``Cluster.log_position`` = the entry's end position and ``timestamp`` = its
+    cluster time."""
+
+    @abstractmethod
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        """The service starts, from ``snapshot`` if there is one; no sending from here."""
+
+    @abstractmethod
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        """A client session opened."""
+
+    @abstractmethod
+    def on_session_close(self, session: ClientSession, timestamp: int, close_reason: CloseReason) -> None:
+        """A client session closed."""
+
+    @abstractmethod
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        """A message from a client session, or (``session`` None) one a service offered to the log."""
+
+    @abstractmethod
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        """A timer this service scheduled fired."""
+
+    @abstractmethod
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        """Write the whole application state as records; ``on_start`` reads them back."""
+
+    @abstractmethod
+    def on_role_change(self, new_role: Role) -> None:
+        """This member's role changed; no sending from here."""
+
+    @abstractmethod
+    def on_terminate(self, cluster: Cluster) -> None:
+        """The service is stopping (shutdown, abort); no sending from here."""
+
+    @abstractmethod
+    def on_new_leadership_term_event(
+        self,
+        leadership_term_id: int,
+        log_position: int,
+        timestamp: int,
+        term_base_log_position: int,
+        leader_member_id: int,
+        log_session_id: int,
+        time_unit: ClusterTimeUnit,
+        app_version: int,
+    ) -> None:
+        """A new leadership term starts in the log (its NewLeadershipTermEvent)."""
+
+    @abstractmethod
+    def state_digest(self) -> bytes:
+        """16 bytes identifying the whole application state; maintained incrementally, so its cost does
+        not grow with the state. Equal states give equal digests on every member."""

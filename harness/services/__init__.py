@@ -1,0 +1,18 @@
+"""Sample clustered services for tests, the simulator and the demo: a key-value store, a counter and
+an echo service with timers. Each keeps an incremental ``state_digest()`` (``digest.py``) whose cost
+does not depend on the state's size, and snapshots and restores its whole state."""
+
+from collections.abc import Callable
+
+from core.service.api import ClusteredService
+from harness.services.counter import CounterService
+from harness.services.echo import EchoService
+from harness.services.kv import KeyValueService
+
+SERVICES: dict[str, Callable[[], ClusteredService]] = {
+    "kv": KeyValueService,
+    "counter": CounterService,
+    "echo": EchoService,
+}
+
+__all__ = ["SERVICES", "CounterService", "EchoService", "KeyValueService"]

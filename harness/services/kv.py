@@ -1,0 +1,223 @@
+"""A key-value store service: put / get / cas / delete, with etcd-style revisions.
+
+Commands and replies are UTF-8 JSON objects (compact, sorted keys), one per session message:
+
+==========  ================================================================  ======================================
+op          request                                                           reply ``ok`` / ``value``
+==========  ================================================================  ======================================
+put         ``{"id": 7, "op": "put", "key": "k", "value": "v"}``              true / previous value (null if absent)
+get         ``{"id": 7, "op": "get", "key": "k"}``                            key present / current value or null
+cas         ``{"id": 7, "op": "cas", "key": "k", "expected": "a",             swapped / value after the op
+            "value": "b"}`` (``expected`` null: only if the key is absent)
+delete      ``{"id": 7, "op": "delete", "key": "k"}``                         key existed / previous value
+==========  ================================================================  ======================================
+
+Every reply is ``{"id", "ok", "value", "revision"}`` (the store's revision after the op); a request
+that cannot be parsed gets ``{"id": <id or null>, "ok": false, "error": "..."}`` and changes nothing,
+so a client's garbage never stops the cluster. The store's revision counts successful mutations and
+every key remembers the revision that last wrote it, so two different histories that happen to end
+with the same key/value pairs still have different states (and digests). A command in a
+service-originated message (session None) is applied without a reply.
+
+Snapshot: a header record ``{"revision": n}`` then records of up to 256 ``[key, value, mod_revision]``
+triples, in key order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.codec import CloseReason, ClusterTimeUnit
+from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from harness.services.digest import MultisetDigest
+
+DOMAIN = b"clusterlab-kv"
+SNAPSHOT_BATCH = 256
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def put(request_id: int, key: str, value: str) -> bytes:
+    """An encoded put command."""
+    return _dumps({"id": request_id, "op": "put", "key": key, "value": value})
+
+
+def get(request_id: int, key: str) -> bytes:
+    """An encoded get command."""
+    return _dumps({"id": request_id, "op": "get", "key": key})
+
+
+def cas(request_id: int, key: str, expected: str | None, value: str) -> bytes:
+    """An encoded compare-and-set command (``expected`` None: set only if absent)."""
+    return _dumps({"id": request_id, "op": "cas", "key": key, "expected": expected, "value": value})
+
+
+def delete(request_id: int, key: str) -> bytes:
+    """An encoded delete command."""
+    return _dumps({"id": request_id, "op": "delete", "key": key})
+
+
+def decode_reply(payload: bytes) -> dict[str, Any]:
+    """A reply as a dict."""
+    reply = json.loads(payload.decode("utf-8"))
+    if not isinstance(reply, dict):
+        raise ValueError(f"kv reply is not an object: {payload!r:.80}")
+    return reply
+
+
+class BadRequest(ValueError):
+    """A command that cannot be executed; answered with an error reply."""
+
+
+def _field(command: dict[str, Any], name: str, kind: type, nullable: bool = False) -> Any:
+    if name not in command:
+        raise BadRequest(f"missing {name!r}")
+    value = command[name]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadRequest(f"{name!r} must be {kind.__name__}")
+    return value
+
+
+class KeyValueService(ClusteredService):
+    """The key-value store; state = {key: (value, mod_revision)} and the store revision."""
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.entries: dict[str, tuple[str, int]] = {}
+        self.revision = 0
+        self._digest = MultisetDigest(DOMAIN)
+        self._digest.add("revision", 0)
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    def _set(self, key: str, value: str) -> None:
+        old = self.entries.get(key)
+        if old is not None:
+            self._digest.remove("entry", key, *old)
+        self._bump()
+        self.entries[key] = (value, self.revision)
+        self._digest.add("entry", key, value, self.revision)
+
+    def _delete(self, key: str) -> None:
+        old = self.entries.pop(key)
+        self._digest.remove("entry", key, *old)
+        self._bump()
+
+    def _bump(self) -> None:
+        self._digest.replace(("revision", self.revision), ("revision", self.revision + 1))
+        self.revision += 1
+
+    def state_digest(self) -> bytes:
+        return self._digest.digest()
+
+    def recompute_digest(self) -> bytes:
+        """The digest computed from scratch over the current state (tests compare it with the
+        incremental one)."""
+        items: list[tuple[Any, ...]] = [("revision", self.revision)]
+        items.extend(("entry", k, v, rev) for k, (v, rev) in self.entries.items())
+        return MultisetDigest.of(DOMAIN, items).digest()
+
+    def execute(self, payload: bytes) -> dict[str, Any]:
+        """Apply one command and return the reply."""
+        request_id: Any = None
+        try:
+            try:
+                command = json.loads(payload.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise BadRequest(f"not JSON: {e}") from None
+            if not isinstance(command, dict):
+                raise BadRequest("not a JSON object")
+            request_id = command.get("id")
+            if not isinstance(request_id, int) or isinstance(request_id, bool):
+                request_id = None
+                raise BadRequest("'id' must be int")
+            op = command.get("op")
+            key = _field(command, "key", str)
+            if op == "put":
+                value = _field(command, "value", str)
+                previous = self.entries.get(key)
+                self._set(key, value)
+                return self._reply(request_id, True, None if previous is None else previous[0])
+            if op == "get":
+                current = self.entries.get(key)
+                return self._reply(request_id, current is not None, None if current is None else current[0])
+            if op == "cas":
+                expected = _field(command, "expected", str, nullable=True)
+                value = _field(command, "value", str)
+                current = self.entries.get(key)
+                if (None if current is None else current[0]) != expected:
+                    return self._reply(request_id, False, None if current is None else current[0])
+                self._set(key, value)
+                return self._reply(request_id, True, value)
+            if op == "delete":
+                current = self.entries.get(key)
+                if current is None:
+                    return self._reply(request_id, False, None)
+                self._delete(key)
+                return self._reply(request_id, True, current[0])
+            raise BadRequest(f"unknown op {op!r}")
+        except BadRequest as e:
+            return {"id": request_id, "ok": False, "error": f"bad request: {e}"}
+
+    def _reply(self, request_id: int, ok: bool, value: str | None) -> dict[str, Any]:
+        return {"id": request_id, "ok": ok, "value": value, "revision": self.revision}
+
+    # --- ClusteredService ----------------------------------------------------------------------------
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        self.entries = {}
+        self.revision = 0
+        if snapshot is not None and snapshot.records:
+            header = json.loads(snapshot.records[0])
+            self.revision = int(header["revision"])
+            for record in snapshot.records[1:]:
+                for key, value, mod_revision in json.loads(record):
+                    self.entries[key] = (value, mod_revision)
+        self._digest = MultisetDigest(DOMAIN)
+        self._digest.value = int.from_bytes(self.recompute_digest(), "little")
+
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        pass
+
+    def on_session_close(self, session: ClientSession, timestamp: int, close_reason: CloseReason) -> None:
+        pass
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        reply = self.execute(payload)
+        if session is not None:
+            session.offer(_dumps(reply))
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        pass
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(_dumps({"revision": self.revision}))
+        keys = sorted(self.entries)
+        for start in range(0, len(keys), SNAPSHOT_BATCH):
+            batch = [[k, *self.entries[k]] for k in keys[start : start + SNAPSHOT_BATCH]]
+            writer.write(_dumps(batch))
+
+    def on_role_change(self, new_role: Role) -> None:
+        pass
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        pass
+
+    def on_new_leadership_term_event(
+        self,
+        leadership_term_id: int,
+        log_position: int,
+        timestamp: int,
+        term_base_log_position: int,
+        leader_member_id: int,
+        log_session_id: int,
+        time_unit: ClusterTimeUnit,
+        app_version: int,
+    ) -> None:
+        pass

@@ -1,0 +1,499 @@
+"""Sample services: behaviour, incremental digests, snapshot/restore, and a run through the agent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.archive.catalogue import Catalogue
+from core.archive.snapshots import SnapshotStore
+from core.codec import (
+    BooleanType,
+    CloseReason,
+    ClusterAction,
+    ClusterActionRequest,
+    ClusterTimeUnit,
+    Frame,
+    JoinLog,
+    ScheduleTimer,
+    ServiceAck,
+    SessionOpenEvent,
+    TimerEvent,
+    decode,
+    encode_session_message,
+    frame,
+    framed_length,
+    unframe,
+)
+from core.codec.header import HEADER_LENGTH
+from core.service import AppliedEntry, ClientSession, ClusteredServiceAgent, Role, SnapshotImage, SnapshotWriter
+from harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv
+from harness.services.digest import MultisetDigest, item_hash
+
+
+class FakeCluster:
+    """Just enough of ``Cluster`` for a service driven directly by a test."""
+
+    def __init__(self, time_unit: ClusterTimeUnit = ClusterTimeUnit.MILLIS) -> None:
+        self.member_id = 0
+        self.service_id = 0
+        self.role = Role.LEADER
+        self.time = 0
+        self.time_unit = time_unit
+        self.log_position = 0
+        self.sessions: dict[int, ClientSession] = {}
+        self.timers: dict[int, int] = {}
+        self.offers: list[bytes] = []
+        self.closed: list[int] = []
+        self.egress: list[tuple[int, bytes]] = []
+
+    def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
+        self.timers[correlation_id] = deadline
+        return True
+
+    def cancel_timer(self, correlation_id: int) -> bool:
+        self.timers.pop(correlation_id, None)
+        return True
+
+    def offer(self, payload: bytes) -> bool:
+        self.offers.append(payload)
+        return True
+
+    def close_client_session(self, cluster_session_id: int) -> bool:
+        self.closed.append(cluster_session_id)
+        return True
+
+    def get_client_session(self, cluster_session_id: int) -> ClientSession | None:
+        return self.sessions.get(cluster_session_id)
+
+    def client_sessions(self) -> list[ClientSession]:
+        return [self.sessions[k] for k in sorted(self.sessions)]
+
+    def open(self, session_id: int) -> ClientSession:
+        session = ClientSession(session_id, 102, f"egress-{session_id}", b"", self._send)
+        self.sessions[session_id] = session
+        return session
+
+    def _send(self, session: ClientSession, payload: bytes) -> bool:
+        self.egress.append((session.id, payload))
+        return True
+
+
+def started(service: Any, cluster: FakeCluster | None = None) -> tuple[Any, FakeCluster]:
+    cluster = cluster or FakeCluster()
+    service.on_start(cluster, None)
+    return service, cluster
+
+
+def snapshot_of(service: Any) -> SnapshotImage:
+    writer = SnapshotWriter()
+    service.on_take_snapshot(writer)
+    return SnapshotImage(tuple(writer.records), log_position=0, leadership_term_id=0)
+
+
+def restored(service_type: type, image: SnapshotImage, cluster: FakeCluster | None = None) -> Any:
+    service = service_type()
+    service.on_start(cluster or FakeCluster(), image)
+    return service
+
+
+# --- digest ------------------------------------------------------------------------------------------
+
+
+def test_multiset_digest_is_order_independent_and_reversible() -> None:
+    a = MultisetDigest(b"t")
+    a.add("x", 1)
+    a.add("y", 2)
+    b = MultisetDigest.of(b"t", [("y", 2), ("x", 1)])
+    assert a.digest() == b.digest() and len(a.digest()) == 16
+    a.remove("x", 1)
+    assert a.digest() == MultisetDigest.of(b"t", [("y", 2)]).digest()
+    a.remove("y", 2)
+    assert a.digest() == bytes(16)
+
+
+def test_item_hash_tells_types_and_field_boundaries_apart() -> None:
+    assert item_hash(b"t", 1) != item_hash(b"t", "1") != item_hash(b"t", b"1")
+    assert item_hash(b"t", "ab", "c") != item_hash(b"t", "a", "bc")
+    assert item_hash(b"t", None) != item_hash(b"t", "")
+    assert item_hash(b"a", 1) != item_hash(b"b", 1)
+    with pytest.raises(TypeError):
+        item_hash(b"t", True)
+
+
+def test_duplicated_items_do_not_cancel() -> None:
+    d = MultisetDigest(b"t")
+    d.add("x")
+    d.add("x")
+    assert d.digest() != bytes(16)
+
+
+# --- key-value store -----------------------------------------------------------------------------------
+
+
+def test_kv_commands_and_replies() -> None:
+    service, cluster = started(KeyValueService())
+    session = cluster.open(1)
+
+    def call(payload: bytes) -> dict[str, Any]:
+        service.on_session_message(session, 0, payload)
+        return kv.decode_reply(cluster.egress[-1][1])
+
+    assert call(kv.get(1, "a")) == {"id": 1, "ok": False, "value": None, "revision": 0}
+    assert call(kv.put(2, "a", "x")) == {"id": 2, "ok": True, "value": None, "revision": 1}
+    assert call(kv.put(3, "a", "y")) == {"id": 3, "ok": True, "value": "x", "revision": 2}
+    assert call(kv.cas(4, "a", "x", "z")) == {"id": 4, "ok": False, "value": "y", "revision": 2}
+    assert call(kv.cas(5, "a", "y", "z")) == {"id": 5, "ok": True, "value": "z", "revision": 3}
+    assert call(kv.cas(6, "b", None, "new")) == {"id": 6, "ok": True, "value": "new", "revision": 4}
+    assert call(kv.cas(7, "b", None, "again"))["ok"] is False
+    assert call(kv.get(8, "a")) == {"id": 8, "ok": True, "value": "z", "revision": 4}
+    assert call(kv.delete(9, "a")) == {"id": 9, "ok": True, "value": "z", "revision": 5}
+    assert call(kv.delete(10, "a")) == {"id": 10, "ok": False, "value": None, "revision": 5}
+    assert service.entries == {"b": ("new", 4)}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"op": "put", "key": "a", "value": "x"}',
+        b'{"id": true, "op": "put", "key": "a", "value": "x"}',
+        b'{"id": 1, "op": "put", "key": 5, "value": "x"}',
+        b'{"id": 1, "op": "put", "key": "a"}',
+        b'{"id": 1, "op": "cas", "key": "a", "value": "x"}',
+        b'{"id": 1, "op": "frobnicate", "key": "a"}',
+    ],
+)
+def test_kv_bad_requests_get_an_error_and_change_nothing(payload: bytes) -> None:
+    service, cluster = started(KeyValueService())
+    session = cluster.open(1)
+    before = service.state_digest()
+    service.on_session_message(session, 0, payload)
+    reply = kv.decode_reply(cluster.egress[-1][1])
+    assert reply["ok"] is False and reply["error"].startswith("bad request")
+    assert service.state_digest() == before
+
+
+def test_kv_order_of_writes_is_part_of_the_state() -> None:
+    ab, _ = started(KeyValueService())
+    ba, _ = started(KeyValueService())
+    for service, order in ((ab, "ab"), (ba, "ba")):
+        for i, key in enumerate(order):
+            service.on_session_message(None, 0, kv.put(i, key, key.upper()))
+    assert {k: v for k, (v, _) in ab.entries.items()} == {k: v for k, (v, _) in ba.entries.items()}
+    assert ab.state_digest() != ba.state_digest(), "different histories, different mod revisions"
+
+
+def test_kv_service_originated_commands_apply_without_reply() -> None:
+    service, cluster = started(KeyValueService())
+    service.on_session_message(None, 0, kv.put(1, "k", "v"))
+    assert service.entries == {"k": ("v", 1)}
+    assert cluster.egress == []
+
+
+kv_ops = st.lists(
+    st.one_of(
+        st.builds(lambda k, v: kv.put(0, k, v), st.sampled_from("abcd"), st.sampled_from(["1", "2", "3"])),
+        st.builds(lambda k: kv.get(0, k), st.sampled_from("abcd")),
+        st.builds(
+            lambda k, e, v: kv.cas(0, k, e, v),
+            st.sampled_from("abcd"),
+            st.sampled_from([None, "1", "2", "3"]),
+            st.sampled_from(["1", "2", "3"]),
+        ),
+        st.builds(lambda k: kv.delete(0, k), st.sampled_from("abcd")),
+        st.just(b"garbage"),
+    ),
+    max_size=40,
+)
+
+
+@given(kv_ops)
+def test_kv_incremental_digest_equals_digest_from_scratch(ops: list[bytes]) -> None:
+    service, _ = started(KeyValueService())
+    model: dict[str, str] = {}
+    for op in ops:
+        service.on_session_message(None, 0, op)
+        assert service.state_digest() == service.recompute_digest()
+        command = json.loads(op) if op != b"garbage" else {}
+        if command.get("op") == "put" or (
+            command.get("op") == "cas" and model.get(command["key"]) == command["expected"]
+        ):
+            model[command["key"]] = command["value"]
+        elif command.get("op") == "delete":
+            model.pop(command["key"], None)
+    assert {k: v for k, (v, _) in service.entries.items()} == model
+
+
+@settings(max_examples=60)
+@given(kv_ops, kv_ops)
+def test_kv_digests_are_equal_exactly_when_states_are(ops_a: list[bytes], ops_b: list[bytes]) -> None:
+    a, _ = started(KeyValueService())
+    b, _ = started(KeyValueService())
+    again, _ = started(KeyValueService())
+    for op in ops_a:
+        a.on_session_message(None, 0, op)
+        again.on_session_message(None, 0, op)
+        assert a.state_digest() == again.state_digest(), "equal histories, equal digests at every step"
+    for op in ops_b:
+        b.on_session_message(None, 0, op)
+    same_state = (a.entries, a.revision) == (b.entries, b.revision)
+    assert same_state == (a.state_digest() == b.state_digest())
+
+
+@given(kv_ops)
+def test_kv_snapshot_round_trip(ops: list[bytes]) -> None:
+    service, _ = started(KeyValueService())
+    for op in ops:
+        service.on_session_message(None, 0, op)
+    copy = restored(KeyValueService, snapshot_of(service))
+    assert (copy.entries, copy.revision) == (service.entries, service.revision)
+    assert copy.state_digest() == service.state_digest()
+    for s in (service, copy):
+        s.on_session_message(None, 0, kv.put(0, "z", "after"))
+    assert copy.state_digest() == service.state_digest()
+
+
+def test_kv_snapshot_batches_large_states() -> None:
+    service, _ = started(KeyValueService())
+    for i in range(600):
+        service.on_session_message(None, 0, kv.put(i, f"k{i:04d}", str(i)))
+    image = snapshot_of(service)
+    assert len(image.records) == 1 + 3
+    assert restored(KeyValueService, image).state_digest() == service.state_digest()
+
+
+# --- counter -------------------------------------------------------------------------------------------
+
+
+def test_counter_commands_and_replies() -> None:
+    service, cluster = started(CounterService())
+    session = cluster.open(1)
+
+    def call(payload: bytes) -> dict[str, Any]:
+        service.on_session_message(session, 0, payload)
+        return counter.decode_reply(cluster.egress[-1][1])
+
+    assert call(counter.get(1)) == {"id": 1, "ok": True, "value": 0, "revision": 0}
+    assert call(counter.add(2, 5)) == {"id": 2, "ok": True, "value": 5, "revision": 1}
+    assert call(counter.add(3, -7)) == {"id": 3, "ok": True, "value": -2, "revision": 2}
+    before = service.state_digest()
+    assert call(b'{"id": 4, "op": "add", "delta": "x"}')["ok"] is False
+    assert call(b'{"id": 5, "op": "mul"}')["ok"] is False
+    assert call(b"nope")["id"] is None
+    assert service.state_digest() == before
+
+
+@given(st.lists(st.integers(-(10**6), 10**6), max_size=30))
+def test_counter_incremental_digest_and_snapshot(deltas: list[int]) -> None:
+    service, _ = started(CounterService())
+    digests = set()
+    for i, delta in enumerate(deltas):
+        service.on_session_message(None, 0, counter.add(i, delta))
+        assert service.state_digest() == service.recompute_digest()
+        digests.add(service.state_digest())
+    assert len(digests) == len(deltas), "every add changes the state (its revision)"
+    assert service.value == sum(deltas)
+    copy = restored(CounterService, snapshot_of(service))
+    assert (copy.value, copy.revision, copy.state_digest()) == (service.value, service.revision, service.state_digest())
+
+
+# --- echo ----------------------------------------------------------------------------------------------
+
+
+def test_echo_echoes_and_manages_timers() -> None:
+    service, cluster = started(EchoService())
+    session = cluster.open(3)
+    service.on_session_message(session, 1000, b"hello there")
+    assert cluster.egress[-1] == (3, b"hello there")
+
+    service.on_session_message(session, 1000, b"timer t1 250")
+    assert cluster.egress[-1] == (3, b"timer t1 scheduled 1250")
+    assert cluster.timers == {1: 1250}
+    service.on_session_message(session, 1100, b"timer t1 500")  # reschedule: same correlation id
+    assert cluster.timers == {1: 1600}
+    service.on_session_message(session, 1100, b"timer t2 10")
+    assert cluster.timers == {1: 1600, 2: 1110}
+
+    cluster.timers.pop(2)  # fired by the consensus module
+    service.on_timer_event(2, 1111)
+    assert cluster.egress[-1] == (3, b"timer t2 fired 1111")
+    service.on_timer_event(2, 1112)  # already fired: nothing
+    assert cluster.egress[-1] == (3, b"timer t2 fired 1111")
+
+    service.on_session_message(session, 1200, b"cancel t1")
+    assert cluster.egress[-1] == (3, b"cancel t1 ok") and cluster.timers == {}
+    service.on_session_message(session, 1200, b"cancel t1")
+    assert cluster.egress[-1] == (3, b"cancel t1 unknown")
+    assert service.timers == {}
+
+
+def test_echo_timer_delay_follows_the_cluster_time_unit() -> None:
+    service, cluster = started(EchoService(), FakeCluster(ClusterTimeUnit.NANOS))
+    service.on_session_message(cluster.open(1), 5, b"timer x 2")
+    assert cluster.timers == {1: 5 + 2_000_000}
+
+
+def test_echo_offer_broadcasts_through_the_log_and_close() -> None:
+    service, cluster = started(EchoService())
+    one, two = cluster.open(1), cluster.open(2)
+    service.on_session_message(one, 0, b"offer news of the day")
+    assert cluster.offers == [b"news of the day"]
+    service.on_session_message(None, 0, b"news of the day")  # comes back through the log
+    assert cluster.egress[-2:] == [(1, b"broadcast news of the day"), (2, b"broadcast news of the day")]
+    assert service.broadcasts == 1
+    service.on_session_message(two, 0, b"close")
+    assert cluster.closed == [2]
+
+
+def test_echo_cancels_a_closed_sessions_timers() -> None:
+    service, cluster = started(EchoService())
+    one, two = cluster.open(1), cluster.open(2)
+    service.on_session_message(one, 0, b"timer a 10")
+    service.on_session_message(two, 0, b"timer a 10")
+    service.on_session_close(one, 5, CloseReason.TIMEOUT)
+    assert cluster.timers == {2: 10}
+    assert [t[0] for t in service.timers.values()] == [2]
+
+
+echo_steps = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("message"),
+            st.integers(1, 3),
+            st.sampled_from([b"timer a 5", b"timer b 9", b"cancel a", b"hi", b"offer x", b"timer c nope"]),
+        ),
+        st.tuples(st.just("fire"), st.integers(0, 5), st.just(b"")),
+        st.tuples(st.just("service"), st.just(0), st.just(b"x")),
+        st.tuples(st.just("close"), st.integers(1, 3), st.just(b"")),
+    ),
+    max_size=40,
+)
+
+
+@given(echo_steps)
+def test_echo_incremental_digest_equals_digest_from_scratch_and_snapshots(steps: list[tuple[str, int, bytes]]) -> None:
+    service, cluster = started(EchoService())
+    for sid in (1, 2, 3):
+        cluster.open(sid)
+    for time, (kind, arg, payload) in enumerate(steps):
+        if kind == "message" and arg in cluster.sessions:
+            service.on_session_message(cluster.sessions[arg], time, payload)
+        elif kind == "fire" and service.timers:
+            cid = sorted(service.timers)[arg % len(service.timers)]
+            cluster.timers.pop(cid)  # the consensus module's timer fired
+            service.on_timer_event(cid, time)
+        elif kind == "service":
+            service.on_session_message(None, time, payload)
+        elif kind == "close" and arg in cluster.sessions:
+            service.on_session_close(cluster.sessions.pop(arg), time, CloseReason.CLIENT_ACTION)
+        assert service.state_digest() == service.recompute_digest()
+    assert set(cluster.timers) == set(service.timers)
+    copy = restored(EchoService, snapshot_of(service))
+    assert copy.timers == service.timers and copy.state_digest() == service.state_digest()
+    assert copy.next_correlation_id == service.next_correlation_id
+
+
+# --- registry, and every sample through the agent ------------------------------------------------------
+
+
+def test_registry() -> None:
+    assert set(SERVICES) == {"kv", "counter", "echo"}
+    for factory in SERVICES.values():
+        assert len(factory().state_digest()) == 16
+
+
+def _commands(name: str) -> list[bytes]:
+    if name == "kv":
+        return [kv.put(1, "a", "1"), kv.cas(2, "a", "1", "2"), kv.put(3, "b", "x"), kv.delete(4, "b")]
+    if name == "counter":
+        return [counter.add(1, 3), counter.add(2, 4), counter.get(3), counter.add(4, -1)]
+    return [b"timer t 50", b"hello", b"timer u 70", b"offer hey"]
+
+
+class LogWriter:
+    def __init__(self) -> None:
+        self.position = 0
+
+    def entry(self, payload: bytes) -> Frame:
+        f = unframe(frame(payload, self.position, 1))
+        self.position = f.end_position
+        return f
+
+
+def _join(position: int, role: Role) -> JoinLog:
+    return JoinLog(
+        log_position=position,
+        max_log_position=2**63 - 1,
+        member_id=0,
+        log_session_id=1,
+        log_stream_id=100,
+        is_startup=BooleanType.FALSE,
+        role=int(role),
+        log_channel="log",
+    )
+
+
+def _agent(name: str, store: SnapshotStore, applied: list[AppliedEntry], sent: list[Any]) -> ClusteredServiceAgent:
+    return ClusteredServiceAgent(
+        0, 0, SERVICES[name](), lambda b: sent.append(decode(b)), lambda *e: sent.append(e), store, applied.append
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_sample_service_through_the_agent_snapshot_and_restore(name: str, tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path / "archive" / "snapshots", Catalogue.open(tmp_path / "archive"))
+    log = LogWriter()
+    entries = [
+        log.entry(
+            SessionOpenEvent(
+                leadership_term_id=1,
+                correlation_id=1,
+                cluster_session_id=1,
+                timestamp=10,
+                response_stream_id=102,
+                response_channel="egress-1",
+                encoded_principal=b"",
+            ).encode()
+        )
+    ]
+    commands = _commands(name)
+    entries += [log.entry(encode_session_message(1, 1, 20 + i, c)) for i, c in enumerate(commands[:2])]
+    action_end = log.position + framed_length(HEADER_LENGTH + ClusterActionRequest.BLOCK_LENGTH)
+    entries.append(
+        log.entry(
+            ClusterActionRequest(
+                leadership_term_id=1, log_position=action_end, timestamp=30, action=ClusterAction.SNAPSHOT, flags=0
+            ).encode()
+        )
+    )
+    after = [log.entry(encode_session_message(1, 1, 40 + i, c)) for i, c in enumerate(commands[2:])]
+    after.append(log.entry(TimerEvent(leadership_term_id=1, correlation_id=1, timestamp=90).encode()))
+
+    applied: list[AppliedEntry] = []
+    sent: list[Any] = []
+    agent = _agent(name, store, applied, sent)
+    agent.start()
+    agent.on_join_log(_join(0, Role.LEADER))
+    agent.on_log_frames([*entries, *after], commit_position=log.position)
+    recording_id = [m for m in sent if isinstance(m, ServiceAck)][2].relevant_id
+    assert recording_id >= 0
+    if name == "echo":
+        assert ScheduleTimer(correlation_id=1, deadline=70) in sent
+        assert any(isinstance(m, tuple) and m[2].endswith(b"timer t fired 90") for m in sent)
+
+    restored_applied: list[AppliedEntry] = []
+    restored_agent = _agent(name, store, restored_applied, [])
+    restored_agent.start(recording_id)
+    restored_agent.on_join_log(_join(action_end, Role.FOLLOWER))
+    restored_agent.on_log_frames(after, commit_position=log.position)
+    original = {a.log_position: a.state_digest for a in applied}
+    for row in restored_applied:
+        assert row.state_digest == original[row.log_position], f"{name}: digest differs at {row.log_position}"
+    assert [r.log_position for r in restored_applied] == [action_end] + [f.end_position for f in after]
