@@ -15,6 +15,7 @@ from core.consensus.context import MS, SECOND, Role
 from harness.invariants import SafetyChecker
 from harness.sim import SimCluster
 from harness.simnet import NetworkConfig
+from harness.workload import KvWorkload
 
 
 @dataclass
@@ -28,6 +29,9 @@ class ScheduleResult:
     terms: int = 0
     sim_seconds: float = 0.0
     digest: str = ""
+    acked_ops: int = 0
+    invoked_ops: int = 0
+    applied_rows: int = 0
 
 
 def converged(cluster: SimCluster) -> bool:
@@ -45,8 +49,14 @@ def converged(cluster: SimCluster) -> bool:
     )
 
 
-def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = None) -> ScheduleResult:
-    """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure."""
+def run_random_schedule(
+    seed: int, *, phases: int = 10, directory: str | None = None, service: str | None = None
+) -> ScheduleResult:
+    """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure.
+
+    With ``service="kv"`` every member runs the key-value service and a client workload writes
+    through the leader: then also every acknowledged write must survive and every member's service
+    must agree on entry and state digest at every log position; snapshots join the fault mix."""
     rng = random.Random(f"schedule:{seed}")
     members = rng.choice([3, 3, 5])
     lossy = rng.random() < 0.5
@@ -57,8 +67,9 @@ def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = 
     )
     result = ScheduleResult(seed, members)
     checker = SafetyChecker()
-    with SimCluster(members=members, seed=seed, network=network, directory=directory) as c:
+    with SimCluster(members=members, seed=seed, network=network, directory=directory, service=service) as c:
         seen = 0
+        workload = KvWorkload(c) if service == "kv" else None
 
         def check() -> None:
             nonlocal seen
@@ -75,6 +86,7 @@ def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = 
             dead = [i for i in range(members) if i not in alive]
             action = rng.choice(
                 ["offer", "offer", "kill", "restart", "partition", "isolate_leader", "heal", "truncate", "wipe"]
+                + (["snapshot", "snapshot"] if service else [])
             )
             if action == "kill" and len(alive) > members // 2 + 0:
                 victim = rng.choice(alive)
@@ -115,10 +127,15 @@ def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = 
             elif action == "heal":
                 c.heal()
                 result.actions.append("heal")
+            elif action == "snapshot":
+                result.actions.append(f"snapshot {'ok' if c.control('snapshot') else 'refused'}")
             # Client load through whoever leads (an isolated leader appends but cannot commit).
             for _ in range(rng.randrange(0, 40)):
-                payload_no += 1
-                c.offer(f"op-{seed}-{payload_no}".encode() * rng.randrange(1, 4))
+                if workload is not None:
+                    workload.step(1)
+                else:
+                    payload_no += 1
+                    c.offer(f"op-{seed}-{payload_no}".encode() * rng.randrange(1, 4))
                 c.run_for(rng.randrange(0, 5) * MS)
             c.run_for(rng.randrange(50, 1500) * MS)
             check()
@@ -129,12 +146,22 @@ def run_random_schedule(seed: int, *, phases: int = 10, directory: str | None = 
                 c.restart(m)
         c.network.config = NetworkConfig()  # the final phase runs on a clean network
         c.await_leader(30 * SECOND)
-        for _ in range(5):
-            payload_no += 1
-            c.offer(f"final-{payload_no}".encode())
+        if workload is not None:
+            c.await_condition(lambda: _workload_step_until_connected(workload), 30 * SECOND, "client connected")
+        else:
+            for _ in range(5):
+                payload_no += 1
+                c.offer(f"final-{payload_no}".encode())
         c.await_condition(lambda: converged(c), 30 * SECOND, "convergence after heal")
+        if workload is not None:
+            c.run_for(SECOND)  # replies in flight
+            check()
+            workload.check_durable({m: c.service(m).service.entries for m in c.members_alive()})
+            result.acked_ops = len(workload.acked)
+            result.invoked_ops = workload.invoked
         check()
         checker.check_durable(c)
+        result.applied_rows = checker.applied_rows_checked
         leader = c.member(c.leader_id())
         assert leader.role == Role.LEADER
         result.committed_bytes = len(checker.committed)
@@ -157,3 +184,10 @@ def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: i
         return p
     finally:
         store.close()
+
+
+def _workload_step_until_connected(workload: KvWorkload) -> bool:
+    """Final phase: (re)connect and write a few more puts; true once they were offered."""
+    before = workload.invoked
+    workload.step(5)
+    return workload.invoked > before

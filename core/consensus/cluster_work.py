@@ -536,6 +536,14 @@ class ClusterWork:
                 session.state = ClusterSessionState.CLOSING
                 self.sessions[session.cluster_session_id] = session
         self.uncommitted_closed_sessions.clear()
+        if self.snapshot_position > log_position:
+            # Our own SNAPSHOT/SHUTDOWN action was never committed: stop waiting for it. If the next
+            # leader's log has it after all, we meet it again as a follower and snapshot then.
+            self.snapshot_position = NULL_POSITION
+            if self.state == ConsensusModuleState.SNAPSHOT:
+                self.state = ConsensusModuleState.ACTIVE
+        if self.termination_position > log_position and self.leader_member_id == self.member_id:
+            self.termination_position = NULL_POSITION
         self.toggle = ToggleState.INACTIVE
 
     # ------------------------------------------------------------------ leader duty cycle

@@ -116,6 +116,7 @@ class ConsensusModule(ClusterWork):
         self.is_catchup_active = False
         self.catchup_log_joined = False
         self.time_of_last_catchup_progress_ns = 0
+        self.catchup_progress = -1
         # Replay of the local log during LEADER_REPLAY / FOLLOWER_REPLAY.
         self.replay_stop_position = NULL_POSITION
         # Replication of earlier terms from the leader's archive (FOLLOWER_LOG_REPLICATION).
@@ -487,6 +488,7 @@ class ConsensusModule(ClusterWork):
         self.is_catchup_stopped = False
         self.catchup_log_joined = False
         self.time_of_last_catchup_progress_ns = now_ns
+        self.catchup_progress = -1
 
     def has_log_joined(self, leadership_term_id: int, log_position: int) -> bool:
         return self.catchup_log_joined
@@ -506,12 +508,13 @@ class ConsensusModule(ClusterWork):
         if self.consumed_position > before:
             work += 1
         work += self._send_append_position(now_ns, AppendPositionFlags.CATCHUP)
-        if self.archive.stop_position > self.replication_progress_position:
-            self.replication_progress_position = self.archive.stop_position
+        # Progress = bytes appended or commit advanced; without either for the heartbeat timeout the
+        # catch-up has failed (e.g. its leader lost leadership after StopCatchup) and we elect again.
+        progress = self.archive.stop_position + self.commit_position
+        if progress > self.catchup_progress:
+            self.catchup_progress = progress
             self.time_of_last_catchup_progress_ns = now_ns
-        elif not self.is_catchup_stopped and now_ns >= (
-            self.time_of_last_catchup_progress_ns + self.ctx.timeouts.leader_heartbeat_timeout_ns
-        ):
+        elif now_ns >= self.time_of_last_catchup_progress_ns + self.ctx.timeouts.leader_heartbeat_timeout_ns:
             raise ElectionError("no catchup progress")
         return work
 
@@ -892,6 +895,9 @@ class ConsensusModule(ClusterWork):
             return 0
         work = 0
         if self.election is not None:
+            # A snapshot action met while catching up or replaying is taken during the election too
+            # (Aeron pauses the replay until the snapshot is done).
+            work += self.snapshot_work(now_ns)
             work += self.election.do_work(now_ns)
             if self.election is not None and self.election.state == ElectionState.CLOSED:
                 self._close_election(now_ns)
