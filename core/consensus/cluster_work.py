@@ -158,6 +158,7 @@ class ClusterWork:
         self.expected_ack_ids = [0] * ctx.service_count
         self.service_acks: list[deque[ServiceAck]] = [deque() for _ in range(ctx.service_count)]
         self.snapshot_position = NULL_POSITION
+        self.snapshot_leadership_term_id = NULL_VALUE
         self.snapshot_count = 0
         self.termination_deadline_ns = 0
         self.termination_is_shutdown = False
@@ -408,7 +409,10 @@ class ClusterWork:
                 return
             sid = self.next_service_session_ids[service_id]
             self.next_service_session_ids[service_id] += 1
-            self.pending_service_messages[service_id].append(PendingServiceMessage(sid, msg.payload))
+            # Aeron PendingServiceMessageTracker.enqueueMessage: an id the log already holds was
+            # appended by an earlier leader (this member replayed it ahead of its service) - drop it.
+            if sid > self.log_service_session_ids[service_id]:
+                self.pending_service_messages[service_id].append(PendingServiceMessage(sid, msg.payload))
         elif isinstance(msg, ClusterMembersQuery):
             self._to_service(
                 ClusterMembersResponse(
@@ -461,10 +465,9 @@ class ClusterWork:
                     q = self.pending_service_messages[sid]
                     while q and q[0].cluster_session_id <= msg.cluster_session_id:
                         q.popleft()
-                    self.log_service_session_ids[sid] = msg.cluster_session_id
-                    self.next_service_session_ids[sid] = max(
-                        self.next_service_session_ids[sid], msg.cluster_session_id + 1
-                    )
+                    # Only the log id moves here; the offer counter advances with the service's own
+                    # offers, so a service that lags the log re-offers ids the log already holds.
+                    self.log_service_session_ids[sid] = max(self.log_service_session_ids[sid], msg.cluster_session_id)
             else:
                 s = self.sessions.get(msg.cluster_session_id)
                 if s is not None:
@@ -501,6 +504,7 @@ class ClusterWork:
         elif ev.action == ClusterAction.SNAPSHOT and ev.flags == 0:
             self.state = ConsensusModuleState.SNAPSHOT
             self.snapshot_position = ev.log_position
+            self.snapshot_leadership_term_id = ev.leadership_term_id  # ours may lag while catching up
             return False
         return True
 
@@ -677,6 +681,7 @@ class ClusterWork:
             self.state = ConsensusModuleState.ACTIVE
             self.toggle = ToggleState.NEUTRAL
         elif t == ToggleState.SNAPSHOT and state == ConsensusModuleState.ACTIVE:
+            self.snapshot_leadership_term_id = self.leadership_term_id
             self.snapshot_position = self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns)
             self.state = ConsensusModuleState.SNAPSHOT
         elif t == ToggleState.STANDBY_SNAPSHOT and state == ConsensusModuleState.ACTIVE:
@@ -685,6 +690,7 @@ class ClusterWork:
         elif t == ToggleState.SHUTDOWN and state == ConsensusModuleState.ACTIVE:
             position = self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns)
             self.snapshot_position = position
+            self.snapshot_leadership_term_id = self.leadership_term_id
             self._begin_termination(position, now_ns, shutdown=True)
             self.state = ConsensusModuleState.SNAPSHOT
         elif t == ToggleState.ABORT and state in (ConsensusModuleState.ACTIVE, ConsensusModuleState.SUSPENDED):
@@ -731,7 +737,7 @@ class ClusterWork:
 
     def take_snapshot(self: ConsensusModule, log_position: int, service_recording_ids: list[int], now_ns: int) -> None:
         """Write the module's snapshot (c.12) and the SNAPSHOT entries (services, then the module)."""
-        term = self.leadership_term_id
+        term = self.snapshot_leadership_term_id
         marker = {
             "type_id": int(SnapshotTypeId.CONSENSUS_MODULE),
             "log_position": log_position,

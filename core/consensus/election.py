@@ -146,6 +146,7 @@ class Election:
         self.last_published_commit_position = NULL_POSITION
         self.last_append_position_sent = NULL_POSITION
         self.state = ElectionState.INIT
+        self.is_state_entered = True
         self.cm.on_election_state(None, ElectionState.INIT, now_ns)
         if self._is_single_member():
             # Aeron: the constructor of a single-member election goes straight to leadership.
@@ -207,6 +208,7 @@ class Election:
         elif new_state in (ElectionState.FOLLOWER_LOG_REPLICATION, ElectionState.FOLLOWER_REPLAY):
             self.cm.set_role(Role.FOLLOWER, now_ns)
         self.state = new_state
+        self.is_state_entered = True  # the new state's first action runs at once (a.2: "first send immediately")
         self.time_of_last_state_change_ns = now_ns
         self.time_of_last_update_ns = FAR_PAST_NS
         self.time_of_last_commit_publish_ns = FAR_PAST_NS
@@ -228,6 +230,7 @@ class Election:
         self._transition(ElectionState.INIT, now_ns)
 
     def _dispatch(self, now_ns: int) -> int:
+        self.is_state_entered = False
         match self.state:
             case ElectionState.INIT:
                 return self._init(now_ns)
@@ -273,8 +276,8 @@ class Election:
         deadline = now_ns + max(tick, 1)
         if self.state == ElectionState.NOMINATE:
             deadline = min(deadline, max(self.nomination_deadline_ns, now_ns))
-        if self.state in (ElectionState.INIT, ElectionState.LEADER_INIT):
-            deadline = now_ns  # these states always move on in the same cycle
+        if self.is_state_entered or self.state in (ElectionState.INIT, ElectionState.LEADER_INIT):
+            deadline = now_ns  # a state just entered acts at once; these two always move on
         return deadline
 
     # ------------------------------------------------------------------ states
@@ -427,7 +430,10 @@ class Election:
             return work + 1
         work += self.cm.poll_log_replay(now_ns)
         work += self._publish_new_leadership_term_on_interval(now_ns)
-        quorum = quorum_position((s.log_position for s in self.statuses), self._member_count())
+        quorum = quorum_position(
+            (s.log_position for s in self.statuses if s.leadership_term_id == self.leadership_term_id),
+            self._member_count(),
+        )
         work += self._publish_commit_position_on_interval(quorum, now_ns)
         return work
 

@@ -55,7 +55,7 @@ from core.consensus.election import Election, ElectionError
 from core.consensus.members import MemberStatus, has_active_quorum, quorum_position
 from core.consensus.node_state import NodeState
 from core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
-from core.consensus.recording_log import RecordingLog
+from core.consensus.recording_log import EntryType, RecordingLog
 
 # Largest block of log bytes sent in one LogBlock / ReplayBlock (Aeron: MTU-sized fragments and
 # term-length windows; we only need a bound on message size and on bytes in flight).
@@ -174,6 +174,19 @@ class ConsensusModule(ClusterWork):
         # The recording log may describe more log than the archive holds (a torn tail repaired on
         # open, or a recording truncated while the member was down): make it describe what we have,
         # so we canvass with a true (log term, append position) and the leader walks us forward.
+        # A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
+        # recovery: this member must refetch that log and replay it from the start (issue 4: "a follower
+        # that lacks the snapshot's log replays from the start"). Invalidated here, before the service
+        # process reads the recovery plan, so node and service agree.
+        for entry in self.recording_log.entries():
+            if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > self.archive.stop_position:
+                self.recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
+                self._event(
+                    "snapshot_invalidated",
+                    {"recording_id": entry.recording_id, "service_id": entry.service_id,
+                     "reason": "log behind the snapshot is missing"},
+                    pos=entry.log_position,
+                )
         last = self.recording_log.find_last_term()
         stop = self.archive.stop_position
         removed = []
@@ -397,7 +410,12 @@ class ConsensusModule(ClusterWork):
         self.this_member.log_position = append_position
         self.this_member.leadership_term_id = leadership_term_id
         self.this_member.time_of_last_append_position_ns = now_ns
-        quorum = quorum_position((s.log_position for s in self.statuses), len(self.statuses))
+        # Only positions reported in this term count: a canvassed position from an older log term
+        # (a deposed leader's uncommitted tail) describes bytes we may not hold.
+        quorum = quorum_position(
+            (s.log_position for s in self.statuses if s.leadership_term_id == leadership_term_id),
+            len(self.statuses),
+        )
         commit = min(quorum, append_position)
         if commit > self.commit_position or now_ns >= (
             self.time_of_last_commit_publish_ns + self.ctx.timeouts.leader_heartbeat_interval_ns

@@ -1,0 +1,128 @@
+"""Seeded random fault schedules (harness.random_schedule) must never break safety, and must recover.
+
+Each seed runs a cluster of 3 or 5 members through kills, restarts, partitions, an isolated leader,
+truncated and wiped disks and a lossy network, with harness.invariants.SafetyChecker sampling after
+every phase, then heals everything and requires convergence. The default seeds are split into
+chunks so pytest-xdist spreads them over workers.
+
+Choose the seeds with ``CLUSTERLAB_SEEDS``: ``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a mix
+(``"1,5,100-120"``). A failure names each failing seed and the command that re-runs it alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.random_schedule import ScheduleResult, run_random_schedule
+
+pytestmark = pytest.mark.sim
+
+SEEDS_ENV = "CLUSTERLAB_SEEDS"
+DEFAULT_SEEDS = range(200)
+CHUNKS = 10
+# A chunk this large must show every kind of fault; a handful of hand-picked seeds need not.
+MIN_SEEDS_FOR_COVERAGE = 15
+FAULT_KINDS = ("kill", "restart", "partition", "isolate", "truncate", "wipe")
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"1,2,3"``, ``"100-150"`` (inclusive), or a comma-separated mix of both."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if sep:
+            first, last = int(lo), int(hi)
+            if last < first:
+                raise ValueError(f"{SEEDS_ENV}: empty range {part!r}")
+            seeds.extend(range(first, last + 1))
+        else:
+            seeds.append(int(part))
+    if not seeds:
+        raise ValueError(f"{SEEDS_ENV}={spec!r} names no seeds")
+    return seeds
+
+
+def split(seeds: list[int], n: int) -> list[list[int]]:
+    """At most ``n`` contiguous chunks of nearly equal size."""
+    n = max(1, min(n, len(seeds)))
+    size, extra = divmod(len(seeds), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(seeds[start:end])
+        start = end
+    return out
+
+
+def rerun_command(seed: int) -> str:
+    return f"{SEEDS_ENV}={seed} .venv/bin/python -m pytest tests/sim/test_random_safety.py"
+
+
+SEEDS = parse_seeds(os.environ[SEEDS_ENV]) if os.environ.get(SEEDS_ENV) else list(DEFAULT_SEEDS)
+SEED_CHUNKS = split(SEEDS, CHUNKS)
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("7") == [7]
+    assert parse_seeds("1,2,3") == [1, 2, 3]
+    assert parse_seeds("100-103") == [100, 101, 102, 103]
+    assert parse_seeds(" 1, 5 ,10-11,") == [1, 5, 10, 11]
+    with pytest.raises(ValueError):
+        parse_seeds("9-3")
+    with pytest.raises(ValueError):
+        parse_seeds(",")
+    assert split(list(range(200)), 10) == [list(range(i, i + 20)) for i in range(0, 200, 20)]
+    assert split([4, 5, 6], 10) == [[4], [5], [6]]
+    assert [s for chunk in split(list(range(23)), 10) for s in chunk] == list(range(23))
+
+
+@pytest.mark.parametrize("seeds", SEED_CHUNKS, ids=[f"seeds-{c[0]}-{c[-1]}" for c in SEED_CHUNKS])
+def test_random_fault_schedules_are_safe_and_recover(seeds: list[int], tmp_path: Path) -> None:
+    failures: list[str] = []
+    results: list[ScheduleResult] = []
+    for seed in seeds:
+        try:
+            result = run_random_schedule(seed, directory=str(tmp_path / f"seed-{seed}"))
+            assert result.seed == seed
+            assert result.committed_bytes > 0, "nothing was committed"
+            assert result.terms >= 1, "no leader was seen"
+        except Exception as e:  # any failure of a seed is reported with the seed, then the next seed runs
+            detail = f"{type(e).__name__}: {e}".strip()
+            if len(detail) > 2_000:
+                detail = detail[:2_000] + " ..."
+            failures.append(f"seed {seed} failed: {detail}\n    re-run: {rerun_command(seed)}")
+            continue
+        results.append(result)
+    if failures:
+        pytest.fail(f"{len(failures)} of {len(seeds)} seeds failed:\n" + "\n".join(failures), pytrace=False)
+
+    # The schedules did what they are for: faults happened and leadership changed hands.
+    if len(seeds) >= MIN_SEEDS_FOR_COVERAGE:
+        kinds = Counter(a.split()[0] for r in results for a in r.actions)
+        missing = [k for k in FAULT_KINDS if kinds[k] == 0]
+        assert not missing, f"seeds {seeds[0]}..{seeds[-1]} never did {missing}: {dict(kinds)}"
+        assert sum(1 for r in results if r.terms > 1) >= len(results) // 2, "leadership rarely changed"
+        assert {r.members for r in results} == {3, 5}, "both cluster sizes ran"
+    assert max(r.terms for r in results) >= 1
+
+
+# Longer schedules (more phases) that found bugs. Each stays as a regression once it is fixed.
+LONG_SCHEDULES = [
+    pytest.param(
+        1190,
+        25,
+        id="seed-1190-phases-25",
+    ),
+]
+
+
+@pytest.mark.parametrize(("seed", "phases"), LONG_SCHEDULES)
+def test_long_random_schedule_regressions(seed: int, phases: int, tmp_path: Path) -> None:
+    result = run_random_schedule(seed, phases=phases, directory=str(tmp_path))
+    assert result.committed_bytes > 0
