@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
+
+    from harness import cli_trace
+
+    cli_trace.register(sub)
     return parser
 
 

@@ -126,3 +126,32 @@ LONG_SCHEDULES = [
 def test_long_random_schedule_regressions(seed: int, phases: int, tmp_path: Path) -> None:
     result = run_random_schedule(seed, phases=phases, directory=str(tmp_path))
     assert result.committed_bytes > 0
+
+
+# The same schedules with every member running the key-value service and a client writing through
+# the leader: snapshots join the faults, and on top of the log checks every member's service must
+# agree on entry and state digest at every log position, apply contiguously, and hold every
+# acknowledged write at the end.
+SERVICE_SEEDS = SEEDS[:100] if not os.environ.get(SEEDS_ENV) else SEEDS
+SERVICE_CHUNKS = split(SERVICE_SEEDS, 5)
+
+
+@pytest.mark.parametrize("seeds", SERVICE_CHUNKS, ids=[f"kv-seeds-{c[0]}-{c[-1]}" for c in SERVICE_CHUNKS])
+def test_random_fault_schedules_with_kv_service_agree_at_every_position(seeds: list[int], tmp_path: Path) -> None:
+    failures: list[str] = []
+    results: list[ScheduleResult] = []
+    for seed in seeds:
+        try:
+            result = run_random_schedule(seed, directory=str(tmp_path / f"kv-{seed}"), service="kv")
+            assert result.applied_rows > 0, "no service applied anything"
+            assert result.acked_ops > 0, "no write was acknowledged"
+        except Exception as e:
+            detail = f"{type(e).__name__}: {e}".strip()[:2_000]
+            failures.append(f"seed {seed} (service kv) failed: {detail}\n    re-run: {rerun_command(seed)}")
+            continue
+        results.append(result)
+    if failures:
+        pytest.fail(f"{len(failures)} of {len(seeds)} seeds failed:\n" + "\n".join(failures), pytrace=False)
+    if len(seeds) >= MIN_SEEDS_FOR_COVERAGE:
+        kinds = Counter(a.split()[0] for r in results for a in r.actions)
+        assert kinds["snapshot"] > 0 and kinds["kill"] > 0 and kinds["truncate"] > 0, dict(kinds)

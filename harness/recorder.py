@@ -1,0 +1,1038 @@
+"""The trace recorder: every message, every applied entry, every event and client op, as Arrow IPC streams.
+
+The format is the contract in ``../shared/TRACE_SCHEMA.md`` (columns are added here, never changed):
+
+```
+RUN_DIR/run.json                  RunRecorder: metadata, written at start (outcome "running") and at finish
+RUN_DIR/<table>/<process>-i<incarnation>.arrow   one Arrow IPC stream per process incarnation and table
+RUN_DIR/log/committed.arrow       RunRecorder.finish: the committed log
+```
+
+Three layers:
+
+- :class:`TableWriter` — one stream file. Rows are buffered in column lists and written as one record
+  batch when ``max_rows`` are buffered, when the oldest buffered row is ``flush_interval_ns`` (100 ms)
+  old, and on close. A killed process therefore loses at most the last 100 ms, *provided* something
+  calls :meth:`TableWriter.poll` (or records a row) at least that often: the runtime's duty cycle
+  calls :meth:`ProcessRecorder.poll` every loop and includes :meth:`ProcessRecorder.next_deadline_ns`
+  in its poll timeout. Time comes from the caller's ``clock`` (virtual in the simulator).
+- :class:`ProcessRecorder` — what one process calls: ``message()`` at every send, receive and chaos
+  drop; ``applied()`` as the service agent's ``on_applied``; ``event()`` as the consensus module's
+  ``EventSink``; ``op()`` for a client's history. Tables are opened lazily.
+- :class:`RunRecorder` — the harness's: run.json, its own ``harness`` process recorder for lifecycle
+  and fault events, and at the end the committed ``log`` table read from a member's archive.
+
+Columns added to the contract (each table keeps the contract's columns first, in its order):
+
+- messages: ``peer_process`` (the process at the other end, e.g. ``client-0``, ``service-2``),
+  ``msg_id`` (transport id of one message copy, the same on its ``send`` and its ``recv``/``drop``
+  row; null when the transport has none — the simulator uses the network's sequence number) and
+  ``reason`` (why a ``drop`` row was dropped: ``loss``, ``partition``, ``isolated``, ``blocked``,
+  ``gate``). A ``drop`` row is written by the process whose chaos gate dropped the message — the
+  sender, as the runtime's gate sits on the send path — with ``peer``/``peer_process`` naming the
+  receiver it never reached, like the ``send`` row.
+- applied: ``wall_ns`` and ``seq``. events: ``incarnation`` (of the recording process) and ``seq``.
+  ops: ``seq``.
+
+Wiring into the runtime (core/runtime; ``rec`` is ``process_recorder(trace_dir, run_id, process,
+member_id=..., incarnation=..., clock=time.monotonic_ns)``, a NullRecorder when recording is off;
+``trace_dir``/``run_id`` travel in cluster.json or on the command line):
+
+- node process (``node-<i>``): ``ConsensusModuleContext(events=...)`` calls ``rec.event`` (it has the
+  EventSink signature; keep the log line too); ``Outbox.send`` records ``rec.message("send", channel,
+  dst, payload, peer_process=f"node-{dst}")`` where the message is handed to its Link (after the
+  gate, so a delayed message is recorded when it leaves) and ``rec.message("drop", channel, dst,
+  payload, peer_process=f"node-{dst}", reason="gate")`` where ``ChaosGate.admit`` drops (not when
+  it holds); the service link records ``send``/``recv`` with peer = own id and
+  ``peer_process=f"service-{i}"``; ``send_egress`` records ``send`` on ``egress`` (peer -1); every
+  socket handler records ``rec.message("recv", channel, src, payload, peer_process=...)`` right
+  after ``parse`` succeeds (src -1 for ingress and control); the control socket records its
+  requests and replies on ``control``. The duty cycle calls ``rec.poll()`` once per loop (no
+  argument: the recorder reads its own clock) and folds ``rec.next_deadline_ns()`` into its poll
+  timeout (on ``time.monotonic_ns``: subtract ``time.monotonic_ns()``, not the skewed process
+  clock); ``close()`` in the process's ``finally``.
+- service process (``service-<i>``): ``ClusteredServiceAgent(on_applied=rec.applied)`` (chain it with
+  the process's own callback), ``send``/``recv`` on ``service`` for its node link, ``send`` on
+  ``egress`` for replies; poll/deadline/close as the node.
+- harness (LocalCluster): a :class:`RunRecorder` on the run directory; every lifecycle and fault
+  event also goes to ``run.event(kind, member_id, **detail)``; at the end
+  ``run.finish(outcome, member_dirs={i: member_dir(i)})`` (the commit position is read from the
+  nodes' ``commit`` events). Clients record ``op(...)`` rows in their own process recorder.
+
+``msg_type``/``leadership_term_id``/``log_position`` are promoted from the payload without decoding it:
+the template id from the header, then the two fixed-block fields at their precomputed offsets (see
+:func:`promote`). ``LogBlock`` and ``ReplayBlock`` report their term and their *end* position.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import json
+import os
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+# ---------------------------------------------------------------------------------------------- schemas
+
+TABLES = ("messages", "applied", "events", "ops", "log")
+DIGEST_SIZE = 16
+DEFAULT_FLUSH_INTERVAL_NS = 100_000_000  # 100 ms: the most a SIGKILL may lose
+DEFAULT_MAX_ROWS = 4096
+
+# Message directions (the contract's values).
+SEND = "send"
+RECV = "recv"
+DROP = "drop"
+
+
+def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "messages": pa.schema(
+        [
+            _f("run_id", pa.string()),
+            _f("member_id", pa.int16()),
+            _f("process", pa.string()),
+            _f("incarnation", pa.int32()),
+            _f("seq", pa.int64()),
+            _f("wall_ns", pa.int64()),
+            _f("mono_ns", pa.int64()),
+            _f("direction", pa.string()),
+            _f("channel", pa.string()),
+            _f("peer", pa.int16()),
+            _f("msg_type", pa.string()),
+            _f("leadership_term_id", pa.int64(), True),
+            _f("log_position", pa.int64(), True),
+            _f("payload", pa.binary()),
+            # added columns
+            _f("peer_process", pa.string(), True),
+            _f("msg_id", pa.int64(), True),
+            _f("reason", pa.string(), True),
+        ]
+    ),
+    "applied": pa.schema(
+        [
+            _f("run_id", pa.string()),
+            _f("member_id", pa.int16()),
+            _f("service_id", pa.int16()),
+            _f("incarnation", pa.int32()),
+            _f("log_position", pa.int64()),
+            _f("length", pa.int32()),
+            _f("leadership_term_id", pa.int64()),
+            _f("entry_type", pa.string()),
+            _f("cluster_time", pa.int64()),
+            _f("entry_digest", pa.binary(DIGEST_SIZE)),
+            _f("state_digest", pa.binary(DIGEST_SIZE)),
+            _f("replay", pa.bool_()),
+            # added columns
+            _f("wall_ns", pa.int64()),
+            _f("seq", pa.int64()),
+        ]
+    ),
+    "events": pa.schema(
+        [
+            _f("run_id", pa.string()),
+            _f("wall_ns", pa.int64()),
+            _f("source", pa.string()),
+            _f("member_id", pa.int16()),
+            _f("kind", pa.string()),
+            _f("leadership_term_id", pa.int64(), True),
+            _f("log_position", pa.int64(), True),
+            _f("detail", pa.string()),
+            # added columns
+            _f("incarnation", pa.int32()),
+            _f("seq", pa.int64()),
+        ]
+    ),
+    "ops": pa.schema(
+        [
+            _f("run_id", pa.string()),
+            _f("client_id", pa.int32()),
+            _f("op_id", pa.int64()),
+            _f("kind", pa.string()),
+            _f("wall_ns", pa.int64()),
+            _f("f", pa.string()),
+            _f("key", pa.string(), True),
+            _f("value", pa.string(), True),
+            _f("result", pa.string(), True),
+            _f("cluster_session_id", pa.int64(), True),
+            _f("correlation_id", pa.int64(), True),
+            _f("log_position", pa.int64(), True),
+            # added columns
+            _f("seq", pa.int64()),
+        ]
+    ),
+    "log": pa.schema(
+        [
+            _f("log_position", pa.int64()),
+            _f("leadership_term_id", pa.int64()),
+            _f("entry_type", pa.string()),
+            _f("entry", pa.binary()),
+        ]
+    ),
+}
+
+
+def file_name(process: str, incarnation: int) -> str:
+    """``node-1-i0.arrow``: the stream file of one process incarnation (same name in every table)."""
+    return f"{process}-i{incarnation}.arrow"
+
+
+# ---------------------------------------------------------------------------------------------- writer
+
+_INT_CODES = {pa.int64(): "q", pa.int32(): "i", pa.int16(): "h"}
+
+
+def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
+    """A column as an Arrow array. Integer columns without nulls skip pyarrow's Python-sequence
+    conversion (several times slower for the small batches a trace writes) and wrap a packed buffer."""
+    code = _INT_CODES.get(type_)
+    if code is not None:
+        try:
+            packed = array.array(code, values)
+        except TypeError:  # a null: the general path
+            pass
+        else:
+            return pa.Array.from_buffers(type_, len(packed), [None, pa.py_buffer(packed)])
+    return pa.array(values, type=type_)
+
+
+class TableWriter:
+    """One Arrow IPC stream file of one table; see the module docstring.
+
+    ``constants`` are columns with one value for the whole file (run_id, process, ...): they are not
+    buffered per row. If the schema has ``seq`` and it is not a constant, it is the row number in the
+    file, filled in at flush. Every other column is appended by the caller, in schema order, through
+    :meth:`append` (or straight into :attr:`columns` followed by :meth:`row_added`, which is what the
+    hot paths do)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        schema: pa.Schema,
+        clock: Callable[[], int],
+        *,
+        constants: Mapping[str, Any] | None = None,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
+        compression: str | None = None,
+    ) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        if flush_interval_ns < 0:
+            raise ValueError(f"flush_interval_ns must be >= 0, got {flush_interval_ns}")
+        self.path = Path(path)
+        if self.path.exists():
+            raise FileExistsError(f"trace file {self.path} exists: one file per process incarnation")
+        self.schema = schema
+        self._clock = clock
+        self.max_rows = max_rows
+        self.flush_interval_ns = flush_interval_ns
+        # Arrow IPC buffer compression ("zstd", "lz4"): pyarrow reads it transparently; off by default
+        # so that any Arrow reader (Spark's Java Arrow without its compression module) can read a trace.
+        self._options = ipc.IpcWriteOptions(compression=compression)
+        constants = dict(constants or {})
+        unknown = set(constants) - set(schema.names)
+        if unknown:
+            raise ValueError(f"constants {sorted(unknown)} are not columns of {schema.names}")
+        self._constants = {name: pa.scalar(value, schema.field(name).type) for name, value in constants.items()}
+        self._has_seq = "seq" in schema.names and "seq" not in constants
+        self.varying: tuple[str, ...] = tuple(
+            n for n in schema.names if n not in constants and not (n == "seq" and self._has_seq)
+        )
+        self.columns: tuple[list[Any], ...] = tuple([] for _ in self.varying)
+        self.buffered = 0
+        self.rows_written = 0
+        self.batches_written = 0
+        self.bytes_written = 0
+        self._deadline_ns: int | None = None  # when the oldest buffered row must be on disk
+        self._sink: pa.NativeFile | None = None
+        self._writer: ipc.RecordBatchStreamWriter | None = None
+        self.closed = False
+
+    @property
+    def next_seq(self) -> int:
+        """The ``seq`` the next appended row gets."""
+        return self.rows_written + self.buffered
+
+    def append(self, *values: Any) -> None:
+        """One row: a value for each name in :attr:`varying`, in that order."""
+        for column, value in zip(self.columns, values, strict=True):
+            column.append(value)
+        self.row_added()
+
+    def row_added(self) -> None:
+        """Count a row appended straight into :attr:`columns`; flush if the buffer is full or old."""
+        if self.closed:
+            raise ValueError(f"{self.path} is closed")
+        self.buffered += 1
+        if self.buffered >= self.max_rows:
+            self.flush()
+            return
+        deadline = self._deadline_ns
+        if deadline is None:
+            self._deadline_ns = self._clock() + self.flush_interval_ns
+        elif self._clock() >= deadline:
+            self.flush()
+
+    def poll(self, now_ns: int | None = None) -> bool:
+        """Flush if the oldest buffered row has waited ``flush_interval_ns``. True if it flushed."""
+        deadline = self._deadline_ns
+        if deadline is None:
+            return False
+        if (self._clock() if now_ns is None else now_ns) >= deadline:
+            self.flush()
+            return True
+        return False
+
+    def next_deadline_ns(self) -> int | None:
+        """When :meth:`poll` must next be called (None: nothing buffered)."""
+        return self._deadline_ns
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            raise FileExistsError(f"trace file {self.path} exists: one file per process incarnation")
+        # OSFile is unbuffered: every write is a write(2), so a finished batch is in the page cache
+        # and survives SIGKILL; a batch cut short by the kill is the torn tail readers skip.
+        self._sink = pa.OSFile(str(self.path), "wb")
+        self._writer = ipc.new_stream(self._sink, self.schema, options=self._options)
+
+    def flush(self) -> None:
+        """Write the buffered rows as one record batch (opening the file on the first one)."""
+        n = self.buffered
+        self._deadline_ns = None
+        if n == 0:
+            if self._writer is None and not self.closed:
+                self._open()  # an empty table still gets its schema on disk
+            return
+        if self._writer is None:
+            self._open()
+        arrays = []
+        schema = self.schema
+        by_name = dict(zip(self.varying, self.columns, strict=True))
+        for field in schema:
+            name = field.name
+            if name in by_name:
+                arrays.append(_to_arrow(by_name[name], field.type))
+            elif name in self._constants:
+                arrays.append(pa.repeat(self._constants[name], n))
+            else:  # seq
+                arrays.append(_to_arrow(range(self.rows_written, self.rows_written + n), field.type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        assert self._writer is not None
+        self._writer.write_batch(batch)
+        for column in self.columns:
+            column.clear()
+        self.buffered = 0
+        self.rows_written += n
+        self.batches_written += 1
+        assert self._sink is not None
+        self.bytes_written = self._sink.tell()
+
+    def close(self) -> None:
+        """Flush and write the end-of-stream marker. Idempotent."""
+        if self.closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self.closed = True
+            if self._writer is not None:
+                self._writer.close()
+            if self._sink is not None:
+                self.bytes_written = self._sink.tell()
+                self._sink.close()
+
+
+# ---------------------------------------------------------------------------------------------- promotion
+
+_HEADER = struct.Struct("<HHHH")
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_HEADER_LENGTH = 8
+_FIELD_SIZE = {"q": 8, "i": 4, "B": 1, "H": 2}
+# Which fixed field is a message's term / log position, in order of preference.
+_TERM_FIELDS = ("leadership_term_id", "candidate_term_id")
+_POSITION_FIELDS = ("log_position",)
+_BLOCK_MESSAGES = ("LogBlock", "ReplayBlock")  # term + *end* position = start + len(entries)
+
+# template id -> (name, term offset | -1, position offset | -1, start offset of a block's start_position | -1)
+_Promotion = tuple[str, int, int, int]
+_PROMOTIONS: dict[int, _Promotion] | None = None
+
+
+def _build_promotions() -> dict[int, _Promotion]:
+    from core.codec.registry import REGISTRY
+
+    table: dict[int, _Promotion] = {}
+    for template_id, cls in REGISTRY.items():
+        offsets: dict[str, int] = {}
+        offset = _HEADER_LENGTH
+        for name, fmt in cls._FIXED:
+            offsets[name] = offset
+            offset += _FIELD_SIZE[fmt]
+        term = next((offsets[n] for n in _TERM_FIELDS if n in offsets), -1)
+        position = next((offsets[n] for n in _POSITION_FIELDS if n in offsets), -1)
+        start = offsets["start_position"] if cls.__name__ in _BLOCK_MESSAGES else -1
+        table[template_id] = (cls.__name__, term, position, start)
+    return table
+
+
+def promote(payload: bytes) -> tuple[str, int | None, int | None]:
+    """(msg_type, leadership_term_id, log_position) from a message's header and fixed block, without
+    decoding it. Never raises: a payload the codec cannot name gets ``message_name``'s description
+    (``Truncated(...)``, ``Unknown(...)``) and null positions."""
+    global _PROMOTIONS
+    table = _PROMOTIONS
+    if table is None:
+        table = _PROMOTIONS = _build_promotions()
+    n = len(payload)
+    spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
+    if spec is None:
+        from core.codec.registry import message_name
+
+        return message_name(payload), None, None
+    name, term_at, position_at, start_at = spec
+    term = _I64.unpack_from(payload, term_at)[0] if 0 <= term_at <= n - 8 else None
+    if start_at >= 0:
+        # Variable data starts after the *sender's* block length (SBE); entries is the only var field.
+        var_at = _HEADER_LENGTH + (payload[0] | payload[1] << 8)
+        if start_at <= n - 8 and var_at <= n - 4:
+            return name, term, _I64.unpack_from(payload, start_at)[0] + _U32.unpack_from(payload, var_at)[0]
+        return name, term, None
+    position = _I64.unpack_from(payload, position_at)[0] if 0 <= position_at <= n - 8 else None
+    return name, term, position
+
+
+# ---------------------------------------------------------------------------------------------- process
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if hasattr(value, "describe"):
+        return value.describe()
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: an IntEnum by name (json would write its number), a StrEnum by value."""
+    if isinstance(value, Enum):
+        return value.value if isinstance(value, str) else value.name
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return value
+
+
+def detail_json(detail: Mapping[str, Any] | str | None) -> str:
+    """An event's ``detail`` column: a JSON object (enums by name, bytes as hex)."""
+    if detail is None:
+        return "{}"
+    if isinstance(detail, str):
+        return detail
+    return json.dumps(_plain(detail), sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+class ProcessRecorder:
+    """The recorder of one process incarnation: what the runtime (or the simulator) calls.
+
+    ``clock`` gives ``mono_ns`` and drives the 100 ms flushes; ``wall_clock`` gives ``wall_ns``. Both
+    are the virtual clock in the simulator. Tables are created on first use, so a client has no
+    ``applied`` file. Misuse (recording after close) raises ValueError."""
+
+    def __init__(
+        self,
+        run_dir: Path | str,
+        run_id: str,
+        process: str = "node-1",
+        member_id: int = -1,
+        incarnation: int = 0,
+        clock: Callable[[], int] = time.monotonic_ns,
+        *,
+        wall_clock: Callable[[], int] = time.time_ns,
+        service_id: int = 0,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
+        compression: str | None = None,
+        close_at_exit: bool = False,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.process = process
+        self.member_id = member_id
+        self.incarnation = incarnation
+        self.service_id = service_id
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.max_rows = max_rows
+        self.flush_interval_ns = flush_interval_ns
+        self.compression = compression
+        self.closed = False
+        self._writers: dict[str, TableWriter] = {}
+        # Hot path of message(): the writer and its columns' bound append methods, once opened.
+        self._messages: TableWriter | None = None
+        self._msg_appends: tuple[Callable[[Any], None], ...] = ()
+        if close_at_exit:
+            atexit.register(self.close)
+
+    def __repr__(self) -> str:
+        return f"ProcessRecorder({self.process} incarnation={self.incarnation} dir={self.run_dir})"
+
+    def path(self, table: str) -> Path:
+        return self.run_dir / table / file_name(self.process, self.incarnation)
+
+    def writer(self, table: str) -> TableWriter:
+        """The table's writer, created on first use."""
+        w = self._writers.get(table)
+        if w is None:
+            if self.closed:
+                raise ValueError(f"{self!r} is closed")
+            constants: dict[str, Any] = {"run_id": self.run_id}
+            if table == "messages":
+                constants.update(member_id=self.member_id, process=self.process, incarnation=self.incarnation)
+            elif table == "applied":
+                constants.update(member_id=self.member_id, service_id=self.service_id, incarnation=self.incarnation)
+            elif table == "events":
+                constants.update(incarnation=self.incarnation)
+            elif table == "log":
+                constants = {}
+            w = TableWriter(
+                self.path(table),
+                SCHEMAS[table],
+                self.clock,
+                constants=constants,
+                max_rows=self.max_rows,
+                flush_interval_ns=self.flush_interval_ns,
+                compression=self.compression,
+            )
+            self._writers[table] = w
+        return w
+
+    # ------------------------------------------------------------------------------------- rows
+
+    def message(
+        self,
+        direction: str,
+        channel: str,
+        peer: int,
+        payload: bytes,
+        wall_ns: int | None = None,
+        mono_ns: int | None = None,
+        *,
+        peer_process: str | None = None,
+        msg_id: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """One message crossing this process's boundary: ``send``, ``recv`` or ``drop`` (chaos gate).
+
+        ``channel`` is a Channel (a StrEnum) or its value; ``peer`` the other member's id, -1 for a
+        client or n/a. ``payload`` must be the exact encoded bytes (copied if not ``bytes``)."""
+        w = self._messages
+        if w is None:
+            w = self._messages = self.writer("messages")
+            self._msg_appends = tuple(c.append for c in w.columns)
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        msg_type, term, position = promote(payload)
+        a_wall, a_mono, a_dir, a_chan, a_peer, a_type, a_term, a_pos, a_payload, a_pp, a_id, a_reason = (
+            self._msg_appends
+        )
+        a_wall(self.wall_clock() if wall_ns is None else wall_ns)
+        a_mono(self.clock() if mono_ns is None else mono_ns)
+        a_dir(direction)
+        a_chan(str(channel))
+        a_peer(peer)
+        a_type(msg_type)
+        a_term(term)
+        a_pos(position)
+        a_payload(payload)
+        a_pp(peer_process)
+        a_id(msg_id)
+        a_reason(reason)
+        w.row_added()
+
+    def applied(self, entry: Any, wall_ns: int | None = None) -> None:
+        """One applied log entry: ``entry`` is a core.service.agent.AppliedEntry (or anything with its
+        fields). Pass this method as the service agent's ``on_applied``."""
+        w = self.writer("applied")
+        w.append(
+            entry.log_position,
+            entry.length,
+            entry.leadership_term_id,
+            str(entry.entry_type),
+            entry.cluster_time,
+            entry.entry_digest,
+            entry.state_digest,
+            bool(entry.replay),
+            self.wall_clock() if wall_ns is None else wall_ns,
+        )
+
+    def event(
+        self,
+        kind: str,
+        member_id: int = -1,
+        leadership_term_id: int | None = None,
+        log_position: int | None = None,
+        detail: Mapping[str, Any] | str | None = None,
+        *,
+        wall_ns: int | None = None,
+        source: str | None = None,
+    ) -> None:
+        """One event. The positional signature is core.consensus.context.EventSink, so a node passes
+        this method as ``ConsensusModuleContext.events``. ``source`` defaults to this process."""
+        self.writer("events").append(
+            self.wall_clock() if wall_ns is None else wall_ns,
+            self.process if source is None else source,
+            member_id,
+            kind,
+            leadership_term_id,
+            log_position,
+            detail_json(detail),
+        )
+
+    def op(
+        self,
+        client_id: int,
+        op_id: int,
+        kind: str,
+        f: str,
+        key: str | None = None,
+        value: str | None = None,
+        result: str | None = None,
+        cluster_session_id: int | None = None,
+        correlation_id: int | None = None,
+        log_position: int | None = None,
+        *,
+        wall_ns: int | None = None,
+    ) -> None:
+        """One client history row: ``invoke``, then ``ok``, ``fail`` or ``info`` for the same op_id."""
+        self.writer("ops").append(
+            client_id,
+            op_id,
+            kind,
+            self.wall_clock() if wall_ns is None else wall_ns,
+            f,
+            key,
+            value,
+            result,
+            cluster_session_id,
+            correlation_id,
+            log_position,
+        )
+
+    # ------------------------------------------------------------------------------------- flushing
+
+    def poll(self, now_ns: int | None = None) -> int:
+        """Flush every table whose oldest buffered row is due; returns how many flushed. Call it from
+        the duty cycle (it is a few comparisons when nothing is due)."""
+        now = self.clock() if now_ns is None else now_ns
+        return sum(1 for w in self._writers.values() if w.poll(now))
+
+    def next_deadline_ns(self) -> int | None:
+        """The earliest flush deadline (on ``clock``), or None: for the duty cycle's poll timeout."""
+        deadlines = [d for w in self._writers.values() if (d := w.next_deadline_ns()) is not None]
+        return min(deadlines) if deadlines else None
+
+    def flush(self) -> None:
+        for w in self._writers.values():
+            w.flush()
+
+    def close(self) -> None:
+        """Flush and close every table. Idempotent; call it at clean exit."""
+        if self.closed:
+            return
+        self.closed = True
+        errors = []
+        for w in self._writers.values():
+            try:
+                w.close()
+            except Exception as e:  # close the others, then report
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def rows(self) -> dict[str, int]:
+        """Rows recorded so far, per table (written or buffered)."""
+        return {t: w.next_seq for t, w in self._writers.items()}
+
+    def __enter__(self) -> ProcessRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NullRecorder:
+    """Recording turned off: the ProcessRecorder API, doing nothing."""
+
+    closed = False
+
+    def message(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def applied(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def event(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def op(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def poll(self, now_ns: int | None = None) -> int:
+        return 0
+
+    def next_deadline_ns(self) -> int | None:
+        return None
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def process_recorder(run_dir: Path | str | None, run_id: str, process: str, **kwargs: Any) -> Any:
+    """A ProcessRecorder, or a NullRecorder when ``run_dir`` is None (recording off)."""
+    if run_dir is None:
+        return NullRecorder()
+    return ProcessRecorder(run_dir, run_id, process, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- committed log
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    """One row of the ``log`` table."""
+
+    log_position: int  # end of the entry
+    leadership_term_id: int
+    entry_type: str
+    entry: bytes  # the framed bytes exactly as in the recording
+
+
+def entry_type_name(frame_type: int, payload: bytes) -> str:
+    """The ``applied.entry_type`` name of a log entry (``Padding`` for a pad frame)."""
+    from core.codec.framing import HDR_TYPE_PAD
+    from core.codec.registry import message_name
+    from core.service.agent import EntryType
+
+    if frame_type == HDR_TYPE_PAD:
+        return "Padding"
+    name = message_name(payload)
+    mapping = {
+        "SessionMessageHeader": EntryType.SESSION_MESSAGE,
+        "SessionOpenEvent": EntryType.SESSION_OPEN,
+        "SessionCloseEvent": EntryType.SESSION_CLOSE,
+        "TimerEvent": EntryType.TIMER,
+        "ClusterActionRequest": EntryType.CLUSTER_ACTION,
+        "NewLeadershipTermEvent": EntryType.NEW_LEADERSHIP_TERM,
+        "MembershipChangeEvent": EntryType.MEMBERSHIP_CHANGE,
+    }
+    et = mapping.get(name)
+    return str(et) if et is not None else name
+
+
+def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[LogRow], int]:
+    """The whole frames of a member's log recording that end at or before ``up_to_position``, read-only
+    (the segment files are read directly, never opened for repair). Returns (rows, end position)."""
+    from core.archive.layout import log_dir
+    from core.archive.recording import list_segments
+    from core.codec.framing import frame, walk_frames
+
+    segments = list_segments(log_dir(member_dir))
+    if not segments:
+        return [], 0
+    base = segments[0][0]
+    chunks = []
+    expected = base
+    for seg_base, path in segments:
+        if seg_base != expected:
+            break  # a gap: keep what is contiguous
+        data = path.read_bytes()
+        chunks.append(data)
+        expected = seg_base + len(data)
+        if expected >= up_to_position:
+            break
+    walk = walk_frames(b"".join(chunks), base)
+    rows = []
+    end = base
+    for f in walk.frames:
+        if f.end_position > up_to_position:
+            break
+        rows.append(
+            LogRow(
+                f.end_position,
+                f.leadership_term_id,
+                entry_type_name(f.frame_type, f.payload),
+                frame(f.payload, f.position, f.leadership_term_id, f.frame_type),
+            )
+        )
+        end = f.end_position
+    return rows, end
+
+
+def committed_log(member_dirs: Mapping[int, Path | str], commit_position: int) -> tuple[list[LogRow], int | None]:
+    """The committed log up to ``commit_position`` from the first member (in id order) whose recording
+    holds all of it from position 0, else the longest prefix found. Returns (rows, member used)."""
+    best: tuple[list[LogRow], int | None, int] = ([], None, -1)
+    for member_id in sorted(member_dirs):
+        rows, end = read_recording(member_dirs[member_id], commit_position)
+        starts_at_zero = not rows or rows[0].log_position - len(rows[0].entry) == 0
+        if not starts_at_zero:
+            continue  # a purged recording (after a snapshot) does not hold the whole log
+        if end == commit_position:
+            return rows, member_id
+        if end > best[2]:
+            best = (rows, member_id, end)
+    return best[0], best[1]
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def git_commit(repo: Path | None = None) -> str | None:
+    """The repository's HEAD commit (with ``-dirty`` if the tree has changes), or None if unknown."""
+    repo = repo or Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None
+
+
+def new_run_id(scenario: str = "run") -> str:
+    """``<scenario>-<UTC time>-<6 hex>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return f"{scenario or 'run'}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def write_json_atomically(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, default=_json_default)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunRecorder:
+    """One run's directory: run.json, the harness's own events, and at the end the committed log.
+
+    ``members`` is a list of dicts (member_id and endpoints), ``config`` a dict with every timeout and
+    endpoint. run.json is written at once with outcome ``running`` (a run whose harness died says so)
+    and rewritten by :meth:`finish`. Processes of the run open their own ProcessRecorder on the same
+    ``run_dir`` and ``run_id`` (:meth:`process` does it for in-process ones)."""
+
+    def __init__(
+        self,
+        run_dir: Path | str,
+        run_id: str | None = None,
+        *,
+        scenario: str = "",
+        seed: int | None = None,
+        members: Iterable[Mapping[str, Any]] = (),
+        config: Mapping[str, Any] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+        wall_clock: Callable[[], int] = time.time_ns,
+        extra: Mapping[str, Any] | None = None,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
+        compression: str | None = None,
+    ) -> None:
+        from core import __version__
+
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id or new_run_id(scenario)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.max_rows = max_rows
+        self.flush_interval_ns = flush_interval_ns
+        self.compression = compression
+        self.meta: dict[str, Any] = {
+            "run_id": self.run_id,
+            "scenario": scenario,
+            "seed": seed,
+            "members": [dict(m) for m in members],
+            "config": dict(config or {}),
+            "clusterlab_version": __version__,
+            "git_commit": git_commit(),
+            "start_wall_ns": time.time_ns(),
+            "end_wall_ns": None,
+            "outcome": "running",
+            "trace_format": {"tables": list(TABLES), "file": "<table>/<process>-i<incarnation>.arrow"},
+        }
+        self.meta.update(extra or {})
+        self.processes: list[ProcessRecorder] = []
+        self.harness = self.process("harness")
+        self.finished = False
+        self.write_meta()
+
+    def write_meta(self) -> None:
+        write_json_atomically(self.run_dir / "run.json", self.meta)
+
+    def process(self, process: str, member_id: int = -1, incarnation: int = 0, **kwargs: Any) -> ProcessRecorder:
+        """A ProcessRecorder in this run on this recorder's clocks (closed by :meth:`finish`)."""
+        kwargs.setdefault("clock", self.clock)
+        kwargs.setdefault("wall_clock", self.wall_clock)
+        kwargs.setdefault("max_rows", self.max_rows)
+        kwargs.setdefault("flush_interval_ns", self.flush_interval_ns)
+        kwargs.setdefault("compression", self.compression)
+        rec = ProcessRecorder(self.run_dir, self.run_id, process, member_id, incarnation, **kwargs)
+        self.processes.append(rec)
+        return rec
+
+    def event(self, kind: str, member_id: int = -1, log_position: int | None = None, **detail: Any) -> None:
+        """A harness event (source ``harness``): lifecycle and faults with their parameters."""
+        self.harness.event(kind, member_id, None, log_position, detail)
+
+    def write_log(self, rows: Iterable[LogRow]) -> Path:
+        """The ``log`` table (log/committed.arrow)."""
+        path = self.run_dir / "log" / "committed.arrow"
+        w = TableWriter(path, SCHEMAS["log"], self.clock, max_rows=1 << 30, flush_interval_ns=1 << 62)
+        for r in rows:
+            w.append(r.log_position, r.leadership_term_id, r.entry_type, r.entry)
+        w.close()
+        return path
+
+    def finish(
+        self,
+        outcome: str,
+        *,
+        member_dirs: Mapping[int, Path | str] | None = None,
+        commit_position: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Close every in-process recorder, write the committed log (from ``member_dirs`` up to
+        ``commit_position``, or the highest commit the trace's events show) and the final run.json.
+        Returns the metadata."""
+        if self.finished:
+            return self.meta
+        self.finished = True
+        for rec in self.processes:
+            rec.close()
+        log_meta: dict[str, Any] = {"written": False}
+        if member_dirs:
+            if commit_position is None:
+                commit_position = highest_commit_in_trace(self.run_dir)
+            existing = {m: d for m, d in member_dirs.items() if Path(d).is_dir()}
+            rows, source = committed_log(existing, commit_position) if existing else ([], None)
+            self.write_log(rows)
+            end = rows[-1].log_position if rows else 0
+            log_meta = {
+                "written": True,
+                "commit_position": commit_position,
+                "end_position": end,
+                "entries": len(rows),
+                "from_member": source,
+                "complete": end == commit_position,
+            }
+        self.meta["committed_log"] = log_meta
+        self.meta["outcome"] = outcome
+        self.meta["end_wall_ns"] = time.time_ns()
+        self.meta.update(extra or {})
+        self.write_meta()
+        return self.meta
+
+
+def highest_commit_in_trace(run_dir: Path | str) -> int:
+    """The highest commit position the trace shows: ``commit`` events and CommitPosition messages."""
+    from harness.trace import open_run
+
+    run = open_run(run_dir)
+    best = 0
+    events = run.tables["events"]
+    for kind, pos in zip(events.column("kind").to_pylist(), events.column("log_position").to_pylist(), strict=True):
+        if kind == "commit" and pos is not None and pos > best:
+            best = pos
+    messages = run.tables["messages"]
+    for name, pos in zip(
+        messages.column("msg_type").to_pylist(), messages.column("log_position").to_pylist(), strict=True
+    ):
+        if name == "CommitPosition" and pos is not None and pos > best:
+            best = pos
+    return best
+
+
+# ---------------------------------------------------------------------------------------------- benchmark
+
+
+def bench_message_rows(rows: int = 200_000, directory: Path | str | None = None) -> dict[str, float]:
+    """Rows/s of :meth:`ProcessRecorder.message` with real clocks and real files, on a mix like a
+    busy member's (AppendPosition, CommitPosition, a 3-entry LogBlock, a client SessionMessageHeader).
+    Also returns bytes per row of the resulting file."""
+    from core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message, frame
+
+    entries = b"".join(frame(b"x" * 64, 32 * 4 * i, 3) for i in range(3))
+    payloads = [
+        AppendPosition(leadership_term_id=3, log_position=4096, follower_member_id=1, flags=0).encode(),
+        CommitPosition(leadership_term_id=3, log_position=4096, leader_member_id=0).encode(),
+        LogBlock(
+            leadership_term_id=3,
+            start_position=4096,
+            commit_position=4000,
+            leader_member_id=0,
+            log_session_id=7,
+            entries=entries,
+        ).encode(),
+        encode_session_message(3, 42, 1_000, b'{"id":1,"op":"put","key":"k1","value":"v1"}'),
+    ]
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        rec = ProcessRecorder(tmp, "bench", "node-0", 0, 0)
+        channels = ["consensus", "consensus", "log", "ingress"]
+        start = time.perf_counter()
+        message = rec.message
+        for i in range(rows):
+            k = i & 3
+            message("send", channels[k], 1, payloads[k], msg_id=i)
+        rec.close()
+        elapsed = time.perf_counter() - start
+        size = rec.path("messages").stat().st_size
+        payload_bytes = sum(len(p) for p in payloads) / 4
+    return {
+        "rows": rows,
+        "seconds": elapsed,
+        "rows_per_s": rows / elapsed,
+        "us_per_row": elapsed / rows * 1e6,
+        "file_bytes_per_row": size / rows,
+        "payload_bytes_per_row": payload_bytes,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(bench_message_rows(), indent=2))

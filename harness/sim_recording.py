@@ -1,0 +1,466 @@
+"""Recording a SimCluster run through the same recorder the runtime uses (harness.recorder).
+
+``record_sim(cluster, run_dir, run_id, scenario, seed)`` attaches to the simulator's hooks and writes
+the trace tables of TRACE_SCHEMA.md, with the virtual time as both ``wall_ns`` and ``mono_ns``:
+
+- every network message: a ``send`` row at the sender (``node-<i>``, or ``service-<i>`` for the
+  service's egress replies, or ``client-<k>``) and a ``recv`` row at the receiver; ``msg_id`` is the
+  network's sequence number (a duplicated copy carries its original's), so send and recv link exactly.
+- chaos drops (loss, partition, isolated, blocked) as ``drop`` rows, with the ``reason``, written
+  where the runtime's chaos gate writes them: at the sender, in the same file as the message's
+  ``send`` row (the incarnation that sent it, even when the network cuts it in flight after that
+  incarnation died). A message whose receiver is down (killed/stopped, or killed while the message
+  was in flight) gets no row, as in a real run where the sender never learns and the dead process
+  records nothing: it stays an unmatched send, and :attr:`SimRecording.down_drops` counts them.
+- node <-> service traffic (same-host IPC, which bypasses the network) on channel ``service``: the
+  node's sends are recorded when queued; the service's sends (acks, timers) when the node takes them,
+  which is the same virtual instant.
+- ``applied`` rows of every service, events (source ``harness`` for lifecycle and faults, ``node-<i>``
+  for what members emit), and client ops of an attached KvWorkload (:meth:`SimRecording.attach_workload`).
+- run.json, and at :meth:`SimRecording.close` the committed ``log`` table read from the members' archives.
+
+Each member incarnation is a new process incarnation: files ``node-1-i0``, ``node-1-i1``, ... A kill
+or stop flushes the incarnation's files; they are closed with the recording (a simulated kill loses
+nothing, and a message the dead incarnation sent may still be cut in flight). Attach right after
+constructing the cluster (what it did while constructing is recorded retroactively).
+
+Where SimCluster has no public hook (the node <-> service queues, the applied list, member starts),
+this module wraps the instance's own attributes; it never edits the simulator's code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter, deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.consensus.context import Channel
+from harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
+from harness.sim_parts import CLIENT_ID_BASE
+from harness.simnet import DROP_DOWN, Delivery
+
+_SESSION_MESSAGE_TEMPLATE_ID = 1  # SessionMessageHeader: egress sent by the service, not the node
+
+
+def process_of(network_id: int, channel: Channel | str, payload: bytes) -> tuple[str, int]:
+    """(process name, member id or -1) of the endpoint ``network_id`` for a message it sends or gets.
+    A member's egress SessionMessageHeader is its service's reply (Aeron's service publishes egress)."""
+    if network_id >= 0:
+        template_id = payload[2] | payload[3] << 8 if len(payload) >= 4 else -1
+        if channel == Channel.EGRESS and template_id == _SESSION_MESSAGE_TEMPLATE_ID:
+            return f"service-{network_id}", network_id
+        return f"node-{network_id}", network_id
+    if network_id <= CLIENT_ID_BASE:
+        return f"client-{CLIENT_ID_BASE - network_id}", -1
+    return "harness", -1
+
+
+class _NodeToService(deque):  # type: ignore[type-arg]
+    """The queue from a node to its service: append = the node's send, popleft = the service's recv."""
+
+    def __init__(self, items: Any, on_append: Callable[[bytes], None], on_pop: Callable[[bytes], None]) -> None:
+        super().__init__()
+        self._on_append = on_append
+        self._on_pop = on_pop
+        for item in items:
+            self.append(item)
+
+    def append(self, item: bytes) -> None:
+        super().append(item)
+        self._on_append(item)
+
+    def popleft(self) -> bytes:
+        item = super().popleft()
+        self._on_pop(item)
+        return item
+
+
+class _ServiceToNode:
+    """Stands in for a service host's ``to_node`` queue: the agent appends to the real deque (it holds
+    its bound ``append``); the simulator's pump takes from here, which records send and recv."""
+
+    def __init__(self, real: deque, on_pop: Callable[[bytes], None]) -> None:  # type: ignore[type-arg]
+        self._real = real
+        self._on_pop = on_pop
+
+    def __bool__(self) -> bool:
+        return bool(self._real)
+
+    def __len__(self) -> int:
+        return len(self._real)
+
+    def append(self, item: bytes) -> None:
+        self._real.append(item)
+
+    def popleft(self) -> bytes:
+        item = self._real.popleft()
+        self._on_pop(item)
+        return item
+
+
+class _AppliedList(list):  # type: ignore[type-arg]
+    """SimCluster.applied with a hook on append (the service hosts' on_applied sink appends here)."""
+
+    def __init__(self, items: list[Any], hook: Callable[[dict[str, Any]], None]) -> None:
+        super().__init__(items)
+        self.hook: Callable[[dict[str, Any]], None] | None = hook
+
+    def append(self, row: Any) -> None:
+        super().append(row)
+        if self.hook is not None:
+            self.hook(row)
+
+
+def sim_config(cluster: Any) -> dict[str, Any]:
+    """run.json's ``config`` for a SimCluster: every timeout, the network, the endpoints."""
+    return {
+        "runtime": "sim",
+        "timeouts": dataclasses.asdict(cluster.timeouts),
+        "network": dataclasses.asdict(cluster.network_config),
+        "appointed_leader_id": cluster.appointed_leader_id,
+        "service": cluster.service_name,
+        "endpoints": {str(m.member_id): dataclasses.asdict(m) for m in cluster.cluster_members},
+    }
+
+
+class SimRecording:
+    """A SimCluster being recorded; see the module docstring. Close it after the run (after the
+    cluster's own close, so the final stops and the messages they strand are in the trace)."""
+
+    def __init__(
+        self, cluster: Any, run_dir: Path | str, run_id: str | None, scenario: str, seed: int | None, **kwargs: Any
+    ) -> None:
+        self.cluster = cluster
+        clock = cluster.clock
+        now: Callable[[], int] = lambda: clock.now_ns  # noqa: E731
+        self._now = now
+        self.run = RunRecorder(
+            run_dir,
+            run_id,
+            scenario=scenario,
+            seed=cluster.seed if seed is None else seed,
+            members=[dataclasses.asdict(m) for m in cluster.cluster_members],
+            config=sim_config(cluster),
+            clock=now,
+            wall_clock=now,
+            **kwargs,
+        )
+        self.run_dir = self.run.run_dir
+        self.run_id = self.run.run_id
+        self._by_incarnation: dict[tuple[str, int], ProcessRecorder] = {}
+        self._senders: dict[int, ProcessRecorder] = {}  # network seq of a message in flight -> its sender
+        self.down_drops = 0  # messages lost to a dead receiver: unmatched sends, no drop row
+        self.down_drops_between_members = 0
+        self.rows = Counter[str]()
+        self.highest_commit = 0
+        self._workloads: list[_WorkloadRecorder] = []
+        self.closed = False
+        self._attach()
+
+    # ------------------------------------------------------------------------------- recorders
+
+    def recorder(self, process: str, member_id: int, incarnation: int) -> ProcessRecorder:
+        key = (process, incarnation)
+        rec = self._by_incarnation.get(key)
+        if rec is None:
+            rec = self.run.process(process, member_id, incarnation)
+            self._by_incarnation[key] = rec
+        return rec
+
+    def _incarnation(self, process: str, member_id: int) -> int:
+        return self.cluster.incarnation(member_id) if member_id >= 0 else 0
+
+    def _endpoint(self, network_id: int, channel: Channel, payload: bytes) -> tuple[ProcessRecorder, str]:
+        process, member_id = process_of(network_id, channel, payload)
+        return self.recorder(process, member_id, self._incarnation(process, member_id)), process
+
+    def _end_incarnation(self, member_id: int) -> None:
+        """The member's node and service processes died or stopped: flush their files."""
+        incarnation = self.cluster.incarnation(member_id)
+        for process in (f"node-{member_id}", f"service-{member_id}"):
+            rec = self._by_incarnation.get((process, incarnation))
+            if rec is not None:
+                rec.flush()
+
+    # ------------------------------------------------------------------------------- hooks
+
+    def _attach(self) -> None:
+        c = self.cluster
+        net = c.network
+        # What the cluster did while constructing: its events, messages still in flight (their
+        # send rows), and the service hosts' queues.
+        for event in c.events:
+            self._on_event(event)
+        for msg in net.in_flight():
+            if not msg.duplicate:
+                self._on_send(msg)
+        net.on_send.append(self._on_send)
+        net.on_deliver.append(self._on_deliver)
+        net.on_drop.append(self._on_drop)
+        c.on_event.append(self._on_event)
+        self._applied = _AppliedList(list(c.applied), self._on_applied)
+        for row in self._applied:
+            self._on_applied(row)
+        c.applied = self._applied
+        for member_id in c.members_alive():
+            self._wrap_service_queues(member_id)
+        original_start = c._start_member
+
+        def start_member(member_id: int, wiped: bool = False) -> None:
+            original_start(member_id, wiped)
+            self._wrap_service_queues(member_id)
+
+        self._original_start = original_start
+        c._start_member = start_member
+
+    def _detach(self) -> None:
+        c = self.cluster
+        net = c.network
+        for hooks, hook in (
+            (net.on_send, self._on_send),
+            (net.on_deliver, self._on_deliver),
+            (net.on_drop, self._on_drop),
+            (c.on_event, self._on_event),
+        ):
+            if hook in hooks:
+                hooks.remove(hook)
+        self._applied.hook = None
+        c._start_member = self._original_start
+
+    def _wrap_service_queues(self, member_id: int) -> None:
+        host = self.cluster._services[member_id]
+        outbox = self.cluster._outboxes[member_id]
+        if host is None or outbox is None or isinstance(host.from_node, _NodeToService):
+            return
+        incarnation = self.cluster.incarnation(member_id)
+        node = self.recorder(f"node-{member_id}", member_id, incarnation)
+        service = self.recorder(f"service-{member_id}", member_id, incarnation)
+        node_name, service_name = f"node-{member_id}", f"service-{member_id}"
+        now = self._now
+        channel = Channel.SERVICE.value
+
+        def node_sends(payload: bytes) -> None:
+            t = now()
+            node.message(SEND, channel, member_id, payload, t, t, peer_process=service_name)
+            self.rows["service_ipc"] += 1
+
+        def service_receives(payload: bytes) -> None:
+            t = now()
+            service.message(RECV, channel, member_id, payload, t, t, peer_process=node_name)
+
+        def service_to_node(payload: bytes) -> None:
+            t = now()
+            service.message(SEND, channel, member_id, payload, t, t, peer_process=node_name)
+            node.message(RECV, channel, member_id, payload, t, t, peer_process=service_name)
+            self.rows["service_ipc"] += 1
+
+        queue = _NodeToService(host.from_node, node_sends, service_receives)
+        host.from_node = queue
+        outbox.service_inbox = queue
+        host.to_node = _ServiceToNode(host.to_node, service_to_node)
+
+    def _on_send(self, msg: Delivery) -> None:
+        payload = msg.payload
+        channel = msg.channel
+        rec, _ = self._endpoint(msg.src, channel, payload)
+        peer_process, _ = process_of(msg.dst, channel, payload)
+        if peer_process.startswith("service-"):
+            peer_process = f"node-{msg.dst}"  # only egress is sent by a service; nothing is sent to one
+        rec.message(
+            SEND,
+            channel.value,
+            msg.dst if msg.dst >= 0 else -1,
+            payload,
+            msg.send_ns,
+            msg.send_ns,
+            peer_process=peer_process,
+            msg_id=msg.seq,
+        )
+        self._senders[msg.seq] = rec
+        self.rows[SEND] += 1
+
+    def _on_deliver(self, msg: Delivery) -> None:
+        dst = msg.dst
+        if dst >= 0:
+            process, member_id = f"node-{dst}", dst
+        else:
+            process, member_id = process_of(dst, msg.channel, msg.payload)
+        rec = self.recorder(process, member_id, self._incarnation(process, member_id))
+        sender, _ = process_of(msg.src, msg.channel, msg.payload)
+        # SimNetwork.send schedules a duplicate right after its original, so its seq is the original's + 1.
+        msg_id = msg.seq - 1 if msg.duplicate else msg.seq
+        self._senders.pop(msg_id, None)
+        t = self._now()
+        rec.message(
+            RECV, msg.channel.value, msg.src if msg.src >= 0 else -1, msg.payload, t, t,
+            peer_process=sender, msg_id=msg_id,
+        )  # fmt: skip
+        self.rows[RECV] += 1
+
+    def _on_drop(self, msg: Delivery, reason: str, now_ns: int) -> None:
+        msg_id = msg.seq - 1 if msg.duplicate else msg.seq
+        sender = self._senders.pop(msg_id, None)
+        if reason == DROP_DOWN:
+            self.down_drops += 1
+            if msg.src >= 0 and msg.dst >= 0:
+                self.down_drops_between_members += 1
+            return
+        if sender is None:  # a duplicate whose original already arrived: its sender's live incarnation
+            sender, _ = self._endpoint(msg.src, msg.channel, msg.payload)
+        receiver, _ = process_of(msg.dst, msg.channel, msg.payload)
+        if receiver.startswith("service-"):
+            receiver = f"node-{msg.dst}"
+        sender.message(
+            DROP, msg.channel.value, msg.dst if msg.dst >= 0 else -1, msg.payload, now_ns, now_ns,
+            peer_process=receiver, msg_id=msg_id, reason=reason,
+        )  # fmt: skip
+        self.rows[DROP] += 1
+
+    def _on_applied(self, row: dict[str, Any]) -> None:
+        member_id = row["member_id"]
+        rec = self.recorder(f"service-{member_id}", member_id, row["incarnation"])
+        rec.applied(row["entry"], row.get("time_ns", self._now()))
+        self.rows["applied"] += 1
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        source = event["source"]
+        t = event["time_ns"]
+        if source.startswith("node-"):
+            member_id = int(source[5:])
+            rec = self.recorder(source, member_id, event.get("incarnation", self.cluster.incarnation(member_id)))
+        else:
+            rec = self.run.harness
+        kind = event["kind"]
+        rec.event(
+            kind,
+            event["member_id"],
+            event.get("leadership_term_id"),
+            event.get("log_position"),
+            event.get("detail"),
+            wall_ns=t,
+            source=source,
+        )
+        self.rows["events"] += 1
+        if kind == "commit" and (event.get("log_position") or 0) > self.highest_commit:
+            self.highest_commit = event["log_position"]
+        if source == "harness" and kind in ("kill", "stop"):
+            self._end_incarnation(event["member_id"])
+
+    # ------------------------------------------------------------------------------- workloads
+
+    def attach_workload(self, workload: Any) -> None:
+        """Record a KvWorkload's history: ``invoke`` per put, ``ok`` (or ``fail``) on its reply, ``info``
+        when the outcome became unknown (its client was replaced, or the run ended)."""
+        self._workloads.append(_WorkloadRecorder(self, workload))
+
+    # ------------------------------------------------------------------------------- close
+
+    def close(self, outcome: str = "ok", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Detach, finish the ops, close every file, write the committed log and run.json."""
+        if self.closed:
+            return self.run.meta
+        self.closed = True
+        for w in self._workloads:
+            w.finish()
+        self._detach()
+        c = self.cluster
+        highest = self.highest_commit
+        for i in c.members_alive():
+            highest = max(highest, c.member(i).commit_position)
+        stats = c.network.stats
+        sim_meta = {
+            "sim": {
+                "end_time_ns": c.now_ns,
+                "message_digest": c.message_digest(),
+                "network": {
+                    "sent": {ch.value: n for ch, n in stats.sent.items()},
+                    "delivered": {ch.value: n for ch, n in stats.delivered.items()},
+                    "dropped": {f"{ch.value}/{reason}": n for (ch, reason), n in stats.dropped.items()},
+                    "in_flight_at_close": len(c.network.in_flight()),
+                },
+                "recorded": dict(self.rows),
+                "down_drops": self.down_drops,
+                "down_drops_between_members": self.down_drops_between_members,
+            }
+        }
+        sim_meta.update(extra or {})
+        member_dirs = {i: c.member_dir(i) for i in range(c.member_count)}
+        return self.run.finish(outcome, member_dirs=member_dirs, commit_position=highest, extra=sim_meta)
+
+
+class _WorkloadRecorder:
+    """Wraps one KvWorkload instance's ``step`` and ``_drain`` to write its client's ops rows."""
+
+    def __init__(self, recording: SimRecording, workload: Any) -> None:
+        from harness.services.kv import decode_reply
+
+        self._decode_reply = decode_reply
+        self.recording = recording
+        self.workload = workload
+        self.outstanding: dict[int, tuple[Any, str, str]] = {}  # op id -> (sim client, key, value)
+        self._step = workload.step
+        self._drain = workload._drain
+        workload.step = self.step
+        workload._drain = self.drain
+
+    def _rec(self, client: Any) -> ProcessRecorder:
+        return self.recording.recorder(f"client-{client.client_id}", -1, 0)
+
+    def step(self, count: int) -> None:
+        w = self.workload
+        before_id, before_client = w.next_id, w._client
+        self._step(count)
+        if before_client is not None and w._client is not before_client:
+            self._unknown(before_client)
+        c = w._client
+        for op_id in range(before_id + 1, w.next_id + 1):
+            key, value = f"k{op_id}", f"v{op_id}"
+            self.outstanding[op_id] = (c, key, value)
+            self._rec(c).op(
+                c.client_id, op_id, "invoke", "put", key, value,
+                cluster_session_id=c.client.cluster_session_id, wall_ns=self.recording._now(),
+            )  # fmt: skip
+
+    def drain(self, c: Any) -> None:
+        for msg in c.received[self.workload._seen_replies :]:
+            try:
+                reply = self._decode_reply(msg.payload)
+            except ValueError:
+                continue
+            op_id = reply.get("id")
+            pending = self.outstanding.get(op_id) if isinstance(op_id, int) else None
+            if pending is None or pending[0] is not c:
+                continue
+            del self.outstanding[op_id]
+            kind = "fail" if "error" in reply else "ok"
+            self._rec(c).op(
+                c.client_id, op_id, kind, "put", pending[1], pending[2],
+                result=json.dumps(reply, sort_keys=True, separators=(",", ":")),
+                cluster_session_id=c.client.cluster_session_id, wall_ns=self.recording._now(),
+            )  # fmt: skip
+        self._drain(c)
+
+    def _unknown(self, client: Any) -> None:
+        for op_id, (c, key, value) in sorted(self.outstanding.items()):
+            if c is client:
+                del self.outstanding[op_id]
+                self._rec(c).op(c.client_id, op_id, "info", "put", key, value, wall_ns=self.recording._now())
+
+    def finish(self) -> None:
+        w = self.workload
+        if w._client is not None:
+            self.drain(w._client)
+        for c in {id(c): c for c, _k, _v in self.outstanding.values()}.values():
+            self._unknown(c)
+        w.step, w._drain = self._step, self._drain
+
+
+def record_sim(
+    cluster: Any, run_dir: Path | str, run_id: str | None = None, scenario: str = "", seed: int | None = None,
+    **kwargs: Any,
+) -> SimRecording:  # fmt: skip
+    """Attach a recorder to ``cluster`` (see the module docstring); close the result after the run."""
+    return SimRecording(cluster, run_dir, run_id, scenario, seed, **kwargs)
