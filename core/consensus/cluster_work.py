@@ -83,6 +83,7 @@ MAX_LONG = (1 << 63) - 1
 PENDING_SERVICE_MESSAGES_PER_CYCLE = 20
 TIMERS_PER_CYCLE = 20
 SERVICE_LOG_BLOCK_BYTES = 64 * 1024
+MAX_HELD_INGRESS = 10_000  # ingress messages held while SUSPENDED/SNAPSHOT
 
 
 def service_session_id_base(service_id: int) -> int:
@@ -161,6 +162,8 @@ class ClusterWork:
         self.snapshot_leadership_term_id = NULL_VALUE
         self.snapshot_count = 0
         self.termination_deadline_ns = 0
+        self.time_of_last_termination_send_ns = 0
+        self.held_ingress: list[SessionMessageHeader] = []
         self.termination_is_shutdown = False
         self.service_termination_sent = False
         self.services_terminated = False
@@ -350,7 +353,11 @@ class ClusterWork:
             self.ignore("SessionMessageHeader", f"session {msg.cluster_session_id} not open")
             return
         if self.state != ConsensusModuleState.ACTIVE:
-            self.ignore("SessionMessageHeader", f"module {self.state.name}")
+            # Aeron stops polling ingress while not ACTIVE, so messages wait; we hold them (bounded).
+            if len(self.held_ingress) < MAX_HELD_INGRESS:
+                self.held_ingress.append(msg)
+            else:
+                self.ignore("SessionMessageHeader", f"module {self.state.name}, ingress hold full")
             return
         self._append(
             encode_session_message(
@@ -540,6 +547,7 @@ class ClusterWork:
                 session.state = ClusterSessionState.CLOSING
                 self.sessions[session.cluster_session_id] = session
         self.uncommitted_closed_sessions.clear()
+        self.held_ingress.clear()  # never appended: the clients see no reply (outcome unknown) and retry
         if self.snapshot_position > log_position:
             # Our own SNAPSHOT/SHUTDOWN action was never committed: stop waiting for it. If the next
             # leader's log has it after all, we meet it again as a follower and snapshot then.
@@ -663,7 +671,16 @@ class ClusterWork:
 
         Refused on followers and during elections (the toggle is INACTIVE then)."""
         expected = ToggleState.SUSPEND if target == ToggleState.RESUME else ToggleState.NEUTRAL
-        if self.role != Role.LEADER or self.election is not None or self.toggle != expected:
+        if self.role != Role.LEADER or self.election is not None:
+            return False
+        # A leader elected while the cluster was suspended inherits SUSPENDED with a NEUTRAL toggle:
+        # RESUME must still be possible, or nothing could ever resume the cluster.
+        inherited_suspend = (
+            target == ToggleState.RESUME
+            and self.toggle == ToggleState.NEUTRAL
+            and self.state == ConsensusModuleState.SUSPENDED
+        )
+        if self.toggle != expected and not inherited_suspend:
             return False
         self.toggle = target
         return True
@@ -680,6 +697,9 @@ class ClusterWork:
             self.append_cluster_action(ClusterAction.RESUME, now_ns)
             self.state = ConsensusModuleState.ACTIVE
             self.toggle = ToggleState.NEUTRAL
+            held, self.held_ingress = self.held_ingress, []
+            for msg in held:
+                self.on_ingress_message(msg, now_ns)
         elif t == ToggleState.SNAPSHOT and state == ConsensusModuleState.ACTIVE:
             self.snapshot_leadership_term_id = self.leadership_term_id
             self.snapshot_position = self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns)
@@ -704,6 +724,7 @@ class ClusterWork:
         self.termination_position = position
         self.termination_is_shutdown = shutdown
         self.termination_deadline_ns = now_ns + self.ctx.timeouts.termination_timeout_ns
+        self.time_of_last_termination_send_ns = now_ns
         self.terminated_followers.clear()
         for s in self.statuses:
             if s.member_id != self.member_id:
@@ -732,6 +753,9 @@ class ClusterWork:
             self.state = ConsensusModuleState.ACTIVE
             if self.role == Role.LEADER:
                 self.toggle = ToggleState.NEUTRAL
+                held, self.held_ingress = self.held_ingress, []
+                for msg in held:
+                    self.on_ingress_message(msg, now_ns)
         self.snapshot_position = NULL_POSITION
         return 1
 
@@ -864,6 +888,13 @@ class ClusterWork:
         if self.role == Role.LEADER:
             followers = {s.member_id for s in self.statuses if s.member_id != self.member_id}
             if not followers <= self.terminated_followers and now_ns < self.termination_deadline_ns:
+                # Consensus messages may be lost: resend until each follower acks (or the deadline).
+                if now_ns >= self.time_of_last_termination_send_ns + self.ctx.timeouts.leader_heartbeat_interval_ns:
+                    self.time_of_last_termination_send_ns = now_ns
+                    for member_id in followers - self.terminated_followers:
+                        self.consensus_publisher.termination_position(
+                            member_id, self.leadership_term_id, self.termination_position
+                        )
                 return 0
         else:
             self.consensus_publisher.termination_ack(

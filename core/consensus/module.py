@@ -1061,6 +1061,11 @@ class ConsensusModule(ClusterWork):
             deadline = self.election.next_deadline_ns(now)
         else:
             deadline = now + max(self.ctx.timeouts.leader_heartbeat_interval_ns // 2, 1)
+            active_leader = self.role == Role.LEADER and self.state == ConsensusModuleState.ACTIVE
+            timer = self.timer_service.next_deadline() if active_leader else None
+            if timer is not None:
+                # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
+                deadline = min(deadline, max(now, timer * 1_000_000))
         if self.role == Role.LEADER and any(
             s.log_send_position != NULL_POSITION
             and s.log_send_position < self.archive.stop_position
