@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -22,6 +22,7 @@ test: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.codec_bench
 	$(BIN)/python -m benchmarks.sim_bench
+	$(BIN)/python -m benchmarks.cluster_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

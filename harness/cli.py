@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
 
-    from harness import cli_trace
+    from harness import cli_cluster, cli_trace
 
+    cli_cluster.register(sub)
     cli_trace.register(sub)
     return parser
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.codec import consensus, log_events, service, session, snapshot, transport
+from core.codec import consensus, control, log_events, service, session, snapshot, transport
 from core.codec.errors import DecodeError
 from core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, peek_template_id
 from core.codec.message import Message
@@ -12,13 +12,14 @@ __all__ = ["REGISTRY", "decode", "message_name", "peek_template_id"]
 
 def _build() -> dict[int, type[Message]]:
     registry: dict[int, type[Message]] = {}
-    for family in (session, log_events, service, consensus, snapshot, transport):
+    for family in (session, log_events, service, consensus, snapshot, transport, control):
         for cls in family.MESSAGES:
             if cls.TEMPLATE_ID in registry:
                 other = registry[cls.TEMPLATE_ID].__name__
                 raise RuntimeError(f"template id {cls.TEMPLATE_ID} used by {other} and {cls.__name__}")
-            if cls.TEMPLATE_ID in transport.RESERVED_TEMPLATE_IDS:
-                raise RuntimeError(f"{cls.__name__} uses reserved template id {cls.TEMPLATE_ID}")
+            # 210-229 belong to the runtime's control messages (core.codec.control) and only to them.
+            if (cls.TEMPLATE_ID in transport.RESERVED_TEMPLATE_IDS) != (family is control):
+                raise RuntimeError(f"{cls.__name__}: template id {cls.TEMPLATE_ID} is outside its family's range")
             registry[cls.TEMPLATE_ID] = cls
     return registry
 

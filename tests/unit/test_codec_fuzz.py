@@ -121,7 +121,7 @@ MALFORMED: list[tuple[str, bytes, str, str]] = [
     ("empty", b"", "MessageHeader", "truncated header: 0 of 8"),
     ("short header", b"\x20\x00\x33\x00\x6f\x00\x0c", "MessageHeader", "truncated header: 7 of 8"),
     ("unknown template", hdr(8, 999) + bytes(8), "MessageHeader", "unknown template id 999"),
-    ("reserved template", hdr(8, 210) + bytes(8), "MessageHeader", "unknown template id 210"),
+    ("reserved, unused template", hdr(8, 229) + bytes(8), "MessageHeader", "unknown template id 229"),
     ("foreign schema, known template", hdr(32, 51, schema_id=7) + bytes(32), "RequestVote", "schema id 7"),
     ("foreign schema, unknown template", hdr(8, 999, schema_id=7), "MessageHeader", "schema id 7"),
     ("truncated block", REQUEST_VOTE[:20], "RequestVote", "truncated block: 12 of 32"),

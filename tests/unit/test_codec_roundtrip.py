@@ -30,6 +30,8 @@ from core.codec import (
     MemberDetails,
     ReplayPurpose,
     SnapshotMark,
+    ToggleState,
+    control,
 )
 from core.codec.message import Message
 
@@ -326,6 +328,27 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("flags", I32), ("entries", DATA),
     ),
     codec.ArchiveError: (("correlation_id", I64), ("code", I32), ("error_message", ASCII)),
+    # runtime control (ours, 210-229)
+    control.StatusRequest: (("correlation_id", I64),),
+    control.NodeStatus: (
+        ("correlation_id", I64), ("leadership_term_id", I64), ("commit_position", I64), ("append_position", I64),
+        ("ignored_count", I64), ("gate_dropped_count", I64), ("send_dropped_count", I64), ("received_count", I64),
+        ("member_id", I32), ("role", I32), ("election_state", I32), ("module_state", I32),
+        ("leader_member_id", I32), ("session_count", I32), ("snapshot_count", I32), ("pid", I32),
+        ("endpoints", ASCII), ("detail", ASCII),
+    ),
+    control.ServiceStatus: (
+        ("correlation_id", I64), ("log_position", I64), ("leadership_term_id", I64), ("applied_count", I64),
+        ("ignored_count", I64), ("member_id", I32), ("role", I32), ("terminated", I32), ("pid", I32),
+        ("state_digest", DATA),
+    ),
+    control.GateRule: (("correlation_id", I64), ("delay_ns", I64), ("dst_member_id", I32), ("loss_ppm", I32)),
+    control.ClockOffset: (("correlation_id", I64), ("offset_ns", I64)),
+    control.ClusterControlRequest: (("correlation_id", I64), ("toggle", Enum32(ToggleState))),
+    control.ControlResponse: (
+        ("correlation_id", I64), ("code", Enum32(control.ControlResponseCode)), ("message", ASCII),
+    ),
+    control.MembersConfig: (("correlation_id", I64), ("members", ASCII)),
 }  # fmt: skip
 
 CLASSES = sorted(TABLE, key=lambda cls: cls.TEMPLATE_ID)

@@ -75,6 +75,11 @@ SECTIONS = ("c.2", "c.3", "c.4", "c.5", "c.7")
 TRANSPORT = {
     "LogBlock": 200, "LogEndOfStream": 201, "ReplayRequest": 202, "ReplayBlock": 203, "ArchiveError": 204,
 }
+# The runtime's control messages (core/codec/control.py) own 210-229.
+CONTROL = {
+    "StatusRequest": 210, "NodeStatus": 211, "ServiceStatus": 212, "GateRule": 213, "ClockOffset": 214,
+    "ClusterControlRequest": 215, "ControlResponse": 216, "MembersConfig": 217,
+}
 
 HEADING = re.compile(r"^#### (\w+) \(templateId (\d+), blockLength (\d+)(?:, ([^)]*))?\)\s*$")
 ROW = re.compile(r"^\|( *)(\S+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|")
@@ -123,11 +128,12 @@ def test_inline_list_matches_registry() -> None:
         cls = classes[class_name]
         assert REGISTRY[template_id] is cls, doc_name
         assert (template_id, block) == (cls.TEMPLATE_ID, cls.BLOCK_LENGTH), doc_name
-    for class_name, template_id in TRANSPORT.items():
+    for class_name, template_id in (TRANSPORT | CONTROL).items():
         assert REGISTRY[template_id].__name__ == class_name
-    extra = set(classes) - {c for c, _t, _b in EXPECTED.values()} - set(TRANSPORT)
-    assert not extra, f"registered but not in PROTOCOL.md c.2-c.5/c.7 or the transport list: {extra}"
-    assert not any(210 <= t < 230 for t in REGISTRY), "210-229 are reserved for runtime control messages"
+    extra = set(classes) - {c for c, _t, _b in EXPECTED.values()} - set(TRANSPORT) - set(CONTROL)
+    assert not extra, f"registered but not in PROTOCOL.md c.2-c.5/c.7 or the transport/control lists: {extra}"
+    in_control_range = {REGISTRY[t].__name__ for t in REGISTRY if 210 <= t < 230}
+    assert in_control_range == set(CONTROL), "210-229 are reserved for runtime control messages"
 
 
 def test_snake_case_mapping() -> None:

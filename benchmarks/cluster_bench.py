@@ -1,0 +1,851 @@
+"""Cluster benchmark: clusterlab against a 3-node PySyncObj cluster and the raw ZeroMQ replication bound.
+
+Run: ``python -m benchmarks.cluster_bench [--quick] [--out FILE] [--systems a,b,...]``
+(``make bench`` runs it after the other benchmarks; PySyncObj comes from the ``bench`` extra).
+Prints tables and writes JSON (default ``benchmarks/results/cluster.json``). ``--quick`` is a smoke
+run of well under a minute; the default run takes a few minutes. Nothing is asserted: the figures
+are for comparison, in the same run, on the same machine.
+
+Every system is a :class:`Subject` and is measured by the same code (:mod:`benchmarks.peers.common`):
+
+1. **Committed ops/s at saturation**, 64 B and 1 KiB payloads: one pipelined client keeps
+   ``--window`` requests outstanding (20 000 for every system: PySyncObj sends entries once per
+   100 ms append-entries period, so it needs ~rate x 0.2 s in flight; a window of 1 000 caps it at
+   ~8 k ops/s); an op counts when the system acknowledges it as committed.
+2. **Round-trip latency** p50/p99/p99.9 (64 B) at a fixed offered load, open loop, measured from the
+   intended send time: at a *common* rate for every system (50 % of PySyncObj's 64 B saturation
+   from this run), at a low fixed rate (1 000 ops/s) that every system sustains, and at 50 % of
+   the system's own saturation. A rate above a system's saturation is skipped, not measured.
+3. **Failover**: SIGKILL the leader (by PID), then a probe offers one op every 2 ms; failover time
+   is the kill → first acknowledged op (so committed by the new leader); the killed member is
+   restarted and the cluster is let settle before the next kill. ``--kills`` times (≥ 10 by
+   default), with each system's default timeouts and with ~100 ms detection timeouts.
+
+Where the client runs: for the raw bound and clusterlab it is this process (a ZeroMQ client, as a
+user's would be). PySyncObj has no client protocol — its callers are threads of a member process —
+so its driver runs inside the leader process (the failover probe inside both survivors), which
+spares it the client hop the others pay.
+
+Systems: ``pysyncobj`` (defaults), ``pysyncobj-nobatch`` (``appendEntriesUseBatch=False``, its
+latency-leaning setting; load only), ``raw`` (the bound), ``clusterlab`` (recording off and on).
+
+Contention: every process of a system shares the machine's cores with the client and with anything
+else running. Each saturation line prints the cores each process used and "other processes" (the
+machine's busy time beyond this benchmark, from /proc/stat); the JSON keeps them and the load average
+before and after. Figures taken while "other processes" is well above 0 are not comparable across runs.
+
+The clusterlab subject (:class:`ClusterlabSubject`) imports ``harness.local.LocalCluster`` lazily;
+while the runtime does not exist it prints ``clusterlab: runtime not available yet`` and the run goes
+on with the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.common import (
+    CLK_TCK,
+    AckClient,
+    NodeProcess,
+    ProcessGroup,
+    control,
+    control_many,
+    free_ports,
+    payload_of,
+    proc_cpu_seconds,
+    run_paced,
+    run_probe,
+    run_saturation,
+    stop_all_started,
+)
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cluster.json"
+PAYLOAD_SIZES = (64, 1024)
+LATENCY_SIZE = 64
+PROFILES = ("default", "fast")
+PROFILE_LABEL = {"default": "default timeouts", "fast": "~100 ms timeouts"}
+REF_PYSYNCOBJ = "pysyncobj"
+REF_RAW = "raw-zmq"
+
+
+class Unavailable(RuntimeError):
+    """A system that cannot run here (not installed, not written yet): reported, not fatal."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    warmup_s: float
+    duration_s: float
+    latency_duration_s: float
+    window: int
+    kills: int
+    probe_interval_s: float
+    probe_timeout_s: float
+    settle_timeout_s: float
+    latency_fraction: float = 0.5
+    low_rate: float = 1000.0
+
+    @staticmethod
+    def make(quick: bool, window: int | None, kills: int | None, duration: float | None) -> Settings:
+        return Settings(
+            quick=quick,
+            warmup_s=0.3 if quick else 1.0,
+            duration_s=duration or (1.0 if quick else 5.0),
+            latency_duration_s=duration or (1.0 if quick else 5.0),
+            window=window or 20_000,
+            kills=kills if kills is not None else (1 if quick else 10),
+            probe_interval_s=0.002,
+            probe_timeout_s=15.0,
+            settle_timeout_s=30.0,
+        )
+
+
+# ------------------------------------------------------------------------------------------ subjects
+
+
+class Subject(ABC):
+    """One benchmarked system. The driver calls: start(profile) … measurements … stop().
+
+    Measurements default to running the shared driver in this process against :meth:`client`; a
+    system whose client lives elsewhere (PySyncObj) overrides :meth:`saturation`, :meth:`paced` and
+    :meth:`probe`. Failover needs :meth:`await_stable`, :meth:`kill_leader` and :meth:`restart`.
+    """
+
+    key: str = ""
+    label: str = ""
+    supports_failover: bool = True
+
+    def __init__(self) -> None:
+        self._rid_base = 0
+
+    def availability(self) -> str | None:
+        """None if the system can run here, else the one-line reason it cannot."""
+        return None
+
+    @abstractmethod
+    def start(self, profile: str, settings: Settings) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def client(self) -> AckClient:
+        raise NotImplementedError
+
+    def pids(self) -> dict[str, int]:
+        """Process name → PID of the system's processes (for CPU accounting)."""
+        return {}
+
+    def next_rid_base(self) -> int:
+        self._rid_base += 1 << 32
+        return self._rid_base
+
+    def saturation(self, size: int, s: Settings) -> dict[str, Any]:
+        return run_saturation(
+            self.client(), payload_of(size), s.window, s.warmup_s, s.duration_s, rid_base=self.next_rid_base()
+        )
+
+    def paced(self, size: int, rate: float, s: Settings) -> dict[str, Any]:
+        return run_paced(
+            self.client(), payload_of(size), rate, s.warmup_s, s.latency_duration_s, rid_base=self.next_rid_base()
+        )
+
+    # failover
+    def await_stable(self, timeout_s: float) -> None:
+        raise NotImplementedError
+
+    def kill_leader(self) -> tuple[Any, float]:
+        """SIGKILL the leader; (member, monotonic time just before the kill)."""
+        raise NotImplementedError
+
+    def probe(self, s: Settings) -> float | None:
+        """Monotonic time of the first op acknowledged after the kill (None: none in time)."""
+        result = run_probe(self.client(), payload_of(LATENCY_SIZE), s.probe_interval_s, s.probe_timeout_s)
+        return result["first_ack"]
+
+    def restart(self, member: Any) -> None:
+        raise NotImplementedError
+
+
+class PySyncObjSubject(Subject):
+    """Three ``benchmarks.peers.pysyncobj_node`` processes on 127.0.0.1, OS-picked ports."""
+
+    key = REF_PYSYNCOBJ
+    label = "PySyncObj"
+
+    def __init__(self, nobatch: bool = False) -> None:
+        super().__init__()
+        self.nobatch = nobatch
+        if nobatch:  # the latency-leaning setting: measured for load only (same timeouts as default)
+            self.key = "pysyncobj-nobatch"
+            self.label = "PySyncObj (no batching)"
+            self.supports_failover = False
+        self.group = ProcessGroup()
+        self.nodes: list[NodeProcess] = []
+        self.addrs: list[str] = []
+        self.controls: list[str] = []
+        self.tmp: Path | None = None
+
+    def availability(self) -> str | None:
+        try:
+            import pysyncobj  # noqa: F401
+        except ImportError:
+            return "pysyncobj is not installed (pip install -e '.[bench]')"
+        return None
+
+    def start(self, profile: str, settings: Settings) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-pysyncobj-"))
+        # Ascending address order, started in that order: in PySyncObj the node with the greater
+        # address dials the smaller, so each dial finds its peer already bound (a failed first dial
+        # waits connectionRetryTime, 5 s, before the next).
+        self.addrs = sorted(f"127.0.0.1:{p}" for p in free_ports(3))
+        self.group = ProcessGroup()
+        self.nodes = []
+        for i, addr in enumerate(self.addrs):
+            partners = ",".join(a for a in self.addrs if a != addr)
+            conf = "nobatch" if self.nobatch and profile == "default" else profile
+            args = ["--self", addr, "--partners", partners, "--profile", conf]
+            self.nodes.append(
+                self.group.add(
+                    NodeProcess(f"pysyncobj-{profile}-{i}", "benchmarks.peers.pysyncobj_node", args, self.tmp)
+                )
+            )
+        self.controls = [n.start()["control"] for n in self.nodes]
+        self.await_stable(settings.settle_timeout_s)
+
+    def stop(self) -> None:
+        self.group.stop_all()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    def pids(self) -> dict[str, int]:
+        return {n.name: n.pid for n in self.nodes if n.alive() and n.pid is not None}
+
+    def statuses(self) -> list[dict[str, Any] | None]:
+        live = [i for i, n in enumerate(self.nodes) if n.alive()]
+        replies = control_many([(self.controls[i], {"cmd": "status"}) for i in live], timeout_s=2.0)
+        out: list[dict[str, Any] | None] = [None] * len(self.nodes)
+        for i, r in zip(live, replies, strict=True):
+            out[i] = r
+        return out
+
+    def leader(self) -> int | None:
+        """The member every live node names as leader, by PySyncObj's status API; None if they differ."""
+        st = [s for s in self.statuses() if s is not None]
+        leaders = {s["leader"] for s in st}
+        if len(leaders) != 1 or None in leaders:
+            return None
+        addr = leaders.pop()
+        return self.addrs.index(addr) if addr in self.addrs else None
+
+    def await_stable(self, timeout_s: float) -> None:
+        """All three up, agreeing on one leader, each connected to both partners, all caught up.
+
+        Every link must be up: a killed node that restarts with the lower address waits for its
+        partner to reconnect (``connectionRetryTime``, 5 s by default), and a kill before that would
+        leave the survivors unconnected and measure the reconnect instead of the election.
+        """
+        deadline = time.monotonic() + timeout_s
+        last: list[dict[str, Any] | None] = []
+        while time.monotonic() < deadline:
+            last = self.statuses()
+            if all(s is not None for s in last):
+                leaders = {s["leader"] for s in last if s is not None}
+                if len(leaders) == 1 and None not in leaders:
+                    lead = last[self.addrs.index(next(iter(leaders)))]
+                    if (
+                        lead is not None
+                        and lead["state"] == 2
+                        and all(
+                            s is not None and s["ready"] and s["has_quorum"] and s["partners_connected"] == 2
+                            for s in last
+                        )
+                    ):
+                        return
+            time.sleep(0.05)
+        raise TimeoutError(f"PySyncObj did not settle in {timeout_s:.0f} s: {last}")
+
+    def _on_leader(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        leader = self.leader()
+        if leader is None:
+            self.await_stable(10.0)
+            leader = self.leader()
+        assert leader is not None
+        return control(self.controls[leader], request, timeout_s=timeout_s)
+
+    def saturation(self, size: int, s: Settings) -> dict[str, Any]:
+        req = {"cmd": "saturation", "size": size, "window": s.window, "warmup": s.warmup_s, "duration": s.duration_s}
+        return self._on_leader(req, s.warmup_s + s.duration_s + 15.0)
+
+    def paced(self, size: int, rate: float, s: Settings) -> dict[str, Any]:
+        req = {"cmd": "paced", "size": size, "rate": rate, "warmup": s.warmup_s, "duration": s.latency_duration_s}
+        return self._on_leader(req, s.warmup_s + s.latency_duration_s + 15.0)
+
+    def kill_leader(self) -> tuple[Any, float]:
+        leader = self.leader()
+        if leader is None:
+            raise RuntimeError("no agreed leader to kill")
+        t_kill = time.monotonic()
+        self.nodes[leader].kill()
+        return leader, t_kill
+
+    def probe(self, s: Settings) -> float | None:
+        live = [i for i, n in enumerate(self.nodes) if n.alive()]
+        req = {"cmd": "probe", "size": LATENCY_SIZE, "interval": s.probe_interval_s, "timeout": s.probe_timeout_s}
+        replies = control_many([(self.controls[i], req) for i in live], timeout_s=s.probe_timeout_s + 5.0)
+        acks = [r["first_ack"] for r in replies if r is not None and r.get("first_ack") is not None]
+        return min(acks) if acks else None
+
+    def restart(self, member: Any) -> None:
+        self.controls[member] = self.nodes[member].start()["control"]
+
+
+class RawZmqSubject(Subject):
+    """``benchmarks.peers.raw_zmq``: one leader, two followers, file appends, quorum ack, no protocol."""
+
+    key = REF_RAW
+    label = "raw ZeroMQ bound"
+    supports_failover = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group = ProcessGroup()
+        self.tmp: Path | None = None
+        self._client: Any = None
+
+    def start(self, profile: str, settings: Settings) -> None:
+        from benchmarks.peers.raw_zmq import RawZmqClient
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="bench-rawzmq-"))
+        self.group = ProcessGroup()
+        module = "benchmarks.peers.raw_zmq"
+        leader = self.group.add(NodeProcess("raw-leader", module, ["leader", "--dir", str(self.tmp)], self.tmp))
+        info = leader.start()
+        for i in (1, 2):
+            args = ["follower", "--dir", str(self.tmp), "--id", str(i), "--leader", info["followers"]]
+            self.group.add(NodeProcess(f"raw-follower-{i}", module, args, self.tmp)).start()
+        self._client = RawZmqClient(info["client"])
+        deadline = time.monotonic() + settings.settle_timeout_s
+        while self._client.followers() < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError("raw bound: the followers did not say hello")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self.group.stop_all()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    def client(self) -> AckClient:
+        return self._client
+
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.pid for p in self.group.procs if p.alive() and p.pid is not None}
+
+
+class ClusterlabSubject(Subject):
+    """clusterlab's real runtime through ``harness.local.LocalCluster`` — the one place to adapt.
+
+    Written against the LocalCluster API as it stands (the runtime is being built in parallel)::
+
+        with LocalCluster(members=3, service="kv", timeouts=Timeouts(...)) as c:   # waits for a leader
+            c.await_leader(); c.leader_id(); c.kill(m); c.restart(m); c.running_pids()
+            lc = c.client()            # LocalClient: put(key, value); lc.connect(); lc.conn (ClusterConnection)
+            lc.conn.offer(bytes); lc.conn.pump(timeout_s); lc.conn.take_messages()  # the pipelined path
+
+    Ops are KV ``put`` commands (``harness.services.kv``) padded to the payload size; the service's
+    reply carrying the op's id acknowledges it (the service answers committed entries only).
+    "default" timeouts are LocalCluster's own (``Timeouts.fast()``: leader heartbeat timeout 1 s);
+    "fast" sets ~100 ms detection, like PySyncObj's fast profile. Recording off/on: LocalCluster has
+    no switch yet (the archive always records), so the "off" variant reports that and is skipped.
+    """
+
+    supports_failover = True
+    FAST_TIMEOUTS_NS = {  # ~100 ms detection, as PySyncObj's "fast" profile (0.1-0.2 s election timeout)
+        "leader_heartbeat_timeout_ns": 100_000_000,
+        "leader_heartbeat_interval_ns": 20_000_000,
+        "election_timeout_ns": 100_000_000,
+        "election_status_interval_ns": 20_000_000,
+    }
+
+    def __init__(self, recording: bool) -> None:
+        super().__init__()
+        self.recording = recording
+        self.key = f"clusterlab-rec-{'on' if recording else 'off'}"
+        self.label = f"clusterlab (recording {'on' if recording else 'off'})"
+        self.cluster: Any = None
+        self._client: _ClusterlabClient | None = None
+
+    def availability(self) -> str | None:
+        try:
+            from harness.local import LocalCluster  # noqa: F401
+        except ImportError:
+            return "runtime not available yet"
+        return None
+
+    def _timeouts(self, profile: str) -> Any:
+        if profile == "default":
+            return None
+        from core.consensus.context import Timeouts
+
+        return dataclasses.replace(Timeouts.fast(), **self.FAST_TIMEOUTS_NS)
+
+    def start(self, profile: str, settings: Settings) -> None:
+        from harness.local import LocalCluster
+
+        kwargs: dict[str, Any] = {"members": 3, "service": "kv", "timeouts": self._timeouts(profile)}
+        if "recording" in inspect.signature(LocalCluster).parameters:
+            kwargs["recording"] = self.recording
+        elif not self.recording:
+            raise Unavailable("LocalCluster has no recording switch yet (it always records)")
+        cluster = LocalCluster(**kwargs)
+        self.cluster = cluster.__enter__()  # starts the processes and waits for a leader
+        try:
+            self._client = _ClusterlabClient(self.cluster.client())
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.__exit__(None, None, None)
+
+    def client(self) -> AckClient:
+        assert self._client is not None
+        return self._client
+
+    def pids(self) -> dict[str, int]:
+        if self.cluster is None:
+            return {}
+        return {f"clusterlab pid {pid}": pid for pid in self.cluster.running_pids()}
+
+    def await_stable(self, timeout_s: float) -> None:
+        self.cluster.await_leader(timeout_s=timeout_s)
+        self.cluster.await_condition(
+            lambda: all(self.cluster.status(m) is not None for m in range(3)), timeout_s, "all members answering"
+        )
+
+    def kill_leader(self) -> tuple[Any, float]:
+        leader = self.cluster.leader_id()
+        if leader is None:
+            raise RuntimeError("no leader to kill")
+        t_kill = time.monotonic()
+        self.cluster.kill(leader)
+        return leader, t_kill
+
+    def restart(self, member: Any) -> None:
+        self.cluster.restart(member)
+
+
+class _ClusterlabClient:
+    """:class:`benchmarks.peers.common.AckClient` over a LocalCluster ``LocalClient`` (KV puts)."""
+
+    def __init__(self, local_client: Any) -> None:
+        from harness.services import kv
+
+        self.lc = local_client
+        self.conn = local_client.conn
+        self.kv = kv
+        self._pad: dict[tuple[int, int], str] = {}
+
+    def _put(self, rid: int, size: int) -> bytes:
+        key = f"k{rid % 256}"
+        shape = (len(str(rid)), size)
+        pad = self._pad.get(shape)
+        if pad is None:
+            pad = "x" * max(0, size - len(self.kv.put(rid, key, "")))
+            self._pad[shape] = pad
+        return self.kv.put(rid, key, pad)
+
+    def offer(self, rid: int, payload: bytes) -> bool:
+        from core.client.errors import ClientError
+
+        try:
+            if not self.lc.client.is_connected:
+                self.lc.connect(timeout_s=0.05)  # a session lost with its leader: open a new one
+            self.conn.offer(self._put(rid, len(payload)))
+        except (ClientError, AssertionError, TimeoutError):
+            return False
+        return True
+
+    def poll(self, timeout_s: float) -> tuple[list[int], list[int]]:
+        self.conn.pump(timeout_s)
+        acked: list[int] = []
+        bad: list[int] = []
+        for m in self.conn.take_messages():
+            try:
+                reply = self.kv.decode_reply(m.payload)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            rid = reply.get("id")
+            if isinstance(rid, int):
+                (bad if "error" in reply else acked).append(rid)
+        return acked, bad
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.lc.close()
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+MACHINE = "machine (all processes)"
+OTHERS = "other processes (not this benchmark)"
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy (all cores, /proc/stat), None if unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
+def _cpu(subject: Subject) -> dict[str, float | None]:
+    out: dict[str, float | None] = {name: proc_cpu_seconds(pid) for name, pid in subject.pids().items()}
+    out["bench (client)"] = time.process_time()
+    out[MACHINE] = _machine_busy_seconds()
+    return out
+
+
+def _cpu_delta(before: dict[str, float | None], after: dict[str, float | None], wall: float) -> dict[str, float]:
+    """CPU used per process over ``wall`` seconds, in cores; plus the machine's and everyone else's.
+
+    "other processes" is what the machine was busy with beyond this benchmark's processes: on a
+    shared 2-core machine it says how much of a figure is contention.
+    """
+    out = {}
+    for name, b in before.items():
+        a = after.get(name)
+        if a is not None and b is not None and wall > 0:
+            out[name] = round((a - b) / wall, 2)
+    if MACHINE in out:
+        ours = sum(v for k, v in out.items() if k != MACHINE)
+        out[OTHERS] = round(max(0.0, out[MACHINE] - ours), 2)
+    return out
+
+
+def measure_load(subject: Subject, s: Settings, common_rate: float | None, say: Callable[[str], None]) -> dict:
+    result: dict[str, Any] = {"saturation": {}, "cpu_cores_at_saturation": {}}
+    for size in PAYLOAD_SIZES:
+        before, t0 = _cpu(subject), time.monotonic()
+        sat = subject.saturation(size, s)
+        cpu = _cpu_delta(before, _cpu(subject), time.monotonic() - t0)
+        result.setdefault("cpu_cores_at_saturation", {})[str(size)] = cpu
+        result["saturation"][str(size)] = sat
+        say(
+            f"  saturation {size:>5} B: {sat['ops_per_s']:>10,.0f} ops/s"
+            f"  ({sat['acked']} acked, {sat['failed']} failed; cores: "
+            + ", ".join(f"{k} {v}" for k, v in cpu.items() if k != MACHINE)
+            + ")"
+        )
+    own = result["saturation"][str(LATENCY_SIZE)]["ops_per_s"] * s.latency_fraction
+    rates = {"own": own, "low": s.low_rate}
+    if common_rate is not None:
+        rates["common"] = common_rate
+    for which, rate in rates.items():
+        if rate <= 0:
+            continue
+        if rate > own / s.latency_fraction:
+            result[f"latency_{which}"] = {
+                "offered_rate": rate,
+                "skipped": "offered rate above this system's saturation",
+            }
+            say(f"  latency @ {rate:>9,.0f}/s ({which}): skipped, above this system's saturation")
+            continue
+        lat = subject.paced(LATENCY_SIZE, rate, s)
+        result[f"latency_{which}"] = lat
+        say(
+            f"  latency @ {rate:>9,.0f}/s ({which}): p50 {lat['p50_ms']} ms  p99 {lat['p99_ms']} ms  "
+            f"p99.9 {lat['p999_ms']} ms  (n={lat['n']}, lost {lat['lost_or_late']})"
+        )
+    return result
+
+
+def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
+    samples: list[float] = []
+    misses = 0
+    t0 = time.monotonic()
+    subject.start(profile, s)
+    try:
+        for i in range(s.kills):
+            subject.await_stable(s.settle_timeout_s)
+            member, t_kill = subject.kill_leader()
+            first_ack = subject.probe(s)
+            if first_ack is None:
+                misses += 1
+                say(f"  kill {i + 1}: member {member}: no acknowledged op within {s.probe_timeout_s:.0f} s")
+            else:
+                samples.append(first_ack - t_kill)
+            if i + 1 < s.kills:  # the last one needs no restart: the cluster stops next
+                subject.restart(member)
+    finally:
+        subject.stop()
+    out: dict[str, Any] = {"kills": s.kills, "no_ack": misses, "wall_s": round(time.monotonic() - t0, 1)}
+    out["samples_ms"] = [round(x * 1000, 1) for x in samples]
+    if samples:
+        xs = sorted(samples)
+        out.update(
+            median_ms=round(statistics.median(xs) * 1000, 1),
+            mean_ms=round(statistics.fmean(xs) * 1000, 1),
+            min_ms=round(xs[0] * 1000, 1),
+            max_ms=round(xs[-1] * 1000, 1),
+        )
+    say(
+        f"  failover ({PROFILE_LABEL[profile]}): median {out.get('median_ms')} ms"
+        f" over {len(samples)} kills, ms: {out['samples_ms']}"
+    )
+    return out
+
+
+def run_subject(subject: Subject, s: Settings, common_rate: float | None, say: Callable[[str], None]) -> dict:
+    result: dict[str, Any] = {"label": subject.label, "status": "ok"}
+    subject.start("default", s)
+    try:
+        result.update(measure_load(subject, s, common_rate, say))
+    finally:
+        subject.stop()
+    if subject.supports_failover and s.kills > 0:
+        result["failover"] = {p: measure_failover(subject, p, s, say) for p in PROFILES}
+    return result
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+Metric = tuple[str, Callable[[dict], float | None], bool]  # header, getter, higher is better
+
+
+def _get(d: dict, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+METRICS: list[Metric] = [
+    ("ops/s 64 B", lambda r: _get(r, "saturation", "64", "ops_per_s"), True),
+    ("ops/s 1 KiB", lambda r: _get(r, "saturation", "1024", "ops_per_s"), True),
+    ("p50 ms", lambda r: _get(r, "latency_common", "p50_ms"), False),
+    ("p99 ms", lambda r: _get(r, "latency_common", "p99_ms"), False),
+    ("p99.9 ms", lambda r: _get(r, "latency_common", "p999_ms"), False),
+    ("p99 ms @1k/s", lambda r: _get(r, "latency_low", "p99_ms"), False),
+    ("p99 ms @50% own", lambda r: _get(r, "latency_own", "p99_ms"), False),
+    ("failover ms (default)", lambda r: _get(r, "failover", "default", "median_ms"), False),
+    ("failover ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_ms"), False),
+]
+
+
+def ratios(systems: dict[str, dict]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """value(system) / value(reference) for every metric, against PySyncObj and the raw bound."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for ref in (REF_PYSYNCOBJ, REF_RAW):
+        base = systems.get(ref)
+        if not base or base.get("status") != "ok":
+            continue
+        for key, r in systems.items():
+            if key == ref or r.get("status") != "ok":
+                continue
+            row = {}
+            for header, get, _higher in METRICS:
+                a, b = get(r), get(base)
+                row[header] = round(a / b, 2) if a is not None and b else None
+            out.setdefault(key, {})[f"vs_{ref}"] = row
+    return out
+
+
+def _fmt(v: float | None, ms: bool) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.1f}" if ms else f"{v:,.0f}"
+
+
+def print_tables(doc: dict) -> None:
+    """Two tables, metrics down and systems across: the figures, then the ratios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(110, shutil.get_terminal_size((160, 24)).columns))
+    systems = doc["systems"]
+    rate = doc.get("common_rate")
+    ok = {k: r for k, r in systems.items() if r.get("status") == "ok"}
+    title = "3-member clusters, same run, same driver"
+    if rate:
+        title += f"; p50/p99/p99.9: 64 B at {rate:,.0f} ops/s offered to every system"
+    t = Table(title=title)
+    t.add_column("metric")
+    for r in ok.values():
+        t.add_column(r["label"], justify="right")
+    for header, get, _higher in METRICS:
+        cells = []
+        for r in ok.values():
+            if header.startswith("p") and "@" not in header and _get(r, "latency_common", "skipped"):
+                cells.append("[dim]> saturation[/dim]")
+            else:
+                cells.append(_fmt(get(r), "ops/s" not in header))
+        t.add_row(header, *cells)
+    console.print(t)
+    for r in systems.values():
+        if r.get("status") != "ok":
+            console.print(f"{r['label']}: {r['status']}")
+    # clusterlab against both references, and PySyncObj against the bound (the JSON has every pair)
+    pairs = [
+        (key, ref)
+        for key, refs in doc["ratios"].items()
+        for ref in refs
+        if key.startswith("clusterlab") or (key == REF_PYSYNCOBJ and ref == f"vs_{REF_RAW}")
+    ]
+    if not pairs:
+        return
+    rt = Table(title="ratios: system ÷ reference (ops/s: higher is better; ms: lower is better)")
+    rt.add_column("metric")
+    for key, ref in pairs:
+        rt.add_column(f"{systems[key]['label']} ÷ {systems[ref.removeprefix('vs_')]['label']}", justify="right")
+    for header, *_rest in METRICS:
+        cells = []
+        for key, ref in pairs:
+            v = doc["ratios"][key][ref][header]
+            cells.append("—" if v is None else f"x{v:.2f}")
+        rt.add_row(header, *cells)
+    console.print(rt)
+
+
+def build_subjects(names: list[str]) -> list[Subject]:
+    out: list[Subject] = []
+    for n in names:
+        if n == "pysyncobj":
+            out.append(PySyncObjSubject())
+        elif n == "pysyncobj-nobatch":
+            out.append(PySyncObjSubject(nobatch=True))
+        elif n == "raw":
+            out.append(RawZmqSubject())
+        elif n == "clusterlab":
+            out.extend([ClusterlabSubject(recording=False), ClusterlabSubject(recording=True)])
+        else:
+            raise SystemExit(f"unknown system {n!r} (pysyncobj, pysyncobj-nobatch, raw, clusterlab)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short durations, 1 kill per profile (smoke run)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output file")
+    parser.add_argument(
+        "--systems", default="pysyncobj,pysyncobj-nobatch,raw,clusterlab", help="comma-separated subset"
+    )
+    parser.add_argument("--window", type=int, default=None, help="outstanding requests at saturation (20000)")
+    parser.add_argument("--kills", type=int, default=None, help="leader kills per timeout profile (10; quick 1)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per measurement (5; quick 1)")
+    args = parser.parse_args(argv)
+    s = Settings.make(args.quick, args.window, args.kills, args.duration)
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    atexit.register(stop_all_started)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    doc: dict[str, Any] = {
+        "benchmark": "cluster",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "settings": asdict(s),
+        "common_rate": None,
+        "common_rate_source": None,
+        "systems": {},
+    }
+    load = os.getloadavg()
+    doc["machine"]["loadavg_at_start"] = [round(x, 2) for x in load]
+    if load[0] > (os.cpu_count() or 1) * 0.75:
+        say(
+            f"warning: load average {load[0]:.1f} on {os.cpu_count()} cores before the run: other work on this"
+            " machine will cut the figures (see 'other processes' in the CPU lines and the JSON)"
+        )
+    t_start = time.monotonic()
+    said: set[str] = set()
+    try:
+        for subject in build_subjects([n.strip() for n in args.systems.split(",") if n.strip()]):
+            reason = subject.availability()
+            if reason is not None:
+                line = f"{subject.key.split('-rec')[0]}: {reason}"
+                if line not in said:
+                    said.add(line)
+                    say(line)
+                doc["systems"][subject.key] = {"label": subject.label, "status": reason}
+                continue
+            say(f"{subject.label}:")
+            try:
+                r = run_subject(subject, s, doc["common_rate"], say)
+            except Unavailable as e:
+                say(f"  skipped: {e}")
+                doc["systems"][subject.key] = {"label": subject.label, "status": f"skipped: {e}"}
+                continue
+            except (Exception, KeyboardInterrupt) as e:
+                subject.stop()
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                say(f"  failed: {type(e).__name__}: {e}")
+                doc["systems"][subject.key] = {"label": subject.label, "status": f"failed: {type(e).__name__}: {e}"}
+                continue
+            doc["systems"][subject.key] = r
+            if doc["common_rate"] is None:
+                doc["common_rate"] = round(r["saturation"][str(LATENCY_SIZE)]["ops_per_s"] * s.latency_fraction, 1)
+                doc["common_rate_source"] = subject.key
+                # the first system's latency at its own 50 % is the common-rate figure too
+                r["latency_common"] = r.get("latency_own")
+    finally:
+        stop_all_started()
+    doc["wall_s"] = round(time.monotonic() - t_start, 1)
+    doc["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    doc["ratios"] = ratios(doc["systems"])
+    print_tables(doc)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    say(f"wrote {out} ({doc['wall_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: main's finally has stopped every process
+        print("interrupted: every process started was stopped", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,189 @@
+"""The runtime's control messages (template ids 210-229, schema 111): harness -> process.
+
+Aeron's operators reach a running node through its CnC file and counters (ClusterTool, the cluster
+control toggle). Our processes have no shared memory, so a node and a service process each bind a
+control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages instead:
+
+* ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
+* ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig`` -> ``ControlResponse``.
+
+They travel only on the control channel; a consensus module never sees them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Annotated, ClassVar
+
+from core.codec.enums import ToggleState
+from core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
+
+NOT_STARTED = -1  # NodeStatus.module_state / role before the module started (tcp: awaiting members)
+NO_ELECTION = -1  # NodeStatus.election_state when no election runs
+
+
+class ControlResponseCode(IntEnum):
+    """``ControlResponse.code``."""
+
+    OK = 0
+    REFUSED = 1  # understood, but not now (not the leader, toggle busy, not started)
+    ERROR = 2  # the request itself was bad (unknown member, bad value)
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class StatusRequest(Message):
+    """Ask a process for its status; answered with ``NodeStatus`` or ``ServiceStatus``."""
+
+    TEMPLATE_ID: ClassVar[int] = 210
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class NodeStatus(Message):
+    """A node's consensus module as the status table shows it. ``role``, ``election_state`` and
+    ``module_state`` are the ordinals of Role, ElectionState and ConsensusModuleState, or -1
+    (not started / no election). ``endpoints`` is the member's own configuration entry
+    (``id,ingress,consensus,log,catchup,archive``) with the addresses it actually bound."""
+
+    TEMPLATE_ID: ClassVar[int] = 211
+    BLOCK_LENGTH: ClassVar[int] = 96
+
+    correlation_id: Int64
+    leadership_term_id: Int64
+    commit_position: Int64
+    append_position: Int64
+    ignored_count: Int64  # peer input dropped with a reason: module + runtime (bad frames)
+    gate_dropped_count: Int64  # member-to-member messages the chaos gate dropped
+    send_dropped_count: Int64  # sends ZeroMQ refused without blocking (peer down, queue full)
+    received_count: Int64  # messages read from all sockets
+    member_id: Int32
+    role: Int32
+    election_state: Int32
+    module_state: Int32
+    leader_member_id: Int32
+    session_count: Int32
+    snapshot_count: Int32
+    pid: Int32
+    endpoints: AsciiVar
+    detail: AsciiVar  # ConsensusModule.describe()
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class ServiceStatus(Message):
+    """A service process: where its service is in the log and its state digest there."""
+
+    TEMPLATE_ID: ClassVar[int] = 212
+    BLOCK_LENGTH: ClassVar[int] = 56
+
+    correlation_id: Int64
+    log_position: Int64  # end of the last applied entry
+    leadership_term_id: Int64
+    applied_count: Int64  # entries applied by this incarnation (replay included)
+    ignored_count: Int64
+    member_id: Int32
+    role: Int32
+    terminated: Int32  # 1 once the service terminated (SHUTDOWN / ABORT)
+    pid: Int32
+    state_digest: DataVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class GateRule(Message):
+    """The chaos gate rule for the directed link receiver-of-this -> ``dst_member_id`` (-1: every
+    peer). ``loss_ppm`` of the messages are dropped (1_000_000 = all, a partition); the rest are
+    held back ``delay_ns``. loss 0 and delay 0 clears the rule."""
+
+    TEMPLATE_ID: ClassVar[int] = 213
+    BLOCK_LENGTH: ClassVar[int] = 24
+
+    correlation_id: Int64
+    delay_ns: Int64
+    dst_member_id: Int32
+    loss_ppm: Int32
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class ClockOffset(Message):
+    """Add ``offset_ns`` to the process clock from now on (clock-skew chaos). The clock never runs
+    backwards: a smaller offset holds time still until the monotonic clock catches up."""
+
+    TEMPLATE_ID: ClassVar[int] = 214
+    BLOCK_LENGTH: ClassVar[int] = 16
+
+    correlation_id: Int64
+    offset_ns: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class ClusterControlRequest(Message):
+    """Set the cluster control toggle (ClusterTool: snapshot, suspend, resume, shutdown, abort).
+    Only the leader accepts; see ``ConsensusModule.toggle_control``."""
+
+    TEMPLATE_ID: ClassVar[int] = 215
+    BLOCK_LENGTH: ClassVar[int] = 12
+
+    correlation_id: Int64
+    toggle: Annotated[ToggleState, ENUM32]
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class ControlResponse(Message):
+    """The answer to a control request; ``code`` is a ControlResponseCode."""
+
+    TEMPLATE_ID: ClassVar[int] = 216
+    BLOCK_LENGTH: ClassVar[int] = 12
+
+    correlation_id: Int64
+    code: Annotated[ControlResponseCode, ENUM32]
+    message: AsciiVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class MembersConfig(Message):
+    """The cluster's member endpoints, ``id,ingress,consensus,log,catchup,archive|...`` (Aeron's
+    cluster members string). A tcp node whose peers' OS-assigned ports are not known yet waits
+    for this before it starts; a running node reconnects to the endpoints that changed."""
+
+    TEMPLATE_ID: ClassVar[int] = 217
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+    members: AsciiVar
+
+
+MESSAGES: tuple[type[Message], ...] = (
+    StatusRequest,
+    NodeStatus,
+    ServiceStatus,
+    GateRule,
+    ClockOffset,
+    ClusterControlRequest,
+    ControlResponse,
+    MembersConfig,
+)
+
+__all__ = [
+    "MESSAGES",
+    "NOT_STARTED",
+    "NO_ELECTION",
+    "ClockOffset",
+    "ClusterControlRequest",
+    "ControlResponse",
+    "ControlResponseCode",
+    "GateRule",
+    "MembersConfig",
+    "NodeStatus",
+    "ServiceStatus",
+    "StatusRequest",
+]

@@ -1,0 +1,178 @@
+"""A ClusterClient on ZeroMQ sockets, driven by blocking calls (for LocalCluster, tests, the CLI).
+
+The client binds its response channel (a PULL socket: ``ipc://`` in the cluster directory, or
+``tcp://127.0.0.1:*``) and names it in SessionConnectRequest; the cluster's node and service
+processes connect to it for egress. Ingress goes out through one PUSH per member ingress endpoint,
+"immediate" (a message for a member that is down is dropped, as a datagram would be, instead of
+reaching it as a stale burst when it restarts); a message refused only because a fresh connection
+is still being set up is retried for a moment.
+
+``pump(timeout_s)`` is the client's duty cycle: wait for egress up to the timeout or the client's
+next deadline, hand egress to the ClusterClient, run its timed work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import zmq
+
+from core.client.client import ClusterClient, EgressMessage
+from core.consensus.context import SECOND, Channel
+from core.runtime.clock import Clock
+from core.runtime.config import ipc_path
+from core.runtime.runner import BATCH_LIMIT
+from core.runtime.transport import NO_MEMBER, Link, bind, drain, header, parse
+
+FRESH_LINK_GRACE_NS = 300 * 1_000_000  # how long a refused send on a new link is retried
+RETRY_POLL_MS = 2
+_client_ids = itertools.count(os.getpid() % 1000 * 1000)
+
+
+class ClusterConnection:
+    """See the module docstring. Raises what ClusterClient raises (ConnectError, ClusterTimeoutError)."""
+
+    def __init__(
+        self,
+        ingress_endpoints: Mapping[int, str],
+        response_endpoint: str,
+        *,
+        client_id: int | None = None,
+        zctx: zmq.Context | None = None,
+        message_timeout_ns: int = 5 * SECOND,
+        keepalive_interval_ns: int | None = SECOND,
+        connect_retry_interval_ns: int = 500_000_000,
+        credentials: bytes = b"",
+    ) -> None:
+        self._owns_context = zctx is None
+        self.zctx = zctx if zctx is not None else zmq.Context(io_threads=1)
+        path = ipc_path(response_endpoint)
+        if path is not None:
+            path.parent.mkdir(exist_ok=True)  # the cluster's socket directory must exist already
+        self.egress, self.response_channel = bind(self.zctx, zmq.PULL, response_endpoint, rcvhwm=0)
+        self._response_path: Path | None = path
+        self.clock = Clock()
+        self.client = ClusterClient(
+            next(_client_ids) if client_id is None else client_id,
+            self.response_channel,
+            dict(ingress_endpoints),
+            self._send,
+            credentials=credentials,
+            message_timeout_ns=message_timeout_ns,
+            keepalive_interval_ns=keepalive_interval_ns,
+            connect_retry_interval_ns=connect_retry_interval_ns,
+        )
+        self._links: dict[str, tuple[Link, int]] = {}  # endpoint -> (link, created_ns)
+        self._pending: list[tuple[Link, int, bytes]] = []  # refused on a fresh link: (link, give_up_ns, payload)
+        self._head = header(Channel.INGRESS, NO_MEMBER)
+        self.messages: list[EgressMessage] = []
+        self.ignored = 0
+        self.dropped = 0
+        self.closed = False
+        for endpoint in ingress_endpoints.values():
+            self._link(endpoint)
+
+    # ------------------------------------------------------------------ ingress
+    def _link(self, endpoint: str) -> tuple[Link, int]:
+        entry = self._links.get(endpoint)
+        if entry is None:
+            entry = (Link(self.zctx, endpoint, sndhwm=10_000, immediate=True), self.clock.now_ns())
+            self._links[endpoint] = entry
+        return entry
+
+    def _send(self, member_id: int, payload: bytes) -> None:
+        endpoint = self.client.ingress_endpoints.get(member_id)
+        if endpoint is None:
+            self.dropped += 1
+            return
+        link, created_ns = self._link(endpoint)
+        if self._pending or not link.send(self._head, payload):
+            now = self.clock.now_ns()
+            if now - created_ns < FRESH_LINK_GRACE_NS or self._pending:
+                self._pending.append((link, max(now, created_ns) + FRESH_LINK_GRACE_NS, payload))
+            else:
+                self.dropped += 1
+
+    def _retry_pending(self, now_ns: int) -> None:
+        pending, self._pending = self._pending, []
+        for i, (link, give_up_ns, payload) in enumerate(pending):
+            if link.send(self._head, payload):
+                continue
+            if now_ns < give_up_ns:
+                self._pending = pending[i:]  # keep order: stop at the first that still cannot go
+                return
+            self.dropped += 1
+
+    # ------------------------------------------------------------------ duty cycle
+    def pump(self, timeout_s: float = 0.0) -> int:
+        """Wait up to ``timeout_s`` (less if the client has timed work or sends to retry) for egress,
+        handle it and run the client's timed work. Returns the number of egress messages handled."""
+        now = self.clock.now_ns()
+        wait_ns = int(timeout_s * 1e9)
+        deadline = self.client.next_deadline_ns()
+        if deadline is not None:
+            wait_ns = min(wait_ns, deadline - now)
+        wait_ms = max(0, (wait_ns + 999_999) // 1_000_000)
+        if self._pending:
+            wait_ms = min(wait_ms, RETRY_POLL_MS)
+        n = 0
+        if self.egress.poll(wait_ms):
+            now = self.clock.now_ns()
+            for frames in drain(self.egress, BATCH_LIMIT):
+                parsed = parse(frames, Channel.EGRESS, lambda _src: True)
+                if isinstance(parsed, str):
+                    self.ignored += 1
+                    continue
+                self.client.on_egress(parsed[1], now)
+                n += 1
+            self.messages.extend(self.client.poll())
+        now = self.clock.now_ns()
+        if self._pending:
+            self._retry_pending(now)
+        self.client.do_work(now)
+        return n
+
+    def run_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Pump until ``predicate()`` holds or ``timeout_s`` passes; returns whether it held."""
+        end = time.monotonic() + timeout_s
+        while not predicate():
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return predicate()
+            self.pump(min(remaining, 0.05))
+        return True
+
+    def connect(self, timeout_s: float) -> None:
+        """Open a session (raises ConnectError, ClusterTimeoutError, or TimeoutError)."""
+        self.client.connect(self.clock.now_ns())
+        if not self.run_until(lambda: self.client.is_connected, timeout_s):
+            raise TimeoutError(f"no session within {timeout_s} s: {self.client.describe()}")
+
+    def offer(self, payload: bytes) -> int:
+        return self.client.offer(payload, self.clock.now_ns())
+
+    def take_messages(self) -> list[EgressMessage]:
+        messages, self.messages = self.messages, []
+        return messages
+
+    def close(self) -> None:
+        """Close the session (if open) and the sockets. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.client.is_connected:
+                self.client.close(self.clock.now_ns())
+                self._retry_pending(self.clock.now_ns())
+        finally:
+            for link, _created in self._links.values():
+                link.close(100)  # let the SessionCloseRequest leave
+            self.egress.close(0)
+            if self._owns_context:
+                self.zctx.term()
+            if self._response_path is not None:
+                self._response_path.unlink(missing_ok=True)

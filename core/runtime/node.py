@@ -1,0 +1,554 @@
+"""The node process of one member: its ConsensusModule (with its archive) on ZeroMQ sockets.
+
+    python -m core.runtime.node --dir CLUSTER_DIR --member-id I [--incarnation N]
+
+reads ``CLUSTER_DIR/cluster.json`` (core.runtime.config) and serves until SIGTERM (clean close,
+exit 0), until the cluster terminates it (SHUTDOWN/ABORT, exit 0), or until its service process
+goes away (exit 3: a member is its node and its service together, fail-stop as in Aeron, where the
+consensus module terminates when its service stops heart-beating).
+
+Sockets (see core.runtime.transport for framing):
+
+    bound    ingress (PULL)       clients -> leader: connect, messages, keep-alives, admin
+             consensus, log, catchup, archive (PULL)   peers -> this member, one socket per channel
+             from-service (PULL)  this member's service -> its consensus module (lossless)
+             control (ROUTER)     harness/tools: status, gate rules, clock offset, cluster control
+    connect  per peer and channel (PUSH, immediate: a down peer drops, like UDP)
+             to-service (PUSH, unbounded: the service must see the committed log without gaps)
+             egress (PUSH per client response channel, lazily, LRU-cached)
+
+Every member-to-member send passes the chaos gate (core.runtime.gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from core.codec.control import (
+    NO_ELECTION,
+    NOT_STARTED,
+    ClockOffset,
+    ClusterControlRequest,
+    ControlResponse,
+    ControlResponseCode,
+    GateRule,
+    MembersConfig,
+    NodeStatus,
+    StatusRequest,
+)
+from core.codec.enums import ToggleState
+from core.codec.errors import DecodeError
+from core.codec.message import Message
+from core.codec.registry import decode, message_name
+from core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
+from core.consensus.module import ConsensusModule
+from core.runtime.clock import Clock
+from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members
+from core.runtime.gate import PPM, ChaosGate, LinkRule
+from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
+from core.runtime.transport import (
+    MEMBER_CHANNELS,
+    NO_MEMBER,
+    EgressCache,
+    Link,
+    bind,
+    drain,
+    header,
+    parse,
+    remove_ipc_files,
+)
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_SERVICE_GONE = 3
+EXIT_SERVICE_LINK = 4
+CLOSE_LINGER_MS = 200  # a clean close lets queued messages (TerminationAck, end of stream) leave
+TOGGLES_ACCEPTED = frozenset(
+    {
+        ToggleState.SUSPEND,
+        ToggleState.RESUME,
+        ToggleState.SNAPSHOT,
+        ToggleState.SHUTDOWN,
+        ToggleState.ABORT,
+        ToggleState.STANDBY_SNAPSHOT,
+    }
+)
+_HOUR_NS = 3600 * 1_000_000_000
+# A member is its node and its service: when the service process is gone (crashed, killed) the
+# node stops too, unless the cluster terminated it in the meantime (its last ack was in flight).
+SERVICE_GONE_GRACE_NS = 500 * 1_000_000
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+class Node:
+    """One member's node process; see the module docstring. Also the module's Outbox."""
+
+    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0) -> None:
+        self.config = config
+        self.member_id = member_id
+        self.incarnation = incarnation
+        self.own = config.member(member_id)
+        self.member_dir = config.member_dir(member_id)
+        self.member_dir.mkdir(parents=True, exist_ok=True)
+        self.log = ProcessLog(f"node-{member_id}")
+        self.clock = Clock()
+        self.cycle = DutyCycle(self.clock, self.log)
+        self.zctx = zmq.Context(io_threads=1)
+        self.gate = ChaosGate(member_id, random.Random(f"{config.seed}:gate:{member_id}:{incarnation}"))
+        self.egress = EgressCache(self.zctx, self.log)
+        self.module: ConsensusModule | None = None
+        self.ignored: dict[str, int] = {}
+        self.received = 0
+        self.undeliverable = 0
+        self._now_ns = 0
+        self._heads = {ch: header(ch, member_id) for ch in Channel}
+        self.peers: dict[int, dict[Channel, Link]] = {}
+        self.service_connected = False
+        self.service_gone_ns: int | None = None
+        self._sockets: list[zmq.Socket] = []
+
+        # Member-facing sockets: bind what the configuration says (tcp :0 -> an OS-assigned port;
+        # a port from an earlier run is tried first and replaced if taken).
+        bound: dict[str, str] = {}
+        for channel, endpoint in (
+            (Channel.INGRESS, self.own.ingress),
+            (Channel.CONSENSUS, self.own.consensus),
+            (Channel.LOG, self.own.log),
+            (Channel.CATCHUP, self.own.catchup),
+            (Channel.ARCHIVE, self.own.archive),
+        ):
+            sock, actual = self._bind_member_socket(endpoint)
+            bound[channel.value] = actual
+            allowed = (lambda _src: True) if channel is Channel.INGRESS else self._is_peer
+            self.cycle.register(sock, self._member_handler(sock, channel, allowed))
+        self.own_member = ClusterMember(
+            member_id,
+            ingress_endpoint=bound["ingress"],
+            consensus_endpoint=bound["consensus"],
+            log_endpoint=bound["log"],
+            catchup_endpoint=bound["catchup"],
+            archive_endpoint=bound["archive"],
+        )
+        self.members: list[ClusterMember] = [
+            self.own_member if m.member_id == member_id else m.cluster_member() for m in config.members
+        ]
+        self.peer_ids = frozenset(m.member_id for m in self.members if m.member_id != member_id)
+
+        self.control, _ = bind(self.zctx, zmq.ROUTER, self.own.control)
+        self._sockets.append(self.control)
+        self.cycle.register(self.control, self._on_control_readable)
+
+        self.to_service: Link | None = None
+        self._service_monitor: zmq.Socket | None = None
+        if config.service:
+            from_service, _ = bind(self.zctx, zmq.PULL, self.own.from_service, rcvhwm=0)
+            self._sockets.append(from_service)
+            self.cycle.register(
+                from_service, self._member_handler(from_service, Channel.SERVICE, lambda src: src == member_id)
+            )
+            self.to_service = Link(self.zctx, self.own.to_service, sndhwm=0, immediate=False)
+            self._service_monitor = self.to_service.sock.get_monitor_socket(
+                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+            )
+            self.cycle.register(self._service_monitor, self._on_service_monitor)
+
+        self.log(
+            f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
+            f"endpoints={self.own_member.describe()}"
+        )
+        if all(self._resolved(m) for m in self.members):
+            self._start_module()
+        else:
+            self.log("waiting for the members' endpoints (MembersConfig on the control socket)")
+
+    # ------------------------------------------------------------------ sockets
+    def _bind_member_socket(self, endpoint: str) -> tuple[zmq.Socket, str]:
+        try:
+            sock, actual = bind(self.zctx, zmq.PULL, endpoint)
+        except zmq.ZMQError as e:
+            if not endpoint.startswith("tcp://") or e.errno != zmq.EADDRINUSE:
+                raise
+            fallback = endpoint.rsplit(":", 1)[0] + ":0"
+            self.log(f"{endpoint} is taken ({e}); binding {fallback} instead")
+            sock, actual = bind(self.zctx, zmq.PULL, fallback)
+        self._sockets.append(sock)
+        return sock, actual
+
+    @staticmethod
+    def _resolved(m: ClusterMember) -> bool:
+        return not any(
+            e.endswith(":0")
+            for e in (m.ingress_endpoint, m.consensus_endpoint, m.log_endpoint, m.catchup_endpoint, m.archive_endpoint)
+        )
+
+    def _is_peer(self, src: int) -> bool:
+        return src in self.peer_ids
+
+    def _connect_peers(self) -> None:
+        """(Re)connect the links to every peer whose endpoints changed."""
+        for m in self.members:
+            if m.member_id == self.member_id or not self._resolved(m):
+                continue
+            endpoints = {
+                Channel.CONSENSUS: m.consensus_endpoint,
+                Channel.LOG: m.log_endpoint,
+                Channel.CATCHUP: m.catchup_endpoint,
+                Channel.ARCHIVE: m.archive_endpoint,
+            }
+            links = self.peers.get(m.member_id, {})
+            for channel in MEMBER_CHANNELS:
+                link = links.get(channel)
+                if link is not None and link.endpoint == endpoints[channel]:
+                    continue
+                if link is not None:
+                    link.close()
+                links[channel] = Link(self.zctx, endpoints[channel])
+            self.peers[m.member_id] = links
+
+    # ------------------------------------------------------------------ module
+    def _start_module(self) -> None:
+        config = self.config
+        self._connect_peers()
+        ctx = ConsensusModuleContext(
+            member_id=self.member_id,
+            members=self.members,  # the same list: MembersConfig updates reach ingress_endpoints()
+            cluster_dir=self.member_dir,
+            outbox=self,
+            rng=random.Random(f"{config.seed}:{self.member_id}:{self.incarnation}"),
+            timeouts=config.timeouts,
+            appointed_leader_id=config.appointed_leader_id,
+            service_count=1 if config.service else 0,
+            events=self._on_event,
+            log=self.log,
+        )
+        module = ConsensusModule(ctx)
+        now = self.clock.now_ns()
+        self._now_ns = now
+        module.on_start(now)
+        self.module = module
+        self.log(f"module started: {module.describe()}")
+
+    def _on_event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
+        if kind == "commit":  # one per commit advance: too many for a log line each
+            return
+        self.log(f"event {kind} member={member_id} term={term} pos={pos} {detail}")
+
+    # ------------------------------------------------------------------ Outbox (called by the module)
+    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        if channel is Channel.SERVICE:
+            if member_id == self.member_id and self.to_service is not None:
+                self._send_to_service(payload)
+            return
+        if self.gate.rules and not self.gate.admit(member_id, channel, payload, self._now_ns):
+            return
+        self._send_peer(member_id, channel, payload)
+
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        self.egress.send(response_channel, payload)
+
+    def _send_peer(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        links = self.peers.get(member_id)
+        if links is None:
+            self.undeliverable += 1
+            return
+        links[channel].send(self._heads[channel], payload)
+
+    def _send_to_service(self, payload: bytes) -> None:
+        assert self.to_service is not None
+        if not self.to_service.send(self._heads[Channel.SERVICE], payload):
+            # Cannot happen with an unbounded queue; if it does, the service would see a gap.
+            self.cycle.request_stop("the service link refused a message", EXIT_SERVICE_LINK)
+
+    # ------------------------------------------------------------------ inbound
+    def _ignore(self, where: str, reason: str) -> None:
+        key = f"{where}: {reason}"
+        self.ignored[key] = self.ignored.get(key, 0) + 1
+        self.log(f"ignored {key}")
+
+    def _member_handler(
+        self, sock: zmq.Socket, channel: Channel, allowed_src: Callable[[int], bool]
+    ) -> Callable[[int], int]:
+        def handle(now_ns: int) -> int:
+            self._now_ns = now_ns
+            batch = drain(sock, BATCH_LIMIT)
+            module = self.module
+            for frames in batch:
+                parsed = parse(frames, channel, allowed_src)
+                if isinstance(parsed, str):
+                    self._ignore(f"{channel} socket", parsed)
+                    continue
+                if module is None:
+                    self._ignore(f"{channel} socket", "module not started (waiting for the members' endpoints)")
+                    continue
+                src, payload = parsed
+                module.on_message(NO_MEMBER if channel is Channel.INGRESS else src, channel, payload, now_ns)
+            self.received += len(batch)
+            return len(batch)
+
+        return handle
+
+    def _on_service_monitor(self, now_ns: int) -> int:
+        assert self._service_monitor is not None
+        n = 0
+        while True:
+            try:
+                event = recv_monitor_message(self._service_monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return n
+            n += 1
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self.service_connected = True
+                self.log("service process connected")
+            elif event["event"] == zmq.EVENT_DISCONNECTED and self.service_connected:
+                # Decided in do_work after a grace period: a terminating service's last ack may
+                # still be queued on the other socket when its disconnect is reported.
+                self.service_gone_ns = now_ns
+                self.log("service process disconnected")
+
+    # ------------------------------------------------------------------ control
+    def _on_control_readable(self, now_ns: int) -> int:
+        self._now_ns = now_ns
+        batch = drain(self.control, BATCH_LIMIT)
+        for frames in batch:
+            identity, rest = frames[0], frames[1:]
+            parsed = parse(rest, Channel.CONTROL, lambda _src: True)
+            if isinstance(parsed, str):
+                self._ignore("control socket", parsed)
+                continue
+            payload = parsed[1]
+            try:
+                msg = decode(payload)
+            except DecodeError as e:
+                self._ignore("control socket", f"malformed: {e}")
+                continue
+            reply = self._on_control(msg, now_ns)
+            if reply is None:
+                self._ignore("control socket", f"unexpected {message_name(payload)}")
+                continue
+            try:
+                self.control.send_multipart((identity, self._heads[Channel.CONTROL], reply.encode()), zmq.NOBLOCK)
+            except zmq.ZMQError as e:
+                self._ignore("control socket", f"reply not sent: {e}")
+        self.received += len(batch)
+        return len(batch)
+
+    def _on_control(self, msg: Message, now_ns: int) -> Message | None:
+        if isinstance(msg, StatusRequest):
+            return self.status(msg.correlation_id)
+        if isinstance(msg, GateRule):
+            return self._on_gate_rule(msg)
+        if isinstance(msg, ClockOffset):
+            self.clock.offset_ns = msg.offset_ns
+            self.log(f"clock offset set to {msg.offset_ns} ns")
+            return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
+        if isinstance(msg, ClusterControlRequest):
+            return self._on_cluster_control(msg)
+        if isinstance(msg, MembersConfig):
+            return self._on_members_config(msg)
+        return None
+
+    def _on_gate_rule(self, msg: GateRule) -> ControlResponse:
+        if msg.dst_member_id != -1 and msg.dst_member_id not in self.peer_ids:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, f"no peer {msg.dst_member_id}")
+        if not 0 <= msg.loss_ppm <= PPM or msg.delay_ns < 0:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, "loss_ppm or delay_ns out of range")
+        self.gate.set_rule(msg.dst_member_id, LinkRule(msg.loss_ppm, msg.delay_ns), sorted(self.peer_ids))
+        self.log(f"gate: {self.gate.describe()}")
+        return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
+
+    def _on_cluster_control(self, msg: ClusterControlRequest) -> ControlResponse:
+        if msg.toggle not in TOGGLES_ACCEPTED:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, f"toggle {msg.toggle.name}")
+        module = self.module
+        if module is None:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.REFUSED, "not started")
+        if module.toggle_control(msg.toggle):
+            self.log(f"cluster control {msg.toggle.name} accepted")
+            return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
+        return ControlResponse(
+            msg.correlation_id,
+            ControlResponseCode.REFUSED,
+            _ascii(f"toggle {module.toggle.name}: {module.describe()}"),
+        )
+
+    def _on_members_config(self, msg: MembersConfig) -> ControlResponse:
+        try:
+            members = parse_members(msg.members)
+        except ValueError as e:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, _ascii(str(e)))
+        if sorted(m.member_id for m in members) != sorted(m.member_id for m in self.members):
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, "member ids differ from cluster.json")
+        by_id = {m.member_id: m for m in members}
+        # In place: the module's context holds this list.
+        for i, m in enumerate(self.members):
+            if m.member_id != self.member_id:
+                self.members[i] = by_id[m.member_id]
+        self.log(f"members: {format_members(self.members)}")
+        if self.module is None:
+            if all(self._resolved(m) for m in self.members):
+                self._start_module()
+        else:
+            self._connect_peers()
+        return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
+
+    def stats(self) -> str:
+        """Traffic counters: how much each duty cycle batched (messages in, messages out per channel)."""
+        sent: dict[str, int] = {}
+        for links in self.peers.values():
+            for channel, link in links.items():
+                sent[channel.value] = sent.get(channel.value, 0) + link.sent
+        if self.to_service is not None:
+            sent["service"] = self.to_service.sent
+        sent["egress"] = self.egress.sent
+        cycles = max(1, self.cycle.cycles)
+        return (
+            f"stats: cycles={self.cycle.cycles} received={self.received} "
+            f"received/cycle={self.received / cycles:.2f} sent={sent} gate_dropped={self.gate.dropped_count}"
+        )
+
+    def status(self, correlation_id: int) -> NodeStatus:
+        m = self.module
+        peer_dropped = sum(link.dropped for links in self.peers.values() for link in links.values())
+        send_dropped = self.egress.dropped + peer_dropped
+        ignored = sum(self.ignored.values()) + self.egress.bad_channels
+        if m is None:
+            return NodeStatus(
+                correlation_id=correlation_id,
+                leadership_term_id=-1,
+                commit_position=0,
+                append_position=0,
+                ignored_count=ignored,
+                gate_dropped_count=self.gate.dropped_count,
+                send_dropped_count=send_dropped,
+                received_count=self.received,
+                member_id=self.member_id,
+                role=NOT_STARTED,
+                election_state=NO_ELECTION,
+                module_state=NOT_STARTED,
+                leader_member_id=-1,
+                session_count=0,
+                snapshot_count=0,
+                pid=os.getpid(),
+                endpoints=_ascii(self.own_member.describe()),
+                detail="not started",
+            )
+        es = m.election_state
+        return NodeStatus(
+            correlation_id=correlation_id,
+            leadership_term_id=m.leadership_term_id,
+            commit_position=m.commit_position,
+            append_position=m.append_position,
+            ignored_count=ignored + sum(m.ignored.values()),
+            gate_dropped_count=self.gate.dropped_count,
+            send_dropped_count=send_dropped,
+            received_count=self.received,
+            member_id=self.member_id,
+            role=int(m.role),
+            election_state=NO_ELECTION if es is None else int(es),
+            module_state=int(m.state),
+            leader_member_id=m.leader_member_id,
+            session_count=len(m.sessions),
+            snapshot_count=m.snapshot_count,
+            pid=os.getpid(),
+            endpoints=_ascii(self.own_member.describe()),
+            detail=_ascii(m.describe()),
+        )
+
+    # ------------------------------------------------------------------ duty cycle
+    def do_work(self, now_ns: int) -> int:
+        self._now_ns = now_ns
+        work = 0
+        if self.gate.next_due_ns() <= now_ns:
+            for dst, channel, payload in self.gate.pop_due(now_ns):
+                self._send_peer(dst, channel, payload)
+                work += 1
+        m = self.module
+        if m is not None:
+            work += m.do_work(now_ns)
+            if m.terminated:
+                self.cycle.request_stop(f"terminated: {m.terminated_reason}")
+                return work
+        if self.service_gone_ns is not None and now_ns >= self.service_gone_ns + SERVICE_GONE_GRACE_NS:
+            self.cycle.request_stop("the service process went away", EXIT_SERVICE_GONE)
+        return work
+
+    def next_deadline_ns(self) -> int:
+        m = self.module
+        deadline = m.next_deadline_ns() if m is not None else self._now_ns + _HOUR_NS
+        if self.service_gone_ns is not None:
+            deadline = min(deadline, self.service_gone_ns + SERVICE_GONE_GRACE_NS)
+        return min(deadline, self.gate.next_due_ns())
+
+    def run(self) -> int:
+        self.cycle.install_signal_handlers()
+        code = EXIT_OK
+        try:
+            code = self.cycle.run(self.do_work, self.next_deadline_ns)
+            self.log(f"stopping: {self.cycle.stop_reason} (exit {code}); {self.stats()}")
+        finally:
+            self.close(clean=True)
+        return code
+
+    def close(self, *, clean: bool) -> None:
+        linger = CLOSE_LINGER_MS if clean else 0
+        if self.module is not None:
+            try:
+                self.module.close()  # a leader tells followers its log ended; files flushed
+            except Exception as e:  # still close the sockets
+                self.log(f"module close failed: {type(e).__name__}: {e}")
+        if self._service_monitor is not None and self.to_service is not None:
+            self.to_service.sock.disable_monitor()
+            self._service_monitor.close(0)
+        for links in self.peers.values():
+            for link in links.values():
+                link.close(linger)
+        if self.to_service is not None:
+            self.to_service.close(linger)
+        self.egress.close(linger)
+        for sock in self._sockets:
+            sock.close(0)
+        self.zctx.term()
+        self.cycle.close()
+        m = self.own_member
+        remove_ipc_files(
+            m.ingress_endpoint, m.consensus_endpoint, m.log_endpoint, m.catchup_endpoint, m.archive_endpoint,
+            self.own.control, self.own.from_service if self.config.service else "",
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.runtime.node", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", required=True, help="cluster directory (holds cluster.json)")
+    parser.add_argument("--member-id", type=int, required=True)
+    parser.add_argument("--incarnation", type=int, default=0, help="how many times this member started before")
+    parser.add_argument(
+        "--exit-with-parent", type=int, default=None, metavar="PID",
+        help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
+    )
+    args = parser.parse_args(argv)
+    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
+        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+        return EXIT_OK
+    try:
+        config = ClusterConfig.load(args.dir)
+        config.member(args.member_id)
+    except ConfigError as e:
+        print(f"node: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    node = Node(config, args.member_id, args.incarnation)
+    return run_profiled(node.run, f"node-{args.member_id}-{args.incarnation}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

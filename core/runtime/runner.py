@@ -1,0 +1,192 @@
+"""The duty cycle of a clusterlab process, and its log.
+
+One loop per process (Aeron's AgentRunner with an idle strategy that is a poll)::
+
+    poll every socket with timeout = next deadline - now   (never a busy spin)
+    for each readable socket: read everything queued, up to a batch limit
+    do_work(now)                                           (timers, resends, log consumption)
+
+so a batch of messages is handled before ``do_work`` runs once, and an idle process sleeps in
+``poll`` until a message or its next deadline (an idle cluster costs ~0% CPU). When ``do_work``
+did nothing although its deadline has passed, the next poll waits 1 ms instead of spinning.
+
+SIGTERM and SIGINT request a stop; the signal also writes to a wake-up pipe the poller watches,
+so the loop ends at once, and the process closes cleanly (module closed, files flushed) and exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import zmq
+
+from core.runtime.clock import Clock
+
+MAX_IDLE_MS = 1000  # longest single poll; nothing relies on it, it only bounds a lost wake-up
+BATCH_LIMIT = 1024  # messages read from one socket before others get a turn
+NO_PROGRESS_WAIT_MS = 1
+
+Handler = Callable[[int], int]  # (now_ns) -> messages handled
+
+
+class ProcessLog:
+    """Timestamped lines to a stream (stdout, which the harness sends to the member's log file).
+
+    Rate-limited (a flood of garbage must not fill the disk): at most ``burst`` lines at once and
+    ``rate_per_s`` lines per second afterwards; what is suppressed is counted and reported."""
+
+    def __init__(self, name: str, stream: TextIO | None = None, rate_per_s: float = 200.0, burst: int = 1000) -> None:
+        self.name = name
+        self._stream = stream if stream is not None else sys.stdout
+        self._rate = rate_per_s
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self.suppressed = 0
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens < 1:
+            self.suppressed += 1
+            return
+        self._tokens -= 1
+        stamp = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+        if self.suppressed:
+            self._write(f"{stamp} {self.name} ({self.suppressed} log lines suppressed)")
+            self.suppressed = 0
+        self._write(f"{stamp} {self.name} {line}")
+
+    def _write(self, text: str) -> None:
+        try:
+            self._stream.write(text + "\n")
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or full log must not stop the member
+
+
+class DutyCycle:
+    """Owns the poller and the stop flag of one process; see the module docstring."""
+
+    def __init__(self, clock: Clock, log: ProcessLog) -> None:
+        self.clock = clock
+        self.log = log
+        self.poller = zmq.Poller()
+        self._handlers: dict[Any, Handler] = {}
+        self.stop_requested = False
+        self.stop_reason = ""
+        self.exit_code = 0
+        self.cycles = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.poller.register(self._wake_r, zmq.POLLIN)
+
+    def register(self, sock: Any, handler: Handler) -> None:
+        self._handlers[sock] = handler
+        self.poller.register(sock, zmq.POLLIN)
+
+    def unregister(self, sock: Any) -> None:
+        if self._handlers.pop(sock, None) is not None:
+            self.poller.unregister(sock)
+
+    def request_stop(self, reason: str, exit_code: int = 0) -> None:
+        if not self.stop_requested:
+            self.stop_requested = True
+            self.stop_reason = reason
+            self.exit_code = exit_code
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum: int, _frame: object) -> None:
+            self.request_stop(f"signal {signal.Signals(signum).name}")
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        # Wakes the poll even if the signal lands between our flag check and the poll call.
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def run(self, do_work: Callable[[int], int], next_deadline_ns: Callable[[], int]) -> int:
+        """Loop until a stop is requested; returns the exit code."""
+        clock = self.clock
+        poll = self.poller.poll
+        handlers = self._handlers
+        wake_r = self._wake_r
+        idle_wait = False
+        while not self.stop_requested:
+            now = clock.now_ns()
+            wait_ns = next_deadline_ns() - now
+            if wait_ns <= 0:
+                timeout_ms = NO_PROGRESS_WAIT_MS if idle_wait else 0
+            else:
+                timeout_ms = min(MAX_IDLE_MS, (wait_ns + 999_999) // 1_000_000)
+            ready = poll(timeout_ms)
+            now = clock.now_ns()
+            handled = 0
+            for sock, _event in ready:
+                if sock == wake_r:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    continue
+                handler = handlers.get(sock)
+                if handler is not None:
+                    handled += handler(now)
+            if self.stop_requested:
+                break
+            work = do_work(now)
+            self.cycles += 1
+            idle_wait = work == 0 and handled == 0
+        return self.exit_code
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+PROFILE_ENV = "CLUSTERLAB_PROFILE_DIR"
+
+
+def run_profiled(run: Callable[[], int], name: str) -> int:
+    """``run()``; under cProfile when ``$CLUSTERLAB_PROFILE_DIR`` is set (stats written there as
+    ``<name>.pstats`` when the process stops cleanly; read them with ``python -m pstats``). The
+    profile counts this thread's CPU time, not wall time: on a busy host wall time charges
+    whatever call was running when the scheduler preempted the process."""
+    directory = os.environ.get(PROFILE_ENV)
+    if not directory:
+        return run()
+    import cProfile
+
+    profiler = cProfile.Profile(time.thread_time)
+    try:
+        return profiler.runcall(run)
+    finally:
+        os.makedirs(directory, exist_ok=True)
+        profiler.dump_stats(os.path.join(directory, f"{name}.pstats"))
+
+
+def exit_with_parent(parent_pid: int) -> bool:
+    """Have the kernel send us SIGTERM when the process that started us dies (Linux prctl
+    PR_SET_PDEATHSIG), so a harness killed outright leaves no member behind. False if that
+    parent is already gone (the caller should exit)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    return os.getppid() == parent_pid

@@ -1,0 +1,295 @@
+"""The service process of one member: a ClusteredServiceAgent hosting the user's service.
+
+    python -m core.runtime.service --dir CLUSTER_DIR --member-id I [--incarnation N]
+
+Start it after its node answers a status request with a started module: like Aeron's service
+container, it reads its recovery plan (the latest service snapshot) from the recording log the
+node has just reconciled. The service is ``cluster.json``'s ``service``: a name of
+``harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
+
+Sockets: ``to-service`` (PULL, bound; from its node: JoinLog, committed log blocks, termination;
+lossless), ``from-service`` (PUSH to the node: acks, timers, offers, lossless), ``service-control``
+(ROUTER: status with the service's log position and state digest), egress (PUSH per client).
+
+Exits 0 when the service terminated (SHUTDOWN/ABORT), on SIGTERM, or when its node went away
+(the member is down); 5 when the service failed (the agent stops after a ServiceError, as
+Aeron's container does; the node then stops too and the member recovers on restart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from core.archive.catalogue import Catalogue
+from core.archive.layout import archive_dir, snapshot_dir
+from core.archive.snapshots import SnapshotStore
+from core.codec.control import ServiceStatus, StatusRequest
+from core.codec.errors import DecodeError
+from core.codec.registry import decode, message_name
+from core.codec.service import JoinLog
+from core.codec.transport import LogBlock
+from core.consensus.cluster_work import MAX_LONG
+from core.consensus.context import Channel
+from core.consensus.recording_log import RecordingLog
+from core.runtime.clock import Clock
+from core.runtime.config import ClusterConfig, ConfigError
+from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
+from core.runtime.transport import EgressCache, Link, bind, drain, header, parse, remove_ipc_files
+from core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
+from core.service.api import ClusteredService
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_SERVICE_FAILED = 5
+CLOSE_LINGER_MS = 1000  # the termination ack must reach the node
+_HOUR_NS = 3600 * 1_000_000_000
+
+
+def service_snapshot_dir(member_dir: Any, service_id: int) -> Any:
+    """Where a member's service keeps its snapshots; the simulator's layout (harness.sim_parts)."""
+    from harness.sim_parts import service_snapshot_dir as sim_layout
+
+    return sim_layout(member_dir, service_id)
+
+
+def load_service_factory(name: str) -> Callable[[], ClusteredService]:
+    """``kv`` / ``counter`` / ``echo`` (harness.services.SERVICES) or ``package.module:factory``."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+    from harness.services import SERVICES
+
+    try:
+        return SERVICES[name]
+    except KeyError:
+        raise ConfigError(f"unknown service {name!r}: use one of {sorted(SERVICES)} or module:factory") from None
+
+
+class ServiceProcess:
+    """See the module docstring."""
+
+    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0) -> None:
+        if not config.service:
+            raise ConfigError("the cluster runs no service (cluster.json: service is null)")
+        factory = load_service_factory(config.service)
+        self.member_id = member_id
+        self.incarnation = incarnation
+        own = self.own = config.member(member_id)
+        self.member_dir = config.member_dir(member_id)
+        self.log = ProcessLog(f"service-{member_id}")
+        self.clock = Clock()
+        self.cycle = DutyCycle(self.clock, self.log)
+        self.zctx = zmq.Context(io_threads=1)
+        self.egress = EgressCache(self.zctx, self.log)
+        self.ignored: dict[str, int] = {}
+        self.applied_count = 0
+        self.received = 0
+        self.last_applied: AppliedEntry | None = None
+        self._replay_max = -1
+        self._head = header(Channel.SERVICE, member_id)
+        self._control_head = header(Channel.CONTROL, member_id)
+
+        self.inbound, _ = bind(self.zctx, zmq.PULL, own.to_service, rcvhwm=0)
+        self.cycle.register(self.inbound, self._on_inbound)
+        self.control, _ = bind(self.zctx, zmq.ROUTER, own.service_control)
+        self.cycle.register(self.control, self._on_control)
+        self.to_node = Link(self.zctx, own.from_service, sndhwm=0, immediate=False)
+        self._node_connected = False
+        self._monitor = self.to_node.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.cycle.register(self._monitor, self._on_monitor)
+
+        service_dir = service_snapshot_dir(self.member_dir, 0)
+        catalogue = Catalogue.open(archive_dir(service_dir))
+        self.snapshots = SnapshotStore(snapshot_dir(service_dir), catalogue)
+        self.agent = ClusteredServiceAgent(
+            0,
+            member_id,
+            factory(),
+            to_consensus_module=self._to_node,
+            egress=lambda channel, _session, payload: self.egress.send(channel, payload),
+            snapshot_store=self.snapshots,
+            on_applied=self._on_applied,
+            log=self.log,
+        )
+        with RecordingLog.open(self.member_dir) as recording_log:
+            entry = recording_log.latest_snapshot(0)
+        self.log(
+            f"started pid={os.getpid()} incarnation={incarnation} service={config.service} "
+            f"snapshot={entry.recording_id if entry is not None else None}"
+        )
+        self.agent.start(entry.recording_id if entry is not None else None)
+
+    # ------------------------------------------------------------------ agent outputs
+    def _to_node(self, payload: bytes) -> None:
+        if not self.to_node.send(self._head, payload):
+            self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
+
+    def _on_applied(self, entry: AppliedEntry) -> None:
+        self.applied_count += 1
+        self.last_applied = entry
+
+    # ------------------------------------------------------------------ inputs
+    def _ignore(self, where: str, reason: str) -> None:
+        key = f"{where}: {reason}"
+        self.ignored[key] = self.ignored.get(key, 0) + 1
+        self.log(f"ignored {key}")
+
+    def _on_inbound(self, now_ns: int) -> int:
+        batch = drain(self.inbound, BATCH_LIMIT)
+        member_id = self.member_id
+        agent = self.agent
+        for frames in batch:
+            parsed = parse(frames, Channel.SERVICE, lambda src: src == member_id)
+            if isinstance(parsed, str):
+                self._ignore("to-service socket", parsed)
+                continue
+            payload = parsed[1]
+            try:
+                msg = decode(payload)
+            except DecodeError as e:
+                self._ignore("to-service socket", f"malformed: {e}")
+                continue
+            try:
+                if isinstance(msg, LogBlock):
+                    walked = msg.walk()
+                    if walked.error is not None:
+                        self._ignore("to-service socket", f"corrupt LogBlock at {msg.start_position}: {walked.error}")
+                        continue
+                    is_replay = msg.end_position <= self._replay_max
+                    agent.on_log_frames(walked.frames, msg.commit_position, is_replay)
+                else:
+                    if isinstance(msg, JoinLog):
+                        self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
+                    agent.on_service_message(payload)
+            except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
+                self.log(f"snapshot failed: {e}")
+            except (ServiceError, AgentError) as e:
+                self.log(f"service failed: {type(e).__name__}: {e}")
+                self.cycle.request_stop(f"service failed: {e}", EXIT_SERVICE_FAILED)
+                return len(batch)
+        self.received += len(batch)
+        if agent.is_terminated:
+            self.cycle.request_stop("service terminated")
+        return len(batch)
+
+    def _on_control(self, now_ns: int) -> int:
+        batch = drain(self.control, BATCH_LIMIT)
+        for frames in batch:
+            identity, rest = frames[0], frames[1:]
+            parsed = parse(rest, Channel.CONTROL, lambda _src: True)
+            if isinstance(parsed, str):
+                self._ignore("service-control socket", parsed)
+                continue
+            try:
+                msg = decode(parsed[1])
+            except DecodeError as e:
+                self._ignore("service-control socket", f"malformed: {e}")
+                continue
+            if not isinstance(msg, StatusRequest):
+                self._ignore("service-control socket", f"unexpected {message_name(parsed[1])}")
+                continue
+            try:
+                self.control.send_multipart(
+                    (identity, self._control_head, self.status(msg.correlation_id).encode()), zmq.NOBLOCK
+                )
+            except zmq.ZMQError as e:
+                self._ignore("service-control socket", f"reply not sent: {e}")
+        return len(batch)
+
+    def _on_monitor(self, now_ns: int) -> int:
+        n = 0
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return n
+            n += 1
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self._node_connected = True
+            elif event["event"] == zmq.EVENT_DISCONNECTED and self._node_connected:
+                self.cycle.request_stop("node process went away")
+
+    def status(self, correlation_id: int) -> ServiceStatus:
+        agent = self.agent
+        try:
+            digest = agent.service.state_digest()
+        except Exception as e:  # a broken service still answers status
+            self.log(f"state_digest failed: {type(e).__name__}: {e}")
+            digest = b""
+        return ServiceStatus(
+            correlation_id=correlation_id,
+            log_position=agent.log_position,
+            leadership_term_id=agent.leadership_term_id,
+            applied_count=self.applied_count,
+            ignored_count=sum(self.ignored.values()) + sum(agent.ignored.values()) + self.egress.bad_channels,
+            member_id=self.member_id,
+            role=int(agent.role),
+            terminated=1 if agent.is_terminated else 0,
+            pid=os.getpid(),
+            state_digest=digest,
+        )
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        self.cycle.install_signal_handlers()
+        code = EXIT_OK
+        try:
+            if self.agent.is_terminated:
+                self.cycle.request_stop("service terminated")
+            code = self.cycle.run(lambda _now: 0, lambda: self.clock.now_ns() + _HOUR_NS)
+            self.log(
+                f"stopping: {self.cycle.stop_reason} (exit {code}); stats: cycles={self.cycle.cycles} "
+                f"received={self.received} applied={self.applied_count} to_node={self.to_node.sent} "
+                f"egress={self.egress.sent}"
+            )
+        finally:
+            self.close()
+        return code
+
+    def close(self) -> None:
+        self.to_node.sock.disable_monitor()
+        self._monitor.close(0)
+        # Only a terminated service has something that must still reach its node (the last ack).
+        linger = CLOSE_LINGER_MS if self.agent.is_terminated else 0
+        self.to_node.close(linger)
+        self.egress.close(min(linger, 100))
+        self.inbound.close(0)
+        self.control.close(0)
+        self.zctx.term()
+        self.cycle.close()
+        remove_ipc_files(self.own.to_service, self.own.service_control)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.runtime.service", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", required=True, help="cluster directory (holds cluster.json)")
+    parser.add_argument("--member-id", type=int, required=True)
+    parser.add_argument("--incarnation", type=int, default=0)
+    parser.add_argument(
+        "--exit-with-parent", type=int, default=None, metavar="PID",
+        help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
+    )
+    args = parser.parse_args(argv)
+    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
+        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+        return EXIT_OK
+    try:
+        config = ClusterConfig.load(args.dir)
+        config.member(args.member_id)
+        process = ServiceProcess(config, args.member_id, args.incarnation)
+    except ConfigError as e:
+        print(f"service: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

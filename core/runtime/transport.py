@@ -1,0 +1,214 @@
+"""ZeroMQ plumbing shared by every clusterlab process: framing, socket options, links, the egress cache.
+
+Every message on every socket is two ZeroMQ frames: a 3-byte header ``[channel u8][src int16 LE]``
+and the encoded payload (a ``core.codec`` message). ROUTER sockets (control) put the peer's
+routing identity in front. The channel is also given by the socket a message arrives on (each
+channel of ARCHITECTURE.md has its own socket, as Aeron has a stream per channel); a header that
+names another channel, a source that cannot send on that channel, or a wrong number of frames is
+*ignored with a logged reason* — never raised into the duty cycle.
+
+Sending never blocks (``zmq.NOBLOCK``): a full queue or an absent peer drops the message and
+counts it, like a UDP datagram to a dead host; the protocol resends what matters. The one
+exception is the node <-> service link, which is lossless (unbounded queue, same host): the
+service must see the committed log without gaps (Aeron: an IPC publication).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+
+import zmq
+
+from core.consensus.context import Channel
+
+HEADER = struct.Struct("<Bh")
+HEADER_LENGTH = HEADER.size
+NO_MEMBER = -1  # src of clients and the harness
+
+CHANNEL_CODES: dict[Channel, int] = {
+    Channel.CONSENSUS: 1,
+    Channel.LOG: 2,
+    Channel.CATCHUP: 3,
+    Channel.ARCHIVE: 4,
+    Channel.SERVICE: 5,
+    Channel.INGRESS: 6,
+    Channel.EGRESS: 7,
+    Channel.CONTROL: 8,
+}
+CODE_CHANNELS: dict[int, Channel] = {code: ch for ch, code in CHANNEL_CODES.items()}
+MEMBER_CHANNELS = (Channel.CONSENSUS, Channel.LOG, Channel.CATCHUP, Channel.ARCHIVE)
+
+# Largest message a bound socket accepts (a LogBlock/ReplayBlock carries <= 64 KiB of log): bigger
+# frames make ZeroMQ drop the connection instead of allocating whatever a stranger announces.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+PEER_SNDHWM = 10_000
+INBOUND_RCVHWM = 10_000
+EGRESS_SNDHWM = 10_000
+EGRESS_CACHE_SIZE = 128
+RECONNECT_IVL_MS = 10
+RECONNECT_IVL_MAX_MS = 200
+
+Logger = Callable[[str], None]
+
+
+def header(channel: Channel, src: int) -> bytes:
+    return HEADER.pack(CHANNEL_CODES[channel], src)
+
+
+def new_context() -> zmq.Context:
+    """One I/O thread is plenty for a member's message rates."""
+    ctx = zmq.Context(io_threads=1)
+    ctx.setsockopt(zmq.LINGER, 0)
+    return ctx
+
+
+def _common(sock: zmq.Socket) -> zmq.Socket:
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
+    return sock
+
+
+def bind(ctx: zmq.Context, kind: int, endpoint: str, *, rcvhwm: int = INBOUND_RCVHWM) -> tuple[zmq.Socket, str]:
+    """A bound socket and the endpoint it actually bound (a tcp ``:0`` / ``:*`` gets its OS port).
+
+    Raises zmq.ZMQError when the address is taken or invalid."""
+    sock = _common(ctx.socket(kind))
+    sock.setsockopt(zmq.RCVHWM, rcvhwm)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    address = endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
+    try:
+        sock.bind(address)
+    except zmq.ZMQError:
+        sock.close(0)
+        raise
+    bound = sock.getsockopt_string(zmq.LAST_ENDPOINT) if address.startswith("tcp://") else endpoint
+    return sock, bound
+
+
+def connect_push(ctx: zmq.Context, endpoint: str, *, sndhwm: int, immediate: bool) -> zmq.Socket:
+    """A PUSH socket connected to ``endpoint``. ``immediate``: queue only on a live connection (a
+    peer that is down drops messages instead of receiving a stale burst when it comes back)."""
+    sock = _common(ctx.socket(zmq.PUSH))
+    sock.setsockopt(zmq.SNDHWM, sndhwm)
+    if immediate:
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+    sock.connect(endpoint)
+    return sock
+
+
+def parse(frames: list[bytes], channel: Channel, allowed_src: Callable[[int], bool]) -> tuple[int, bytes] | str:
+    """``(src, payload)`` of a well-framed message for ``channel``, or why it is not one."""
+    if len(frames) != 2:
+        return f"expected 2 frames (header, payload), got {len(frames)}"
+    head, payload = frames
+    if len(head) != HEADER_LENGTH:
+        return f"header of {len(head)} bytes, expected {HEADER_LENGTH}"
+    code, src = HEADER.unpack(head)
+    got = CODE_CHANNELS.get(code)
+    if got is None:
+        return f"unknown channel code {code}"
+    if got is not channel:
+        return f"channel {got} on the {channel} socket"
+    if not allowed_src(src):
+        return f"source {src} may not send on {channel}"
+    return src, payload
+
+
+class Link:
+    """A non-blocking PUSH to one endpoint; counts what it could not send."""
+
+    __slots__ = ("dropped", "endpoint", "sent", "sock")
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, *, sndhwm: int = PEER_SNDHWM, immediate: bool = True) -> None:
+        self.endpoint = endpoint
+        self.sock = connect_push(ctx, endpoint, sndhwm=sndhwm, immediate=immediate)
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, head: bytes, payload: bytes) -> bool:
+        try:
+            self.sock.send_multipart((head, payload), zmq.NOBLOCK, copy=len(payload) < 4096)
+        except zmq.Again:
+            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def close(self, linger_ms: int = 0) -> None:
+        self.sock.close(linger_ms)
+
+
+class EgressCache:
+    """Lazily connected PUSH sockets to clients' response channels, least recently used first out.
+
+    A client binds its response channel and puts its address in SessionConnectRequest; the node
+    (session events) and the service process (replies) connect to it on first use."""
+
+    def __init__(self, ctx: zmq.Context, log: Logger, capacity: int = EGRESS_CACHE_SIZE) -> None:
+        self._ctx = ctx
+        self._log = log
+        self._capacity = capacity
+        self._links: OrderedDict[str, Link] = OrderedDict()
+        self._head = header(Channel.EGRESS, NO_MEMBER)
+        self.sent = 0
+        self.dropped = 0
+        self.bad_channels = 0
+
+    def send(self, response_channel: str, payload: bytes) -> bool:
+        link = self._links.get(response_channel)
+        if link is None:
+            if not response_channel.startswith(("ipc://", "tcp://")):
+                # A client's own address, from its connect request: bad input, not our error.
+                self.bad_channels += 1
+                self._log(f"egress: ignored response channel {response_channel!r:.80}: not ipc:// or tcp://")
+                return False
+            try:
+                # Not "immediate": the first message (the connect answer) is sent right after
+                # connect(), before the connection completes, and must wait for it.
+                link = Link(self._ctx, response_channel, sndhwm=EGRESS_SNDHWM, immediate=False)
+            except zmq.ZMQError as e:
+                self.bad_channels += 1
+                self._log(f"egress: ignored response channel {response_channel!r:.80}: {e}")
+                return False
+            self._links[response_channel] = link
+            if len(self._links) > self._capacity:
+                _, old = self._links.popitem(last=False)
+                old.close()
+        else:
+            self._links.move_to_end(response_channel)
+        if link.send(self._head, payload):
+            self.sent += 1
+            return True
+        self.dropped += 1
+        return False
+
+    def close(self, linger_ms: int = 0) -> None:
+        for link in self._links.values():
+            link.close(linger_ms)
+        self._links.clear()
+
+
+def drain(sock: zmq.Socket, limit: int) -> list[list[bytes]]:
+    """Up to ``limit`` messages already queued on ``sock``, without blocking."""
+    out = []
+    recv = sock.recv_multipart
+    try:
+        for _ in range(limit):
+            out.append(recv(zmq.NOBLOCK))
+    except zmq.Again:
+        pass
+    return out
+
+
+def remove_ipc_files(*endpoints: str) -> None:
+    """Unlink the socket files of ``ipc://`` endpoints this process bound (ZeroMQ leaves them), so a
+    cleanly stopped member leaves no socket behind and tools can tell it is not running."""
+    for endpoint in endpoints:
+        if endpoint.startswith("ipc://"):
+            with contextlib.suppress(OSError):
+                os.unlink(endpoint[len("ipc://") :])

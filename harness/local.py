@@ -1,0 +1,956 @@
+"""LocalCluster: a real cluster of OS processes on this host, talking ZeroMQ; the twin of SimCluster.
+
+Typical use::
+
+    with LocalCluster(members=3, service="kv", directory=tmp_path) as cluster:   # waits for a leader
+        client = cluster.client()
+        client.put("k", "v")
+        leader = cluster.leader_id()
+        cluster.kill(leader)                                  # SIGKILL, node and service
+        new_leader = cluster.await_leader(exclude={leader})
+        assert client.get("k")["value"] == "v"
+
+Each member is two processes, ``python -m core.runtime.node`` and ``python -m core.runtime.service``
+(started with ``subprocess.Popen``, not ``multiprocess``: a fresh interpreter per process means no
+forked ZeroMQ context or pytest state, the PID we signal is the member itself, and the processes
+are exactly what a user starts by hand). They run in their own session, so a Ctrl-C in a
+terminal reaches only the harness, which then stops them. Their stdout/stderr go to
+``<dir>/logs/member-<i>-<node|service>-<incarnation>.log`` (kept across restarts and wipes);
+``<dir>/processes.json`` lists every process started, with its PID.
+
+Every process LocalCluster starts is stopped by its PID: ``close()`` (also from ``__exit__``, and a
+finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused), waits, and
+SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
+bounded polls of a condition (``wait_until``, tenacity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tenacity
+
+from core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
+from core.codec.control import (
+    NO_ELECTION,
+    NOT_STARTED,
+    ClockOffset,
+    ClusterControlRequest,
+    ControlResponse,
+    ControlResponseCode,
+    GateRule,
+    MembersConfig,
+    NodeStatus,
+    ServiceStatus,
+    StatusRequest,
+)
+from core.codec.enums import ToggleState
+from core.consensus.context import (
+    NULL_VALUE,
+    ConsensusModuleState,
+    ElectionState,
+    Role,
+    Timeouts,
+)
+from core.runtime.client import ClusterConnection
+from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members, remove_socket_root
+from core.runtime.control import ControlClient
+from core.runtime.transport import new_context
+from harness.services import kv
+
+T = TypeVar("T")
+PPM = 1_000_000
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+NODE, SERVICE = "node", "service"
+STATUS_TIMEOUT_S = 0.5
+PROCESSES_FILE = "processes.json"
+
+
+class LocalClusterError(RuntimeError):
+    """The harness cannot do what was asked (a process died while starting, misuse of a fault)."""
+
+
+class LocalTimeout(AssertionError):
+    """An awaited condition did not hold in time (an AssertionError: a test failure, not an error)."""
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float,
+    what: str,
+    *,
+    interval_s: float = 0.02,
+    context: Callable[[], str] | None = None,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout_s`` passes
+    (LocalTimeout naming ``what`` and, if given, ``context()``)."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(interval_s),
+        retry=tenacity.retry_if_result(lambda result: not result),
+    )
+    try:
+        return retrying(predicate)
+    except tenacity.RetryError:
+        detail = f"; {context()}" if context is not None else ""
+        raise LocalTimeout(f"{what} not reached within {timeout_s:g} s{detail}") from None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """A node's answer to a status request (NodeStatus), with enums decoded."""
+
+    member_id: int
+    role: Role | None
+    leadership_term_id: int
+    election_state: ElectionState | None
+    module_state: ConsensusModuleState | None
+    commit_position: int
+    append_position: int
+    leader_member_id: int
+    session_count: int
+    snapshot_count: int
+    ignored_count: int
+    gate_dropped_count: int
+    send_dropped_count: int
+    received_count: int
+    pid: int
+    endpoints: str
+    detail: str
+
+    @classmethod
+    def of(cls, s: NodeStatus) -> MemberStatus:
+        return cls(
+            member_id=s.member_id,
+            role=None if s.role == NOT_STARTED else Role(s.role),
+            leadership_term_id=s.leadership_term_id,
+            election_state=None if s.election_state == NO_ELECTION else ElectionState(s.election_state),
+            module_state=None if s.module_state == NOT_STARTED else ConsensusModuleState(s.module_state),
+            commit_position=s.commit_position,
+            append_position=s.append_position,
+            leader_member_id=s.leader_member_id,
+            session_count=s.session_count,
+            snapshot_count=s.snapshot_count,
+            ignored_count=s.ignored_count,
+            gate_dropped_count=s.gate_dropped_count,
+            send_dropped_count=s.send_dropped_count,
+            received_count=s.received_count,
+            pid=s.pid,
+            endpoints=s.endpoints,
+            detail=s.detail,
+        )
+
+    @property
+    def started(self) -> bool:
+        return self.module_state is not None
+
+    def describe(self) -> str:
+        role = self.role.name if self.role is not None else "NOT_STARTED"
+        election = self.election_state.name if self.election_state is not None else "-"
+        return (
+            f"{self.member_id}:{role} term={self.leadership_term_id} election={election} "
+            f"append={self.append_position} commit={self.commit_position} sessions={self.session_count}"
+        )
+
+
+@dataclass
+class _Process:
+    member_id: int
+    kind: str
+    incarnation: int
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+
+def _stop_processes(processes: list[_Process], timeout_s: float) -> None:
+    """SIGTERM (+SIGCONT) every running process, wait up to ``timeout_s``, SIGKILL the rest; reap all."""
+    running = [p for p in processes if p.running()]
+    for p in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGTERM)
+            os.kill(p.pid, signal.SIGCONT)  # a paused process handles SIGTERM only once continued
+    deadline = time.monotonic() + timeout_s
+    for p in running:
+        try:
+            p.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+            p.popen.wait()
+
+
+def _kill_all(processes: list[_Process]) -> None:
+    """Finalizer / interpreter exit: SIGKILL whatever is still running (no time for courtesy)."""
+    for p in processes:
+        if p.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                p.popen.wait(5)
+
+
+class LocalCluster:
+    """See the module docstring. Operations mirror SimCluster's where they mean the same."""
+
+    def __init__(
+        self,
+        members: int | None = 3,
+        service: str | None = "kv",
+        directory: Path | str | None = None,
+        timeouts: Timeouts | None = None,
+        tcp: bool = False,
+        *,
+        seed: int = 0,
+        appointed_leader_id: int = NULL_VALUE,
+        startup_timeout_s: float = 20.0,
+        stop_timeout_s: float = 5.0,
+        keep_directory: bool = False,
+    ) -> None:
+        """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
+        failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
+        restarted from disk with its own configuration (``members`` None accepts any size)."""
+        self._owns_directory = directory is None
+        self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep_directory = keep_directory
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        if (self.directory / "cluster.json").exists():
+            self.config = ClusterConfig.load(self.directory)
+            if members is not None and len(self.config.members) != members:
+                raise LocalClusterError(
+                    f"{self.directory} holds a {len(self.config.members)}-member cluster, not {members}"
+                )
+            if self.config.ensure_socket_root():
+                self.config.save()
+        else:
+            if members is None:
+                raise LocalClusterError(f"{self.directory} has no cluster.json and no member count was given")
+            self.config = ClusterConfig.create(
+                self.directory,
+                members,
+                service=service,
+                timeouts=timeouts,
+                tcp=tcp,
+                seed=seed,
+                appointed_leader_id=appointed_leader_id,
+            )
+            self.config.save()
+        self.directory = self.config.directory
+        self.member_count = len(self.config.members)
+        self.timeouts = self.config.timeouts
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        self.zctx = new_context()
+        self._all: list[_Process] = []  # every process ever started (the finalizer's list)
+        self._current: dict[tuple[int, str], _Process] = {}
+        # A restarted directory continues its members' incarnation numbers (log files never clash).
+        self._incarnations = [self._last_incarnation(i) for i in range(self.member_count)]
+        self._paused: set[int] = set()
+        self._controls: dict[tuple[int, str], ControlClient] = {}
+        self._gate_rules: dict[tuple[int, int], tuple[int, int]] = {}  # (src, dst) -> (loss_ppm, delay_ns)
+        self._gate_dirty: set[int] = set()
+        self.clients: list[LocalClient] = []
+        self.events: list[dict[str, Any]] = []  # harness events: start, kill, stop, partition, ...
+        self.failed = False
+        self._started = False
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _kill_all, self._all)
+
+    def _last_incarnation(self, member_id: int) -> int:
+        last = -1
+        for path in self.config.log_dir.glob(f"member-{member_id}-node-*.log"):
+            with contextlib.suppress(ValueError):
+                last = max(last, int(path.stem.rsplit("-", 1)[1]))
+        return last
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+            self.await_leader()
+        except BaseException as e:
+            self.failed = True
+            self._add_logs_note(e)
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.failed = True
+            self._add_logs_note(exc)
+        self.close()
+
+    def start(self) -> None:
+        """Start every member (nodes first; services once their node has started its module)."""
+        if self._started:
+            raise LocalClusterError("start() called twice")
+        self._started = True
+        for i in range(self.member_count):
+            self._launch(i, NODE)
+        self._await_nodes_started(range(self.member_count))
+        for i in range(self.member_count):
+            if self.config.service:
+                self._launch(i, SERVICE)
+
+    def close(self) -> None:
+        """Stop every process (nodes first, then services), close clients and sockets. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for client in self.clients:
+                with contextlib.suppress(Exception):
+                    client.close()
+            _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
+            _stop_processes(list(self._current.values()), self.stop_timeout_s)
+            _kill_all(self._all)  # earlier incarnations are reaped already; this is belt and braces
+        finally:
+            for control in self._controls.values():
+                control.close()
+            self.zctx.term()
+            remove_socket_root(self.config)
+            self._finalizer.detach()
+            self._write_processes()
+            if self._owns_directory and not self.keep_directory and not self.failed:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ------------------------------------------------------------------ processes
+    def _launch(self, member_id: int, kind: str) -> _Process:
+        if self._closed:
+            raise LocalClusterError("the cluster is closed")
+        if kind == NODE:
+            self._incarnations[member_id] += 1
+        incarnation = self._incarnations[member_id]
+        log_path = self.config.log_dir / f"member-{member_id}-{kind}-{incarnation}.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONUNBUFFERED"] = "1"
+        cmd = [
+            sys.executable,
+            "-m",
+            f"core.runtime.{kind}",
+            "--dir",
+            str(self.directory),
+            "--member-id",
+            str(member_id),
+            "--incarnation",
+            str(incarnation),
+            "--exit-with-parent",
+            str(os.getpid()),
+        ]
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+            )
+        process = _Process(member_id, kind, incarnation, popen, log_path)
+        self._all.append(process)
+        self._current[(member_id, kind)] = process
+        control = self._controls.get((member_id, kind))
+        if control is not None:
+            control.reset()  # nothing queued for the previous incarnation may reach this one
+        self._write_processes()
+        self._event("start" if incarnation == 0 else "restart", member_id, process=kind, pid=process.pid)
+        return process
+
+    def _write_processes(self) -> None:
+        rows = [
+            {
+                "member_id": p.member_id,
+                "kind": p.kind,
+                "incarnation": p.incarnation,
+                "pid": p.pid,
+                "running": p.running(),
+                "log": str(p.log_path),
+            }
+            for p in self._all
+        ]
+        tmp = self.directory / f".{PROCESSES_FILE}.tmp"
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(rows, indent=1) + "\n")
+            os.replace(tmp, self.directory / PROCESSES_FILE)
+
+    def _process(self, member_id: int, kind: str) -> _Process | None:
+        p = self._current.get((member_id, kind))
+        return p if p is not None and p.running() else None
+
+    def _control(self, member_id: int, kind: str = NODE) -> ControlClient:
+        key = (member_id, kind)
+        control = self._controls.get(key)
+        if control is None:
+            m = self.config.member(member_id)
+            control = ControlClient(self.zctx, m.control if kind == NODE else m.service_control)
+            self._controls[key] = control
+        return control
+
+    def _request(self, member_id: int, msg: Any, timeout_s: float = STATUS_TIMEOUT_S, kind: str = NODE) -> Any:
+        if self._process(member_id, kind) is None or member_id in self._paused:
+            return None
+        return self._control(member_id, kind).request(msg, timeout_s)
+
+    def _await_nodes_started(self, member_ids: Iterable[int]) -> None:
+        """Wait until these nodes answer; in tcp mode hand out the OS-assigned endpoints first."""
+        ids = list(member_ids)
+
+        def answered() -> dict[int, MemberStatus] | None:
+            out = {}
+            for i in ids:
+                p = self._current[(i, NODE)]
+                if not p.running():
+                    raise LocalClusterError(
+                        f"node {i} exited with {p.popen.returncode} while starting:\n{self.log_tail(i, NODE)}"
+                    )
+                status = self.status(i)
+                if status is None:
+                    return None
+                out[i] = status
+            return out
+
+        statuses = wait_until(answered, self.startup_timeout_s, f"nodes {ids} answering", context=self.status_line)
+        changed = False
+        members = self.config.cluster_members()
+        for i, status in statuses.items():
+            [actual] = parse_members(status.endpoints)
+            if actual != members[i]:
+                members[i] = actual
+                changed = True
+        if changed:
+            self.config.members = [m.with_cluster_member(members[m.member_id]) for m in self.config.members]
+            self.config.save()
+        if changed or any(not s.started for s in statuses.values()):
+            text = format_members(members)
+            for i in range(self.member_count):
+                if self._process(i, NODE) is not None and i not in self._paused:
+                    reply = self._request(i, MembersConfig(0, text), 2.0)
+                    if not isinstance(reply, ControlResponse) or reply.code != ControlResponseCode.OK:
+                        raise LocalClusterError(f"member {i} did not take the member list: {reply!r}")
+
+        def started() -> bool:
+            return all((s := self.status(i)) is not None and s.started for i in ids)
+
+        wait_until(started, self.startup_timeout_s, f"nodes {ids} started", context=self.status_line)
+        for i in ids:
+            self._push_gate(i)
+
+    # ------------------------------------------------------------------ observation
+    def member_dir(self, member_id: int) -> Path:
+        return self.config.member_dir(member_id)
+
+    def is_alive(self, member_id: int) -> bool:
+        """The member's node process is running (paused counts as alive)."""
+        return self._process(member_id, NODE) is not None
+
+    def members_alive(self) -> list[int]:
+        return [i for i in range(self.member_count) if self.is_alive(i)]
+
+    def is_paused(self, member_id: int) -> bool:
+        return member_id in self._paused
+
+    def incarnation(self, member_id: int) -> int:
+        return self._incarnations[member_id]
+
+    def pids(self) -> list[int]:
+        """Every process this cluster ever started."""
+        return [p.pid for p in self._all]
+
+    def running_pids(self) -> list[int]:
+        return [p.pid for p in self._all if p.running()]
+
+    def status(self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> MemberStatus | None:
+        """The node's status, or None if it is down, paused or does not answer in time."""
+        reply = self._request(member_id, StatusRequest(0), timeout_s)
+        return MemberStatus.of(reply) if isinstance(reply, NodeStatus) else None
+
+    def statuses(self) -> dict[int, MemberStatus | None]:
+        return {i: self.status(i) for i in range(self.member_count)}
+
+    def service_status(self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> ServiceStatus | None:
+        reply = self._request(member_id, StatusRequest(0), timeout_s, kind=SERVICE)
+        return reply if isinstance(reply, ServiceStatus) else None
+
+    def roles(self) -> dict[int, Role | None]:
+        return {i: (s.role if s is not None else None) for i, s in self.statuses().items()}
+
+    @staticmethod
+    def settled_leader(statuses: dict[int, MemberStatus | None]) -> int | None:
+        """SimCluster.leader_id's rule: a LEADER with no election running, in the highest term among
+        the members that answered, and the only one there."""
+        live = [s for s in statuses.values() if s is not None and s.started]
+        if not live:
+            return None
+        top = max(s.leadership_term_id for s in live)
+        leaders = [
+            s for s in live if s.role == Role.LEADER and s.election_state is None and s.leadership_term_id == top
+        ]
+        return leaders[0].member_id if len(leaders) == 1 else None
+
+    def leader_id(self) -> int | None:
+        return self.settled_leader(self.statuses())
+
+    def await_leader(self, timeout_s: float = 10.0, exclude: Iterable[int] = ()) -> int:
+        """Wait for a settled leader not in ``exclude`` and return its id."""
+        excluded = set(exclude)
+
+        def leader() -> int | None:
+            self._pump_clients()
+            found = self.leader_id()
+            return found + 1 if found is not None and found not in excluded else None  # +1: 0 is falsy
+
+        return wait_until(leader, timeout_s, f"a leader (not in {sorted(excluded)})", context=self.status_line) - 1
+
+    def await_condition(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        """Poll ``predicate`` (bounded); the cluster's clients keep their sessions alive meanwhile."""
+
+        def check() -> Any:
+            self._pump_clients()
+            return predicate()
+
+        return wait_until(check, timeout_s, what, context=self.status_line)
+
+    def _pump_clients(self) -> None:
+        for client in self.clients:
+            if not client.conn.closed:
+                with contextlib.suppress(ClientError):
+                    client.conn.pump(0.0)
+
+    def status_line(self) -> str:
+        parts = []
+        for i, s in self.statuses().items():
+            service_down = (
+                self.config.service is not None and self.is_alive(i) and self._process(i, SERVICE) is None
+                and (i, SERVICE) in self._current
+            )
+            if s is not None:
+                parts.append(s.describe() + (" (service process exited)" if service_down else ""))
+            elif self.is_paused(i):
+                parts.append(f"{i}:paused")
+            else:
+                parts.append(f"{i}:{'down' if not self.is_alive(i) else 'no answer'}")
+        return f"members [{', '.join(parts)}] dir={self.directory}"
+
+    def log_tail(self, member_id: int, kind: str = NODE, lines: int = 25) -> str:
+        p = self._current.get((member_id, kind))
+        if p is None:
+            return "(never started)"
+        try:
+            text = p.log_path.read_text(errors="replace").splitlines()
+        except OSError as e:
+            return f"(no log: {e})"
+        return "\n".join(f"  {line}" for line in text[-lines:])
+
+    def _add_logs_note(self, e: BaseException) -> None:
+        notes = [f"LocalCluster directory (kept): {self.directory}"]
+        for (member_id, kind), p in sorted(self._current.items()):
+            tail = self.log_tail(member_id, kind)
+            notes.append(f"--- member {member_id} {kind} (pid {p.pid}, log {p.log_path}):\n{tail}")
+        with contextlib.suppress(Exception):
+            e.add_note("\n".join(notes))
+
+    def _event(self, kind: str, member_id: int, **detail: Any) -> None:
+        self.events.append({"time_ns": time.monotonic_ns(), "source": "harness", "member_id": member_id,
+                            "kind": kind, "detail": detail})
+
+    # ------------------------------------------------------------------ faults
+    def kill(self, member_id: int) -> None:
+        """Crash the member: SIGKILL its node and service processes (files stay)."""
+        for kind in (NODE, SERVICE):
+            p = self._process(member_id, kind)
+            if p is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+                p.popen.wait()
+        self._paused.discard(member_id)
+        self._event("kill", member_id)
+
+    def stop(self, member_id: int) -> None:
+        """Clean shutdown: SIGTERM the node (it closes its module, a leader ends its log stream),
+        then the service."""
+        for kind in (NODE, SERVICE):
+            p = self._process(member_id, kind)
+            if p is not None:
+                _stop_processes([p], self.stop_timeout_s)
+        self._paused.discard(member_id)
+        self._event("stop", member_id)
+
+    def restart(self, member_id: int) -> None:
+        """Start a new incarnation from the member's directory; a running member is killed first."""
+        if self.is_alive(member_id) or self._process(member_id, SERVICE) is not None:
+            self.kill(member_id)
+        self._launch(member_id, NODE)
+        self._await_nodes_started([member_id])
+        if self.config.service:
+            self._launch(member_id, SERVICE)
+
+    def restart_wiped(self, member_id: int) -> None:
+        """Restart with an empty member directory (a replaced disk); a running member is killed first."""
+        if self.is_alive(member_id) or self._process(member_id, SERVICE) is not None:
+            self.kill(member_id)
+        shutil.rmtree(self.member_dir(member_id), ignore_errors=True)
+        self._event("wipe", member_id)
+        self.restart(member_id)
+
+    def wait_for_exit(self, member_id: int, timeout_s: float = 10.0) -> dict[str, int]:
+        """Wait until the member's processes exit by themselves (SHUTDOWN/ABORT); their exit codes."""
+        procs = [p for kind in (NODE, SERVICE) if (p := self._current.get((member_id, kind))) is not None]
+        wait_until(lambda: not any(p.running() for p in procs), timeout_s, f"member {member_id} exited",
+                   context=self.status_line)
+        return {p.kind: p.popen.returncode for p in procs}
+
+    def pause(self, member_id: int) -> None:
+        """SIGSTOP node and service (a GC pause, a stalled VM)."""
+        for kind in (NODE, SERVICE):
+            p = self._process(member_id, kind)
+            if p is not None:
+                os.kill(p.pid, signal.SIGSTOP)
+        self._paused.add(member_id)
+        self._event("pause", member_id)
+
+    def resume(self, member_id: int) -> None:
+        for kind in (NODE, SERVICE):
+            p = self._process(member_id, kind)
+            if p is not None:
+                os.kill(p.pid, signal.SIGCONT)
+        self._paused.discard(member_id)
+        self._event("resume", member_id)
+        if member_id in self._gate_dirty:
+            self._push_gate(member_id)
+
+    def truncate_recording(self, member_id: int, position: int) -> None:
+        """Cut the member's log recording back to ``position`` (a lost disk tail); only while it is down."""
+        if self.is_alive(member_id):
+            raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
+        from core.archive.faults import truncate_at
+
+        truncate_at(self.member_dir(member_id), position)
+        self._event("truncate", member_id, log_position=position)
+
+    # ------------------------------------------------------------------ chaos gate
+    def _push_gate(self, member_id: int) -> bool:
+        """Send the member its rule for every outgoing link (a clear rule where there is none), one
+        link at a time, so a change never opens a link in passing."""
+        if not self.is_alive(member_id) or member_id in self._paused:
+            self._gate_dirty.add(member_id)
+            return False
+        requests = []
+        for dst in range(self.member_count):
+            if dst != member_id:
+                loss_ppm, delay_ns = self._gate_rules.get((member_id, dst), (0, 0))
+                requests.append(GateRule(0, delay_ns, dst, loss_ppm))
+        for request in requests:
+            reply = self._request(member_id, request, 2.0)
+            if not isinstance(reply, ControlResponse) or reply.code != ControlResponseCode.OK:
+                self._gate_dirty.add(member_id)
+                return False
+        self._gate_dirty.discard(member_id)
+        return True
+
+    def _push_gates(self) -> None:
+        for i in range(self.member_count):
+            self._push_gate(i)
+
+    def partition(self, groups: Iterable[Iterable[int]]) -> None:
+        """Members talk only within their group; members in no group are isolated. Replaces every
+        rule set before (delays included)."""
+        group_of: dict[int, int] = {}
+        for g, group in enumerate(groups):
+            for m in group:
+                group_of[m] = g
+        self._gate_rules = {
+            (src, dst): (PPM, 0)
+            for src in range(self.member_count)
+            for dst in range(self.member_count)
+            if src != dst and (src not in group_of or group_of.get(src) != group_of.get(dst))
+        }
+        self._push_gates()
+        self._event("partition", -1, groups=[sorted(g) for g in _groups(group_of)])
+
+    def isolate(self, member_id: int) -> None:
+        self.partition([[m for m in range(self.member_count) if m != member_id]])
+
+    def block(self, src: int, dst: int) -> None:
+        """Drop src -> dst only."""
+        self.set_link(src, dst, loss=1.0)
+
+    def unblock(self, src: int, dst: int) -> None:
+        self.set_link(src, dst, loss=0.0, delay_s=0.0)
+
+    def set_link(self, src: int, dst: int, *, loss: float | None = None, delay_s: float | None = None) -> None:
+        """Loss probability and/or one-way delay of the directed link src -> dst."""
+        loss_ppm, delay_ns = self._gate_rules.get((src, dst), (0, 0))
+        if loss is not None:
+            loss_ppm = round(loss * PPM)
+        if delay_s is not None:
+            delay_ns = round(delay_s * 1e9)
+        if loss_ppm or delay_ns:
+            self._gate_rules[(src, dst)] = (loss_ppm, delay_ns)
+        else:
+            self._gate_rules.pop((src, dst), None)
+        self._push_gate(src)
+        self._event("link", -1, src=src, dst=dst, loss_ppm=loss_ppm, delay_ns=delay_ns)
+
+    def heal(self) -> None:
+        self._gate_rules.clear()
+        self._push_gates()
+        self._event("heal", -1)
+
+    def gate_rules(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return dict(self._gate_rules)
+
+    def set_clock_offset(self, member_id: int, offset_s: float) -> bool:
+        """Skew the member's node clock by ``offset_s`` from now on (it never runs backwards)."""
+        reply = self._request(member_id, ClockOffset(0, round(offset_s * 1e9)), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("clock", member_id, offset_ns=round(offset_s * 1e9), accepted=ok)
+        return ok
+
+    # ------------------------------------------------------------------ cluster control and clients
+    def control(self, target: str) -> bool:
+        """Cluster control through the leader's toggle (ClusterTool): ``snapshot``, ``suspend``,
+        ``resume``, ``shutdown`` or ``abort``. False if there is no leader or the toggle is busy."""
+        try:
+            toggle = ToggleState[target.upper()]
+        except KeyError:
+            raise ValueError(f"unknown control action {target!r}") from None
+        leader = self.leader_id()
+        if leader is None:
+            return False
+        reply = self._request(leader, ClusterControlRequest(0, toggle), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("control", leader, action=target, accepted=ok)
+        return ok
+
+    def client(self, *, connect: bool = True, timeout_s: float = 10.0) -> LocalClient:
+        """A new client (its own session); connected unless ``connect`` is False."""
+        client = LocalClient(self.config, zctx=self.zctx)
+        self.clients.append(client)
+        if connect:
+            client.connect(timeout_s)
+        return client
+
+
+def _groups(group_of: dict[int, int]) -> list[list[int]]:
+    out: dict[int, list[int]] = {}
+    for m, g in group_of.items():
+        out.setdefault(g, []).append(m)
+    return list(out.values())
+
+
+_client_names = itertools.count()
+
+
+class LocalClientTimeout(AssertionError):
+    """A request got no reply in time (with every retry)."""
+
+
+class LocalClient:
+    """A blocking client of a local cluster: KV requests with replies matched by request id.
+
+    ``request`` resends an unanswered request (same id) after ``attempt_timeout_s`` and reconnects
+    after two unanswered attempts, so it rides through leader changes: it follows NewLeaderEvent
+    and REDIRECT through ClusterClient. A request is therefore *at least once*: a reply means the
+    request is in the committed log (the service only answers committed entries)."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        zctx: Any = None,
+        request_timeout_s: float = 15.0,
+        attempt_timeout_s: float | None = None,
+    ) -> None:
+        self.config = config
+        name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
+        t = config.timeouts
+        self.conn = ClusterConnection(
+            {m.member_id: m.ingress for m in config.members},
+            config.client_endpoint(name),
+            zctx=zctx,
+            message_timeout_ns=max(5 * 10**9, 2 * t.leader_heartbeat_timeout_ns),
+            keepalive_interval_ns=max(t.session_timeout_ns // 4, 10**7),
+        )
+        self.request_timeout_s = request_timeout_s
+        self.attempt_timeout_s = (
+            attempt_timeout_s if attempt_timeout_s is not None else max(1.0, 2 * t.leader_heartbeat_timeout_ns / 1e9)
+        )
+        self._next_id = 1
+        self.replies: dict[int, dict[str, Any]] = {}
+        self.other_messages: list[bytes] = []
+        self.reconnects = 0
+
+    @property
+    def client(self) -> Any:
+        """The ClusterClient (state, leader, session id)."""
+        return self.conn.client
+
+    def connect(self, timeout_s: float = 10.0) -> None:
+        """Open a session, retrying while the cluster elects (raises LocalClientTimeout)."""
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.conn.client.is_connected:
+                return
+            try:
+                self.conn.connect(max(0.05, deadline - time.monotonic()))
+                return
+            except (ClusterTimeoutError, TimeoutError) as e:
+                last = e
+            except ConnectError as e:
+                last = e
+                if "session limit" in str(e):
+                    raise
+        raise LocalClientTimeout(f"no session within {timeout_s} s: {last}; {self.conn.client.describe()}")
+
+    def _collect(self) -> None:
+        for m in self.conn.take_messages():
+            try:
+                reply = kv.decode_reply(m.payload)
+                rid = reply.get("id")
+            except (ValueError, UnicodeDecodeError):
+                rid = None
+            if isinstance(rid, int):
+                self.replies[rid] = reply
+            else:
+                self.other_messages.append(m.payload)
+
+    def pump(self, timeout_s: float = 0.0) -> None:
+        """Handle egress and keep the session alive for ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while True:
+            self.conn.pump(max(0.0, min(0.05, end - time.monotonic())))
+            self._collect()
+            if time.monotonic() >= end:
+                return
+
+    def submit(self, build: Callable[[int], bytes]) -> int:
+        """Send ``build(request_id)`` now (pipelining); returns the request id."""
+        rid = self._next_id
+        self._next_id += 1
+        self._offer(build(rid))
+        return rid
+
+    def _offer(self, payload: bytes) -> None:
+        if not self.conn.client.is_connected:
+            self.connect()
+        try:
+            self.conn.offer(payload)
+        except (SessionClosedError, ClientError):
+            self.connect()
+            self.conn.offer(payload)
+
+    def wait(self, request_ids: Iterable[int], timeout_s: float) -> dict[int, dict[str, Any]]:
+        """Replies to these ids that arrive within ``timeout_s`` (possibly not all)."""
+        ids = set(request_ids)
+        end = time.monotonic() + timeout_s
+        while True:
+            self._collect()
+            if ids <= self.replies.keys():
+                break
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                break
+            self.conn.pump(min(remaining, 0.05))
+        return {i: self.replies[i] for i in ids if i in self.replies}
+
+    def request(self, build: Callable[[int], bytes], timeout_s: float | None = None) -> dict[str, Any]:
+        """Send ``build(request_id)`` and return the service's reply; resend/reconnect on silence."""
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        rid = self._next_id
+        self._next_id += 1
+        payload = build(rid)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                if attempts > 1 and attempts % 2 == 1:
+                    # Two attempts unanswered: our session may be gone with the old leader.
+                    self.reconnects += 1
+                    self.conn.client.close(self.conn.clock.now_ns())
+                self._offer(payload)
+            except (ClientError, LocalClientTimeout):
+                pass
+            got = self.wait([rid], min(self.attempt_timeout_s, max(0.0, deadline - time.monotonic())))
+            if rid in got:
+                return self.replies.pop(rid)
+            if time.monotonic() >= deadline:
+                raise LocalClientTimeout(
+                    f"no reply to request {rid} within {timeout_s} s ({attempts} attempts): "
+                    f"{self.conn.client.describe()}"
+                )
+
+    # --- KV helpers (harness.services.kv)
+    def put(self, key: str, value: str, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.request(lambda rid: kv.put(rid, key, value), timeout_s)
+
+    def get(self, key: str, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.request(lambda rid: kv.get(rid, key), timeout_s)
+
+    def cas(self, key: str, expected: str | None, value: str, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.request(lambda rid: kv.cas(rid, key, expected, value), timeout_s)
+
+    def delete(self, key: str, timeout_s: float | None = None) -> dict[str, Any]:
+        return self.request(lambda rid: kv.delete(rid, key), timeout_s)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def load_config(directory: Path | str) -> ClusterConfig:
+    """The configuration of a cluster directory (ConfigError with one clear line if there is none)."""
+    return ClusterConfig.load(directory)
+
+
+__all__ = [
+    "ConfigError",
+    "LocalClient",
+    "LocalClientTimeout",
+    "LocalCluster",
+    "LocalClusterError",
+    "LocalTimeout",
+    "MemberStatus",
+    "load_config",
+    "pid_alive",
+    "wait_until",
+]
