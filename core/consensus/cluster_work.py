@@ -318,6 +318,8 @@ class ClusterWork:
                     )
         elif isinstance(msg, AdminRequest):
             self.on_admin_request(msg, now_ns)
+        else:
+            self.ignore("ingress", f"unexpected {type(msg).__name__}")
 
     def on_session_connect_request(self: ConsensusModule, msg: SessionConnectRequest, now_ns: int) -> None:
         s = ClusterSession(

@@ -479,3 +479,17 @@ def test_client_follows_a_new_leader_without_losing_an_acknowledged_put(sim: Sim
     assert_contiguous(c)
     assert_digests_agree_at_every_position(c)
     assert client.client.leader_changes >= 1
+
+
+def test_unexpected_message_on_leader_ingress_is_ignored_with_a_counted_reason(sim: SimKit) -> None:
+    from core.codec.consensus import CommitPosition
+    from core.consensus.context import Channel
+
+    c = sim.cluster(members=3, seed=4, service="kv")
+    leader = c.await_leader()
+    m = c.member(leader)
+    bogus = CommitPosition(leadership_term_id=0, log_position=0, leader_member_id=leader).encode()
+    m.on_message(-1, Channel.INGRESS, bogus, c.now_ns)
+    assert m.ignored.get("ingress: unexpected CommitPosition") == 1
+    c.run_for(100_000_000)
+    assert c.leader_id() == leader, "the leader keeps serving"
