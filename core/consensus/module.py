@@ -1074,7 +1074,10 @@ class ConsensusModule(ClusterWork):
             if s.member_id != self.member_id
         ):
             deadline = now
-        if self.consumed_position < min(self.commit_position, self.archive.stop_position):
+        consumable = min(self.commit_position, self.archive.stop_position)
+        if self.state == ConsensusModuleState.SNAPSHOT:
+            consumable = min(consumable, self.snapshot_position)  # held until the snapshot completes
+        if self.consumed_position < consumable:
             deadline = now
         return deadline
 

@@ -432,7 +432,9 @@ class ClusteredServiceAgent:
         elif isinstance(msg, LogBlock):
             walked = msg.walk()
             if walked.error is not None:
-                raise AgentError(f"corrupt log block at {msg.start_position}: {walked.error}")
+                # A damaged block is the sender's problem, not a reason to stop: count it, apply nothing.
+                self._ignore("corrupt log block", f"at {msg.start_position}: {walked.error}")
+                return
             self.on_log_frames(walked.frames, msg.commit_position, is_replay)
         elif isinstance(msg, LogEndOfStream):
             self.on_log_end()

@@ -707,3 +707,24 @@ def test_the_agent_is_a_cluster_handle(tmp_path: Path) -> None:
     assert isinstance(h.agent, Cluster)
     assert h.service.cluster is h.agent
     assert (h.agent.member_id, h.agent.service_id) == (1, SERVICE_ID)
+
+
+def test_corrupt_log_block_is_ignored_with_a_counted_reason_and_applies_nothing() -> None:
+    from core.codec.framing import frame
+    from core.codec.session import encode_session_message
+    from core.codec.transport import LogBlock
+    from core.service.agent import ClusteredServiceAgent
+    from harness.services.kv import KeyValueService, put
+
+    acks: list[bytes] = []
+    agent = ClusteredServiceAgent(0, 0, KeyValueService(), acks.append, lambda *_: None, None)
+    agent.start()
+    good = frame(encode_session_message(0, -1, 1, put(1, "k", "v")), 0, 0)
+    damaged = bytearray(good)
+    damaged[40] ^= 0xFF  # inside the payload: the frame checksum no longer matches
+    block = LogBlock(leadership_term_id=0, start_position=0, commit_position=len(good), leader_member_id=0,
+                     log_session_id=1, entries=bytes(damaged)).encode()
+    agent.on_service_message(block)
+    assert agent.ignored["corrupt log block"] == 1
+    assert agent.log_position == 0
+    assert agent.service.entries == {}
