@@ -167,8 +167,7 @@ class ClusteredService(ABC):
     def on_terminate(self, cluster: Cluster) -> None:
         """The service is stopping (shutdown, abort); no sending from here."""
 
-    @abstractmethod
-    def on_new_leadership_term_event(
+    def on_new_leadership_term_event(  # noqa: B027 - optional hook, a no-op by default as in Aeron
         self,
         leadership_term_id: int,
         log_position: int,
@@ -179,7 +178,7 @@ class ClusteredService(ABC):
         time_unit: ClusterTimeUnit,
         app_version: int,
     ) -> None:
-        """A new leadership term starts in the log (its NewLeadershipTermEvent)."""
+        """A new leadership term starts in the log (its NewLeadershipTermEvent). Optional, as in Aeron."""
 
     @abstractmethod
     def state_digest(self) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.codec import CloseReason, ClusterTimeUnit
+from core.codec import CloseReason
 from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
 from harness.services.digest import MultisetDigest
 
@@ -121,15 +121,3 @@ class CounterService(ClusteredService):
     def on_terminate(self, cluster: Cluster) -> None:
         pass
 
-    def on_new_leadership_term_event(
-        self,
-        leadership_term_id: int,
-        log_position: int,
-        timestamp: int,
-        term_base_log_position: int,
-        leader_member_id: int,
-        log_session_id: int,
-        time_unit: ClusterTimeUnit,
-        app_version: int,
-    ) -> None:
-        pass

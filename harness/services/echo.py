@@ -176,15 +176,3 @@ class EchoService(ClusteredService):
     def on_terminate(self, cluster: Cluster) -> None:
         pass
 
-    def on_new_leadership_term_event(
-        self,
-        leadership_term_id: int,
-        log_position: int,
-        timestamp: int,
-        term_base_log_position: int,
-        leader_member_id: int,
-        log_session_id: int,
-        time_unit: ClusterTimeUnit,
-        app_version: int,
-    ) -> None:
-        pass
