@@ -379,8 +379,8 @@ class ClusterlabSubject(Subject):
     Ops are KV ``put`` commands (``harness.services.kv``) padded to the payload size; the service's
     reply carrying the op's id acknowledges it (the service answers committed entries only).
     "default" timeouts are LocalCluster's own (``Timeouts.fast()``: leader heartbeat timeout 1 s);
-    "fast" sets ~100 ms detection, like PySyncObj's fast profile. Recording off/on: LocalCluster has
-    no switch yet (the archive always records), so the "off" variant reports that and is skipped.
+    "fast" sets ~100 ms detection, like PySyncObj's fast profile. Recording off/on: LocalCluster's
+    ``record`` switch (the Arrow trace of harness.recorder; on by default).
     """
 
     supports_failover = True
@@ -417,8 +417,8 @@ class ClusterlabSubject(Subject):
         from harness.local import LocalCluster
 
         kwargs: dict[str, Any] = {"members": 3, "service": "kv", "timeouts": self._timeouts(profile)}
-        if "recording" in inspect.signature(LocalCluster).parameters:
-            kwargs["recording"] = self.recording
+        if "record" in inspect.signature(LocalCluster).parameters:
+            kwargs["record"] = self.recording
         elif not self.recording:
             raise Unavailable("LocalCluster has no recording switch yet (it always records)")
         cluster = LocalCluster(**kwargs)

@@ -22,6 +22,12 @@ Every process LocalCluster starts is stopped by its PID: ``close()`` (also from 
 finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused), waits, and
 SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
 bounded polls of a condition (``wait_until``, tenacity).
+
+Recording (harness.recorder, TRACE_SCHEMA.md) is on by default (``record=False`` turns it off): the
+run directory is ``trace_dir`` (default ``<dir>/trace``; ``<dir>/trace-<run id>`` when that already
+holds a run), with run.json written at start and at ``close()`` (with the committed ``log`` table),
+the harness's lifecycle and fault events, and every node's and service's own recording (the
+processes get ``--trace-dir``/``--run-id``). Read it with ``harness.trace.open_run``.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +76,7 @@ from core.runtime.client import ClusterConnection
 from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members, remove_socket_root
 from core.runtime.control import ControlClient
 from core.runtime.transport import new_context
+from harness.recorder import RunRecorder, new_run_id
 from harness.services import kv
 
 T = TypeVar("T")
@@ -241,6 +248,10 @@ class LocalCluster:
         startup_timeout_s: float = 20.0,
         stop_timeout_s: float = 5.0,
         keep_directory: bool = False,
+        record: bool = True,
+        trace_dir: Path | str | None = None,
+        run_id: str | None = None,
+        scenario: str = "local",
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -291,6 +302,31 @@ class LocalCluster:
         self._started = False
         self._closed = False
         self._finalizer = weakref.finalize(self, _kill_all, self._all)
+        self.run_id = run_id or new_run_id(scenario)
+        self.recorder: RunRecorder | None = None
+        self.trace_dir: Path | None = None
+        if record:
+            if trace_dir is None:
+                trace_dir = self.directory / "trace"
+                if (trace_dir / "run.json").exists():  # a restarted directory: a new run beside the old
+                    trace_dir = self.directory / f"trace-{self.run_id}"
+            self.trace_dir = Path(trace_dir)
+            self.recorder = RunRecorder(
+                self.trace_dir,
+                self.run_id,
+                scenario=scenario,
+                seed=self.config.seed,
+                members=[asdict(m) for m in self.config.members],
+                config={
+                    "timeouts": asdict(self.timeouts),
+                    "endpoints": {str(m.member_id): asdict(m) for m in self.config.members},
+                    "service": self.config.service,
+                    "transport": self.config.transport,
+                    "appointed_leader_id": self.config.appointed_leader_id,
+                    "cluster_dir": str(self.directory),
+                },
+                extra={"harness": "LocalCluster"},
+            )
 
     def _last_incarnation(self, member_id: int) -> int:
         last = -1
@@ -341,6 +377,13 @@ class LocalCluster:
             _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
             _stop_processes(list(self._current.values()), self.stop_timeout_s)
             _kill_all(self._all)  # earlier incarnations are reaped already; this is belt and braces
+            if self.recorder is not None:
+                for i in range(self.member_count):  # what was in flight to a member when it stopped
+                    self._event("stop", i, at="close")
+                self.recorder.finish(
+                    "failed" if self.failed else "ok",
+                    member_dirs={i: self.member_dir(i) for i in range(self.member_count)},
+                )
         finally:
             for control in self._controls.values():
                 control.close()
@@ -375,6 +418,8 @@ class LocalCluster:
             "--exit-with-parent",
             str(os.getpid()),
         ]
+        if self.trace_dir is not None:
+            cmd += ["--trace-dir", str(self.trace_dir), "--run-id", self.run_id]
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(
                 cmd,
@@ -591,6 +636,8 @@ class LocalCluster:
     def _event(self, kind: str, member_id: int, **detail: Any) -> None:
         self.events.append({"time_ns": time.monotonic_ns(), "source": "harness", "member_id": member_id,
                             "kind": kind, "detail": detail})
+        if self.recorder is not None:
+            self.recorder.event(kind, member_id, **detail)
 
     # ------------------------------------------------------------------ faults
     def kill(self, member_id: int) -> None:

@@ -4,8 +4,9 @@ Rules are per directed link (this member -> ``dst``): drop a fraction of the mes
 1_000_000 = a partition) and hold the rest back ``delay_ns``. The harness sets them over the
 control socket (``GateRule``); a partition of the cluster is a set of rules on every member. Held
 messages leave in due order (``pop_due``) and the duty cycle wakes up for the next one
-(``next_due_ns``). Dropped messages are counted per link (and are where the recorder will write
-``drop`` rows). Randomness comes from a seeded ``random.Random``.
+(``next_due_ns``). Dropped messages are counted per link; ``admit`` tells a drop (``last_dropped``)
+from a hold, so that the node records a ``drop`` row (reason ``gate``) for the first and a ``send``
+when the second leaves. Randomness comes from a seeded ``random.Random``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class ChaosGate:
         self.delayed_count = 0
         self._held: list[tuple[int, int, int, Channel, bytes]] = []  # (due, seq, dst, channel, payload)
         self._seq = 0
+        self.last_dropped = False  # whether the last admit() that returned False dropped (else held)
 
     @property
     def dropped_count(self) -> int:
@@ -65,11 +67,13 @@ class ChaosGate:
             return True
         if rule.loss_ppm and (rule.loss_ppm >= PPM or self._rng.randrange(PPM) < rule.loss_ppm):
             self.dropped[dst] = self.dropped.get(dst, 0) + 1
+            self.last_dropped = True
             return False
         if rule.delay_ns:
             self._seq += 1
             heapq.heappush(self._held, (now_ns + rule.delay_ns, self._seq, dst, channel, payload))
             self.delayed_count += 1
+            self.last_dropped = False
             return False
         return True
 

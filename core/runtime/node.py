@@ -18,6 +18,12 @@ Sockets (see core.runtime.transport for framing):
              egress (PUSH per client response channel, lazily, LRU-cached)
 
 Every member-to-member send passes the chaos gate (core.runtime.gate).
+
+Recording (harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
+sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason
+``gate`` where the gate drops it, ``unreachable`` where the socket refuses it) and receives
+(``recv``), on every channel, and the module's events. Member-to-member messages then carry a
+message id in their header (transport.ID_HEADER), recorded as ``msg_id`` at both ends.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import argparse
 import os
 import random
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,6 +62,8 @@ from core.runtime.config import ClusterConfig, ConfigError, format_members, pars
 from core.runtime.gate import PPM, ChaosGate, LinkRule
 from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
 from core.runtime.transport import (
+    CHANNEL_CODES,
+    ID_HEADER,
     MEMBER_CHANNELS,
     NO_MEMBER,
     EgressCache,
@@ -62,9 +71,11 @@ from core.runtime.transport import (
     bind,
     drain,
     header,
+    msg_id_of,
     parse,
     remove_ipc_files,
 )
+from harness.recorder import DROP, RECV, SEND, NullRecorder, process_recorder
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -94,8 +105,13 @@ def _ascii(text: str) -> str:
 class Node:
     """One member's node process; see the module docstring. Also the module's Outbox."""
 
-    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0) -> None:
+    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None) -> None:
         self.config = config
+        self.rec = rec if rec is not None else NullRecorder()
+        # Recording on: member-to-member messages carry a run-unique id (member, incarnation, sequence).
+        self._with_ids = not isinstance(self.rec, NullRecorder)
+        self._msg_base = ((member_id + 1) << 52) | (incarnation << 36)
+        self._msg_seq = 0
         self.member_id = member_id
         self.incarnation = incarnation
         self.own = config.member(member_id)
@@ -240,6 +256,7 @@ class Node:
         self.log(f"module started: {module.describe()}")
 
     def _on_event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
+        self.rec.event(kind, member_id, term, pos, detail)
         if kind == "commit":  # one per commit advance: too many for a log line each
             return
         self.log(f"event {kind} member={member_id} term={term} pos={pos} {detail}")
@@ -251,21 +268,50 @@ class Node:
                 self._send_to_service(payload)
             return
         if self.gate.rules and not self.gate.admit(member_id, channel, payload, self._now_ns):
+            if self.gate.last_dropped:  # held messages are recorded when they leave
+                self._record_dropped(member_id, channel, payload, "gate")
             return
         self._send_peer(member_id, channel, payload)
 
     def send_egress(self, response_channel: str, payload: bytes) -> None:
+        self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
         self.egress.send(response_channel, payload)
+
+    def _next_msg_id(self) -> int | None:
+        if not self._with_ids:
+            return None
+        self._msg_seq += 1
+        return self._msg_base | self._msg_seq
+
+    def _record_dropped(self, member_id: int, channel: Channel, payload: bytes, reason: str) -> None:
+        """A message that never left this process: its ``send`` row and its ``drop`` row."""
+        if self._with_ids:
+            msg_id = self._next_msg_id()
+            peer_process = f"node-{member_id}"
+            self.rec.message(SEND, channel, member_id, payload, peer_process=peer_process, msg_id=msg_id)
+            self.rec.message(DROP, channel, member_id, payload, peer_process=peer_process, msg_id=msg_id, reason=reason)
 
     def _send_peer(self, member_id: int, channel: Channel, payload: bytes) -> None:
         links = self.peers.get(member_id)
         if links is None:
             self.undeliverable += 1
+            self._record_dropped(member_id, channel, payload, "unreachable")
             return
-        links[channel].send(self._heads[channel], payload)
+        if not self._with_ids:
+            links[channel].send(self._heads[channel], payload)
+            return
+        msg_id = self._next_msg_id()
+        peer_process = f"node-{member_id}"
+        self.rec.message(SEND, channel, member_id, payload, peer_process=peer_process, msg_id=msg_id)
+        if not links[channel].send(ID_HEADER.pack(CHANNEL_CODES[channel], self.member_id, msg_id), payload):
+            # A peer that is down (or a full queue): lost here, like a datagram to a dead host.
+            self.rec.message(
+                DROP, channel, member_id, payload, peer_process=peer_process, msg_id=msg_id, reason="unreachable"
+            )
 
     def _send_to_service(self, payload: bytes) -> None:
         assert self.to_service is not None
+        self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"service-{self.member_id}")
         if not self.to_service.send(self._heads[Channel.SERVICE], payload):
             # Cannot happen with an unbounded queue; if it does, the service would see a gap.
             self.cycle.request_stop("the service link refused a message", EXIT_SERVICE_LINK)
@@ -279,6 +325,14 @@ class Node:
     def _member_handler(
         self, sock: zmq.Socket, channel: Channel, allowed_src: Callable[[int], bool]
     ) -> Callable[[int], int]:
+        record = self.rec.message
+        member_id = self.member_id
+
+        def peer_process(src: int) -> str | None:
+            if channel is Channel.INGRESS:
+                return None
+            return f"service-{member_id}" if channel is Channel.SERVICE else f"node-{src}"
+
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
             batch = drain(sock, BATCH_LIMIT)
@@ -288,6 +342,8 @@ class Node:
                 if isinstance(parsed, str):
                     self._ignore(f"{channel} socket", parsed)
                     continue
+                src = NO_MEMBER if channel is Channel.INGRESS else parsed[0]
+                record(RECV, channel, src, parsed[1], peer_process=peer_process(src), msg_id=msg_id_of(frames[0]))
                 if module is None:
                     self._ignore(f"{channel} socket", "module not started (waiting for the members' endpoints)")
                     continue
@@ -327,6 +383,7 @@ class Node:
                 self._ignore("control socket", parsed)
                 continue
             payload = parsed[1]
+            self.rec.message(RECV, Channel.CONTROL, NO_MEMBER, payload)
             try:
                 msg = decode(payload)
             except DecodeError as e:
@@ -336,8 +393,10 @@ class Node:
             if reply is None:
                 self._ignore("control socket", f"unexpected {message_name(payload)}")
                 continue
+            encoded = reply.encode()
+            self.rec.message(SEND, Channel.CONTROL, NO_MEMBER, encoded)
             try:
-                self.control.send_multipart((identity, self._heads[Channel.CONTROL], reply.encode()), zmq.NOBLOCK)
+                self.control.send_multipart((identity, self._heads[Channel.CONTROL], encoded), zmq.NOBLOCK)
             except zmq.ZMQError as e:
                 self._ignore("control socket", f"reply not sent: {e}")
         self.received += len(batch)
@@ -468,7 +527,7 @@ class Node:
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
-        work = 0
+        work = self.rec.poll()  # flush trace batches that are due (100 ms)
         if self.gate.next_due_ns() <= now_ns:
             for dst, channel, payload in self.gate.pop_due(now_ns):
                 self._send_peer(dst, channel, payload)
@@ -488,6 +547,9 @@ class Node:
         deadline = m.next_deadline_ns() if m is not None else self._now_ns + _HOUR_NS
         if self.service_gone_ns is not None:
             deadline = min(deadline, self.service_gone_ns + SERVICE_GONE_GRACE_NS)
+        flush = self.rec.next_deadline_ns()  # on time.monotonic_ns, not the (skewable) process clock
+        if flush is not None:
+            deadline = min(deadline, self.clock.now_ns() + flush - time.monotonic_ns())
         return min(deadline, self.gate.next_due_ns())
 
     def run(self) -> int:
@@ -497,7 +559,10 @@ class Node:
             code = self.cycle.run(self.do_work, self.next_deadline_ns)
             self.log(f"stopping: {self.cycle.stop_reason} (exit {code}); {self.stats()}")
         finally:
-            self.close(clean=True)
+            try:
+                self.close(clean=True)
+            finally:
+                self.rec.close()
         return code
 
     def close(self, *, clean: bool) -> None:
@@ -536,6 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--exit-with-parent", type=int, default=None, metavar="PID",
         help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
     )
+    parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")
+    parser.add_argument("--run-id", default="", help="the run id of the trace (with --trace-dir)")
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
@@ -546,7 +613,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"node: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    node = Node(config, args.member_id, args.incarnation)
+    rec = process_recorder(
+        args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
+    )
+    node = Node(config, args.member_id, args.incarnation, rec)
     return run_profiled(node.run, f"node-{args.member_id}-{args.incarnation}")
 
 

@@ -11,6 +11,9 @@ Sockets: ``to-service`` (PULL, bound; from its node: JoinLog, committed log bloc
 lossless), ``from-service`` (PUSH to the node: acks, timers, offers, lossless), ``service-control``
 (ROUTER: status with the service's log position and state digest), egress (PUSH per client).
 
+Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log entry (and the
+snapshot it started from), and every message on the node link (``service``), egress and control.
+
 Exits 0 when the service terminated (SHUTDOWN/ABORT), on SIGTERM, or when its node went away
 (the member is down); 5 when the service failed (the agent stops after a ServiceError, as
 Aeron's container does; the node then stops too and the member recovers on restart).
@@ -22,6 +25,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +46,10 @@ from core.consensus.recording_log import RecordingLog
 from core.runtime.clock import Clock
 from core.runtime.config import ClusterConfig, ConfigError
 from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
-from core.runtime.transport import EgressCache, Link, bind, drain, header, parse, remove_ipc_files
+from core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
 from core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from core.service.api import ClusteredService
+from harness.recorder import RECV, SEND, NullRecorder, process_recorder
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -76,9 +81,10 @@ def load_service_factory(name: str) -> Callable[[], ClusteredService]:
 class ServiceProcess:
     """See the module docstring."""
 
-    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0) -> None:
+    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None) -> None:
         if not config.service:
             raise ConfigError("the cluster runs no service (cluster.json: service is null)")
+        self.rec = rec if rec is not None else NullRecorder()
         factory = load_service_factory(config.service)
         self.member_id = member_id
         self.incarnation = incarnation
@@ -114,7 +120,7 @@ class ServiceProcess:
             member_id,
             factory(),
             to_consensus_module=self._to_node,
-            egress=lambda channel, _session, payload: self.egress.send(channel, payload),
+            egress=self._send_egress,
             snapshot_store=self.snapshots,
             on_applied=self._on_applied,
             log=self.log,
@@ -128,13 +134,19 @@ class ServiceProcess:
         self.agent.start(entry.recording_id if entry is not None else None)
 
     # ------------------------------------------------------------------ agent outputs
+    def _send_egress(self, channel: str, _session: Any, payload: bytes) -> None:
+        self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
+        self.egress.send(channel, payload)
+
     def _to_node(self, payload: bytes) -> None:
+        self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
         if not self.to_node.send(self._head, payload):
             self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
 
     def _on_applied(self, entry: AppliedEntry) -> None:
         self.applied_count += 1
         self.last_applied = entry
+        self.rec.applied(entry)
 
     # ------------------------------------------------------------------ inputs
     def _ignore(self, where: str, reason: str) -> None:
@@ -152,6 +164,7 @@ class ServiceProcess:
                 self._ignore("to-service socket", parsed)
                 continue
             payload = parsed[1]
+            self.rec.message(RECV, Channel.SERVICE, member_id, payload, peer_process=f"node-{member_id}")
             try:
                 msg = decode(payload)
             except DecodeError as e:
@@ -188,6 +201,7 @@ class ServiceProcess:
             if isinstance(parsed, str):
                 self._ignore("service-control socket", parsed)
                 continue
+            self.rec.message(RECV, Channel.CONTROL, NO_MEMBER, parsed[1])
             try:
                 msg = decode(parsed[1])
             except DecodeError as e:
@@ -196,10 +210,10 @@ class ServiceProcess:
             if not isinstance(msg, StatusRequest):
                 self._ignore("service-control socket", f"unexpected {message_name(parsed[1])}")
                 continue
+            reply = self.status(msg.correlation_id).encode()
+            self.rec.message(SEND, Channel.CONTROL, NO_MEMBER, reply)
             try:
-                self.control.send_multipart(
-                    (identity, self._control_head, self.status(msg.correlation_id).encode()), zmq.NOBLOCK
-                )
+                self.control.send_multipart((identity, self._control_head, reply), zmq.NOBLOCK)
             except zmq.ZMQError as e:
                 self._ignore("service-control socket", f"reply not sent: {e}")
         return len(batch)
@@ -244,15 +258,23 @@ class ServiceProcess:
         try:
             if self.agent.is_terminated:
                 self.cycle.request_stop("service terminated")
-            code = self.cycle.run(lambda _now: 0, lambda: self.clock.now_ns() + _HOUR_NS)
+            code = self.cycle.run(lambda _now: self.rec.poll(), self._next_deadline_ns)
             self.log(
                 f"stopping: {self.cycle.stop_reason} (exit {code}); stats: cycles={self.cycle.cycles} "
                 f"received={self.received} applied={self.applied_count} to_node={self.to_node.sent} "
                 f"egress={self.egress.sent}"
             )
         finally:
-            self.close()
+            try:
+                self.close()
+            finally:
+                self.rec.close()
         return code
+
+    def _next_deadline_ns(self) -> int:
+        now = self.clock.now_ns()
+        flush = self.rec.next_deadline_ns()  # on time.monotonic_ns, not the (skewable) process clock
+        return now + _HOUR_NS if flush is None else now + flush - time.monotonic_ns()
 
     def close(self) -> None:
         self.to_node.sock.disable_monitor()
@@ -277,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--exit-with-parent", type=int, default=None, metavar="PID",
         help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
     )
+    parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")
+    parser.add_argument("--run-id", default="", help="the run id of the trace (with --trace-dir)")
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
@@ -284,7 +308,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
-        process = ServiceProcess(config, args.member_id, args.incarnation)
+        rec = process_recorder(
+            args.trace_dir,
+            args.run_id,
+            f"service-{args.member_id}",
+            member_id=args.member_id,
+            incarnation=args.incarnation,
+        )
+        process = ServiceProcess(config, args.member_id, args.incarnation, rec)
     except ConfigError as e:
         print(f"service: {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -27,6 +27,10 @@ from core.consensus.context import Channel
 
 HEADER = struct.Struct("<Bh")
 HEADER_LENGTH = HEADER.size
+# With recording on, member-to-member messages carry a message id after the header (the trace's
+# ``msg_id``, the same on the sender's ``send`` row and the receiver's ``recv`` row).
+ID_HEADER = struct.Struct("<Bhq")
+ID_HEADER_LENGTH = ID_HEADER.size
 NO_MEMBER = -1  # src of clients and the harness
 
 CHANNEL_CODES: dict[Channel, int] = {
@@ -106,9 +110,12 @@ def parse(frames: list[bytes], channel: Channel, allowed_src: Callable[[int], bo
     if len(frames) != 2:
         return f"expected 2 frames (header, payload), got {len(frames)}"
     head, payload = frames
-    if len(head) != HEADER_LENGTH:
-        return f"header of {len(head)} bytes, expected {HEADER_LENGTH}"
-    code, src = HEADER.unpack(head)
+    if len(head) == HEADER_LENGTH:
+        code, src = HEADER.unpack(head)
+    elif len(head) == ID_HEADER_LENGTH:
+        code, src, _msg_id = ID_HEADER.unpack(head)
+    else:
+        return f"header of {len(head)} bytes, expected {HEADER_LENGTH} or {ID_HEADER_LENGTH}"
     got = CODE_CHANNELS.get(code)
     if got is None:
         return f"unknown channel code {code}"
@@ -203,6 +210,11 @@ def drain(sock: zmq.Socket, limit: int) -> list[list[bytes]]:
     except zmq.Again:
         pass
     return out
+
+
+def msg_id_of(head: bytes) -> int | None:
+    """The message id of a header frame that carries one (see ID_HEADER), else None."""
+    return ID_HEADER.unpack(head)[2] if len(head) == ID_HEADER_LENGTH else None
 
 
 def remove_ipc_files(*endpoints: str) -> None:
