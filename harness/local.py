@@ -76,7 +76,7 @@ from core.runtime.client import ClusterConnection
 from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members, remove_socket_root
 from core.runtime.control import ControlClient
 from core.runtime.transport import new_context
-from harness.recorder import RunRecorder, new_run_id
+from harness.recorder import RunRecorder, new_run_id, process_recorder
 from harness.services import kv
 
 T = TypeVar("T")
@@ -810,7 +810,14 @@ class LocalCluster:
 
     def client(self, *, connect: bool = True, timeout_s: float = 10.0) -> LocalClient:
         """A new client (its own session); connected unless ``connect`` is False."""
-        client = LocalClient(self.config, zctx=self.zctx)
+        client_id = len(self.clients)
+        recorder = (
+            process_recorder(self.trace_dir, self.run_id, f"client-{client_id}", member_id=-1, incarnation=0,
+                             clock=time.monotonic_ns)
+            if self.trace_dir is not None
+            else None
+        )
+        client = LocalClient(self.config, zctx=self.zctx, recorder=recorder, client_id=client_id)
         self.clients.append(client)
         if connect:
             client.connect(timeout_s)
@@ -846,8 +853,15 @@ class LocalClient:
         zctx: Any = None,
         request_timeout_s: float = 15.0,
         attempt_timeout_s: float | None = None,
+        recorder: Any = None,
+        client_id: int = 0,
     ) -> None:
         self.config = config
+        # Jepsen-style history in the trace's ``ops`` table: invoke, then ok / fail, or info when the
+        # outcome is unknown (no reply by close). NullRecorder when the cluster does not record.
+        self.recorder = recorder if recorder is not None else process_recorder(None, "", "client")
+        self.client_id = client_id
+        self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
         self.conn = ClusterConnection(
@@ -898,6 +912,7 @@ class LocalClient:
                 rid = None
             if isinstance(rid, int):
                 self.replies[rid] = reply
+                self._record_completion(rid, reply)
             else:
                 self.other_messages.append(m.payload)
 
@@ -914,8 +929,32 @@ class LocalClient:
         """Send ``build(request_id)`` now (pipelining); returns the request id."""
         rid = self._next_id
         self._next_id += 1
-        self._offer(build(rid))
+        payload = build(rid)
+        self._record_invoke(rid, payload)
+        self._offer(payload)
         return rid
+
+    def _record_invoke(self, rid: int, payload: bytes) -> None:
+        try:
+            command = json.loads(payload)
+        except ValueError:
+            command = {}
+        f, key, value = str(command.get("op", "?")), command.get("key"), command.get("value")
+        self._open_ops[rid] = (f, key, value)
+        self.recorder.op(self.client_id, rid, "invoke", f, key, None if value is None else str(value),
+                         cluster_session_id=self.conn.client.cluster_session_id if self.conn.client.is_connected
+                         else None)
+
+    def _record_completion(self, rid: int, reply: dict[str, Any]) -> None:
+        op = self._open_ops.pop(rid, None)
+        if op is None:
+            return  # a repeated reply (the service answers again after a leader change)
+        f, key, value = op
+        # A reply means the command is in the committed log; an "error" reply changed nothing.
+        kind = "fail" if "error" in reply else "ok"
+        result = reply.get("error") if kind == "fail" else json.dumps(reply.get("value"))
+        self.recorder.op(self.client_id, rid, kind, f, key, None if value is None else str(value), result,
+                         cluster_session_id=self.conn.client.cluster_session_id)
 
     def _offer(self, payload: bytes) -> None:
         if not self.conn.client.is_connected:
@@ -947,6 +986,7 @@ class LocalClient:
         rid = self._next_id
         self._next_id += 1
         payload = build(rid)
+        self._record_invoke(rid, payload)
         attempts = 0
         while True:
             attempts += 1
@@ -981,6 +1021,10 @@ class LocalClient:
         return self.request(lambda rid: kv.delete(rid, key), timeout_s)
 
     def close(self) -> None:
+        for rid, (f, key, value) in sorted(self._open_ops.items()):
+            self.recorder.op(self.client_id, rid, "info", f, key, None if value is None else str(value))
+        self._open_ops.clear()
+        self.recorder.close()
         self.conn.close()
 
 

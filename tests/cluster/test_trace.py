@@ -178,3 +178,27 @@ def test_recording_off(tmp_path: Path) -> None:
         assert c.client().put("k", "v")["ok"]
         assert c.trace_dir is None and c.recorder is None
     assert not (tmp_path / "c" / "trace").exists()
+
+
+def test_real_clients_record_their_operation_history(tmp_path: Path) -> None:
+    """invoke then ok for every answered put, info for a request still open at close (ops table)."""
+    with LocalCluster(3, service="kv", directory=tmp_path / "c", seed=3) as c:
+        c.await_leader()
+        client = c.client()
+        for i in range(5):
+            assert client.put(f"k{i}", f"v{i}")["ok"]
+        client.submit(lambda rid: b'{"id": %d, "op": "put", "key": "late", "value": "x"}' % rid)
+        trace_dir = c.trace_dir
+    ops = open_run(trace_dir).tables["ops"].to_pylist()
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in ops:
+        by_kind[row["kind"]].append(row)
+    invoked = {r["op_id"] for r in by_kind["invoke"]}
+    answered = {r["op_id"] for r in by_kind["ok"]}
+    assert len(invoked) == 6
+    assert answered >= {1, 2, 3, 4, 5}
+    assert all(r["f"] == "put" and r["key"].startswith("k") for r in by_kind["ok"])
+    # The last put either got its reply before close (ok) or is recorded as unknown (info), once.
+    last = max(invoked)
+    assert (last in answered) != any(r["op_id"] == last for r in by_kind["info"])
+    assert {r["client_id"] for r in ops} == {0}
