@@ -410,3 +410,33 @@ def select_messages(
 
 def counter_of(pairs: list[tuple[tuple, int]]) -> Counter[tuple]:
     return Counter(dict(pairs))
+
+
+def applied_by_incarnation(applied: pa.Table) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """``applied`` rows grouped by (member, incarnation), each group in record order (``seq``)."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in applied.to_pylist():
+        groups.setdefault((r["member_id"], r["incarnation"]), []).append(r)
+    for rows in groups.values():
+        rows.sort(key=lambda r: r["seq"])
+    return groups
+
+
+def contiguity_violations(applied: pa.Table) -> list[str]:
+    """Where an incarnation's applied entries do not follow each other without gaps (empty: none).
+
+    Each entry must start (``log_position - length``) where the previous one ended; a ``Snapshot``
+    row sets the starting point; ``seq`` must count from 0 without holes (no lost rows)."""
+    problems: list[str] = []
+    for (member, incarnation), rows in sorted(applied_by_incarnation(applied).items()):
+        if [r["seq"] for r in rows] != list(range(len(rows))):
+            problems.append(f"member {member} incarnation {incarnation}: seq has holes")
+        previous = 0
+        for r in rows:
+            if r["entry_type"] != "Snapshot" and r["log_position"] - r["length"] != previous:
+                problems.append(
+                    f"member {member} incarnation {incarnation}: entry ending at {r['log_position']} starts at "
+                    f"{r['log_position'] - r['length']}, previous ended at {previous}"
+                )
+            previous = r["log_position"]
+    return problems

@@ -294,6 +294,25 @@ class RecordingStore:
         self._write(framed, [f.end_position - start_position for f in result.frames])
         return self.stop_position
 
+    def append_walked(self, framed: bytes, start_position: int, frames: list[Frame]) -> int:
+        """Append a block the caller already validated with ``walk_frames``: ``frames`` are its whole frames.
+
+        Saves the second CRC pass of :meth:`append` on the follower's hot path; the block must still
+        start at the stop position and consist of exactly those frames (else ArchiveError)."""
+        self._check_open()
+        stop = self.stop_position
+        if start_position != stop or not frames or frames[0].position != start_position:
+            raise ArchiveError(
+                f"recording {self.recording_id}: append at {start_position} but stop position is {stop}"
+            )
+        if frames[-1].end_position != start_position + len(framed):
+            raise ArchiveError(
+                f"recording {self.recording_id}: block at {start_position} has {len(framed)} bytes but its frames "
+                f"end at {frames[-1].end_position}"
+            )
+        self._write(framed, [f.end_position - start_position for f in frames])
+        return self.stop_position
+
     def append_entry(self, payload: bytes, leadership_term_id: int) -> int:
         """Frame ``payload`` at the stop position and append it; returns the position after it."""
         self._check_open()

@@ -821,14 +821,11 @@ class ConsensusModule(ClusterWork):
         walk = walk_frames(msg.entries, msg.start_position)
         if walk.error is not None:
             self.ignore("LogBlock", f"bad entries at {walk.end_position}: {walk.error}")
-        offset = 0
-        for f in walk.frames:
-            if f.position >= stop:
-                break
-            offset += f.length
-        data = msg.entries[offset : walk.end_position - msg.start_position]
-        if data:
-            self.archive.append(data, stop)
+        # Keep the whole, valid frames from our stop position on; the walk above already checked them.
+        fresh = [f for f in walk.frames if f.position >= stop]
+        if fresh and fresh[0].position == stop:
+            data = msg.entries[stop - msg.start_position : fresh[-1].end_position - msg.start_position]
+            self.archive.append_walked(data, stop, fresh)
             if (e is not None and e.state == ElectionState.FOLLOWER_CATCHUP_AWAIT) or (
                 self.is_catchup_active and e is not None
             ):
@@ -890,15 +887,9 @@ class ConsensusModule(ClusterWork):
         walk = walk_frames(msg.entries, msg.start_position)
         if walk.error is not None:
             self.ignore("ReplayBlock", f"bad entries at {walk.end_position}: {walk.error}")
-        usable = b""
-        end = msg.start_position
-        for f in walk.frames:
-            if f.end_position > self.replication_stop_position:
-                break
-            end = f.end_position
-        usable = msg.entries[: end - msg.start_position]
+        usable = [f for f in walk.frames if f.end_position <= self.replication_stop_position]
         if usable:
-            self.archive.append(usable, stop)
+            self.archive.append_walked(msg.entries[: usable[-1].end_position - msg.start_position], stop, usable)
 
     def on_archive_error(self, src: int, msg: ArchiveError, now_ns: int) -> None:
         self.ignore("ArchiveError", f"from {src}: {msg.error_message}")

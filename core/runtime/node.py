@@ -28,7 +28,6 @@ message id in their header (transport.ID_HEADER), recorded as ``msg_id`` at both
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import sys
@@ -60,7 +59,14 @@ from core.consensus.module import ConsensusModule
 from core.runtime.clock import Clock
 from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members
 from core.runtime.gate import PPM, ChaosGate, LinkRule
-from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
+from core.runtime.runner import (
+    BATCH_LIMIT,
+    DutyCycle,
+    ProcessLog,
+    exit_with_parent,
+    process_argument_parser,
+    run_profiled,
+)
 from core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -593,16 +599,7 @@ class Node:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.runtime.node", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", required=True, help="cluster directory (holds cluster.json)")
-    parser.add_argument("--member-id", type=int, required=True)
-    parser.add_argument("--incarnation", type=int, default=0, help="how many times this member started before")
-    parser.add_argument(
-        "--exit-with-parent", type=int, default=None, metavar="PID",
-        help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
-    )
-    parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")
-    parser.add_argument("--run-id", default="", help="the run id of the trace (with --trace-dir)")
+    parser = process_argument_parser("python -m core.runtime.node", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)

@@ -16,6 +16,7 @@ so the loop ends at once, and the process closes cleanly (module closed, files f
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -190,3 +191,18 @@ def exit_with_parent(parent_pid: int) -> bool:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
     return os.getppid() == parent_pid
+
+
+def process_argument_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The command line every member process (node, service) takes from LocalCluster or a user."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--dir", required=True, help="cluster directory (holds cluster.json)")
+    parser.add_argument("--member-id", type=int, required=True)
+    parser.add_argument("--incarnation", type=int, default=0, help="how many times this member started before")
+    parser.add_argument(
+        "--exit-with-parent", type=int, default=None, metavar="PID",
+        help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
+    )
+    parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")
+    parser.add_argument("--run-id", default="", help="the run id of the trace (with --trace-dir)")
+    return parser

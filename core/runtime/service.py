@@ -21,7 +21,6 @@ Aeron's container does; the node then stops too and the member recovers on resta
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -45,7 +44,14 @@ from core.consensus.context import Channel
 from core.consensus.recording_log import RecordingLog
 from core.runtime.clock import Clock
 from core.runtime.config import ClusterConfig, ConfigError
-from core.runtime.runner import BATCH_LIMIT, DutyCycle, ProcessLog, exit_with_parent, run_profiled
+from core.runtime.runner import (
+    BATCH_LIMIT,
+    DutyCycle,
+    ProcessLog,
+    exit_with_parent,
+    process_argument_parser,
+    run_profiled,
+)
 from core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
 from core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from core.service.api import ClusteredService
@@ -291,16 +297,7 @@ class ServiceProcess:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.runtime.service", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", required=True, help="cluster directory (holds cluster.json)")
-    parser.add_argument("--member-id", type=int, required=True)
-    parser.add_argument("--incarnation", type=int, default=0)
-    parser.add_argument(
-        "--exit-with-parent", type=int, default=None, metavar="PID",
-        help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
-    )
-    parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")
-    parser.add_argument("--run-id", default="", help="the run id of the trace (with --trace-dir)")
+    parser = process_argument_parser("python -m core.runtime.service", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from harness.local import LocalCluster
-from harness.trace import Run, match_messages, open_run, read_stream, summarize
+from harness.trace import (
+    Run,
+    applied_by_incarnation,
+    contiguity_violations,
+    match_messages,
+    open_run,
+    read_stream,
+    summarize,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -98,20 +106,9 @@ def test_member_sends_pair_with_one_recv_or_drop(traced: tuple[Run, dict[str, An
 
 def test_applied_rows_contiguous_and_states_agree(traced: tuple[Run, dict[str, Any]]) -> None:
     run, facts = traced
-    by_incarnation: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    for r in run.applied.to_pylist():
-        by_incarnation[(r["member_id"], r["incarnation"])].append(r)
+    by_incarnation = applied_by_incarnation(run.applied)
     assert {(facts["killed"], 0), (facts["killed"], 1)} <= set(by_incarnation) and len(by_incarnation) == 4
-    for key, rows in by_incarnation.items():
-        rows.sort(key=lambda r: r["seq"])
-        assert [r["seq"] for r in rows] == list(range(len(rows)))
-        previous = 0
-        for r in rows:
-            if r["entry_type"] == "Snapshot":
-                previous = r["log_position"]
-                continue
-            assert r["log_position"] - r["length"] == previous, (key, r)
-            previous = r["log_position"]
+    assert contiguity_violations(run.applied) == []
     at: dict[int, set[tuple[bytes, bytes]]] = defaultdict(set)
     for r in run.applied.to_pylist():
         if r["entry_type"] != "Snapshot":

@@ -26,7 +26,7 @@ from harness.random_schedule import converged
 from harness.sim import SimCluster
 from harness.sim_recording import record_sim
 from harness.simnet import DROP_DOWN, NetworkConfig
-from harness.trace import Run, match_messages, open_run, summarize
+from harness.trace import Run, applied_by_incarnation, contiguity_violations, match_messages, open_run, summarize
 from harness.workload import KvWorkload
 from tests.unit.test_recorder import contract_columns
 
@@ -203,20 +203,9 @@ def test_client_and_service_messages_pair_up(recorded: tuple[Run, dict[str, Any]
 
 def test_applied_rows_are_contiguous_per_incarnation(recorded: tuple[Run, dict[str, Any]]) -> None:
     run, _ = recorded
-    by_incarnation: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    for r in run.applied.to_pylist():
-        by_incarnation[(r["member_id"], r["incarnation"])].append(r)
+    by_incarnation = applied_by_incarnation(run.applied)
     assert len(by_incarnation) == 4  # three members, one of them restarted
-    for key, rows in by_incarnation.items():
-        rows.sort(key=lambda r: r["seq"])
-        assert [r["seq"] for r in rows] == list(range(len(rows)))
-        previous = 0
-        for r in rows:
-            if r["entry_type"] == "Snapshot":
-                previous = r["log_position"]
-                continue
-            assert r["log_position"] - r["length"] == previous, (key, r)
-            previous = r["log_position"]
+    assert contiguity_violations(run.applied) == []
     # The restarted member's new service incarnation started from the snapshot.
     [restarted] = [rows for (_m, inc), rows in by_incarnation.items() if inc == 1]
     assert restarted[0]["entry_type"] == "Snapshot" and restarted[0]["log_position"] > 0

@@ -439,3 +439,20 @@ def test_store_matches_a_list_of_frames_model(tmp_path_factory: pytest.TempPathF
             assert store.read(0, store.stop_position) == b"".join(model)
     finally:
         store.close()
+
+
+def test_append_walked_appends_prewalked_frames_and_refuses_a_mismatch(tmp_path: Path) -> None:
+    store = RecordingStore.open(tmp_path / "log")
+    block = b"".join(frame(bytes([i]) * 40, i * framed_length(40), 0) for i in range(3))
+    walk = walk_frames(block, 0)
+    with pytest.raises(ArchiveError, match="frames end at"):
+        store.append_walked(block + b"\0" * 32, 0, walk.frames)
+    with pytest.raises(ArchiveError, match="stop position"):
+        store.append_walked(block, 32, walk.frames)
+    assert store.stop_position == 0, "a refused block appends nothing"
+    assert store.append_walked(block, 0, walk.frames) == len(block)
+    assert store.read(0, len(block)) == block
+    store.close()
+    reopened = RecordingStore.open(tmp_path / "log")
+    assert reopened.stop_position == len(block) and reopened.repair is None
+    reopened.close()

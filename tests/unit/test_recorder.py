@@ -476,3 +476,22 @@ def test_trace_cli_refuses_a_missing_or_foreign_directory(tmp_path: Path, capsys
     (tmp_path / "other").mkdir()
     assert main(["trace", "summary", str(tmp_path / "other")]) == 2
     assert "not a clusterlab run" in capsys.readouterr().err
+
+
+def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
+    import pyarrow as pa
+
+    from harness.trace import contiguity_violations
+
+    def row(seq: int, end: int, length: int = 32, kind: str = "SessionMessage") -> dict[str, object]:
+        return {"member_id": 1, "incarnation": 0, "seq": seq, "log_position": end, "length": length,
+                "entry_type": kind}
+
+    good = pa.Table.from_pylist([row(0, 64, 0, "Snapshot"), row(1, 96), row(2, 128)])
+    assert contiguity_violations(good) == []
+    gap = pa.Table.from_pylist([row(0, 32), row(1, 96)])
+    assert contiguity_violations(gap) == [
+        "member 1 incarnation 0: entry ending at 96 starts at 64, previous ended at 32"
+    ]
+    lost = pa.Table.from_pylist([row(0, 32), row(2, 64)])
+    assert contiguity_violations(lost) == ["member 1 incarnation 0: seq has holes"]
