@@ -40,11 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
 
-    from harness import cli_cluster, cli_trace
-
-    cli_cluster.register(sub)
-    cli_trace.register(sub)
+    for name in _COMMAND_MODULES:
+        _register(sub, name)
     return parser
+
+
+# Subcommand modules, each with ``register(sub)``. Imported only when the parser is built, so that
+# ``clusterlab --version`` does not pay for pyarrow/pyspark imports.
+_COMMAND_MODULES = ("cli_cluster", "cli_trace", "cli_run", "cli_check", "cli_golden", "cli_report")
+
+
+def _register(sub: argparse._SubParsersAction, name: str) -> None:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"harness.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"harness.{name}":
+            raise
+        return  # a command whose module is not in this tree yet
+    module.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
