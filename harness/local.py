@@ -861,6 +861,9 @@ class LocalClient:
         # outcome is unknown (no reply by close). NullRecorder when the cluster does not record.
         self.recorder = recorder if recorder is not None else process_recorder(None, "", "client")
         self.client_id = client_id
+        # The identity the kv service deduplicates on: unique across clients, processes and restarts
+        # of the cluster (``client_id`` only numbers this run's clients in the ops table).
+        self.dedupe_id = int.from_bytes(os.urandom(6), "little")
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
@@ -929,10 +932,21 @@ class LocalClient:
         """Send ``build(request_id)`` now (pipelining); returns the request id."""
         rid = self._next_id
         self._next_id += 1
-        payload = build(rid)
+        payload = self._tagged(build(rid))
         self._record_invoke(rid, payload)
         self._offer(payload)
         return rid
+
+    def _tagged(self, payload: bytes) -> bytes:
+        """The request with this client's id added, so the kv service applies a resend only once."""
+        try:
+            command = json.loads(payload)
+        except ValueError:
+            return payload  # not a kv command: sent as it is
+        if not isinstance(command, dict) or "client" in command:
+            return payload
+        command["client"] = self.dedupe_id
+        return json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
 
     def _record_invoke(self, rid: int, payload: bytes) -> None:
         try:
@@ -985,7 +999,7 @@ class LocalClient:
         deadline = time.monotonic() + timeout_s
         rid = self._next_id
         self._next_id += 1
-        payload = build(rid)
+        payload = self._tagged(build(rid))
         self._record_invoke(rid, payload)
         attempts = 0
         while True:

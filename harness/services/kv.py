@@ -19,8 +19,14 @@ every key remembers the revision that last wrote it, so two different histories 
 with the same key/value pairs still have different states (and digests). A command in a
 service-originated message (session None) is applied without a reply.
 
-Snapshot: a header record ``{"revision": n}`` then records of up to 256 ``[key, value, mod_revision]``
-triples, in key order.
+Exactly once: a request that names its ``client`` (an int unique among the run's clients, e.g.
+``{"client": 3, "id": 7, ...}``) is remembered with its reply; the same (client, id) again — a
+client resending after a timeout or a leader change — gets the remembered reply and changes nothing.
+The last ``REMEMBERED_PER_CLIENT`` replies of each client are kept, in the snapshot too, so a member
+restored from a snapshot deduplicates exactly like one that applied the whole log.
+
+Snapshot: a header record ``{"revision": n, "replies": [[client, id, reply], ...]}`` then records of
+up to 256 ``[key, value, mod_revision]`` triples, in key order.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from harness.services.digest import MultisetDigest
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
+REMEMBERED_PER_CLIENT = 1024  # replies kept per client for deduplicating resends
 
 
 def _dumps(obj: Any) -> bytes:
@@ -92,6 +99,8 @@ class KeyValueService(ClusteredService):
         self.revision = 0
         self._digest = MultisetDigest(DOMAIN)
         self._digest.add("revision", 0)
+        # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
+        self.replies: dict[int, dict[int, dict[str, Any]]] = {}
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -123,7 +132,25 @@ class KeyValueService(ClusteredService):
         return MultisetDigest.of(DOMAIN, items).digest()
 
     def execute(self, payload: bytes) -> dict[str, Any]:
-        """Apply one command and return the reply."""
+        """Apply one command and return the reply (a remembered one for a resent request)."""
+        try:
+            command = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            command = None
+        client = command.get("client") if isinstance(command, dict) else None
+        request_id = command.get("id") if isinstance(command, dict) else None
+        if not isinstance(client, int) or not isinstance(request_id, int):
+            return self._execute(payload)
+        remembered = self.replies.setdefault(client, {})
+        if request_id in remembered:
+            return remembered[request_id]
+        reply = self._execute(payload)
+        remembered[request_id] = reply
+        if len(remembered) > REMEMBERED_PER_CLIENT:
+            del remembered[next(iter(remembered))]
+        return reply
+
+    def _execute(self, payload: bytes) -> dict[str, Any]:
         request_id: Any = None
         try:
             try:
@@ -173,9 +200,12 @@ class KeyValueService(ClusteredService):
         self.cluster = cluster
         self.entries = {}
         self.revision = 0
+        self.replies = {}
         if snapshot is not None and snapshot.records:
             header = json.loads(snapshot.records[0])
             self.revision = int(header["revision"])
+            for client, request_id, reply in header.get("replies", []):
+                self.replies.setdefault(client, {})[request_id] = reply
             for record in snapshot.records[1:]:
                 for key, value, mod_revision in json.loads(record):
                     self.entries[key] = (value, mod_revision)
@@ -197,7 +227,8 @@ class KeyValueService(ClusteredService):
         pass
 
     def on_take_snapshot(self, writer: SnapshotWriter) -> None:
-        writer.write(_dumps({"revision": self.revision}))
+        replies = [[c, rid, r] for c, remembered in sorted(self.replies.items()) for rid, r in remembered.items()]
+        writer.write(_dumps({"revision": self.revision, "replies": replies}))
         keys = sorted(self.entries)
         for start in range(0, len(keys), SNAPSHOT_BATCH):
             batch = [[k, *self.entries[k]] for k in keys[start : start + SNAPSHOT_BATCH]]

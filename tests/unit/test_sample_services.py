@@ -497,3 +497,38 @@ def test_sample_service_through_the_agent_snapshot_and_restore(name: str, tmp_pa
     for row in restored_applied:
         assert row.state_digest == original[row.log_position], f"{name}: digest differs at {row.log_position}"
     assert [r.log_position for r in restored_applied] == [action_end] + [f.end_position for f in after]
+
+
+def test_kv_applies_a_resent_request_once_and_snapshots_the_memory() -> None:
+    """A request naming its client is applied once; a resend gets the first reply, also after a
+    snapshot restore (members restored from a snapshot must deduplicate like the others)."""
+    from harness.services import kv as kvmod
+
+    service = kvmod.KeyValueService()
+    first = service.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}')
+    digest = service.state_digest()
+    again = service.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}')
+    assert again == first and service.revision == 1 and service.state_digest() == digest
+    other = service.execute(b'{"client":10,"id":1,"key":"k","op":"put","value":"b"}')
+    assert other["revision"] == 2  # another client's id 1 is another request
+    unnamed = [service.execute(b'{"id":1,"key":"k","op":"put","value":"c"}') for _ in range(2)]
+    assert [r["revision"] for r in unnamed] == [3, 4]  # without a client: applied each time
+
+    records: list[bytes] = []
+
+    class Writer:
+        def write(self, record: bytes) -> None:
+            records.append(record)
+
+    service.on_take_snapshot(Writer())  # type: ignore[arg-type]
+
+    class Image:
+        pass
+
+    image = Image()
+    image.records = records  # type: ignore[attr-defined]
+    restored = kvmod.KeyValueService()
+    restored.on_start(None, image)  # type: ignore[arg-type]
+    assert restored.state_digest() == service.state_digest()
+    assert restored.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}') == first
+    assert restored.revision == 4

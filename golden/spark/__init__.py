@@ -1,0 +1,1 @@
+"""PySpark jobs over clusterlab traces: the ``clustertrace`` data source, the run check, the golden diff."""

@@ -1,0 +1,354 @@
+"""``clusterlab check``: a Spark job proving one or many recorded runs safe.
+
+Checks, each a DataFrame query over the ``clustertrace`` source (only violations reach the driver,
+at most ``limit`` of each):
+
+- agreement: at every log position, every member and incarnation applied the same entry bytes
+  (``entry_digest``) and reached the same service state (``state_digest``; a Snapshot row at P
+  counts as the state at P);
+- contiguity: each service incarnation applied entries back to back (an entry starts where the
+  previous ended, a Snapshot row sets the start) and its ``seq`` has no holes;
+- election_safety: at most one member became leader in each leadership term;
+- durability: every acknowledged client op is in the committed log, and a retried copy of it
+  changed nothing (the service applied it exactly once);
+- committed_prefix: every entry any service applied (hence committed) is in the final committed log
+  with the same bytes, and each member's commit position never moved back within an incarnation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from rich.table import Table
+
+from golden.spark.source import find_runs
+
+CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
+DEFAULT_LIMIT = 50
+AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome: ``count`` violations in all, ``violations`` the first ``limit``."""
+
+    name: str
+    count: int
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+
+@dataclass
+class CheckReport:
+    """The verdict on a set of runs."""
+
+    run_ids: list[str]
+    run_dirs: list[str]
+    master: str
+    checks: dict[str, CheckResult]
+    rows: dict[str, int]
+    torn: int
+    elapsed_s: float
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document written as RUN/check.json (see docs/spark.md)."""
+        return {
+            "run_ids": self.run_ids,
+            "ok": self.ok,
+            "master": self.master,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "rows": self.rows,
+            "torn": self.torn,
+            "checks": {
+                name: {"ok": c.ok, "count": c.count, "violations": c.violations} for name, c in self.checks.items()
+            },
+        }
+
+    def table(self) -> Table:
+        """A rich verdict table: one row per check."""
+        t = Table(title=f"Spark check of {len(self.run_ids)} run(s) on {self.master}: {'PASS' if self.ok else 'FAIL'}")
+        t.add_column("check")
+        t.add_column("verdict")
+        t.add_column("violations", justify="right")
+        t.add_column("first violation", overflow="fold")
+        for name, c in self.checks.items():
+            first = _describe(c.violations[0]) if c.violations else ""
+            t.add_row(name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", str(c.count), first)
+        return t
+
+
+def _describe(v: dict[str, Any]) -> str:
+    keep = {k: v[k] for k in v if k not in ("messages", "run_id")}
+    return json.dumps(keep, default=str)[:300]
+
+
+def _hex(b: Any) -> str | None:
+    return None if b is None else bytes(b).hex()
+
+
+def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
+    out = []
+    for r in df.limit(limit).collect():
+        d = r.asDict(recursive=True)
+        out.append({k: _plain(v) for k, v in d.items()})
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, bytes | bytearray):
+        return bytes(v).hex()
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def load(spark: SparkSession, paths: str, table: str) -> DataFrame:
+    """One trace table of every run in ``paths`` (comma-separated run directories)."""
+    return spark.read.format("clustertrace").option("table", table).load(paths)
+
+
+# ----------------------------------------------------------------------------------------- checks
+
+
+def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> CheckResult:
+    """Same entry and same state digest at every log position, across members and incarnations."""
+    per_position = applied.groupBy("run_id", "log_position").agg(
+        F.countDistinct(F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))).alias("entries"),
+        F.countDistinct("state_digest").alias("states"),
+        F.sort_array(
+            F.collect_set(
+                F.struct(
+                    F.col("member_id").alias("member"),
+                    F.col("incarnation"),
+                    F.col("entry_type"),
+                    F.hex("entry_digest").alias("entry_digest"),
+                    F.hex("state_digest").alias("state_digest"),
+                )
+            )
+        ).alias("members"),
+    )
+    bad = per_position.where((F.col("entries") > 1) | (F.col("states") > 1)).orderBy("run_id", "log_position")
+    count = bad.count()
+    violations = _rows(bad, limit) if count else []
+    for v in violations[:5]:  # the messages around the first few divergences
+        pos = v["log_position"]
+        around = (
+            messages.where(
+                (F.col("run_id") == v["run_id"])
+                & F.col("log_position").between(pos - AROUND_BYTES, pos + AROUND_BYTES)
+                & (F.col("channel") != "control")
+            )
+            .select("process", "direction", "channel", "msg_type", "leadership_term_id", "log_position", "wall_ns")
+            .orderBy("wall_ns")
+        )
+        v["messages"] = _rows(around, 12)
+        v["kind"] = "entry" if v["entries"] > 1 else "state"
+    return CheckResult("agreement", count, violations)
+
+
+def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
+    """Each service incarnation applied a gap-free run of entries; ``seq`` counts from 0."""
+    w = Window.partitionBy("run_id", "member_id", "service_id", "incarnation").orderBy("seq")
+    rows = applied.select(
+        "run_id",
+        "member_id",
+        "incarnation",
+        "seq",
+        "log_position",
+        "length",
+        "entry_type",
+        F.lag("log_position").over(w).alias("previous_end"),
+        (F.row_number().over(w) - 1).alias("expected_seq"),
+    )
+    bad = rows.where(
+        (F.col("seq") != F.col("expected_seq"))
+        | (
+            (F.col("entry_type") != "Snapshot")
+            & ((F.col("log_position") - F.col("length")) != F.coalesce(F.col("previous_end"), F.lit(0)))
+        )
+    ).orderBy("run_id", "member_id", "incarnation", "seq")
+    count = bad.count()
+    return CheckResult("contiguity", count, _rows(bad, limit) if count else [])
+
+
+def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
+    """At most one leader per leadership term."""
+    leaders = events.where((F.col("kind") == "leader") & F.col("leadership_term_id").isNotNull())
+    bad = (
+        leaders.groupBy("run_id", "leadership_term_id")
+        .agg(F.sort_array(F.collect_set("member_id")).alias("members"))
+        .where(F.size("members") > 1)
+        .orderBy("run_id", "leadership_term_id")
+    )
+    count = bad.count()
+    return CheckResult("election_safety", count, _rows(bad, limit) if count else [])
+
+
+def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: int) -> CheckResult:
+    """Every acknowledged op is in the committed log; a retried copy left the state unchanged."""
+    acked = ops.where(F.col("kind") == "ok").select("run_id", "client_id", "op_id", "f", "key", "value")
+    body = F.col("body").cast("string")
+    requests = log.where(F.col("body").isNotNull()).select(
+        "run_id",
+        "log_position",
+        F.get_json_object(body, "$.id").cast("long").alias("req_id"),
+        F.get_json_object(body, "$.op").alias("req_op"),
+        F.get_json_object(body, "$.key").alias("req_key"),
+        F.get_json_object(body, "$.value").alias("req_value"),
+    )
+    cond = (
+        (acked.run_id == requests.run_id)
+        & (acked.op_id == requests.req_id)
+        & (acked.f == requests.req_op)
+        & acked.key.eqNullSafe(requests.req_key)
+        & acked.value.eqNullSafe(requests.req_value)
+    )
+    matched = acked.join(requests, cond, "left").select(
+        acked.run_id, "client_id", "op_id", "f", "key", "value", "log_position"
+    )
+    per_op = matched.groupBy("run_id", "client_id", "op_id", "f", "key", "value").agg(
+        F.sort_array(F.collect_list("log_position")).alias("positions")
+    )
+    missing = per_op.where(F.size("positions") == 0).withColumn("problem", F.lit("acknowledged op not in the log"))
+    # A copy after the first (a client's resend) must leave every member's state as it was.
+    w = Window.partitionBy("run_id", "member_id", "service_id", "incarnation").orderBy("seq")
+    state_change = applied.select(
+        "run_id",
+        "member_id",
+        "log_position",
+        "entry_type",
+        (F.col("state_digest") != F.lag("state_digest").over(w)).alias("changed"),
+    ).where((F.col("entry_type") == "SessionMessage") & F.col("changed"))
+    copies = per_op.where(F.size("positions") > 1).select(
+        "run_id", "client_id", "op_id", "f", "key", "value", "positions",
+        F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
+    )
+    twice = (
+        copies.join(
+            state_change,
+            (copies.run_id == state_change.run_id) & (copies.copy_position == state_change.log_position),
+        )
+        .select(copies.run_id, "client_id", "op_id", "f", "key", "value", "positions", "copy_position")
+        .dropDuplicates(["run_id", "client_id", "op_id", "copy_position"])
+        .withColumn("problem", F.lit("applied more than once"))
+    )
+    cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
+    bad = missing.select(*cols).unionByName(twice.select(*cols)).orderBy("run_id", "client_id", "op_id")
+    count = bad.count()
+    return CheckResult("durability", count, _rows(bad, limit) if count else [])
+
+
+def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame, limit: int) -> CheckResult:
+    """No committed entry lost: applied entries are in the final committed log, byte for byte, and
+    commit positions never move back within an incarnation."""
+    entries = applied.where(F.col("entry_type") != "Snapshot").select(
+        "run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest")
+    )
+    committed = log.select("run_id", "log_position", F.col("entry_digest").alias("log_digest"))
+    has_log = log.select("run_id").distinct()  # runs without a log table are not judged on it
+    lost = (
+        entries.join(has_log, "run_id")
+        .join(committed, ["run_id", "log_position"], "left")
+        .where(F.col("log_digest").isNull() | (F.col("log_digest") != F.col("applied_digest")))
+        .select(
+            "run_id",
+            "member_id",
+            "incarnation",
+            "log_position",
+            F.hex("applied_digest").alias("applied_digest"),
+            F.hex("log_digest").alias("log_digest"),
+            F.lit("applied entry not in the final committed log").alias("problem"),
+        )
+    )
+    w = Window.partitionBy("run_id", "source", "incarnation").orderBy("wall_ns", "seq")
+    commits = events.where((F.col("kind") == "commit") & F.col("log_position").isNotNull()).select(
+        "run_id",
+        "member_id",
+        "incarnation",
+        "log_position",
+        F.lag("log_position").over(w).alias("previous"),
+    )
+    back = commits.where(F.col("log_position") < F.col("previous")).select(
+        "run_id",
+        "member_id",
+        "incarnation",
+        "log_position",
+        F.lit(None).cast("string").alias("applied_digest"),
+        F.lit(None).cast("string").alias("log_digest"),
+        F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
+    )
+    bad = lost.unionByName(back).orderBy("run_id", "log_position", "member_id")
+    count = bad.count()
+    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [])
+
+
+# ------------------------------------------------------------------------------------------ entry
+
+
+def check_runs(
+    run_dirs: Sequence[Path | str],
+    *,
+    master: str | None = None,
+    spark: SparkSession | None = None,
+    write_json: bool = True,
+    limit: int = DEFAULT_LIMIT,
+) -> CheckReport:
+    """Run every check over ``run_dirs`` (run directories, or parents of runs) in one Spark job set.
+    With ``write_json``, each run directory gets ``check.json`` (the whole report)."""
+    from golden.spark.session import spark_session
+
+    started = time.monotonic()
+    runs = find_runs(",".join(str(p) for p in run_dirs))
+    paths = ",".join(runs)
+    spark = spark or spark_session(master)
+    tables = {t: load(spark, paths, t) for t in ("applied", "events", "ops", "messages")}
+    files = load(spark, paths, "files")
+    has_log = files.where((F.col("table") == "log") & (F.col("rows") > 0)).limit(1).count() > 0
+    log = load(spark, paths, "log") if has_log else spark.createDataFrame(
+        [], "run_id string, log_position long, entry_digest binary, body binary"
+    )
+    applied = tables["applied"].cache()
+    results = {
+        "agreement": check_agreement(applied, tables["messages"], limit),
+        "contiguity": check_contiguity(applied, limit),
+        "election_safety": check_election_safety(tables["events"], limit),
+        "durability": check_durability(tables["ops"], log, applied, limit),
+        "committed_prefix": check_committed_prefix(applied, log, tables["events"], limit),
+    }
+    stats = files.groupBy("table").agg(F.sum("rows").alias("rows"), F.sum(F.col("torn").cast("int")).alias("torn"))
+    rows, torn = {}, 0
+    for r in stats.collect():
+        rows[r["table"]] = int(r["rows"] or 0)
+        torn += int(r["torn"] or 0)
+    run_ids = sorted({r["run_id"] for r in files.select("run_id").distinct().collect()})
+    applied.unpersist()
+    report = CheckReport(
+        run_ids=run_ids,
+        run_dirs=runs,
+        master=spark.sparkContext.master,
+        checks=results,
+        rows=rows,
+        torn=torn,
+        elapsed_s=time.monotonic() - started,
+    )
+    if write_json:
+        doc = json.dumps(report.to_json(), indent=2, default=str)
+        for run in runs:
+            (Path(run) / "check.json").write_text(doc)
+    return report

@@ -1,0 +1,41 @@
+"""The Spark session the jobs run on: embedded ``local[*]`` by default, any master by option."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from pyspark.sql import SparkSession
+
+from golden.spark.source import ClusterTraceDataSource
+
+DEFAULT_MASTER = "local[*]"
+
+
+def spark_session(master: str | None = None, app_name: str = "clusterlab") -> SparkSession:
+    """A Spark session with the ``clustertrace`` source registered.
+
+    ``master`` None: ``$CLUSTERLAB_SPARK_MASTER`` or ``local[*]``; under ``spark-submit`` the
+    submitted master wins (getOrCreate returns its session). Each process gets its own scratch and
+    warehouse directory, so parallel pytest workers never share one."""
+    master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER") or DEFAULT_MASTER
+    # Python workers run this interpreter (the one with pyarrow and clusterlab), not `python3`.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    scratch = tempfile.mkdtemp(prefix="clusterlab-spark-")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", os.environ.get("CLUSTERLAB_SPARK_PARTITIONS", "8"))
+        .config("spark.local.dir", scratch)
+        .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
+        .config("spark.driver.memory", os.environ.get("CLUSTERLAB_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(ClusterTraceDataSource)
+    return spark

@@ -1,0 +1,296 @@
+"""``clustertrace``: a PySpark Python data source reading clusterlab traces (TRACE_SCHEMA.md) directly.
+
+    spark.dataSource.register(ClusterTraceDataSource)
+    df = spark.read.format("clustertrace").option("table", "applied").load("runs/a,runs/b")
+
+The path is one run directory, several separated by commas, or a directory whose sub-directories
+are runs (any directory holding a ``run.json``). Each Arrow IPC stream file is one input partition,
+read on the executors with pyarrow and handed to Spark as Arrow record batches: nothing is collected
+on the driver and nothing is converted first. A torn tail (a process killed mid-batch) is tolerated:
+the complete batches are read, and ``table=files`` yields one row per file with its ``torn`` flag and
+ignored bytes, so a job can count them.
+
+Columns: the table's own columns (from the files' schema; the contract's columns never change
+meaning) plus ``run_id`` where the table lacks it, and ``file``. The ``log`` table also gets the
+columns a check needs without decoding frames in a UDF: ``entry_digest`` (blake2b-128 of the framed
+entry, as ``applied.entry_digest``), ``cluster_session_id`` and ``body`` (the application message of a
+``SessionMessage`` entry, else null).
+
+This module imports only pyarrow and pyspark (not clusterlab), so it can be shipped to a Spark
+cluster on its own with ``spark-submit --py-files golden/spark/source.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+TABLES = ("messages", "applied", "events", "ops", "log")
+FILES = "files"
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_DIGEST_SIZE = 16
+# A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header
+# (block length, template id, schema id, version) and, for SessionMessageHeader (template 1),
+# leadership_term_id, cluster_session_id and timestamp before the application's bytes.
+_FRAME_HEADER = 32
+_MESSAGE_HEADER = 8
+_SESSION_MESSAGE_TEMPLATE_ID = 1
+
+FILES_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("table", pa.string()),
+        ("file", pa.string()),
+        ("rows", pa.int64()),
+        ("batches", pa.int32()),
+        ("bytes", pa.int64()),
+        ("bytes_ignored", pa.int64()),
+        ("torn", pa.bool_()),
+        ("closed", pa.bool_()),
+        ("error", pa.string()),
+    ]
+)
+
+
+class TraceSourceError(ValueError):
+    """A path or option the source cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class TraceFile(InputPartition):
+    """One Arrow stream file of one run: the unit of parallelism."""
+
+    path: str
+    run_id: str
+    table: str
+
+
+def find_runs(path_option: str) -> list[str]:
+    """The run directories named by ``path_option`` (comma-separated; a parent of runs expands)."""
+    runs: list[str] = []
+    for raw in (p.strip() for p in path_option.split(",")):
+        if not raw:
+            continue
+        if not os.path.isdir(raw):
+            raise TraceSourceError(f"clustertrace: {raw}: no such directory")
+        if _is_run(raw):
+            runs.append(raw)
+            continue
+        children = sorted(os.path.join(raw, c) for c in os.listdir(raw))
+        found = [c for c in children if os.path.isdir(c) and _is_run(c)]
+        if not found:
+            raise TraceSourceError(
+                f"clustertrace: {raw}: not a run directory (no run.json or table folders) and holds no runs"
+            )
+        runs.extend(found)
+    if not runs:
+        raise TraceSourceError("clustertrace: no path given (load(path) or option('path', ...))")
+    return runs
+
+
+def _is_run(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, "run.json")) or any(
+        os.path.isdir(os.path.join(directory, t)) for t in TABLES
+    )
+
+
+def run_id_of(run_dir: str) -> str:
+    """run.json's ``run_id``, or the directory name when there is no run.json."""
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            return str(json.load(f).get("run_id") or os.path.basename(os.path.normpath(run_dir)))
+    except (OSError, ValueError):
+        return os.path.basename(os.path.normpath(run_dir))
+
+
+def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
+    """Every ``<table>/*.arrow`` file of the runs (for ``files``: of every table)."""
+    tables = TABLES if table == FILES else (table,)
+    out = []
+    for run_dir in run_dirs:
+        run_id = run_id_of(run_dir)
+        for t in tables:
+            folder = os.path.join(run_dir, t)
+            if os.path.isdir(folder):
+                out.extend(TraceFile(os.path.join(folder, n), run_id, t) for n in sorted(os.listdir(folder))
+                           if n.endswith(".arrow"))
+    return out
+
+
+@dataclass
+class StreamBatches:
+    """The complete record batches of one stream file, and how it ended."""
+
+    schema: pa.Schema | None
+    batches: list[pa.RecordBatch]
+    bytes_read: int
+    size: int
+    closed: bool
+    error: str | None
+
+
+def read_batches(path: str) -> StreamBatches:
+    """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises."""
+    with open(path, "rb") as f:
+        data = f.read()
+    source = pa.BufferReader(data)
+    try:
+        reader = ipc.open_stream(source)
+    except (pa.ArrowInvalid, OSError) as e:
+        return StreamBatches(None, [], 0, len(data), False, f"no readable schema: {e}")
+    batches: list[pa.RecordBatch] = []
+    consumed = source.tell()
+    error = None
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            consumed = source.tell()
+            break
+        except (pa.ArrowInvalid, OSError) as e:
+            error = str(e)
+            break
+        batches.append(batch)
+        consumed = source.tell()
+    return StreamBatches(reader.schema, batches, consumed, len(data), data.endswith(_EOS), error)
+
+
+def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    # Spark has no fixed-size binary; digests become plain binary.
+    return pa.binary() if pa.types.is_fixed_size_binary(t) else t
+
+
+def output_schema(table: str, file_schema: pa.Schema | None) -> pa.Schema:
+    """The Arrow schema the source yields for ``table`` given one of its files' schema."""
+    if table == FILES:
+        return FILES_SCHEMA
+    if file_schema is None:
+        raise TraceSourceError(f"clustertrace: no readable {table} file in the given runs")
+    fields = [pa.field(f.name, _spark_arrow_type(f.type), True) for f in file_schema]
+    names = {f.name for f in fields}
+    if "run_id" not in names:
+        fields.insert(0, pa.field("run_id", pa.string(), True))
+    if table == "log":
+        fields += [
+            pa.field("entry_digest", pa.binary(), True),
+            pa.field("cluster_session_id", pa.int64(), True),
+            pa.field("body", pa.binary(), True),
+        ]
+    fields.append(pa.field("file", pa.string(), True))
+    return pa.schema(fields)
+
+
+def _log_extras(entries: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    digests, sessions, bodies = [], [], []
+    for value in entries.to_pylist():
+        digests.append(hashlib.blake2b(value, digest_size=_DIGEST_SIZE).digest())
+        session, body = None, None
+        if len(value) >= _FRAME_HEADER + _MESSAGE_HEADER + 24:
+            (frame_length,) = struct.unpack_from("<i", value, 0)
+            block_length, template_id = struct.unpack_from("<HH", value, _FRAME_HEADER)
+            if template_id == _SESSION_MESSAGE_TEMPLATE_ID:
+                (session,) = struct.unpack_from("<q", value, _FRAME_HEADER + _MESSAGE_HEADER + 8)
+                body = value[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length]
+        sessions.append(session)
+        bodies.append(body)
+    return pa.array(digests, pa.binary()), pa.array(sessions, pa.int64()), pa.array(bodies, pa.binary())
+
+
+def conform(batch: pa.RecordBatch, part: TraceFile, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` of ``part`` shaped as ``schema``: run_id/file added, digests cast, missing columns null."""
+    n = batch.num_rows
+    columns = {name: batch.column(name) for name in batch.schema.names}
+    if "run_id" not in columns:
+        columns["run_id"] = pa.array([part.run_id] * n, pa.string())
+    if part.table == "log" and "entry" in columns:
+        columns["entry_digest"], columns["cluster_session_id"], columns["body"] = _log_extras(columns["entry"])
+    columns["file"] = pa.array([part.path] * n, pa.string())
+    arrays = []
+    for f in schema:
+        col = columns.get(f.name)
+        arrays.append(pa.nulls(n, f.type) if col is None else col.cast(f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
+    """The ``files`` table's row for one file."""
+    return {
+        "run_id": part.run_id,
+        "table": part.table,
+        "file": part.path,
+        "rows": sum(b.num_rows for b in got.batches),
+        "batches": len(got.batches),
+        "bytes": got.size,
+        "bytes_ignored": got.size - got.bytes_read,
+        "torn": got.error is not None,
+        "closed": got.closed,
+        "error": got.error,
+    }
+
+
+class ClusterTraceReader(DataSourceReader):
+    """One partition per trace file; yields Arrow record batches."""
+
+    def __init__(self, table: str, files: list[TraceFile], schema: pa.Schema) -> None:
+        self.table = table
+        self.files = files
+        self.arrow_schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.files)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TraceFile)
+        got = read_batches(partition.path)
+        if self.table == FILES:
+            yield pa.RecordBatch.from_pylist([file_row(partition, got)], schema=FILES_SCHEMA)
+            return
+        for batch in got.batches:
+            if batch.num_rows:
+                yield conform(batch, partition, self.arrow_schema)
+
+
+class ClusterTraceDataSource(DataSource):
+    """``spark.read.format("clustertrace").option("table", T).load(PATHS)`` — see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "clustertrace"
+
+    def _table(self) -> str:
+        table = self.options.get("table", "applied")
+        if table not in (*TABLES, FILES):
+            raise TraceSourceError(f"clustertrace: unknown table {table!r}; one of {', '.join((*TABLES, FILES))}")
+        return table
+
+    def _files(self) -> list[TraceFile]:
+        path = self.options.get("path") or self.options.get("paths") or ""
+        return trace_files(find_runs(path), self._table())
+
+    def _arrow_schema(self) -> pa.Schema:
+        table = self._table()
+        file_schema = None
+        if table != FILES:
+            for part in self._files():
+                got = read_batches(part.path)
+                if got.schema is not None:
+                    file_schema = got.schema
+                    break
+        return output_schema(table, file_schema)
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(self._arrow_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ClusterTraceReader(self._table(), self._files(), self._arrow_schema())
