@@ -73,7 +73,14 @@ from core.consensus.context import (
     Timeouts,
 )
 from core.runtime.client import ClusterConnection
-from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members, remove_socket_root
+from core.runtime.config import (
+    FAULT_ACK_BEFORE_APPEND_ENV,
+    ClusterConfig,
+    ConfigError,
+    format_members,
+    parse_members,
+    remove_socket_root,
+)
 from core.runtime.control import ControlClient
 from core.runtime.transport import new_context
 from harness.recorder import RunRecorder, new_run_id, process_recorder
@@ -252,11 +259,13 @@ class LocalCluster:
         trace_dir: Path | str | None = None,
         run_id: str | None = None,
         scenario: str = "local",
+        fault_ack_before_append: bool = False,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
         restarted from disk with its own configuration (``members`` None accepts any size)."""
         self._owns_directory = directory is None
+        self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep_directory = keep_directory
@@ -405,6 +414,8 @@ class LocalCluster:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
+        if self.fault_ack_before_append:
+            env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
         cmd = [
             sys.executable,
             "-m",
@@ -585,6 +596,26 @@ class LocalCluster:
 
         return wait_until(leader, timeout_s, f"a leader (not in {sorted(excluded)})", context=self.status_line) - 1
 
+    def caught_up(self, members: list[int] | None = None) -> int | None:
+        """The common position if every listed member (default: all) has the same append and commit
+        position, is not in an election, and its service has applied exactly that much; else None."""
+        ids = list(range(self.member_count)) if members is None else members
+        statuses = [self.status(i) for i in ids]
+        if any(s is None or s.election_state is not None for s in statuses):
+            return None
+        positions = {(s.append_position, s.commit_position) for s in statuses if s is not None}
+        if len(positions) != 1:
+            return None
+        [(append, commit)] = positions
+        if append != commit:
+            return None
+        if self.config.service:
+            for i in ids:
+                service = self.service_status(i)
+                if service is None or service.log_position != commit:
+                    return None
+        return commit
+
     def await_condition(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
         """Poll ``predicate`` (bounded); the cluster's clients keep their sessions alive meanwhile."""
 
@@ -633,6 +664,10 @@ class LocalCluster:
         with contextlib.suppress(Exception):
             e.add_note("\n".join(notes))
 
+    def event(self, kind: str, member_id: int, **detail: Any) -> None:
+        """Record a harness event (chaos nemeses record themselves here; source ``harness``)."""
+        self._event(kind, member_id, **detail)
+
     def _event(self, kind: str, member_id: int, **detail: Any) -> None:
         self.events.append({"time_ns": time.monotonic_ns(), "source": "harness", "member_id": member_id,
                             "kind": kind, "detail": detail})
@@ -650,6 +685,15 @@ class LocalCluster:
                 p.popen.wait()
         self._paused.discard(member_id)
         self._event("kill", member_id)
+
+    def kill_service(self, member_id: int) -> None:
+        """Crash only the member's service process (SIGKILL); its node keeps running."""
+        p = self._process(member_id, SERVICE)
+        if p is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+            p.popen.wait()
+        self._event("kill", member_id, process=SERVICE)
 
     def stop(self, member_id: int) -> None:
         """Clean shutdown: SIGTERM the node (it closes its module, a leader ends its log stream),

@@ -637,6 +637,10 @@ class SimCluster:
         for hook in self.on_event:
             hook(event)
 
+    def event(self, kind: str, member_id: int, **detail: Any) -> None:
+        """Record a harness event (chaos nemeses record themselves here; source ``harness``)."""
+        self._harness_event(kind, member_id, **detail)
+
     def _harness_event(
         self, kind: str, member_id: int, log_position: int | None = None, **detail: Any
     ) -> None:

@@ -177,6 +177,9 @@ class ConsensusModuleContext:
     # harness and tools can request snapshots (pass a stricter one in production-like tests).
     authorise_admin: Callable[[bytes, int], bool] = lambda principal, request_type: True
     log: Callable[[str], None] = lambda line: None  # human-readable log lines (reasons for ignores etc.)
+    # Test-only broken build (chaos suite): a follower acknowledges a log block when it arrives and
+    # appends it only when the next one does, so a crash loses entries the leader counted as durable.
+    fault_ack_before_append: bool = False
 
     def member(self, member_id: int) -> ClusterMember | None:
         for m in self.members:

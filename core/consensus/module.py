@@ -112,6 +112,7 @@ class ConsensusModule(ClusterWork):
         self.log_term_base_position = 0
         # Follower log subscription: term and leader it accepts blocks from; catch-up flag.
         self.log_subscription_term_id = NULL_VALUE
+        self._unappended_block: LogBlock | None = None  # fault_ack_before_append only
         self.is_catchup_stopped = True
         self.is_catchup_active = False
         self.catchup_log_joined = False
@@ -805,6 +806,25 @@ class ConsensusModule(ClusterWork):
 
     def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
         """Follower: append frames that start at our append position; drop the rest."""
+        if self.ctx.fault_ack_before_append:
+            self._on_log_block_acked_before_append(src, msg, now_ns)
+            return
+        self._append_log_block(msg, now_ns)
+
+    def _on_log_block_acked_before_append(self, src: int, msg: LogBlock, now_ns: int) -> None:
+        """The deliberately broken follower of the chaos suite's fault switch: report the block's end
+        as appended at once, append it only when the next block arrives."""
+        held, self._unappended_block = self._unappended_block, msg
+        if held is not None:
+            self._append_log_block(held, now_ns)
+        end = msg.start_position + len(msg.entries)
+        if self.leader_member_id not in (NULL_VALUE, self.member_id) and end > self.last_append_position_sent:
+            term = self.election.leadership_term_id if self.election is not None else self.leadership_term_id
+            self.consensus_publisher.append_position(self.leader_member_id, term, end, self.member_id, 0)
+            self.last_append_position_sent = end
+            self.time_of_last_append_position_send_ns = now_ns
+
+    def _append_log_block(self, msg: LogBlock, now_ns: int) -> None:
         e = self.election
         following_term = self.log_subscription_term_id
         if following_term == NULL_VALUE or msg.leadership_term_id != following_term:

@@ -36,6 +36,11 @@ TCP_ANY_PORT = f"tcp://{TCP_HOST}:0"  # "bind me to a port the OS picks"
 SOCKET_LINK_PREFIX = "clusterlab-"
 
 
+# The chaos suite's deliberately broken build (ConsensusModuleContext.fault_ack_before_append),
+# switched on for a node process by this environment variable set to 1.
+FAULT_ACK_BEFORE_APPEND_ENV = "CLUSTERLAB_FAULT_ACK_BEFORE_APPEND"
+
+
 class ConfigError(Exception):
     """A cluster directory or configuration file that cannot be used (missing, unreadable, invalid)."""
 

@@ -57,7 +57,13 @@ from core.codec.registry import decode, message_name
 from core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from core.consensus.module import ConsensusModule
 from core.runtime.clock import Clock
-from core.runtime.config import ClusterConfig, ConfigError, format_members, parse_members
+from core.runtime.config import (
+    FAULT_ACK_BEFORE_APPEND_ENV,
+    ClusterConfig,
+    ConfigError,
+    format_members,
+    parse_members,
+)
 from core.runtime.gate import PPM, ChaosGate, LinkRule
 from core.runtime.runner import (
     BATCH_LIMIT,
@@ -253,7 +259,10 @@ class Node:
             service_count=1 if config.service else 0,
             events=self._on_event,
             log=self.log,
+            fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
         )
+        if ctx.fault_ack_before_append:
+            self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")
         module = ConsensusModule(ctx)
         now = self.clock.now_ns()
         self._now_ns = now

@@ -43,24 +43,8 @@ def running_cluster(tmp_path: Path, name: str = "cluster", **kwargs: Any) -> Ite
 
 
 def caught_up(cluster: LocalCluster, members: list[int] | None = None) -> int | None:
-    """The common position if every listed member (default: all) has the same append and commit
-    position and its service has applied exactly that much; else None."""
-    ids = list(range(cluster.member_count)) if members is None else members
-    statuses = [cluster.status(i) for i in ids]
-    if any(s is None or s.election_state is not None for s in statuses):
-        return None
-    positions = {(s.append_position, s.commit_position) for s in statuses if s is not None}
-    if len(positions) != 1:
-        return None
-    [(append, commit)] = positions
-    if append != commit:
-        return None
-    if cluster.config.service:
-        for i in ids:
-            service = cluster.service_status(i)
-            if service is None or service.log_position != commit:
-                return None
-    return commit
+    """LocalCluster.caught_up: the common position of the listed members, or None."""
+    return cluster.caught_up(members)
 
 
 def await_caught_up(cluster: LocalCluster, members: list[int] | None = None, timeout_s: float = CATCH_UP_S) -> int:

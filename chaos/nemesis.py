@@ -1,0 +1,318 @@
+"""Nemeses: the faults a chaos run injects, each a small object with ``apply`` and ``heal``.
+
+Every nemesis works on a :class:`chaos.target.Target` (a LocalCluster or a SimCluster), chooses its
+victims with the run's seeded ``rng`` and records itself as a harness event (``chaos_apply`` /
+``chaos_heal`` with the nemesis name and victims), besides the events the cluster records for the
+fault itself (kill, partition, truncate…). Disk faults are applied while the member is down, between
+its kill and its restart, as a crash would leave them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.target import Target, Unsupported
+from core.archive import faults
+
+
+@dataclass
+class Nemesis:
+    """Base: ``apply`` injects the fault, ``heal`` undoes it (restart, heal the network…)."""
+
+    name: str = "nemesis"
+    victims: list[int] = field(default_factory=list)
+    applied_at: float | None = None
+    healed_at: float | None = None
+
+    def apply(self, t: Target) -> None:
+        self.applied_at = t.now_s()
+        self._apply(t)
+        t.event("chaos_apply", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name,
+                victims=self.victims, **self.detail())
+
+    def heal(self, t: Target) -> None:
+        self._heal(t)
+        self.healed_at = t.now_s()
+        t.event("chaos_heal", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name,
+                victims=self.victims)
+
+    def detail(self) -> dict[str, Any]:
+        return {}
+
+    def _apply(self, t: Target) -> None:
+        raise NotImplementedError
+
+    def _heal(self, t: Target) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"{self.name}{self.victims}"
+
+
+def _leader_or_any(t: Target) -> int:
+    leader = t.leader()
+    return leader if leader is not None else t.rng.choice(t.alive())
+
+
+def _followers(t: Target) -> list[int]:
+    leader = t.leader()
+    return [m for m in t.alive() if m != leader]
+
+
+# ------------------------------------------------------------------------------------- network
+
+
+@dataclass
+class Partition(Nemesis):
+    """Cut the cluster into groups. ``shape``: ``isolate-leader``, ``isolate`` (a random member),
+    ``halves`` (a random minority | majority), ``bridge`` (two sides and one member seeing both),
+    ``ring`` (every member sees only its neighbours: overlapping majorities)."""
+
+    name: str = "partition"
+    shape: str = "isolate-leader"
+    groups: list[list[int]] = field(default_factory=list)
+
+    def detail(self) -> dict[str, Any]:
+        return {"shape": self.shape, "groups": self.groups}
+
+    def _apply(self, t: Target) -> None:
+        members = t.members
+        n = len(members)
+        if self.shape in ("isolate-leader", "isolate"):
+            victim = _leader_or_any(t) if self.shape == "isolate-leader" else t.rng.choice(members)
+            self.victims = [victim]
+            self.groups = [[victim], [m for m in members if m != victim]]
+            t.partition(self.groups)
+        elif self.shape == "halves":
+            shuffled = members[:]
+            t.rng.shuffle(shuffled)
+            minority = sorted(shuffled[: (n - 1) // 2])
+            self.victims = minority
+            self.groups = [minority, sorted(shuffled[(n - 1) // 2 :])]
+            t.partition(self.groups)
+        elif self.shape == "bridge":
+            shuffled = members[:]
+            t.rng.shuffle(shuffled)
+            bridge = shuffled[0]
+            rest = shuffled[1:]
+            a, b = sorted(rest[: len(rest) // 2]), sorted(rest[len(rest) // 2 :])
+            self.victims = [bridge]
+            self.groups = [[*a, bridge], [*b, bridge]]
+            for x in a:
+                for y in b:
+                    t.block(x, y)
+                    t.block(y, x)
+        elif self.shape == "ring":
+            order = members[:]
+            t.rng.shuffle(order)
+            self.victims = order
+            self.groups = [[order[i], order[(i + 1) % n]] for i in range(n)]
+            for i, x in enumerate(order):
+                neighbours = {order[(i - 1) % n], order[(i + 1) % n]}
+                for y in members:
+                    if y != x and y not in neighbours:
+                        t.block(x, y)
+        else:
+            raise ValueError(f"unknown partition shape {self.shape!r}")
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+@dataclass
+class OneWayLink(Nemesis):
+    """Drop every message on one directed link (the leader's messages to one follower)."""
+
+    name: str = "one-way-link"
+
+    def _apply(self, t: Target) -> None:
+        src = _leader_or_any(t)
+        dst = t.rng.choice([m for m in t.members if m != src])
+        self.victims = [src, dst]
+        t.block(src, dst)
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+@dataclass
+class FlakyLinks(Nemesis):
+    """Every link loses ``loss`` of its messages and delays the rest by ``delay_s`` ± ``jitter_s``."""
+
+    name: str = "flaky-links"
+    loss: float = 0.2
+    delay_s: float = 0.005
+    jitter_s: float = 0.005
+
+    def detail(self) -> dict[str, Any]:
+        return {"loss": self.loss, "delay_s": self.delay_s, "jitter_s": self.jitter_s}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = t.members
+        for src in t.members:
+            for dst in t.members:
+                if src != dst:
+                    delay = max(0.0, self.delay_s + t.rng.uniform(-self.jitter_s, self.jitter_s))
+                    t.set_link(src, dst, self.loss, delay)
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+# ------------------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Kill(Nemesis):
+    """SIGKILL members; ``heal`` restarts them from disk (``wipe``: with an empty disk).
+    ``who``: ``leader``, ``follower``, ``random`` or ``minority``."""
+
+    name: str = "kill"
+    who: str = "leader"
+    wipe: bool = False
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "wipe": self.wipe}
+
+    def _apply(self, t: Target) -> None:
+        alive = t.alive()
+        if self.who == "leader":
+            self.victims = [_leader_or_any(t)]
+        elif self.who == "follower":
+            self.victims = [t.rng.choice(_followers(t) or alive)]
+        elif self.who == "random":
+            self.victims = [t.rng.choice(alive)]
+        elif self.who == "all":
+            self.victims = sorted(alive)
+        elif self.who == "minority":
+            self.victims = sorted(t.rng.sample(alive, (len(t.members) - 1) // 2))
+        else:
+            raise ValueError(f"unknown victim choice {self.who!r}")
+        for m in self.victims:
+            t.kill(m)
+        self.while_down(t)
+
+    def while_down(self, t: Target) -> None:
+        """What happens to the victims' disks before they restart (disk nemeses override this)."""
+
+    def _heal(self, t: Target) -> None:
+        for m in self.victims:
+            if self.wipe:
+                t.restart_wiped(m)
+            else:
+                t.restart(m)
+
+
+@dataclass
+class DiskFault(Kill):
+    """Kill a member, damage its log recording while it is down, restart it. ``fault``:
+    ``truncate`` (lose the last ``n_bytes``), ``torn`` (cut the last frame in half), ``flip`` (flip
+    bits in the tail), ``unflushed`` (lose a random unflushed tail below one segment page),
+    ``snapshot`` (invalidate the latest snapshot in the recording log)."""
+
+    name: str = "disk"
+    who: str = "follower"
+    fault: str = "truncate"
+    n_bytes: int = 512
+    position: int | None = None  # the stream position the damage left (for the report)
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "fault": self.fault, "n_bytes": self.n_bytes}
+
+    def while_down(self, t: Target) -> None:
+        for m in self.victims:
+            d = t.member_dir(m)
+            if self.fault == "truncate":
+                self.position = faults.truncate_tail(d, self.n_bytes)
+            elif self.fault == "torn":
+                self.position = faults.tear_last_frame(d)
+            elif self.fault == "flip":
+                self.position = faults.flip_bits_in_tail(d, t.rng, count=3)
+            elif self.fault == "unflushed":
+                self.position = faults.truncate_tail(d, t.rng.randrange(1, 4096))
+            elif self.fault == "snapshot":
+                self.position = _invalidate_latest_snapshot(d)
+            else:
+                raise ValueError(f"unknown disk fault {self.fault!r}")
+            t.event("truncate" if self.fault != "snapshot" else "snapshot_invalidated", m,
+                    fault=self.fault, position=self.position)
+
+
+def _invalidate_latest_snapshot(member_dir: Any) -> int | None:
+    from core.consensus.recording_log import RecordingLog
+
+    with RecordingLog.open(member_dir) as log:
+        entry = log.latest_snapshot(0)
+        return entry.log_position if entry is not None and log.invalidate_latest_snapshot() else None
+
+
+@dataclass
+class Pause(Nemesis):
+    """SIGSTOP a member (the leader by default) and SIGCONT it on heal: a GC pause, a VM stall."""
+
+    name: str = "pause"
+    who: str = "leader"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [_leader_or_any(t) if self.who == "leader" else t.rng.choice(t.alive())]
+        t.pause(self.victims[0])
+
+    def _heal(self, t: Target) -> None:
+        t.resume(self.victims[0])
+
+
+@dataclass
+class KillService(Nemesis):
+    """SIGKILL only a follower's service process; heal restarts the member (node and service)."""
+
+    name: str = "kill-service"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        t.kill_service(self.victims[0])
+
+    def _heal(self, t: Target) -> None:
+        t.restart(self.victims[0])
+
+
+@dataclass
+class ClockSkew(Nemesis):
+    """Jump one member's clock forward by ``offset_s`` (heal leaves it: clocks never run back)."""
+
+    name: str = "clock-skew"
+    offset_s: float = 5.0
+
+    def detail(self) -> dict[str, Any]:
+        return {"offset_s": self.offset_s}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [t.rng.choice(t.alive())]
+        t.clock_skew(self.victims[0], self.offset_s)
+
+
+@dataclass
+class Snapshot(Nemesis):
+    """Ask the leader for a snapshot (ClusterTool SNAPSHOT) in the middle of the faults."""
+
+    name: str = "snapshot"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        t.snapshot()
+
+
+NEMESES: dict[str, type[Nemesis]] = {
+    "partition": Partition,
+    "one-way-link": OneWayLink,
+    "flaky-links": FlakyLinks,
+    "kill": Kill,
+    "disk": DiskFault,
+    "pause": Pause,
+    "kill-service": KillService,
+    "clock-skew": ClockSkew,
+    "snapshot": Snapshot,
+}
+
+__all__ = ["NEMESES", "ClockSkew", "DiskFault", "FlakyLinks", "Kill", "KillService", "Nemesis", "OneWayLink",
+           "Partition", "Pause", "Snapshot", "Unsupported"]

@@ -1,0 +1,186 @@
+"""One face for the two drivers: a chaos run talks to a :class:`Target`, which is either a real
+:class:`~harness.local.LocalCluster` (OS processes, wall time) or a :class:`~harness.sim.SimCluster`
+(seeded virtual time). Nemeses, workloads and scenarios are written once against it.
+
+Time is always in seconds of the target's own clock (virtual in the simulator), so a scenario's
+"quiet 1 s" means the same thing on both.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from core.consensus.context import SECOND
+from harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
+from harness.sim import SimCluster, SimTimeout
+
+
+class Unsupported(Exception):
+    """A fault this driver cannot inject (e.g. SIGSTOP in the simulator)."""
+
+
+class Target:
+    """The operations nemeses need. ``rng`` is the run's seeded randomness (never global)."""
+
+    kind = "?"
+
+    def __init__(self, cluster: Any, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.paused: set[int] = set()
+
+    # --- what the cluster is
+    @property
+    def members(self) -> list[int]:
+        return list(range(self.cluster.member_count))
+
+    def leader(self) -> int | None:
+        return self.cluster.leader_id()
+
+    def alive(self) -> list[int]:
+        return self.cluster.members_alive()
+
+    def member_dir(self, member_id: int) -> Path:
+        return Path(self.cluster.member_dir(member_id))
+
+    def event(self, kind: str, member_id: int = -1, **detail: Any) -> None:
+        self.cluster.event(kind, member_id, source="chaos", **detail)
+
+    # --- faults every driver has
+    def kill(self, member_id: int) -> None:
+        self.cluster.kill(member_id)
+
+    def restart(self, member_id: int) -> None:
+        self.cluster.restart(member_id)
+
+    def restart_wiped(self, member_id: int) -> None:
+        self.cluster.restart_wiped(member_id)
+
+    def partition(self, groups: list[list[int]]) -> None:
+        self.cluster.partition(groups)
+
+    def block(self, src: int, dst: int) -> None:
+        self.cluster.block(src, dst)
+
+    def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
+        self.cluster.set_link(src, dst, loss=loss, delay_s=delay_s)
+
+    def heal_network(self) -> None:
+        self.cluster.heal()
+
+    def snapshot(self) -> bool:
+        return bool(self.cluster.control("snapshot"))
+
+    # --- differ per driver
+    def pause(self, member_id: int) -> None:
+        raise Unsupported(f"{self.kind}: pause")
+
+    def resume(self, member_id: int) -> None:
+        raise Unsupported(f"{self.kind}: resume")
+
+    def kill_service(self, member_id: int) -> None:
+        raise Unsupported(f"{self.kind}: kill only a service")
+
+    def clock_skew(self, member_id: int, offset_s: float) -> None:
+        raise Unsupported(f"{self.kind}: clock skew")
+
+    def now_s(self) -> float:
+        raise NotImplementedError
+
+    def advance(self, seconds: float, work: Callable[[], None]) -> None:
+        """Let ``seconds`` of target time pass, calling ``work`` (one workload step) meanwhile."""
+        raise NotImplementedError
+
+    def await_leader(self, timeout_s: float, exclude: tuple[int, ...] = ()) -> int:
+        raise NotImplementedError
+
+    def converged(self) -> bool:
+        raise NotImplementedError
+
+
+class LocalTarget(Target):
+    """A real LocalCluster: wall-clock time, SIGKILL/SIGSTOP, the chaos gate."""
+
+    kind = "local"
+    cluster: LocalCluster
+
+    def pause(self, member_id: int) -> None:
+        self.cluster.pause(member_id)
+        self.paused.add(member_id)
+
+    def resume(self, member_id: int) -> None:
+        self.cluster.resume(member_id)
+        self.paused.discard(member_id)
+
+    def kill_service(self, member_id: int) -> None:
+        self.cluster.kill_service(member_id)
+
+    def clock_skew(self, member_id: int, offset_s: float) -> None:
+        if not self.cluster.set_clock_offset(member_id, offset_s):
+            raise Unsupported(f"member {member_id} did not accept a clock offset")
+
+    def now_s(self) -> float:
+        return time.monotonic()
+
+    def advance(self, seconds: float, work: Callable[[], None]) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            work()
+
+    def await_leader(self, timeout_s: float, exclude: tuple[int, ...] = ()) -> int:
+        try:
+            return self.cluster.await_leader(timeout_s, exclude=exclude)
+        except LocalTimeout as e:
+            raise ChaosTimeout(str(e)) from None
+
+    def converged(self) -> bool:
+        return self.cluster.leader_id() is not None and self.cluster.caught_up() is not None
+
+
+class SimTarget(Target):
+    """A SimCluster: virtual time; SIGSTOP and clock skew do not exist there."""
+
+    kind = "sim"
+    cluster: SimCluster
+
+    def now_s(self) -> float:
+        return self.cluster.now_ns / SECOND
+
+    def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
+        self.cluster.set_link(src, dst, loss=loss, latency_ns=max(1, int(delay_s * SECOND)))
+
+    def advance(self, seconds: float, work: Callable[[], None]) -> None:
+        end = self.cluster.now_ns + int(seconds * SECOND)
+        step = 10 * SECOND // 1000
+        while self.cluster.now_ns < end:
+            work()
+            self.cluster.run_for(min(step, end - self.cluster.now_ns))
+
+    def await_leader(self, timeout_s: float, exclude: tuple[int, ...] = ()) -> int:
+        try:
+            self.cluster.await_condition(
+                lambda: (lid := self.cluster.leader_id()) is not None and lid not in exclude,
+                int(timeout_s * SECOND),
+                "a leader",
+            )
+        except SimTimeout as e:
+            raise ChaosTimeout(str(e)) from None
+        leader = self.cluster.leader_id()
+        assert leader is not None
+        return leader
+
+    def converged(self) -> bool:
+        from harness.random_schedule import converged
+
+        return converged(self.cluster)
+
+
+class ChaosTimeout(AssertionError):
+    """The cluster did not reach a required state in time (the final-phase progress bound)."""
+
+
+__all__ = ["ChaosTimeout", "LocalClientTimeout", "LocalTarget", "SimTarget", "Target", "Unsupported"]
