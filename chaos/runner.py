@@ -147,7 +147,7 @@ def _drive(t: Target, workload: Workload, checker: OnlineChecker, schedule: Sche
     while workload.acked == acked_before:
         if t.now_s() > deadline:
             raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
-        work()
+        t.advance(0.01, work)  # in the simulator time passes only by advancing it
     while not t.converged():
         if t.now_s() > deadline:
             raise ChaosTimeout(f"members not caught up within {settle_s} s of the final heal: "
