@@ -25,11 +25,16 @@ class Nemesis:
     applied_at: float | None = None
     healed_at: float | None = None
 
+    @property
+    def leader_fault(self) -> bool:
+        """This fault takes the leader away (what failover is measured from)."""
+        return False
+
     def apply(self, t: Target) -> None:
         self.applied_at = t.now_s()
         self._apply(t)
         t.event("chaos_apply", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name,
-                victims=self.victims, **self.detail())
+                victims=self.victims, leader_fault=self.leader_fault, **self.detail())
 
     def heal(self, t: Target) -> None:
         self._heal(t)
@@ -75,6 +80,10 @@ class Partition(Nemesis):
 
     def detail(self) -> dict[str, Any]:
         return {"shape": self.shape, "groups": self.groups}
+
+    @property
+    def leader_fault(self) -> bool:
+        return self.shape == "isolate-leader"
 
     def _apply(self, t: Target) -> None:
         members = t.members
@@ -166,18 +175,28 @@ class FlakyLinks(Nemesis):
 @dataclass
 class Kill(Nemesis):
     """SIGKILL members; ``heal`` restarts them from disk (``wipe``: with an empty disk).
-    ``who``: ``leader``, ``follower``, ``random`` or ``minority``."""
+    ``who``: ``leader``, ``follower``, ``random``, ``minority``, ``all`` or ``member`` (``member=``)."""
 
     name: str = "kill"
     who: str = "leader"
     wipe: bool = False
+    member: int | None = None  # who="member": this one (a rolling restart)
+    hit_leader: bool = False
 
     def detail(self) -> dict[str, Any]:
-        return {"who": self.who, "wipe": self.wipe}
+        return {"who": self.who, "wipe": self.wipe, "member": self.member}
+
+    @property
+    def leader_fault(self) -> bool:
+        return self.hit_leader
 
     def _apply(self, t: Target) -> None:
         alive = t.alive()
-        if self.who == "leader":
+        leader = t.leader()
+        if self.who == "member":
+            assert self.member is not None, "who='member' needs member="
+            self.victims = [self.member]
+        elif self.who == "leader":
             self.victims = [_leader_or_any(t)]
         elif self.who == "follower":
             self.victims = [t.rng.choice(_followers(t) or alive)]
@@ -189,6 +208,7 @@ class Kill(Nemesis):
             self.victims = sorted(t.rng.sample(alive, (len(t.members) - 1) // 2))
         else:
             raise ValueError(f"unknown victim choice {self.who!r}")
+        self.hit_leader = leader is not None and leader in self.victims
         for m in self.victims:
             t.kill(m)
         self.while_down(t)
@@ -253,6 +273,10 @@ class Pause(Nemesis):
 
     name: str = "pause"
     who: str = "leader"
+
+    @property
+    def leader_fault(self) -> bool:
+        return self.who == "leader"
 
     def _apply(self, t: Target) -> None:
         self.victims = [_leader_or_any(t) if self.who == "leader" else t.rng.choice(t.alive())]

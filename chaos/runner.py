@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import OnlineChecker
-from chaos.nemesis import Kill, Nemesis, Partition, Pause
 from chaos.scenarios import scenario as find_scenario
 from chaos.schedule import Schedule
 from chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from chaos.verify import Verdict, verify_run
-from chaos.workload import LocalKvWorkload, SimKvWorkload, Workload
+from chaos.workload import SERVICES, Workload, make_workload
 from harness.invariants import SafetyViolation
 
 
@@ -42,8 +41,13 @@ class RunResult:
     acked: int = 0
     invoked: int = 0
     unknown: int = 0
-    failovers_s: list[float] = field(default_factory=list)  # leader fault -> first ack after it
-    recovery_s: float | None = None  # final heal -> every member caught up
+    service: str = "kv"
+    failovers_s: list[float] = field(default_factory=list)  # leader fault -> first ack of an op invoked after it
+    elections_s: list[float] = field(default_factory=list)  # leader fault -> another member leads (trace)
+    recoveries_s: list[float] = field(default_factory=list)  # a fault healed -> every member caught up
+    recovery_s: float | None = None  # the final heal -> every member caught up
+    model_checked: int = 0  # replies the workload's model checked
+    op_counts: dict[str, int] = field(default_factory=dict)  # acknowledged ops by kind
     error: str | None = None
     verdict: Verdict | None = None
     elapsed_s: float = 0.0
@@ -56,18 +60,29 @@ class RunResult:
     def rerun_command(self) -> str:
         cmd = ["clusterlab", "run", self.scenario, "--seed", str(self.seed), "--members", str(self.members),
                "--duration", f"{self.duration_s:g}"]
+        if self.service != "kv":
+            cmd += ["--service", self.service]
         if self.sim:
             cmd.append("--sim")
+        if self.fault_ack_before_append:
+            cmd.append("--fault-ack-before-append")
         return shlex.join(cmd)
+
+    def summary(self) -> dict[str, Any]:
+        """The run as plain data (what ``clusterlab run --json`` prints and the suite logs)."""
+        return {
+            "scenario": self.scenario, "seed": self.seed, "members": self.members, "sim": self.sim,
+            "service": self.service, "duration_s": self.duration_s, "ok": self.ok, "error": self.error,
+            "failed_checks": self.verdict.failed() if self.verdict else None, "acked": self.acked,
+            "invoked": self.invoked, "unknown": self.unknown, "op_counts": self.op_counts,
+            "model_checked": self.model_checked, "failovers_s": self.failovers_s, "elections_s": self.elections_s,
+            "recoveries_s": self.recoveries_s, "recovery_s": self.recovery_s, "elapsed_s": self.elapsed_s,
+            "trace_dir": str(self.trace_dir), "schedule": self.schedule, "rerun": self.rerun_command(),
+        }
 
     def failure_message(self) -> str:
         why = self.error or f"trace checks failed: {', '.join(self.verdict.failed() if self.verdict else [])}"
         return f"{self.scenario} seed {self.seed}: {why}\n  trace: {self.trace_dir}\n  re-run: {self.rerun_command()}"
-
-
-def _is_leader_fault(n: Nemesis) -> bool:
-    return (isinstance(n, Kill) and n.who in ("leader", "all")) or (
-        isinstance(n, Partition) and n.shape == "isolate-leader") or isinstance(n, Pause)
 
 
 def run_scenario(
@@ -82,97 +97,157 @@ def run_scenario(
     settle_s: float = 30.0,
     on_step: Callable[[int, int, str], None] | None = None,
     fault_ack_before_append: bool = False,
+    service: str = "kv",
+    rate: float | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
-    ``RunResult.ok`` / ``error``), only for bad arguments. Every process started is stopped."""
+    ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
+    scenario). Every process started is stopped.
+
+    ``service``: ``kv`` (put/get/cas/delete) or ``counter`` (add/get); ``rate``: ops per second the
+    workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
+    on the final healed phase (a leader, an acknowledged op, every member caught up)."""
     spec = find_scenario(name)
+    if service not in SERVICES:
+        raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
+    if members < 1:
+        raise ValueError(f"members must be at least 1, not {members}")
     if members not in spec.sizes and members != 3:
         raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
         raise ValueError(f"scenario {name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     duration = spec.default_duration_s if duration_s is None else duration_s
-    schedule = spec.schedule(seed, duration, sim=sim)
+    schedule = spec.schedule(seed, duration, sim=sim, members=members)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
     result = RunResult(name, seed, members, sim, duration, root, trace, schedule.describe(),
-                       fault_ack_before_append=fault_ack_before_append)
+                       fault_ack_before_append=fault_ack_before_append, service=service)
     started = time.monotonic()
     try:
         if sim:
-            _run_sim(result, schedule, root, trace, settle_s, on_step, fault_ack_before_append)
+            _run_sim(result, schedule, root, trace, settle_s, on_step, rate)
         else:
-            _run_local(result, schedule, root, trace, settle_s, on_step, fault_ack_before_append)
+            _run_local(result, schedule, root, trace, settle_s, on_step, rate)
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
     if result.trace_dir.is_dir():
         result.verdict = verify_run(result.trace_dir)
+        result.elections_s = result.verdict.elections_s
     result.elapsed_s = time.monotonic() - started
     return result
 
 
+@dataclass
+class _Watch:
+    """Failover and recovery clocks, read between workload steps (every ``interval_s`` of target time)."""
+
+    t: Target
+    interval_s: float = 0.1
+    leader_faults: list[float] = field(default_factory=list)  # when each leader fault was applied
+    recoveries_s: list[float] = field(default_factory=list)
+    _recovery_from: float | None = None
+    _recovery_position = 0
+    _last: float = float("-inf")
+
+    def leader_fault(self) -> None:
+        self.leader_faults.append(self.t.now_s())
+
+    def healed(self) -> None:
+        """Recovered: every member up and caught up with what the cluster had committed at the heal."""
+        self._recovery_from = self.t.now_s()
+        self._recovery_position = max(self.t.commit_positions().values(), default=0)
+
+    def fault(self) -> None:
+        self._recovery_from = None  # a new fault before the cluster recovered from the last one
+
+    def poll(self) -> None:
+        now = self.t.now_s()
+        if now - self._last < self.interval_s or self._recovery_from is None:
+            return
+        self._last = now
+        if self._recovery_from is not None and self.t.caught_up_to(self._recovery_position):
+            self.recoveries_s.append(now - self._recovery_from)
+            self._recovery_from = None
+
+
 def _drive(t: Target, workload: Workload, checker: OnlineChecker, schedule: Schedule, result: RunResult,
            settle_s: float, on_step: Callable[[int, int, str], None] | None) -> None:
+    watch = _Watch(t)
+
     def work() -> None:
         workload.step()
         checker.poll()
+        watch.poll()
 
-    t.await_leader(settle_s)
-    total = len(schedule.steps)
-    leader_faults: list[float] = []
-    for i, step in enumerate(schedule.steps):
-        if on_step:
-            on_step(i, total, step.describe())
-        if step.nemesis is None:
+    try:
+        t.await_leader(settle_s)
+        total = len(schedule.steps)
+        for i, step in enumerate(schedule.steps):
+            if on_step:
+                on_step(i, total, step.describe())
+            if step.nemesis is None:
+                t.advance(step.seconds, work)
+                continue
+            watch.fault()
+            step.nemesis.apply(t)
+            if step.nemesis.leader_fault:
+                watch.leader_fault()
             t.advance(step.seconds, work)
-            continue
-        step.nemesis.apply(t)
-        if _is_leader_fault(step.nemesis):
-            leader_faults.append(t.now_s())
-        t.advance(step.seconds, work)
-        step.nemesis.heal(t)
-    if on_step:
-        on_step(total, total, "final heal: every member up, network healed, progress required")
-    # The final healed phase: a leader, new commits, every member caught up — within settle_s.
-    t.heal_network()
-    for m in sorted(t.paused):
-        t.resume(m)
-    for m in t.members:
-        if m not in t.alive():
-            t.restart(m)
-    healed_at = t.now_s()
-    t.await_leader(settle_s)
-    acked_before = workload.acked
-    deadline = healed_at + settle_s
-    while workload.acked == acked_before:
-        if t.now_s() > deadline:
-            raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
-        t.advance(0.01, work)  # in the simulator time passes only by advancing it
-    while not t.converged():
-        if t.now_s() > deadline:
-            raise ChaosTimeout(f"members not caught up within {settle_s} s of the final heal: "
-                               f"{t.cluster.status_line()}")
-        t.advance(0.05, lambda: checker.poll())
-    result.recovery_s = t.now_s() - healed_at
-    checker.poll(force=True)
-    for at in leader_faults:
-        first = workload.first_ack_after(at)
-        if first is not None:
-            result.failovers_s.append(first - at)
+            step.nemesis.heal(t)
+            watch.healed()
+        if on_step:
+            on_step(total, total, "final heal: every member up, network healed, progress required")
+        # The final healed phase: a leader, new commits, every member caught up — within settle_s.
+        t.heal_network()
+        for m in sorted(t.paused):
+            t.resume(m)
+        for m in t.members:
+            if m not in t.alive():
+                t.restart(m)
+        healed_at = t.now_s()
+        t.await_leader(settle_s)
+        acked_before = workload.acked
+        deadline = healed_at + settle_s
+        while workload.acked == acked_before:
+            if t.now_s() > deadline:
+                raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
+            t.advance(0.01, work)  # in the simulator time passes only by advancing it
+        # Every key read once more: an acknowledged write that is not there fails the run.
+        workload.begin_final_reads()
+        while not workload.final_done:
+            if t.now_s() > deadline:
+                raise ChaosTimeout(f"final reads not answered within {settle_s} s of the final heal")
+            t.advance(0.01, work)
+        while not t.converged():
+            if t.now_s() > deadline:
+                raise ChaosTimeout(f"members not caught up within {settle_s} s of the final heal: "
+                                   f"{t.cluster.status_line()}")
+            t.advance(0.05, lambda: checker.poll())
+        result.recovery_s = t.now_s() - healed_at
+        checker.poll(force=True)
+    finally:
+        for at in watch.leader_faults:
+            first = workload.first_ack_after(at)
+            if first is not None:
+                result.failovers_s.append(first - at)
+        result.recoveries_s = watch.recoveries_s
+        result.model_checked = workload.model.checked
+        result.op_counts = workload.counts()
 
 
 def _run_local(result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float,
-               on_step: Any, fault_ack_before_append: bool) -> None:
+               on_step: Any, rate: float | None) -> None:
     from harness.local import LocalCluster
 
-    cluster = LocalCluster(result.members, service="kv", directory=root / "cluster", seed=result.seed,
+    cluster = LocalCluster(result.members, service=result.service, directory=root / "cluster", seed=result.seed,
                            trace_dir=trace, scenario=result.scenario, keep_directory=True,
                            startup_timeout_s=max(20.0, settle_s),
-                           fault_ack_before_append=fault_ack_before_append)
-    t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
-    workload = LocalKvWorkload(cluster=cluster)
-    checker = OnlineChecker(t)
+                           fault_ack_before_append=result.fault_ack_before_append)
     with cluster:
+        t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
+        workload = make_workload(t, result.service, result.seed, rate)
+        checker = OnlineChecker(t)
         try:
             _drive(t, workload, checker, schedule, result, settle_s, on_step)
         finally:
@@ -181,12 +256,12 @@ def _run_local(result: RunResult, schedule: Schedule, root: Path, trace: Path, s
 
 
 def _run_sim(result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float,
-             on_step: Any, fault_ack_before_append: bool) -> None:
+             on_step: Any, rate: float | None) -> None:
     from harness.sim import SimCluster
     from harness.sim_recording import record_sim
 
     factory = None
-    if fault_ack_before_append:
+    if result.fault_ack_before_append:
         from harness.sim import consensus_module_factory
 
         def factory(ctx: Any) -> Any:
@@ -196,20 +271,18 @@ def _run_sim(result: RunResult, schedule: Schedule, root: Path, trace: Path, set
     rec = None
     outcome = "failed"
     try:
-        with SimCluster(members=result.members, seed=result.seed, directory=root / "cluster", service="kv",
-                        member_factory=factory) as c:
+        with SimCluster(members=result.members, seed=result.seed, directory=root / "cluster",
+                        service=result.service, member_factory=factory) as c:
             rec = record_sim(c, trace, f"sim-{result.scenario}-{result.seed}", result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
-            workload = SimKvWorkload(cluster=c)
-            assert workload.inner is not None
-            rec.attach_workload(workload.inner)
+            workload = make_workload(t, result.service, result.seed, rate, recording=rec)
             checker = OnlineChecker(t)
             try:
                 _drive(t, workload, checker, schedule, result, settle_s, on_step)
                 outcome = "ok"
             finally:
                 workload.close()
-                result.acked, result.invoked = workload.acked, workload.invoked
+                result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
     finally:
         if rec is not None:
             rec.close(outcome)

@@ -101,6 +101,19 @@ class Target:
     def converged(self) -> bool:
         raise NotImplementedError
 
+    def commit_positions(self) -> dict[int, int]:
+        """Each answering member's commit position (members down, paused or in an election left out)."""
+        raise NotImplementedError
+
+    def caught_up_to(self, position: int) -> bool:
+        """Every member is up, out of elections, with a leader among them, and has committed (and, on
+        real processes, its service applied) at least ``position``: recovered from a fault even while
+        the workload keeps the log moving."""
+        if self.leader() is None or len(self.alive()) != len(self.members) or self.paused:
+            return False
+        positions = self.commit_positions()
+        return len(positions) == len(self.members) and min(positions.values()) >= position
+
 
 class LocalTarget(Target):
     """A real LocalCluster: wall-clock time, SIGKILL/SIGSTOP, the chaos gate."""
@@ -140,6 +153,16 @@ class LocalTarget(Target):
     def converged(self) -> bool:
         return self.cluster.leader_id() is not None and self.cluster.caught_up() is not None
 
+    def commit_positions(self) -> dict[int, int]:
+        out = {}
+        for m in self.alive():
+            status = self.cluster.status(m)
+            service = self.cluster.service_status(m) if self.cluster.config.service else None
+            if status is not None and status.election_state is None:
+                out[m] = min(status.commit_position, service.log_position if service is not None else -1) \
+                    if self.cluster.config.service else status.commit_position
+        return out
+
 
 class SimTarget(Target):
     """A SimCluster: virtual time; SIGSTOP and clock skew do not exist there."""
@@ -177,6 +200,10 @@ class SimTarget(Target):
         from harness.random_schedule import converged
 
         return converged(self.cluster)
+
+    def commit_positions(self) -> dict[int, int]:
+        members = (self.cluster.member(m) for m in self.alive())
+        return {m.member_id: m.commit_position for m in members if m.election_state is None}
 
 
 class ChaosTimeout(AssertionError):

@@ -29,6 +29,7 @@ class Verdict:
     violations: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CHECKS})
     rows: dict[str, int] = field(default_factory=dict)
     torn: int = 0
+    elections_s: list[float] = field(default_factory=list)  # per leader fault: until another member led
 
     @property
     def ok(self) -> bool:
@@ -64,6 +65,23 @@ def _request_of(entry: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def election_times(events: list[dict[str, Any]]) -> list[float]:
+    """Seconds from each leader fault (a ``chaos_apply`` event with ``leader_fault``) to the next
+    ``leader`` event: a member won an election (the old leader too, if it came back and won). Every
+    process stamps events with the host's monotonic clock (virtual time in the simulator)."""
+    out = []
+    for i, e in enumerate(events):
+        if e["kind"] != "chaos_apply":
+            continue
+        detail = json.loads(e["detail"] or "{}")
+        if not detail.get("leader_fault"):
+            continue
+        nxt = next((x for x in events[i + 1 :] if x["kind"] == "leader"), None)
+        if nxt is not None:
+            out.append((nxt["wall_ns"] - e["wall_ns"]) / 1e9)
+    return out
+
+
 def verify_run(trace_dir: Path | str) -> Verdict:
     """Agreement, contiguity, election safety, durability and the committed prefix of one run."""
     run = open_run(trace_dir)
@@ -84,8 +102,10 @@ def verify_run(trace_dir: Path | str) -> Verdict:
 
     v.violations["contiguity"] = contiguity_violations(run.applied)
 
+    events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
+    v.elections_s = election_times(events)
     leaders: dict[int, set[int]] = defaultdict(set)
-    for e in run.events.to_pylist():
+    for e in events:
         if e["kind"] == "leader" and e["leadership_term_id"] is not None:
             leaders[e["leadership_term_id"]].add(e["member_id"])
     v.violations["election_safety"] = [

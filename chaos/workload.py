@@ -1,37 +1,290 @@
-"""Workloads: clients driving the kv service while nemeses act, keeping a Jepsen-style history.
+"""Workloads: a client driving a sample service with a seeded mix of operations at a configured rate
+while nemeses act, keeping a Jepsen-style history and checking every reply as it arrives.
 
-On a real cluster the history goes to the trace's ``ops`` table (LocalClient records every invoke and
-its ok / fail / info); in the simulator ``harness.workload.KvWorkload`` keeps it and the recorder
-writes it. Both count acknowledgements with their time, which is how failover is measured: from a
-leader SIGKILL to the first op acknowledged after it."""
+* kv: ``put`` / ``get`` / ``cas`` / ``delete`` over a small key space (weights in ``KV_MIX``);
+* counter: ``add`` / ``get``.
+
+The history goes to the trace's ``ops`` table: on a real cluster LocalClient records every invoke and
+its ok / fail / info; in the simulator the workload writes the rows itself through the recording.
+
+**The model check** (the online checker's "an acknowledged write missing"): the service applies
+committed log entries in log order and every reply reports the state the op saw (kv: a put or
+delete returns the previous value, a get the current one, a cas the value after it; counter: the
+value and revision after it). The workload keeps at most one op per key outstanding, so the ops
+on a key are in the log in the order they were invoked, and it knows what every reply must say.
+An op whose outcome is unknown (no reply in time, its session replaced) might still be applied
+later, so its key is retired (``k3`` becomes ``k3.1``) and never checked again. A reply that
+contradicts the model raises :class:`~harness.invariants.SafetyViolation` at once.
+
+Acknowledgement times give the client-visible failover: from a leader fault to the first op
+*invoked after it* that is acknowledged (an op already in flight may be acknowledged by egress
+that was on the wire when the leader died, which says nothing about failover).
+"""
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.consensus.context import SECOND
+from harness.invariants import SafetyViolation
 from harness.local import LocalClientTimeout
-from harness.services import kv
-from harness.workload import KvWorkload
+from harness.services import counter, kv
+
+KV_MIX: dict[str, float] = {"put": 0.45, "get": 0.25, "cas": 0.2, "delete": 0.1}
+COUNTER_MIX: dict[str, float] = {"add": 0.7, "get": 0.3}
+SERVICES = ("kv", "counter")
+_UNKNOWN = object()  # the model does not know a key's value (never happens for a fresh key)
+
+
+@dataclass
+class Op:
+    """One operation of the history (``outcome``: None while outstanding, then ok / fail / info)."""
+
+    op_id: int
+    f: str
+    key: str | None
+    value: str | None
+    invoked_at: float
+    expected: str | None = None  # cas: the value expected
+    delta: int = 0  # counter add
+    final: bool = False  # a read of the final phase (checked against every possible outcome)
+    completed_at: float | None = None
+    outcome: str | None = None
+    reply: dict[str, Any] | None = None
+
+    def payload(self, request_id: int) -> bytes:
+        if self.f == "put":
+            return kv.put(request_id, str(self.key), str(self.value))
+        if self.f == "cas":
+            return kv.cas(request_id, str(self.key), self.expected, str(self.value))
+        if self.f == "delete":
+            return kv.delete(request_id, str(self.key))
+        if self.f == "add":
+            return counter.add(request_id, self.delta)
+        return kv.get(request_id, str(self.key)) if self.key is not None else counter.get(request_id)
+
+    def describe(self) -> str:
+        what = {"put": f"{self.key}={self.value}", "cas": f"{self.key} {self.expected}->{self.value}",
+                "add": f"+{self.delta}"}.get(self.f, self.key or "")
+        return f"op {self.op_id} {self.f} {what}".rstrip()
+
+
+class Model:
+    """What every reply must say, given the acknowledged ops so far (see the module docstring)."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.values: dict[str, Any] = {}  # kv: key -> value (None: absent)
+        # kv: key -> every value the key may hold now (the known one, or any an unknown op may have left)
+        self.possible: dict[str, set[str | None]] = {}
+        self.counter: tuple[int, int] | None = (0, 0)  # (value, revision); None once an add is unknown
+        self.acked_adds = [0, 0]  # (sum of deltas, count) of acknowledged adds
+        self.unknown_adds = [0, 0]  # the same for adds of unknown outcome
+        self.last_revision = -1
+        self.checked = 0
+
+    def _fail(self, op: Op, what: str) -> None:
+        raise SafetyViolation(f"acknowledged history broken: {op.describe()} got {op.reply}: {what}")
+
+    def on_reply(self, op: Op, reply: dict[str, Any]) -> None:
+        if "error" in reply:
+            self._fail(op, "the service refused a well-formed request")
+        if self.service == "counter":
+            self._on_counter(op, reply)
+            return
+        assert op.key is not None
+        before = self.values.get(op.key)
+        known = before is not _UNKNOWN
+        got = reply.get("value")
+        if op.final:
+            possible = self.possible.get(op.key, {None})
+            if got not in possible:
+                self._fail(op, f"final read: an acknowledged write is missing (possible: {sorted(map(str, possible))})")
+            self.checked += 1
+            return
+        if op.f == "put":
+            if known and got != before:
+                self._fail(op, f"previous value should be {before!r}")
+            self.values[op.key] = op.value
+        elif op.f == "get":
+            if known and (got != before or bool(reply.get("ok")) != (before is not None)):
+                self._fail(op, f"the value should be {before!r}")
+            self.values[op.key] = got
+        elif op.f == "cas":
+            if known:
+                swapped = before == op.expected
+                if bool(reply.get("ok")) != swapped or got != (op.value if swapped else before):
+                    self._fail(op, f"the value before was {before!r}")
+            self.values[op.key] = got
+        elif op.f == "delete":
+            if known and (got != before or bool(reply.get("ok")) != (before is not None)):
+                self._fail(op, f"previous value should be {before!r}")
+            self.values[op.key] = None
+        self.possible[op.key] = {self.values[op.key]}
+        self.checked += known
+
+    def _on_counter(self, op: Op, reply: dict[str, Any]) -> None:
+        value, revision = reply.get("value"), reply.get("revision")
+        if not isinstance(value, int) or not isinstance(revision, int):
+            self._fail(op, "no value/revision")
+        if op.f == "add":
+            self.acked_adds[0] += op.delta
+            self.acked_adds[1] += 1
+        if op.final:  # every acknowledged add counted, each unknown one at most once
+            lo, n = self.acked_adds
+            if not (lo <= value <= lo + self.unknown_adds[0] and n <= revision <= n + self.unknown_adds[1]):
+                self._fail(op, f"final read: acknowledged adds sum to {lo} over {n} adds, with "
+                               f"{self.unknown_adds[1]} adds ({self.unknown_adds[0]}) of unknown outcome")
+            self.checked += 1
+            return
+        if revision < self.last_revision or (op.f == "add" and revision == self.last_revision):
+            self._fail(op, f"the revision went back (or an add did not count) after {self.last_revision}")
+        self.last_revision = revision
+        if self.counter is not None:
+            expect = (self.counter[0] + op.delta, self.counter[1] + 1) if op.f == "add" else self.counter
+            if (value, revision) != expect:
+                self._fail(op, f"(value, revision) should be {expect}")
+            self.checked += 1
+            self.counter = (value, revision)
+
+    def on_unknown(self, op: Op) -> None:
+        """An op that may or may not be applied (now or later)."""
+        if self.service == "counter":
+            if op.f == "add":
+                self.counter = None  # exact values are unknowable from here on; revisions still checked
+                self.unknown_adds[0] += op.delta
+                self.unknown_adds[1] += 1
+        elif op.key is not None:
+            self.values[op.key] = _UNKNOWN
+            possible = self.possible.setdefault(op.key, {None})
+            if op.f in ("put", "cas"):
+                possible.add(op.value)
+            elif op.f == "delete":
+                possible.add(None)
 
 
 @dataclass
 class Workload:
-    """What every workload reports."""
+    """The op generator, the model and the history every workload shares."""
 
-    ack_times: list[float] = field(default_factory=list)  # target time of each acknowledgement
-    invoked: int = 0
-    unknown: int = 0  # ops without a reply in time (outcome unknown: ``info``)
+    service: str = "kv"
+    seed: int = 0
+    rate: float = 100.0  # ops per second offered (target time)
+    keys: int = 8
+    history: list[Op] = field(default_factory=list)
+    unknown: int = 0
+    model: Model = field(init=False)
+    _rng: random.Random = field(init=False)
+    _generation: dict[int, int] = field(default_factory=dict)  # key slot -> retirements
+    _busy: set[str] = field(default_factory=set)  # keys with an op outstanding
+    _next_at: float = 0.0
+    _final: list[str] | None = None  # keys still to read in the final phase
+
+    def __post_init__(self) -> None:
+        if self.service not in SERVICES:
+            raise ValueError(f"no workload for service {self.service!r}; known: {', '.join(SERVICES)}")
+        self.model = Model(self.service)
+        self._rng = random.Random(f"workload:{self.service}:{self.seed}")
+
+    # --- what a run reports
+    @property
+    def invoked(self) -> int:
+        return len(self.history)
 
     @property
     def acked(self) -> int:
-        return len(self.ack_times)
+        return sum(1 for op in self.history if op.outcome == "ok")
 
     def first_ack_after(self, t: float) -> float | None:
-        return next((a for a in self.ack_times if a > t), None)
+        """When the first op invoked at or after ``t`` was acknowledged."""
+        return min((op.completed_at for op in self.history
+                    if op.outcome == "ok" and op.invoked_at >= t and op.completed_at is not None), default=None)
 
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for op in self.history:
+            if op.outcome == "ok":
+                out[op.f] = out.get(op.f, 0) + 1
+        return out
+
+    # --- the final reads
+    def begin_final_reads(self) -> None:
+        """From now on ``step`` reads every key ever used (retired ones too) once, instead of the mix;
+        each read must return a value some history of the acknowledged and unknown ops allows."""
+        self._final = ["counter"] if self.service == "counter" else sorted(
+            {op.key for op in self.history if op.key is not None})
+
+    @property
+    def final_done(self) -> bool:
+        return self._final is not None and not self._final and not self._busy
+
+    # --- generating ops
+    def _key(self, slot: int) -> str:
+        g = self._generation.get(slot, 0)
+        return f"k{slot}" if g == 0 else f"k{slot}.{g}"
+
+    def _new_op(self, now: float) -> Op | None:
+        """The next op on a key with nothing outstanding (None if every key is busy)."""
+        op_id = len(self.history) + 1
+        if self._final is not None:
+            free = [k for k in self._final if k not in self._busy]
+            if not free:
+                return None
+            self._final.remove(free[0])
+            self._busy.add(free[0])
+            op = Op(op_id, "get", None if self.service == "counter" else free[0], None, now, final=True)
+            self.history.append(op)
+            return op
+        if self.service == "counter":
+            if "counter" in self._busy:
+                return None
+            f = self._rng.choices(list(COUNTER_MIX), weights=list(COUNTER_MIX.values()))[0]
+            op = Op(op_id, f, None, None, now, delta=self._rng.randrange(1, 10) if f == "add" else 0)
+            self._busy.add("counter")
+        else:
+            slots = [s for s in range(self.keys) if self._key(s) not in self._busy]
+            if not slots:
+                return None
+            key = self._key(self._rng.choice(slots))
+            f = self._rng.choices(list(KV_MIX), weights=list(KV_MIX.values()))[0]
+            value = f"v{op_id}" if f in ("put", "cas") else None
+            expected = None
+            if f == "cas":
+                known = self.model.values.get(key)
+                expected = known if isinstance(known, str) and self._rng.random() < 0.8 else f"v{op_id - 1}"
+            op = Op(op_id, f, key, value, now, expected=expected)
+            self._busy.add(key)
+        self.history.append(op)
+        return op
+
+    def _due(self, now: float) -> bool:
+        if now < self._next_at:
+            return False
+        self._next_at = max(self._next_at + 1.0 / self.rate, now - 0.05)  # no burst after a stall
+        return True
+
+    def _complete(self, op: Op, reply: dict[str, Any], now: float) -> None:
+        op.completed_at, op.reply = now, reply
+        op.outcome = "fail" if "error" in reply else "ok"
+        self._busy.discard(op.key or "counter")
+        self.model.on_reply(op, reply)
+
+    def _give_up(self, op: Op, now: float) -> None:
+        """No reply: the outcome is unknown; retire the key (a late application is never checked)."""
+        op.completed_at, op.outcome = now, "info"
+        self.unknown += 1
+        self._busy.discard(op.key or "counter")
+        self.model.on_unknown(op)
+        if op.final:
+            self._final = [*(self._final or []), op.key or "counter"]  # read it again
+        elif op.key is not None:
+            slot = int(op.key[1:].split(".")[0])
+            self._generation[slot] = self._generation.get(slot, 0) + 1
+
+    # --- driving
     def step(self) -> None:
         raise NotImplementedError
 
@@ -40,36 +293,44 @@ class Workload:
 
 
 @dataclass
-class LocalKvWorkload(Workload):
-    """One LocalClient putting unique values over a small key space at up to ``rate`` ops/s.
+class LocalWorkload(Workload):
+    """One LocalClient, one op at a time (so per-key order is invocation order), paced at ``rate``.
 
-    A request that gets no reply within ``request_timeout_s`` (no leader: a partition, a kill) is
-    recorded ``info`` and the next one is tried; the client reconnects by itself."""
+    kv requests carry the client's id, so the service applies a resend once: the client resends an
+    unanswered request every ``attempt_timeout_s`` (and reconnects after two silent attempts), which
+    rides through a leader change. The counter has no such deduplication, so its ops are sent once.
+    A request with no reply within ``request_timeout_s`` is an unknown outcome (``info``)."""
 
     cluster: Any = None
-    rate: float = 200.0
-    keys: int = 16
     request_timeout_s: float = 3.0
+    attempt_timeout_s: float = 0.5
     _client: Any = None
-    _next_at: float = 0.0
 
     def step(self) -> None:
         now = time.monotonic()
-        if now < self._next_at:
-            time.sleep(min(self._next_at - now, 0.01))  # pacing the offered rate, not synchronisation
+        if not self._due(now):
+            time.sleep(min(self._next_at - now, 0.005))  # pacing the offered rate, not synchronisation
             return
-        self._next_at = now + 1.0 / self.rate
         if self._client is None:
             self._client = self.cluster.client(connect=False)
-        n = self.invoked
-        self.invoked += 1
-        key, value = f"k{n % self.keys}", f"c{self._client.client_id}-v{n}"
-        try:
-            self._client.request(lambda rid: kv.put(rid, key, value), timeout_s=self.request_timeout_s)
-        except LocalClientTimeout:
-            self.unknown += 1
+            self._client.connect_timeout_s = self.attempt_timeout_s
+            self._client.attempt_timeout_s = (
+                self.attempt_timeout_s if self.service == "kv" else self.request_timeout_s
+            )
+        if not self._client.client.is_connected:
+            try:
+                self._client.connect(self.attempt_timeout_s)
+            except LocalClientTimeout:
+                return  # no leader to talk to (yet): nothing invoked
+        op = self._new_op(time.monotonic())
+        if op is None:
             return
-        self.ack_times.append(time.monotonic())
+        try:
+            reply = self._client.request(op.payload, timeout_s=self.request_timeout_s)
+        except LocalClientTimeout:
+            self._give_up(op, time.monotonic())
+            return
+        self._complete(op, reply, time.monotonic())
 
     def close(self) -> None:
         if self._client is not None:
@@ -78,24 +339,98 @@ class LocalKvWorkload(Workload):
 
 
 @dataclass
-class SimKvWorkload(Workload):
-    """harness.workload.KvWorkload (unique keys, one put per step) with acknowledgement times."""
+class SimWorkload(Workload):
+    """Ops offered through a simulator client at ``rate`` per virtual second, pipelined (one per key),
+    recorded to the run's ``ops`` table through ``recording`` (a SimRecording, or None). Simulator
+    clients never resend: an op unanswered for ``request_timeout_s``, or outstanding when the session
+    moves to a new leader, is an unknown outcome (it may still be in the new leader's log)."""
 
     cluster: Any = None
-    puts_per_step: int = 1
-    inner: KvWorkload | None = None
+    recording: Any = None
+    request_timeout_s: float = 2.0  # virtual seconds without a reply: the outcome is unknown
+    reconnects: int = 0
+    _client: Any = None
+    _seen: int = 0
+    _leader_changes: int = 0
+    _open: dict[int, Op] = field(default_factory=dict)  # request id (= op id) -> op
 
-    def __post_init__(self) -> None:
-        self.inner = KvWorkload(self.cluster)
+    def _rec(self) -> Any:
+        return self.recording.recorder(f"client-{self._client.client_id}", -1, 0) if self.recording else None
+
+    def _record(self, op: Op, kind: str, result: str | None = None) -> None:
+        rec = self._rec()
+        if rec is not None:
+            value = op.value if op.f != "add" else None
+            rec.op(self._client.client_id, op.op_id, kind, op.f, op.key, value, result,
+                   cluster_session_id=self._client.client.cluster_session_id)
+
+    def _ensure_client(self, now: float) -> Any:
+        c = self._client
+        if c is None or c.client.is_closed or c.errors:
+            if c is not None:
+                self._drain(now)
+                for op in sorted(self._open.values(), key=lambda o: o.op_id):  # the session is gone
+                    self._record(op, "info")
+                    self._give_up(op, now)
+                self._open.clear()
+                self.reconnects += 1
+            c = self.cluster.add_client()
+            c.client.connect(self.cluster.now_ns)
+            self._client, self._seen, self._leader_changes = c, 0, 0
+        return c
+
+    def _drain(self, now: float) -> None:
+        c = self._client
+        decode = kv.decode_reply if self.service == "kv" else counter.decode_reply
+        for msg in c.received[self._seen :]:
+            try:
+                reply = decode(msg.payload)
+            except ValueError:
+                continue
+            op = self._open.pop(reply.get("id"), None) if isinstance(reply.get("id"), int) else None
+            if op is None:
+                continue
+            self._record(op, "fail" if "error" in reply else "ok", kv._dumps(reply).decode())
+            self._complete(op, reply, now)
+        self._seen = len(c.received)
 
     def step(self) -> None:
-        assert self.inner is not None
-        before = len(self.inner.acked)
-        self.inner.step(self.puts_per_step)
-        self.invoked = self.inner.invoked
         now = self.cluster.now_ns / SECOND
-        self.ack_times.extend([now] * (len(self.inner.acked) - before))
+        c = self._ensure_client(now)
+        self._drain(now)
+        moved = c.client.leader_changes != self._leader_changes  # NewLeaderEvent: sent to the old leader
+        self._leader_changes = c.client.leader_changes
+        for op in [o for o in self._open.values() if moved or now - o.invoked_at > self.request_timeout_s]:
+            del self._open[op.op_id]  # sent to a leader that died, or lost: it frees its key
+            self._record(op, "info")
+            self._give_up(op, now)
+        if not c.client.is_connected:
+            return
+        while self._due(now):
+            op = self._new_op(now)
+            if op is None:
+                return
+            self._open[op.op_id] = op
+            self._record(op, "invoke")
+            c.client.offer(op.payload(op.op_id), self.cluster.now_ns)
 
     def close(self) -> None:
-        if self.inner is not None:
-            self.inner.collect()
+        if self._client is not None:
+            now = self.cluster.now_ns / SECOND
+            self._drain(now)
+            for op in sorted(self._open.values(), key=lambda o: o.op_id):
+                self._record(op, "info")
+                self._give_up(op, now)
+            self._open.clear()
+
+
+def make_workload(target: Any, service: str, seed: int, rate: float | None = None, recording: Any = None) -> Workload:
+    """The workload for ``target`` (a chaos Target): LocalWorkload or SimWorkload."""
+    if target.kind == "sim":
+        return SimWorkload(service=service, seed=seed, rate=rate or 100.0, cluster=target.cluster,
+                           recording=recording)
+    return LocalWorkload(service=service, seed=seed, rate=rate or 200.0, cluster=target.cluster)
+
+
+__all__ = ["COUNTER_MIX", "KV_MIX", "SERVICES", "LocalWorkload", "Model", "Op", "SimWorkload", "Workload",
+           "make_workload"]

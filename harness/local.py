@@ -922,6 +922,9 @@ class LocalClient:
         self.attempt_timeout_s = (
             attempt_timeout_s if attempt_timeout_s is not None else max(1.0, 2 * t.leader_heartbeat_timeout_ns / 1e9)
         )
+        # How long a request's (re)connect may block: a chaos workload keeps it short so a step never
+        # outlasts its fault (chaos.workload.LocalWorkload sets it).
+        self.connect_timeout_s = 10.0
         self._next_id = 1
         self.replies: dict[int, dict[str, Any]] = {}
         self.other_messages: list[bytes] = []
@@ -1016,11 +1019,11 @@ class LocalClient:
 
     def _offer(self, payload: bytes) -> None:
         if not self.conn.client.is_connected:
-            self.connect()
+            self.connect(self.connect_timeout_s)
         try:
             self.conn.offer(payload)
         except (SessionClosedError, ClientError):
-            self.connect()
+            self.connect(self.connect_timeout_s)
             self.conn.offer(payload)
 
     def wait(self, request_ids: Iterable[int], timeout_s: float) -> dict[int, dict[str, Any]]:
