@@ -21,7 +21,7 @@ from pathlib import Path
 
 import zmq
 
-from core.client.client import ClusterClient, EgressMessage
+from core.client.client import ClientState, ClusterClient, EgressMessage
 from core.consensus.context import SECOND, Channel
 from core.runtime.clock import Clock
 from core.runtime.config import ipc_path
@@ -147,8 +147,11 @@ class ClusterConnection:
         return True
 
     def connect(self, timeout_s: float) -> None:
-        """Open a session (raises ConnectError, ClusterTimeoutError, or TimeoutError)."""
-        self.client.connect(self.clock.now_ns())
+        """Open a session (raises ConnectError, ClusterTimeoutError, or TimeoutError). A connect that
+        timed out here before is still in progress: wait for it rather than start another (which the
+        client refuses), so a caller can retry with short timeouts while the cluster elects."""
+        if self.client.state is not ClientState.CONNECTING:
+            self.client.connect(self.clock.now_ns())
         if not self.run_until(lambda: self.client.is_connected, timeout_s):
             raise TimeoutError(f"no session within {timeout_s} s: {self.client.describe()}")
 

@@ -1,0 +1,145 @@
+"""``clusterlab run SCENARIO`` (the main job) and ``clusterlab scenarios``.
+
+``run`` starts a local cluster (or the simulator with ``--sim``), drives the workload through the
+scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
+verifies the recorded trace: the local pyarrow verdict at once, then the Spark check of the same five
+properties (``--no-spark`` skips it). Exit 0: every check passed; 1: a violation (or no progress);
+2: bad arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def _fmt_times(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f} s" for v in values) if values else "-"
+
+
+def _bad(err: Console, message: str) -> int:
+    err.print(f"clusterlab run: {message}", markup=False, highlight=False)
+    return 2
+
+
+def _metrics_table(result: Any) -> Table:
+    t = Table(title="run")
+    t.add_column("measure")
+    t.add_column("value", overflow="fold")
+    ops = ", ".join(f"{k} {v}" for k, v in sorted(result.op_counts.items()))
+    t.add_row("ops acknowledged / invoked / unknown", f"{result.acked} / {result.invoked} / {result.unknown}"
+              + (f"  ({ops})" if ops else ""))
+    t.add_row("replies checked against the model", str(result.model_checked))
+    t.add_row("failover: leader fault -> new leader", _fmt_times(result.elections_s))
+    t.add_row("failover: leader fault -> first op acked", _fmt_times(result.failovers_s))
+    t.add_row("recovery: fault healed -> members caught up", _fmt_times(result.recoveries_s))
+    t.add_row("final heal -> converged", "-" if result.recovery_s is None else f"{result.recovery_s:.2f} s")
+    t.add_row("wall time", f"{result.elapsed_s:.1f} s")
+    return t
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments."""
+    from chaos.runner import run_scenario
+    from chaos.scenarios import SCENARIOS
+
+    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    spec = SCENARIOS.get(args.scenario)
+    if spec is None:
+        return _bad(err, f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    if args.members not in spec.sizes:
+        sizes = " or ".join(map(str, spec.sizes))
+        return _bad(err, f"scenario {spec.name} runs on {sizes} members, not {args.members}")
+    if args.sim and spec.real_only:
+        return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+    if args.duration is not None and args.duration <= 0:
+        return _bad(err, f"--duration must be positive, not {args.duration}")
+    if args.rate is not None and args.rate <= 0:
+        return _bad(err, f"--rate must be positive, not {args.rate}")
+    if args.dir is not None and Path(args.dir).exists() and any(Path(args.dir).iterdir()):
+        return _bad(err, f"--dir {args.dir} is not empty; give a new or empty directory")
+
+    where = "simulator" if args.sim else "local processes"
+    out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=out, transient=False) as progress:
+        task = progress.add_task("starting the cluster", total=None)
+
+        def on_step(i: int, total: int, what: str) -> None:
+            progress.update(task, total=total + 1, completed=i, description=what)
+
+        result = run_scenario(spec.name, args.seed, members=args.members, duration_s=args.duration, sim=args.sim,
+                              directory=args.dir, service=args.service, rate=args.rate, on_step=on_step,
+                              fault_ack_before_append=args.fault_ack_before_append)
+        progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
+
+    out.print("schedule: " + "; ".join(result.schedule))
+    out.print(_metrics_table(result))
+    if result.error:
+        out.print(f"[red]run failed:[/] {result.error}", highlight=False)
+    if result.verdict is not None:
+        out.print(result.verdict.table())
+    ok = result.ok
+    spark: dict[str, Any] | None = None
+    if not args.no_spark and result.trace_dir.is_dir():
+        from golden.spark.check import check_runs
+
+        out.print("Spark check (the same five checks at scale) ...")
+        report = check_runs([result.trace_dir], master=args.master)
+        out.print(report.table())
+        spark = report.to_json()
+        ok = ok and report.ok
+    out.print(f"trace: {result.trace_dir}")
+    out.print(f"re-run: {result.rerun_command()}", highlight=False)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**result.summary(), "spark": spark}, indent=2, default=str) + "\n")
+    out.print(f"[bold {'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/]")
+    return 0 if ok else 1
+
+
+def _cmd_scenarios(args: argparse.Namespace) -> int:
+    """List the named scenarios."""
+    from chaos.scenarios import SCENARIOS
+
+    t = Table(title="chaos scenarios (clusterlab run NAME)")
+    t.add_column("name")
+    t.add_column("members")
+    t.add_column("drivers")
+    t.add_column("default duration")
+    t.add_column("what it does", overflow="fold")
+    for s in SCENARIOS.values():
+        t.add_row(s.name, ", ".join(map(str, s.sizes)), "real" if s.real_only else "real, sim",
+                  f"{s.default_duration_s:g} s", s.summary)
+    Console().print(t)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``run`` and ``scenarios`` to the CLI."""
+    from chaos.workload import SERVICES
+
+    p = sub.add_parser("run", help="the main job: run a chaos scenario on a local cluster and verify the trace",
+                       description=_cmd_run.__doc__)
+    p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (clusterlab scenarios lists them)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the schedule, victims and workload (default 1)")
+    p.add_argument("--members", type=int, default=3, help="cluster size (3; partition scenarios also 5)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of faults and workload before the final heal (default: the scenario's)")
+    p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
+    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 200 real, 100 sim)")
+    p.add_argument("--dir", default=None, help="run directory (default: a fresh temp dir, kept)")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark check (the local verdict still runs)")
+    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument("--json", default=None, help="also write the run's summary and verdicts here")
+    p.add_argument("--fault-ack-before-append", action="store_true",
+                   help="test only: the deliberately broken build (followers acknowledge before appending)")
+    p.set_defaults(func=_cmd_run)
+
+    s = sub.add_parser("scenarios", help="list the chaos scenarios", description=_cmd_scenarios.__doc__)
+    s.set_defaults(func=_cmd_scenarios)

@@ -1,0 +1,347 @@
+"""The clusterlab pytest plugin (registered as the ``clusterlab`` pytest11 entry point).
+
+Fixtures
+    ``cluster``      a started LocalCluster (a leader elected) in the test's tmp_path; parametrise it
+                     indirectly: ``@pytest.mark.parametrize("cluster", [{"members": 5, "service":
+                     "counter", "timeouts": Timeouts.fast()}], indirect=True)``. Every process it
+                     started is checked gone afterwards.
+    ``sim_cluster``  a SimCluster (same parameters, plus ``seed``).
+    ``nemesis``      ``nemesis(cluster, "kill", who="leader")`` (or a Nemesis object) applies a fault
+                     from chaos.nemesis to either kind of cluster; whatever is still applied is healed
+                     at teardown.
+    ``workload``     ``workload(cluster, service="kv", rate=100)``: a chaos.workload client with a
+                     model-checked history; ``.run_for(seconds)`` drives it.
+    ``chaos_run``    for a test marked ``@pytest.mark.chaos(scenario="leader-kill", seed=1, ...)``:
+                     the RunResult of that scenario (chaos.runner.run_scenario) with the test's seed.
+    ``chaos_runner`` ``chaos_runner("bridge", seed, members=5, sim=True)``: the same, called from a
+                     test (the chaos suite parametrises scenarios and seeds with ``chaos_seeds``).
+
+Marker ``chaos(scenario, seed=1 | [seeds], members=3, sim=False, duration=None, service="kv", ...)``:
+other keywords go to run_scenario. A marked test runs once per seed: the marker's, or
+``--chaos-seed S`` / ``CLUSTERLAB_SEEDS=1,5,10-20``; ``--chaos-runs N`` runs N consecutive seeds from
+the first. ``--trace-dir DIR`` keeps every run's trace as ``DIR/<test id>-<scenario>-n<members>-seed<S>-
+<random>/`` (each a run directory with run.json and chaos.json, the run's summary and timings, so DIR
+is a directory of runs for ``clusterlab check DIR``); without it a
+passing run's files are removed and a failing one's kept. A failing chaos test prints the seed, the
+trace directory and the two commands that re-run it (``clusterlab run ...`` and ``pytest ...``).
+
+Works under pytest-xdist: every path is the test's own (tmp_path, or a fresh directory in DIR).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SEEDS_ENV = "CLUSTERLAB_SEEDS"
+_report_key = pytest.StashKey[dict[str, pytest.TestReport]]()
+_chaos_key = pytest.StashKey[list[dict[str, Any]]]()
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(part)])
+        except ValueError:
+            raise pytest.UsageError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
+    if not seeds:
+        raise pytest.UsageError(f"seeds {spec!r} name no seed")
+    return seeds
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("clusterlab", "clusterlab chaos runs")
+    group.addoption("--chaos-seed", default=None, help="seed(s) for @pytest.mark.chaos tests: 7, 1,2,3 or 10-20 "
+                    f"(also ${SEEDS_ENV}); default: each marker's seeds")
+    group.addoption("--chaos-runs", type=int, default=None, metavar="N",
+                    help="run N consecutive seeds per chaos test, from its first seed")
+    group.addoption("--trace-dir", default=None, metavar="DIR",
+                    help="keep every chaos run's trace under DIR (one run directory per test and seed)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
+                            "service='kv', **run_scenario_kwargs): a chaos run (see harness.pytest_plugin)")
+    runs = config.getoption("--chaos-runs")
+    if runs is not None and runs < 1:
+        raise pytest.UsageError(f"--chaos-runs must be at least 1, not {runs}")
+
+
+def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
+    """The seeds a chaos test runs: --chaos-seed or $CLUSTERLAB_SEEDS, else ``default`` (an int or a
+    list); --chaos-runs N: N consecutive seeds from the first."""
+    spec = config.getoption("--chaos-seed") or os.environ.get(SEEDS_ENV)
+    if spec:
+        seeds = parse_seeds(str(spec))
+    else:
+        seeds = [int(s) for s in default] if isinstance(default, list | tuple | range) else [int(default)]
+    runs = config.getoption("--chaos-runs")
+    return [seeds[0] + i for i in range(runs)] if runs else seeds
+
+
+def _seeds_for(config: pytest.Config, marker: pytest.Mark) -> list[int]:
+    return chaos_seeds(config, marker.kwargs.get("seed", 1))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("chaos")
+    if marker is not None and "chaos_seed" in metafunc.fixturenames:
+        seeds = _seeds_for(metafunc.config, marker)
+        metafunc.parametrize("chaos_seed", seeds, ids=[f"seed{s}" for s in seeds])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    item.stash.setdefault(_report_key, {})[report.when] = report
+    runs = item.stash.get(_chaos_key, [])
+    if report.failed and runs:
+        report.sections.append(("chaos run", "\n".join(_describe_run(item, r) for r in runs)))
+    return report
+
+
+def _describe_run(item: pytest.Item, run: dict[str, Any]) -> str:
+    lines = [f"scenario {run['scenario']} seed {run['seed']} on {run['members']} members"
+             f"{' (simulator)' if run['sim'] else ''}: {run.get('error') or 'see the assertion'}",
+             f"  trace (kept): {run['trace_dir']}"]
+    if run.get("rerun"):
+        lines.append(f"  re-run: {run['rerun']}")
+    lines.append(f"  re-run: .venv/bin/python -m pytest '{item.nodeid}' --chaos-seed {run['seed']}")
+    return "\n".join(lines)
+
+
+def _passed(item: pytest.Item) -> bool:
+    reports = item.stash.get(_report_key, {})
+    return all(r.passed for r in reports.values()) and "call" in reports
+
+
+def _safe(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.split("::", 1)[-1])[:80]
+
+
+def _run_dir(request: pytest.FixtureRequest, tmp_path: Path, what: str) -> tuple[Path, bool]:
+    """(where a run's trace goes, kept whatever happens)."""
+    keep = request.config.getoption("--trace-dir")
+    if keep:
+        root = Path(keep)
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{_safe(request.node.nodeid)}-{what}-", dir=root)), True
+    return tmp_path / what, False
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture
+def chaos_seed() -> int:
+    """The seed of this chaos test (parametrised from the chaos marker, --chaos-seed, --chaos-runs)."""
+    return 1  # replaced by pytest_generate_tests for marked tests
+
+
+class ChaosRunner:
+    """``chaos_runner(scenario, seed, members=3, sim=False, ...)``: run_scenario with the plugin's trace
+    placement (--trace-dir), failure report (seed, trace, re-run commands) and clean-up."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self.request = request
+        self.tmp_path = tmp_path
+        self.runs: list[tuple[Any, Path, Path, bool]] = []  # (result, run dir, work dir, kept)
+
+    def __call__(self, scenario: str, seed: int, **kwargs: Any) -> Any:
+        import json
+
+        from chaos.runner import run_scenario
+
+        if "duration" in kwargs:
+            kwargs["duration_s"] = kwargs.pop("duration")
+        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}"
+        run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
+        work = self.tmp_path / f"work-{tag}"  # member directories: never kept under --trace-dir
+        info: dict[str, Any] = {"scenario": scenario, "seed": seed, "members": kwargs.get("members", 3),
+                                "sim": kwargs.get("sim", False), "trace_dir": run_dir}
+        self.request.node.stash.setdefault(_chaos_key, []).append(info)
+        result = run_scenario(scenario, seed, directory=work, trace_dir=run_dir, **kwargs)
+        info.update(error=result.error, rerun=result.rerun_command(), trace_dir=result.trace_dir)
+        if kept:
+            (run_dir / "chaos.json").write_text(json.dumps(result.summary(), indent=1, default=str) + "\n")
+        self.runs.append((result, run_dir, work, kept))
+        return result
+
+    def cleanup(self) -> None:
+        if not _passed(self.request.node):
+            return  # a failed run keeps everything (pytest keeps tmp_path)
+        for _result, run_dir, work, kept in self.runs:
+            shutil.rmtree(work, ignore_errors=True)
+            if not kept:
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def chaos_runner(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosRunner]:
+    """Run chaos scenarios from a test: ``result = chaos_runner("bridge", seed, members=5)``."""
+    runner = ChaosRunner(request, tmp_path)
+    yield runner
+    runner.cleanup()
+
+
+@pytest.fixture
+def chaos_run(request: pytest.FixtureRequest, chaos_seed: int, chaos_runner: ChaosRunner) -> Any:
+    """Run the scenario named by the test's ``chaos`` marker with ``chaos_seed``; the RunResult."""
+    marker = request.node.get_closest_marker("chaos")
+    if marker is None or not marker.kwargs.get("scenario"):
+        raise pytest.UsageError(f"{request.node.nodeid}: chaos_run needs @pytest.mark.chaos(scenario=...)")
+    kwargs = {k: v for k, v in marker.kwargs.items() if k not in ("scenario", "seed")}
+    return chaos_runner(marker.kwargs["scenario"], chaos_seed, **kwargs)
+
+
+def _cluster_params(request: pytest.FixtureRequest) -> dict[str, Any]:
+    params = dict(getattr(request, "param", None) or {})
+    params.setdefault("members", 3)
+    params.setdefault("service", "kv")
+    return params
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A started LocalCluster (3 members, kv, unless parametrised); every process gone afterwards."""
+    from harness.local import LocalCluster, pid_alive
+
+    params = _cluster_params(request)
+    trace_dir, _ = _run_dir(request, tmp_path, "trace") if request.config.getoption("--trace-dir") else (None, 0)
+    c = LocalCluster(directory=tmp_path / "cluster", trace_dir=trace_dir, scenario=_safe(request.node.nodeid),
+                     **params)
+    try:
+        with c:
+            yield c
+    finally:
+        stray = [pid for pid in c.pids() if pid_alive(pid)]
+        for pid in stray:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        assert not stray, f"processes outlived the cluster: {stray}"
+
+
+@pytest.fixture
+def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A SimCluster (3 members, kv, seed 0, unless parametrised); recorded when --trace-dir is given."""
+    from harness.sim import SimCluster
+
+    params = _cluster_params(request)
+    rec = None
+    with SimCluster(directory=tmp_path / "sim", **params) as c:
+        if request.config.getoption("--trace-dir"):
+            from harness.sim_recording import record_sim
+
+            run_dir, _ = _run_dir(request, tmp_path, "trace")
+            rec = record_sim(c, run_dir, None, _safe(request.node.nodeid), params.get("seed", 0))
+        try:
+            yield c
+        finally:
+            if rec is not None:
+                rec.close("ok" if _passed(request.node) else "failed")
+
+
+def _target(cluster: Any, seed: int = 0) -> Any:
+    import random
+
+    from chaos.target import LocalTarget, SimTarget
+    from harness.sim import SimCluster
+
+    cls = SimTarget if isinstance(cluster, SimCluster) else LocalTarget
+    return cls(cluster, random.Random(f"nemesis:{seed}"))
+
+
+class NemesisKit:
+    """``kit(cluster, "partition", shape="halves")`` applies a nemesis; ``kit.heal_all()`` heals them."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[Any, Any]] = []  # (nemesis, target)
+        self._targets: dict[int, Any] = {}
+
+    def target(self, cluster: Any) -> Any:
+        if id(cluster) not in self._targets:
+            self._targets[id(cluster)] = _target(cluster)
+        return self._targets[id(cluster)]
+
+    def __call__(self, cluster: Any, nemesis: Any, **kwargs: Any) -> Any:
+        from chaos.nemesis import NEMESES
+
+        if isinstance(nemesis, str):
+            if nemesis not in NEMESES:
+                raise KeyError(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESES)}")
+            nemesis = NEMESES[nemesis](**kwargs)
+        t = self.target(cluster)
+        nemesis.apply(t)
+        self.applied.append((nemesis, t))
+        return nemesis
+
+    def heal(self, nemesis: Any) -> None:
+        for i, (n, t) in enumerate(self.applied):
+            if n is nemesis:
+                del self.applied[i]
+                n.heal(t)
+                return
+        raise ValueError(f"{nemesis.describe()} is not applied")
+
+    def heal_all(self) -> None:
+        while self.applied:
+            n, t = self.applied.pop()
+            n.heal(t)
+
+
+@pytest.fixture
+def nemesis() -> Iterator[NemesisKit]:
+    """Apply chaos.nemesis faults to a LocalCluster or SimCluster; what is left applied is healed."""
+    kit = NemesisKit()
+    yield kit
+    with contextlib.suppress(Exception):  # the cluster may be closed already; its teardown reports
+        kit.heal_all()
+
+
+class WorkloadKit:
+    """``kit(cluster, service="kv", rate=100, seed=0)`` returns a workload with ``run_for(seconds)``."""
+
+    def __init__(self) -> None:
+        self.workloads: list[Any] = []
+
+    def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
+        from chaos.workload import make_workload
+
+        t = _target(cluster, seed)
+        w = make_workload(t, service, seed, rate)
+        w.run_for = _run_for(t, w)
+        self.workloads.append(w)
+        return w
+
+    def close(self) -> None:
+        for w in self.workloads:
+            w.close()
+
+
+def _run_for(t: Any, w: Any) -> Callable[[float], None]:
+    def run_for(seconds: float) -> None:
+        """Drive the workload for ``seconds`` of the cluster's time (virtual in the simulator)."""
+        t.advance(seconds, w.step)
+
+    return run_for
+
+
+@pytest.fixture
+def workload() -> Iterator[WorkloadKit]:
+    """Drive a cluster with chaos.workload clients (model-checked replies); closed at teardown."""
+    kit = WorkloadKit()
+    yield kit
+    kit.close()
