@@ -107,7 +107,7 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     from chaos.scenarios import SCENARIOS
 
     t = Table(title="chaos scenarios (clusterlab run NAME)")
-    t.add_column("name")
+    t.add_column("name", no_wrap=True)
     t.add_column("members")
     t.add_column("drivers")
     t.add_column("default duration")

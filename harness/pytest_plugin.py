@@ -133,13 +133,12 @@ def _safe(nodeid: str) -> str:
 
 
 def _run_dir(request: pytest.FixtureRequest, tmp_path: Path, what: str) -> tuple[Path, bool]:
-    """(where a run's trace goes, kept whatever happens)."""
+    """A fresh directory for one run's trace, and whether it is kept whatever happens (--trace-dir)."""
     keep = request.config.getoption("--trace-dir")
-    if keep:
-        root = Path(keep)
-        root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{_safe(request.node.nodeid)}-{what}-", dir=root)), True
-    return tmp_path / what, False
+    root = Path(keep) if keep else tmp_path
+    root.mkdir(parents=True, exist_ok=True)
+    prefix = f"{_safe(request.node.nodeid)}-{what}-" if keep else f"{what}-"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root)), bool(keep)
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -167,9 +166,10 @@ class ChaosRunner:
 
         if "duration" in kwargs:
             kwargs["duration_s"] = kwargs.pop("duration")
-        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}"
+        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + ("-broken" if kwargs.get(
+            "fault_ack_before_append") else "")
         run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
-        work = self.tmp_path / f"work-{tag}"  # member directories: never kept under --trace-dir
+        work = Path(tempfile.mkdtemp(prefix=f"work-{tag}-", dir=self.tmp_path))  # never kept under --trace-dir
         info: dict[str, Any] = {"scenario": scenario, "seed": seed, "members": kwargs.get("members", 3),
                                 "sim": kwargs.get("sim", False), "trace_dir": run_dir}
         self.request.node.stash.setdefault(_chaos_key, []).append(info)

@@ -1,0 +1,89 @@
+"""``clusterlab run`` / ``clusterlab scenarios``: verdicts, exit codes, and the same seed giving the
+same simulated run; the Spark check agreeing with the local verdict on a broken build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.runner import run_scenario
+from harness.cli import main
+from harness.trace import open_run
+
+pytestmark = pytest.mark.chaos
+
+
+def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from chaos.scenarios import SCENARIOS
+
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in SCENARIOS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "nope"], "unknown scenario 'nope'; known: leader-kill"),
+        (["run", "bridge", "--members", "4"], "scenario bridge runs on 3 or 5 members, not 4"),
+        (["run", "pause-leader", "--sim"], "needs real processes"),
+        (["run", "leader-kill", "--duration", "-1"], "--duration must be positive"),
+        (["run", "leader-kill", "--rate", "0"], "--rate must be positive"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.sim
+def test_run_in_the_simulator_passes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = tmp_path / "run.json"
+    assert main(["run", "leader-kill", "--sim", "--seed", "2", "--no-spark", "--dir", str(tmp_path / "run"),
+                 "--json", str(summary)]) == 0
+    out = capsys.readouterr().out
+    assert "local verdict (pyarrow): PASS" in out and "PASS" in out.splitlines()[-1]
+    assert "re-run: clusterlab run leader-kill --seed 2 --members 3 --duration 6 --sim" in out
+    data = json.loads(summary.read_text())
+    assert data["ok"] and data["elections_s"] and data["failovers_s"] and data["acked"] > 0
+    assert 0.5 < data["elections_s"][0] < 5.0  # heartbeat timeout 1 s, then an election
+    assert set(data["op_counts"]) == {"put", "get", "cas", "delete"}
+
+
+@pytest.mark.sim
+def test_run_exits_1_on_a_violation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "leader-kill", "--sim", "--no-spark", "--fault-ack-before-append",
+                 "--dir", str(tmp_path / "run")]) == 1
+    out = capsys.readouterr().out
+    assert "acknowledged write is missing" in out and "FAIL" in out.splitlines()[-1]
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("service", ["kv", "counter"])
+def test_same_seed_same_simulated_run(tmp_path: Path, service: str) -> None:
+    a = run_scenario("random", 11, sim=True, duration_s=4.0, directory=tmp_path / "a", service=service)
+    b = run_scenario("random", 11, sim=True, duration_s=4.0, directory=tmp_path / "b", service=service)
+    assert a.ok and b.ok, (a.failure_message(), b.failure_message())
+    assert a.schedule == b.schedule and a.acked == b.acked and a.elections_s == b.elections_s
+    ra, rb = open_run(a.trace_dir), open_run(b.trace_dir)
+    for table in ("applied", "ops", "events", "log"):
+        ta, tb = ra.tables[table], rb.tables[table]
+        drop = [c for c in ("run_id",) if c in ta.column_names]
+        assert ta.drop_columns(drop).equals(tb.drop_columns(drop)), table
+
+
+@pytest.mark.sim
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_check_agrees_with_the_local_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    summary = tmp_path / "run.json"
+    code = main(["run", "leader-kill", "--sim", "--fault-ack-before-append", "--dir", str(tmp_path / "run"),
+                 "--json", str(summary)])
+    assert code == 1
+    data = json.loads(summary.read_text())
+    spark_failed = {name for name, c in data["spark"]["checks"].items() if not c["ok"]}
+    assert spark_failed == set(data["failed_checks"]) >= {"durability"}
+    assert "Spark check of 1 run(s)" in capsys.readouterr().out
