@@ -227,7 +227,8 @@ class Kill(Nemesis):
 @dataclass
 class DiskFault(Kill):
     """Kill a member, damage its log recording while it is down, restart it. ``fault``:
-    ``truncate`` (lose the last ``n_bytes``), ``torn`` (cut the last frame in half), ``flip`` (flip
+    ``truncate`` (lose the last ``n_bytes``, or everything from stream position ``at`` when given),
+    ``torn`` (cut the last frame in half), ``flip`` (flip
     bits in the tail), ``unflushed`` (lose a random unflushed tail below one segment page),
     ``snapshot`` (invalidate the latest snapshot in the recording log)."""
 
@@ -235,15 +236,18 @@ class DiskFault(Kill):
     who: str = "follower"
     fault: str = "truncate"
     n_bytes: int = 512
+    at: int | None = None  # truncate: cut at this stream position instead of n_bytes from the end
     position: int | None = None  # the stream position the damage left (for the report)
 
     def detail(self) -> dict[str, Any]:
-        return {"who": self.who, "fault": self.fault, "n_bytes": self.n_bytes}
+        return {"who": self.who, "fault": self.fault, "n_bytes": self.n_bytes, "at": self.at}
 
     def while_down(self, t: Target) -> None:
         for m in self.victims:
             d = t.member_dir(m)
-            if self.fault == "truncate":
+            if self.fault == "truncate" and self.at is not None:
+                self.position = faults.truncate_at(d, min(self.at, faults.stream_end(d)))
+            elif self.fault == "truncate":
                 self.position = faults.truncate_tail(d, self.n_bytes)
             elif self.fault == "torn":
                 self.position = faults.tear_last_frame(d)

@@ -47,18 +47,22 @@ _chaos_key = pytest.StashKey[list[dict[str, Any]]]()
 
 
 def parse_seeds(spec: str) -> list[int]:
-    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix."""
+    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
+    is wrong otherwise (also used by tests/sim/test_random_safety.py)."""
     seeds: list[int] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
         lo, sep, hi = part.partition("-")
         try:
-            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(part)])
+            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
         except ValueError:
-            raise pytest.UsageError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
+            raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
+        if last < first:
+            raise ValueError(f"seeds {spec!r}: empty range {part!r}")
+        seeds.extend(range(first, last + 1))
     if not seeds:
-        raise pytest.UsageError(f"seeds {spec!r} name no seed")
+        raise ValueError(f"seeds {spec!r} name no seed")
     return seeds
 
 
@@ -85,7 +89,10 @@ def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
     list); --chaos-runs N: N consecutive seeds from the first."""
     spec = config.getoption("--chaos-seed") or os.environ.get(SEEDS_ENV)
     if spec:
-        seeds = parse_seeds(str(spec))
+        try:
+            seeds = parse_seeds(str(spec))
+        except ValueError as e:
+            raise pytest.UsageError(f"--chaos-seed / ${SEEDS_ENV}: {e}") from None
     else:
         seeds = [int(s) for s in default] if isinstance(default, list | tuple | range) else [int(default)]
     runs = config.getoption("--chaos-runs")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.pytest_plugin import parse_seeds
 from harness.random_schedule import ScheduleResult, run_random_schedule
 
 pytestmark = pytest.mark.sim
@@ -27,25 +28,6 @@ CHUNKS = 10
 # A chunk this large must show every kind of fault; a handful of hand-picked seeds need not.
 MIN_SEEDS_FOR_COVERAGE = 15
 FAULT_KINDS = ("kill", "restart", "partition", "isolate", "truncate", "wipe")
-
-
-def parse_seeds(spec: str) -> list[int]:
-    """``"1,2,3"``, ``"100-150"`` (inclusive), or a comma-separated mix of both."""
-    seeds: list[int] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        if sep:
-            first, last = int(lo), int(hi)
-            if last < first:
-                raise ValueError(f"{SEEDS_ENV}: empty range {part!r}")
-            seeds.extend(range(first, last + 1))
-        else:
-            seeds.append(int(part))
-    if not seeds:
-        raise ValueError(f"{SEEDS_ENV}={spec!r} names no seeds")
-    return seeds
 
 
 def split(seeds: list[int], n: int) -> list[list[int]]:
