@@ -57,6 +57,18 @@ class RunResult:
     def ok(self) -> bool:
         return self.error is None and self.verdict is not None and self.verdict.ok
 
+    @property
+    def run_id(self) -> str:
+        """The simulator's run id: one per configuration (a collection of runs, e.g. the suite's
+        --trace-dir, holds every size and seed side by side) and the same for the same configuration,
+        so two runs of one seed still give identical tables. Real runs get a unique id."""
+        parts = ["sim", self.scenario, f"n{self.members}", f"s{self.seed}", f"d{self.duration_s:g}"]
+        if self.service != "kv":
+            parts.append(self.service)
+        if self.fault_ack_before_append:
+            parts.append("broken")
+        return "-".join(parts)
+
     def rerun_command(self) -> str:
         cmd = ["clusterlab", "run", self.scenario, "--seed", str(self.seed), "--members", str(self.members),
                "--duration", f"{self.duration_s:g}"]
@@ -273,7 +285,7 @@ def _run_sim(result: RunResult, schedule: Schedule, root: Path, trace: Path, set
     try:
         with SimCluster(members=result.members, seed=result.seed, directory=root / "cluster",
                         service=result.service, member_factory=factory) as c:
-            rec = record_sim(c, trace, f"sim-{result.scenario}-{result.seed}", result.scenario, result.seed)
+            rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
             workload = make_workload(t, result.service, result.seed, rate, recording=rec)
             checker = OnlineChecker(t)

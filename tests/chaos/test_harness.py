@@ -136,3 +136,15 @@ def test_simulated_kills_leak_no_file_descriptors(tmp_path: Path) -> None:
     result = run_scenario("rolling-restart", 2, sim=True, duration_s=3.0, directory=tmp_path / "run")
     assert result.ok, result.failure_message()
     assert len(list(fds.iterdir())) <= before
+
+
+def test_simulated_runs_of_different_sizes_have_different_run_ids(tmp_path: Path) -> None:
+    """Regression: sim runs were named ``sim-<scenario>-<seed>``, so a directory of the suite's runs
+    (what Spark checks in one job) mixed the 3- and 5-member runs of a seed into one run."""
+    import json
+
+    from chaos.runner import run_scenario
+
+    ids = {json.loads((run_scenario("bridge", 1, members=n, sim=True, duration_s=2.0, directory=tmp_path / str(n))
+                       .trace_dir / "run.json").read_text())["run_id"] for n in (3, 5)}
+    assert len(ids) == 2, ids
