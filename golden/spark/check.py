@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from rich.table import Table
 
-from golden.spark.source import find_runs
+from golden.spark.source import find_runs, run_id_of
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 DEFAULT_LIMIT = 50
@@ -42,6 +43,7 @@ class CheckResult:
     name: str
     count: int
     violations: list[dict[str, Any]] = field(default_factory=list)
+    per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
 
     @property
     def ok(self) -> bool:
@@ -59,23 +61,31 @@ class CheckReport:
     rows: dict[str, int]
     torn: int
     elapsed_s: float
+    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
+    run_torn: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks.values())
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document written as RUN/check.json (see docs/spark.md)."""
+    def to_json(self, run_id: str | None = None) -> dict[str, Any]:
+        """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
+        def part(c: CheckResult) -> dict[str, Any]:
+            if run_id is None:
+                return {"ok": c.ok, "count": c.count, "violations": c.violations}
+            count = c.per_run.get(run_id, 0)
+            return {"ok": count == 0, "count": count,
+                    "violations": [v for v in c.violations if v.get("run_id") == run_id]}
+
+        checks = {name: part(c) for name, c in self.checks.items()}
         return {
-            "run_ids": self.run_ids,
-            "ok": self.ok,
+            "run_ids": self.run_ids if run_id is None else [run_id],
+            "ok": all(c["ok"] for c in checks.values()),
             "master": self.master,
             "elapsed_s": round(self.elapsed_s, 3),
-            "rows": self.rows,
-            "torn": self.torn,
-            "checks": {
-                name: {"ok": c.ok, "count": c.count, "violations": c.violations} for name, c in self.checks.items()
-            },
+            "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
+            "torn": self.torn if run_id is None else self.run_torn.get(run_id, 0),
+            "checks": checks,
         }
 
     def table(self) -> Table:
@@ -98,6 +108,11 @@ def _describe(v: dict[str, Any]) -> str:
 
 def _hex(b: Any) -> str | None:
     return None if b is None else bytes(b).hex()
+
+
+def _per_run(bad: DataFrame) -> dict[str, int]:
+    """Violations per run (one small aggregate instead of a bare count)."""
+    return {r["run_id"]: int(r["count"]) for r in bad.groupBy("run_id").count().collect()}
 
 
 def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -144,7 +159,8 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
         ).alias("members"),
     )
     bad = per_position.where((F.col("entries") > 1) | (F.col("states") > 1)).orderBy("run_id", "log_position")
-    count = bad.count()
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
     violations = _rows(bad, limit) if count else []
     for v in violations[:5]:  # the messages around the first few divergences
         pos = v["log_position"]
@@ -159,7 +175,7 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
         )
         v["messages"] = _rows(around, 12)
         v["kind"] = "entry" if v["entries"] > 1 else "state"
-    return CheckResult("agreement", count, violations)
+    return CheckResult("agreement", count, violations, per_run)
 
 
 def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
@@ -183,8 +199,9 @@ def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
             & ((F.col("log_position") - F.col("length")) != F.coalesce(F.col("previous_end"), F.lit(0)))
         )
     ).orderBy("run_id", "member_id", "incarnation", "seq")
-    count = bad.count()
-    return CheckResult("contiguity", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("contiguity", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
@@ -196,8 +213,9 @@ def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
         .where(F.size("members") > 1)
         .orderBy("run_id", "leadership_term_id")
     )
-    count = bad.count()
-    return CheckResult("election_safety", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("election_safety", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: int) -> CheckResult:
@@ -250,8 +268,9 @@ def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: 
     )
     cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
     bad = missing.select(*cols).unionByName(twice.select(*cols)).orderBy("run_id", "client_id", "op_id")
-    count = bad.count()
-    return CheckResult("durability", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("durability", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame, limit: int) -> CheckResult:
@@ -294,8 +313,9 @@ def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame
         F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
     )
     bad = lost.unionByName(back).orderBy("run_id", "log_position", "member_id")
-    count = bad.count()
-    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
 
 
 # ------------------------------------------------------------------------------------------ entry
@@ -317,27 +337,37 @@ def check_runs(
     runs = find_runs(",".join(str(p) for p in run_dirs))
     paths = ",".join(runs)
     spark = spark or spark_session(master)
-    tables = {t: load(spark, paths, t) for t in ("applied", "events", "ops", "messages")}
-    files = load(spark, paths, "files")
-    has_log = files.where((F.col("table") == "log") & (F.col("rows") > 0)).limit(1).count() > 0
-    log = load(spark, paths, "log") if has_log else spark.createDataFrame(
-        [], "run_id string, log_position long, entry_digest binary, body binary"
-    )
-    applied = tables["applied"].cache()
-    results = {
-        "agreement": check_agreement(applied, tables["messages"], limit),
-        "contiguity": check_contiguity(applied, limit),
-        "election_safety": check_election_safety(tables["events"], limit),
-        "durability": check_durability(tables["ops"], log, applied, limit),
-        "committed_prefix": check_committed_prefix(applied, log, tables["events"], limit),
-    }
-    stats = files.groupBy("table").agg(F.sum("rows").alias("rows"), F.sum(F.col("torn").cast("int")).alias("torn"))
-    rows, torn = {}, 0
-    for r in stats.collect():
-        rows[r["table"]] = int(r["rows"] or 0)
-        torn += int(r["torn"] or 0)
-    run_ids = sorted({r["run_id"] for r in files.select("run_id").distinct().collect()})
-    applied.unpersist()
+    # One row per file (rows, torn tail): small, so it is collected once and summed here.
+    files = load(spark, paths, "files").drop("error").collect()
+    rows: dict[str, int] = {}
+    run_rows: dict[str, dict[str, int]] = {}
+    run_torn: dict[str, int] = {}
+    for f in files:
+        rows[f["table"]] = rows.get(f["table"], 0) + int(f["rows"] or 0)
+        per = run_rows.setdefault(f["run_id"], {})
+        per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
+        run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
+    torn = sum(run_torn.values())
+    run_ids = sorted({f["run_id"] for f in files})
+    if rows.get("log"):
+        log = load(spark, paths, "log").select("run_id", "log_position", "entry_digest", "body")
+    else:
+        log = spark.createDataFrame([], "run_id string, log_position long, entry_digest binary, body binary")
+    # Each table is read once and kept (memory, then disk) for the checks that share it.
+    applied = load(spark, paths, "applied").persist(StorageLevel.MEMORY_AND_DISK)
+    events = load(spark, paths, "events").persist(StorageLevel.MEMORY_AND_DISK)
+    log = log.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        results = {
+            "agreement": check_agreement(applied, load(spark, paths, "messages"), limit),
+            "contiguity": check_contiguity(applied, limit),
+            "election_safety": check_election_safety(events, limit),
+            "durability": check_durability(load(spark, paths, "ops"), log, applied, limit),
+            "committed_prefix": check_committed_prefix(applied, log, events, limit),
+        }
+    finally:
+        for df in (applied, events, log):
+            df.unpersist()
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,
@@ -346,9 +376,11 @@ def check_runs(
         rows=rows,
         torn=torn,
         elapsed_s=time.monotonic() - started,
+        run_rows=run_rows,
+        run_torn=run_torn,
     )
     if write_json:
-        doc = json.dumps(report.to_json(), indent=2, default=str)
         for run in runs:
-            (Path(run) / "check.json").write_text(doc)
+            doc = report.to_json(run_id_of(run))
+            (Path(run) / "check.json").write_text(json.dumps(doc, indent=2, default=str))
     return report

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from golden.spark.source import ClusterTraceDataSource
 
 DEFAULT_MASTER = "local[*]"
+LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
 def spark_session(master: str | None = None, app_name: str = "clusterlab") -> SparkSession:
@@ -23,6 +25,9 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
     # Python workers run this interpreter (the one with pyarrow and clusterlab), not `python3`.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Bind the embedded Spark to loopback (no other address is needed, nor wanted, on this machine).
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     scratch = tempfile.mkdtemp(prefix="clusterlab-spark-")
     spark = (
         SparkSession.builder.master(master)
@@ -34,6 +39,7 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
         .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
         .config("spark.driver.memory", os.environ.get("CLUSTERLAB_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
