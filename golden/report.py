@@ -103,8 +103,8 @@ def role_spans(events: list[dict[str, Any]], members: Iterable[int], t_end: int)
             end = seq[i + 1][0] if i + 1 < len(seq) else t_end
             if out and out[-1].label == role:
                 out[-1].end = end
-            elif end > t or i + 1 == len(seq):
-                out.append(Span(t, max(end, t), role))
+            elif end > t:  # a stop at the very end draws nothing
+                out.append(Span(t, end, role))
         spans[m] = out
     return spans
 

@@ -95,8 +95,8 @@ class VerifyReport:
     def table(self) -> Table:
         t = Table(title=f"golden verify ({len(self.verdicts)} goldens, {self.elapsed_s:.1f} s): "
                         f"{'PASS' if self.ok else 'FAIL'}")
-        for col in ("golden", "driver", "positions", "replay", "rerun positions", "rerun messages", "verdict"):
-            t.add_column(col, justify="right" if col == "positions" else "left")
+        for col in ("golden", "driver", "positions", "replay", "rerun", "rerun messages", "verdict"):
+            t.add_column(col, justify="right" if col == "positions" else "left", no_wrap=col == "golden")
         for v in self.verdicts:
             t.add_row(v.name, v.driver, str(v.positions), _cell(v.replay), _cell(v.rerun),
                       "-" if v.messages is None else ("same" if v.messages.ok else
@@ -300,7 +300,8 @@ def verify_goldens(
 
 
 def print_report(report: VerifyReport, console: Console | None = None) -> None:
-    console = console or Console()
+    """The verdict table, then a few lines on every failing golden."""
+    console = console or Console(width=max(Console().width, 120))
     console.print(report.table())
     for line in report.details():
         console.print(line, highlight=False, markup=False)

@@ -146,22 +146,30 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
     per_position = applied.groupBy("run_id", "log_position").agg(
         F.countDistinct(F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))).alias("entries"),
         F.countDistinct("state_digest").alias("states"),
-        F.sort_array(
-            F.collect_set(
-                F.struct(
-                    F.col("member_id").alias("member"),
-                    F.col("incarnation"),
-                    F.col("entry_type"),
-                    F.hex("entry_digest").alias("entry_digest"),
-                    F.hex("state_digest").alias("state_digest"),
-                )
-            )
-        ).alias("members"),
     )
-    bad = per_position.where((F.col("entries") > 1) | (F.col("states") > 1)).orderBy("run_id", "log_position")
+    bad = per_position.where((F.col("entries") > 1) | (F.col("states") > 1)).cache()
     per_run = _per_run(bad)
     count = sum(per_run.values())
-    violations = _rows(bad, limit) if count else []
+    violations: list[dict[str, Any]] = []
+    if count:
+        # Who reported what is gathered only for the first divergent positions, not for every position.
+        first = bad.orderBy("run_id", "log_position").limit(limit)
+        who = applied.join(F.broadcast(first.select("run_id", "log_position")), ["run_id", "log_position"])
+        members = who.groupBy("run_id", "log_position").agg(
+            F.sort_array(
+                F.collect_set(
+                    F.struct(
+                        F.col("member_id").alias("member"),
+                        F.col("incarnation"),
+                        F.col("entry_type"),
+                        F.hex("entry_digest").alias("entry_digest"),
+                        F.hex("state_digest").alias("state_digest"),
+                    )
+                )
+            ).alias("members"),
+        )
+        violations = _rows(first.join(members, ["run_id", "log_position"]).orderBy("run_id", "log_position"), limit)
+    bad.unpersist()
     for v in violations[:5]:  # the messages around the first few divergences
         pos = v["log_position"]
         around = (

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +23,13 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
     ``master`` None: ``$CLUSTERLAB_SPARK_MASTER`` or ``local[*]``; under ``spark-submit`` the
     submitted master wins (getOrCreate returns its session). Each process gets its own scratch and
     warehouse directory, so parallel pytest workers never share one."""
-    master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER") or DEFAULT_MASTER
+    master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER")
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Under spark-submit: the JVM exists with the submitted master and settings; use them as given.
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        spark.dataSource.register(ClusterTraceDataSource)
+        return spark
+    master = master or DEFAULT_MASTER
     # Python workers run this interpreter (the one with pyarrow and clusterlab), not `python3`.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -29,6 +37,7 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     scratch = tempfile.mkdtemp(prefix="clusterlab-spark-")
+    atexit.register(shutil.rmtree, scratch, True)  # Spark empties it on stop; the directory goes at exit
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)

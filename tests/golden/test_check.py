@@ -113,6 +113,13 @@ def test_check_cli_writes_check_json_and_exit_codes(spark, planted: dict[str, An
     assert doc["checks"]["agreement"]["violations"][0]["log_position"] == planted["state"]["position"]
     out = capsys.readouterr().out
     assert "FAIL" in out and "agreement" in out
+    # The report takes the Spark verdict from check.json, with the divergent members' digests.
+    from golden.report import write_report
+
+    page = write_report(bad).read_text()
+    assert "Spark check (check.json)" in page
+    assert f"First divergent log position: <b>{planted['state']['position']}</b> (state)" in page
+    assert "0" * 32 in page.lower()  # the planted all-zero state digest
 
 
 def test_check_cli_bad_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
