@@ -161,3 +161,28 @@ def test_regenerate_re_creates_a_simulator_golden_exactly(traces: Path, tmp_path
     assert g.log.equals(original.log)
     assert g.info["final_state_digest"] == original.info["final_state_digest"]
     assert [r.name for r in load_manifest(tmp_path / "goldens.json")] == ["g-regen"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_ci_golden_script_fails_on_a_planted_divergence(traces: Path, tmp_path: Path) -> None:
+    """The CI script itself: exit 0 on a clean golden, 1 when a golden's digest at P is planted."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(traces / "g-sim", tmp_path / "g-clean")
+    shutil.copytree(traces / "g-sim", tmp_path / "g-planted")
+    path = tmp_path / "g-planted" / "applied" / "golden.arrow"
+    rows = plant.read_file(path).to_pylist()
+    p = rows[len(rows) // 2]["log_position"]
+    rows[len(rows) // 2]["state_digest"] = bytes(16)
+    plant.write_file(path, pa.Table.from_pylist(rows, schema=plant.read_file(path).schema))
+    env = dict(os.environ, PYTHON=sys.executable)
+    done = subprocess.run([str(root / "ci" / "golden"), "--traces", str(tmp_path), "--no-rerun"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"first divergent position {p} (state)" in done.stdout
+    assert "0 more divergent positions" in done.stdout and "g-clean" in done.stdout
