@@ -82,7 +82,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
         t.add_row(name, g.driver, g.info["scenario"], str(g.info["seed"]), str(g.info["members"]),
                   str(g.applied.num_rows), f"{size / 1024:.0f}", str(g.info.get("git_commit"))[:12])
-    Console().print(t)
+    Console(width=max(Console().width, 120)).print(t)
     return 0
 
 
