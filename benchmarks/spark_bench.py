@@ -407,6 +407,7 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
         "spark_start_s": round(start_s, 1), "generated_bytes": disk, "generate_big_s": round(gen_big, 1),
         "rows": {"big": big_rows, "many": many_rows, "golden": golden_rows}, "results": results,
         "machine_cpus": os.cpu_count(),
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],  # the machine may be shared
     }
 
 

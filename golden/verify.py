@@ -265,8 +265,12 @@ def verify_goldens(
 
                 info = g.info
                 say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
-                r = run_scenario(info["scenario"], seed=int(info["seed"]), members=int(info["members"]),
-                                 duration_s=info.get("duration_s"), sim=True, directory=work / f"rerun-{n}")
+                try:
+                    r = run_scenario(info["scenario"], seed=int(info["seed"]), members=int(info["members"]),
+                                     duration_s=info.get("duration_s"), sim=True, directory=work / f"rerun-{n}")
+                except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
+                    v.errors.append(f"cannot re-run {info['scenario']}: {e}")
+                    continue
                 if r.error:
                     v.errors.append(f"re-run failed: {r.error}")
                 if r.trace_dir.is_dir():
