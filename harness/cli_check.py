@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -13,11 +14,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs with Spark; print the verdict table; exit 0 (pass), 1 (violations), 2 (bad input)."""
     from golden.spark.source import TraceSourceError, find_runs
 
-    err = Console(stderr=True)
     try:
         find_runs(",".join(args.runs))
     except TraceSourceError as e:
-        err.print(f"clusterlab check: {e}")
+        print(f"clusterlab check: {e}", file=sys.stderr)
         return 2
     from golden.spark.check import check_runs
 

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from rich.table import Table
 
-from golden.spark.source import find_runs
+from golden.spark.source import find_runs, run_id_of
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 DEFAULT_LIMIT = 50
@@ -42,6 +42,7 @@ class CheckResult:
     name: str
     count: int
     violations: list[dict[str, Any]] = field(default_factory=list)
+    per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
 
     @property
     def ok(self) -> bool:
@@ -59,23 +60,31 @@ class CheckReport:
     rows: dict[str, int]
     torn: int
     elapsed_s: float
+    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
+    run_torn: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks.values())
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document written as RUN/check.json (see docs/spark.md)."""
+    def to_json(self, run_id: str | None = None) -> dict[str, Any]:
+        """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
+        def part(c: CheckResult) -> dict[str, Any]:
+            if run_id is None:
+                return {"ok": c.ok, "count": c.count, "violations": c.violations}
+            count = c.per_run.get(run_id, 0)
+            return {"ok": count == 0, "count": count,
+                    "violations": [v for v in c.violations if v.get("run_id") == run_id]}
+
+        checks = {name: part(c) for name, c in self.checks.items()}
         return {
-            "run_ids": self.run_ids,
-            "ok": self.ok,
+            "run_ids": self.run_ids if run_id is None else [run_id],
+            "ok": all(c["ok"] for c in checks.values()),
             "master": self.master,
             "elapsed_s": round(self.elapsed_s, 3),
-            "rows": self.rows,
-            "torn": self.torn,
-            "checks": {
-                name: {"ok": c.ok, "count": c.count, "violations": c.violations} for name, c in self.checks.items()
-            },
+            "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
+            "torn": self.torn if run_id is None else self.run_torn.get(run_id, 0),
+            "checks": checks,
         }
 
     def table(self) -> Table:
@@ -98,6 +107,11 @@ def _describe(v: dict[str, Any]) -> str:
 
 def _hex(b: Any) -> str | None:
     return None if b is None else bytes(b).hex()
+
+
+def _per_run(bad: DataFrame) -> dict[str, int]:
+    """Violations per run (one small aggregate instead of a bare count)."""
+    return {r["run_id"]: int(r["count"]) for r in bad.groupBy("run_id").count().collect()}
 
 
 def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -128,24 +142,39 @@ def load(spark: SparkSession, paths: str, table: str) -> DataFrame:
 
 def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> CheckResult:
     """Same entry and same state digest at every log position, across members and incarnations."""
+    # min != max finds a disagreement without the cost of distinct aggregates; exact counts are
+    # taken below for the few divergent positions only.
+    entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
     per_position = applied.groupBy("run_id", "log_position").agg(
-        F.countDistinct(F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))).alias("entries"),
-        F.countDistinct("state_digest").alias("states"),
-        F.sort_array(
-            F.collect_set(
-                F.struct(
-                    F.col("member_id").alias("member"),
-                    F.col("incarnation"),
-                    F.col("entry_type"),
-                    F.hex("entry_digest").alias("entry_digest"),
-                    F.hex("state_digest").alias("state_digest"),
-                )
-            )
-        ).alias("members"),
+        (F.min(entry) != F.max(entry)).alias("entry_differs"),
+        (F.min("state_digest") != F.max("state_digest")).alias("state_differs"),
     )
-    bad = per_position.where((F.col("entries") > 1) | (F.col("states") > 1)).orderBy("run_id", "log_position")
-    count = bad.count()
-    violations = _rows(bad, limit) if count else []
+    bad = per_position.where(F.coalesce(F.col("entry_differs"), F.lit(False)) | F.col("state_differs")).cache()
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    violations: list[dict[str, Any]] = []
+    if count:
+        # Who reported what is gathered only for the first divergent positions, not for every position.
+        first = bad.orderBy("run_id", "log_position").limit(limit)
+        who = applied.join(F.broadcast(first.select("run_id", "log_position")), ["run_id", "log_position"])
+        members = who.groupBy("run_id", "log_position").agg(
+            F.sort_array(
+                F.collect_set(
+                    F.struct(
+                        F.col("member_id").alias("member"),
+                        F.col("incarnation"),
+                        F.col("entry_type"),
+                        F.hex("entry_digest").alias("entry_digest"),
+                        F.hex("state_digest").alias("state_digest"),
+                    )
+                )
+            ).alias("members"),
+            F.countDistinct(entry).alias("entries"),
+            F.countDistinct("state_digest").alias("states"),
+        )
+        found = first.drop("entry_differs", "state_differs").join(members, ["run_id", "log_position"])
+        violations = _rows(found.orderBy("run_id", "log_position"), limit)
+    bad.unpersist()
     for v in violations[:5]:  # the messages around the first few divergences
         pos = v["log_position"]
         around = (
@@ -159,7 +188,7 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
         )
         v["messages"] = _rows(around, 12)
         v["kind"] = "entry" if v["entries"] > 1 else "state"
-    return CheckResult("agreement", count, violations)
+    return CheckResult("agreement", count, violations, per_run)
 
 
 def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
@@ -183,8 +212,9 @@ def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
             & ((F.col("log_position") - F.col("length")) != F.coalesce(F.col("previous_end"), F.lit(0)))
         )
     ).orderBy("run_id", "member_id", "incarnation", "seq")
-    count = bad.count()
-    return CheckResult("contiguity", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("contiguity", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
@@ -196,21 +226,23 @@ def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
         .where(F.size("members") > 1)
         .orderBy("run_id", "leadership_term_id")
     )
-    count = bad.count()
-    return CheckResult("election_safety", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("election_safety", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: int) -> CheckResult:
     """Every acknowledged op is in the committed log; a retried copy left the state unchanged."""
     acked = ops.where(F.col("kind") == "ok").select("run_id", "client_id", "op_id", "f", "key", "value")
-    body = F.col("body").cast("string")
-    requests = log.where(F.col("body").isNotNull()).select(
+    # One JSON parse per request (the kv service's command: id, op, key, value).
+    request = F.from_json(F.col("body").cast("string"), "id long, op string, key string, value string")
+    requests = log.where(F.col("body").isNotNull()).select("run_id", "log_position", request.alias("r")).select(
         "run_id",
         "log_position",
-        F.get_json_object(body, "$.id").cast("long").alias("req_id"),
-        F.get_json_object(body, "$.op").alias("req_op"),
-        F.get_json_object(body, "$.key").alias("req_key"),
-        F.get_json_object(body, "$.value").alias("req_value"),
+        F.col("r.id").alias("req_id"),
+        F.col("r.op").alias("req_op"),
+        F.col("r.key").alias("req_key"),
+        F.col("r.value").alias("req_value"),
     )
     cond = (
         (acked.run_id == requests.run_id)
@@ -219,26 +251,32 @@ def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: 
         & acked.key.eqNullSafe(requests.req_key)
         & acked.value.eqNullSafe(requests.req_value)
     )
-    matched = acked.join(requests, cond, "left").select(
-        acked.run_id, "client_id", "op_id", "f", "key", "value", "log_position"
+    missing = acked.join(requests, cond, "left_anti").withColumn("problem", F.lit("acknowledged op not in the log"))
+    # Requests in the log more than once (a client's resend): usually none, so what follows is small.
+    repeated = (
+        requests.groupBy("run_id", "req_id", "req_op", "req_key", "req_value")
+        .agg(F.sort_array(F.collect_list("log_position")).alias("positions"))
+        .where(F.size("positions") > 1)
     )
-    per_op = matched.groupBy("run_id", "client_id", "op_id", "f", "key", "value").agg(
-        F.sort_array(F.collect_list("log_position")).alias("positions")
-    )
-    missing = per_op.where(F.size("positions") == 0).withColumn("problem", F.lit("acknowledged op not in the log"))
-    # A copy after the first (a client's resend) must leave every member's state as it was.
-    w = Window.partitionBy("run_id", "member_id", "service_id", "incarnation").orderBy("seq")
-    state_change = applied.select(
-        "run_id",
-        "member_id",
-        "log_position",
-        "entry_type",
-        (F.col("state_digest") != F.lag("state_digest").over(w)).alias("changed"),
-    ).where((F.col("entry_type") == "SessionMessage") & F.col("changed"))
-    copies = per_op.where(F.size("positions") > 1).select(
+    per_op = acked.join(repeated, (acked.run_id == repeated.run_id) & (acked.op_id == repeated.req_id)
+                        & (acked.f == repeated.req_op) & acked.key.eqNullSafe(repeated.req_key)
+                        & acked.value.eqNullSafe(repeated.req_value)).select(
+        acked.run_id, "client_id", "op_id", "f", "key", "value", "positions")
+    # A copy after the first (a client's resend) must leave every member's state as it was: compare
+    # the state after each copy with the state before it (the same incarnation's previous row). Only
+    # the rows at copy positions and the rows just before them are looked at, never a whole-table sort.
+    copies = per_op.select(
         "run_id", "client_id", "op_id", "f", "key", "value", "positions",
         F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
     )
+    keys = ["run_id", "member_id", "service_id", "incarnation"]
+    at_copy = applied.where(F.col("entry_type") == "SessionMessage").join(
+        copies.select("run_id", F.col("copy_position").alias("log_position")).distinct(),
+        ["run_id", "log_position"], "left_semi",
+    ).select(*keys, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after"))
+    before = applied.select(*keys, "seq", F.col("state_digest").alias("before"))
+    state_change = at_copy.join(before, [*keys, "seq"]).where(F.col("after") != F.col("before")).select(
+        "run_id", "log_position")
     twice = (
         copies.join(
             state_change,
@@ -250,8 +288,9 @@ def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: 
     )
     cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
     bad = missing.select(*cols).unionByName(twice.select(*cols)).orderBy("run_id", "client_id", "op_id")
-    count = bad.count()
-    return CheckResult("durability", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("durability", count, _rows(bad, limit) if count else [], per_run)
 
 
 def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame, limit: int) -> CheckResult:
@@ -294,8 +333,9 @@ def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame
         F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
     )
     bad = lost.unionByName(back).orderBy("run_id", "log_position", "member_id")
-    count = bad.count()
-    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [])
+    per_run = _per_run(bad)
+    count = sum(per_run.values())
+    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
 
 
 # ------------------------------------------------------------------------------------------ entry
@@ -317,27 +357,33 @@ def check_runs(
     runs = find_runs(",".join(str(p) for p in run_dirs))
     paths = ",".join(runs)
     spark = spark or spark_session(master)
-    tables = {t: load(spark, paths, t) for t in ("applied", "events", "ops", "messages")}
-    files = load(spark, paths, "files")
-    has_log = files.where((F.col("table") == "log") & (F.col("rows") > 0)).limit(1).count() > 0
-    log = load(spark, paths, "log") if has_log else spark.createDataFrame(
-        [], "run_id string, log_position long, entry_digest binary, body binary"
-    )
-    applied = tables["applied"].cache()
+    # One row per file (rows, torn tail): small, so it is collected once and summed here.
+    files = load(spark, paths, "files").drop("error").collect()
+    rows: dict[str, int] = {}
+    run_rows: dict[str, dict[str, int]] = {}
+    run_torn: dict[str, int] = {}
+    for f in files:
+        rows[f["table"]] = rows.get(f["table"], 0) + int(f["rows"] or 0)
+        per = run_rows.setdefault(f["run_id"], {})
+        per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
+        run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
+    torn = sum(run_torn.values())
+    run_ids = sorted({f["run_id"] for f in files})
+    if rows.get("log"):
+        log = load(spark, paths, "log").select("run_id", "log_position", "entry_digest", "body")
+    else:
+        log = spark.createDataFrame([], "run_id string, log_position long, entry_digest binary, body binary")
+    # Tables are not cached: reading a trace file through the source (Arrow batches straight in) is
+    # faster than building Spark's in-memory cache of it, so each check reads what it needs.
+    applied = load(spark, paths, "applied")
+    events = load(spark, paths, "events")
     results = {
-        "agreement": check_agreement(applied, tables["messages"], limit),
+        "agreement": check_agreement(applied, load(spark, paths, "messages"), limit),
         "contiguity": check_contiguity(applied, limit),
-        "election_safety": check_election_safety(tables["events"], limit),
-        "durability": check_durability(tables["ops"], log, applied, limit),
-        "committed_prefix": check_committed_prefix(applied, log, tables["events"], limit),
+        "election_safety": check_election_safety(events, limit),
+        "durability": check_durability(load(spark, paths, "ops"), log, applied, limit),
+        "committed_prefix": check_committed_prefix(applied, log, events, limit),
     }
-    stats = files.groupBy("table").agg(F.sum("rows").alias("rows"), F.sum(F.col("torn").cast("int")).alias("torn"))
-    rows, torn = {}, 0
-    for r in stats.collect():
-        rows[r["table"]] = int(r["rows"] or 0)
-        torn += int(r["torn"] or 0)
-    run_ids = sorted({r["run_id"] for r in files.select("run_id").distinct().collect()})
-    applied.unpersist()
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,
@@ -346,9 +392,11 @@ def check_runs(
         rows=rows,
         torn=torn,
         elapsed_s=time.monotonic() - started,
+        run_rows=run_rows,
+        run_torn=run_torn,
     )
     if write_json:
-        doc = json.dumps(report.to_json(), indent=2, default=str)
         for run in runs:
-            (Path(run) / "check.json").write_text(doc)
+            doc = report.to_json(run_id_of(run))
+            (Path(run) / "check.json").write_text(json.dumps(doc, indent=2, default=str))
     return report

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from golden.spark.source import ClusterTraceDataSource
 
 DEFAULT_MASTER = "local[*]"
+LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
 def spark_session(master: str | None = None, app_name: str = "clusterlab") -> SparkSession:
@@ -19,11 +23,21 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
     ``master`` None: ``$CLUSTERLAB_SPARK_MASTER`` or ``local[*]``; under ``spark-submit`` the
     submitted master wins (getOrCreate returns its session). Each process gets its own scratch and
     warehouse directory, so parallel pytest workers never share one."""
-    master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER") or DEFAULT_MASTER
+    master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER")
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Under spark-submit: the JVM exists with the submitted master and settings; use them as given.
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        spark.dataSource.register(ClusterTraceDataSource)
+        return spark
+    master = master or DEFAULT_MASTER
     # Python workers run this interpreter (the one with pyarrow and clusterlab), not `python3`.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Bind the embedded Spark to loopback (no other address is needed, nor wanted, on this machine).
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     scratch = tempfile.mkdtemp(prefix="clusterlab-spark-")
+    atexit.register(shutil.rmtree, scratch, True)  # Spark empties it on stop; the directory goes at exit
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -34,6 +48,7 @@ def spark_session(master: str | None = None, app_name: str = "clusterlab") -> Sp
         .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
         .config("spark.driver.memory", os.environ.get("CLUSTERLAB_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG4J}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

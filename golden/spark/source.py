@@ -4,11 +4,13 @@
     df = spark.read.format("clustertrace").option("table", "applied").load("runs/a,runs/b")
 
 The path is one run directory, several separated by commas, or a directory whose sub-directories
-are runs (any directory holding a ``run.json``). Each Arrow IPC stream file is one input partition,
-read on the executors with pyarrow and handed to Spark as Arrow record batches: nothing is collected
-on the driver and nothing is converted first. A torn tail (a process killed mid-batch) is tolerated:
-the complete batches are read, and ``table=files`` yields one row per file with its ``torn`` flag and
-ignored bytes, so a job can count them.
+are runs (any directory holding a ``run.json``). Files are read on the executors with pyarrow and
+handed to Spark as Arrow record batches: nothing is collected on the driver and nothing is converted
+first. Partitions follow the files: a file is a partition; small files are packed together up to
+``maxPartitionBytes`` (option, default 64 MiB, like ``spark.sql.files.maxPartitionBytes``; 0: one
+partition per file) and a larger file is split into stripes of its record batches. A torn tail (a
+process killed mid-batch) is tolerated: the complete batches are read, and ``table=files`` yields one
+row per file with its ``torn`` flag and ignored bytes, so a job can count them.
 
 Columns: the table's own columns (from the files' schema; the contract's columns never change
 meaning) plus ``run_id`` where the table lacks it, and ``file``. The ``log`` table also gets the
@@ -38,6 +40,7 @@ from pyspark.sql.types import StructType
 
 TABLES = ("messages", "applied", "events", "ops", "log")
 FILES = "files"
+DEFAULT_PARTITION_BYTES = 64 << 20  # as spark.sql.files.maxPartitionBytes
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _DIGEST_SIZE = 16
 # A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header
@@ -68,12 +71,47 @@ class TraceSourceError(ValueError):
 
 
 @dataclass(frozen=True)
-class TraceFile(InputPartition):
-    """One Arrow stream file of one run: the unit of parallelism."""
+class TraceFile:
+    """One Arrow stream file of one run."""
 
     path: str
     run_id: str
     table: str
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class TracePartition(InputPartition):
+    """The unit of parallelism: one file, or small files packed together up to ``maxPartitionBytes``
+    (as Spark's own file sources pack them), or one stripe of a large file's record batches (batches
+    ``stripe``, ``stripe + stripes``, ...), so a big trace spreads over many tasks."""
+
+    files: tuple[TraceFile, ...]
+    stripe: int = 0
+    stripes: int = 1
+
+
+def plan_partitions(files: list[TraceFile], max_bytes: int, *, stripe: bool = True) -> list[TracePartition]:
+    """``files`` as partitions: ``max_bytes`` <= 0 means exactly one partition per file; ``stripe``
+    False keeps a large file in one partition."""
+    if max_bytes <= 0:
+        return [TracePartition((f,)) for f in files]
+    out: list[TracePartition] = []
+    pack: list[TraceFile] = []
+    packed = 0
+    for f in sorted(files, key=lambda f: f.path):
+        if f.size > max_bytes and stripe:
+            stripes = -(-f.size // max_bytes)
+            out.extend(TracePartition((f,), i, stripes) for i in range(stripes))
+            continue
+        if pack and packed + f.size > max_bytes:
+            out.append(TracePartition(tuple(pack)))
+            pack, packed = [], 0
+        pack.append(f)
+        packed += f.size
+    if pack:
+        out.append(TracePartition(tuple(pack)))
+    return out
 
 
 def find_runs(path_option: str) -> list[str]:
@@ -123,8 +161,10 @@ def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
         for t in tables:
             folder = os.path.join(run_dir, t)
             if os.path.isdir(folder):
-                out.extend(TraceFile(os.path.join(folder, n), run_id, t) for n in sorted(os.listdir(folder))
-                           if n.endswith(".arrow"))
+                for n in sorted(os.listdir(folder)):
+                    path = os.path.join(folder, n)
+                    if n.endswith(".arrow"):
+                        out.append(TraceFile(path, run_id, t, os.path.getsize(path)))
     return out
 
 
@@ -164,6 +204,37 @@ def read_batches(path: str) -> StreamBatches:
         batches.append(batch)
         consumed = source.tell()
     return StreamBatches(reader.schema, batches, consumed, len(data), data.endswith(_EOS), error)
+
+
+def read_schema(path: str) -> pa.Schema | None:
+    """The schema at the head of a stream file (only its first message is read); None if unreadable."""
+    try:
+        with pa.OSFile(path, "rb") as f:
+            return ipc.open_stream(f).schema
+    except (pa.ArrowInvalid, OSError):
+        return None
+
+
+def read_stripe(path: str, stripe: int, stripes: int) -> Iterator[pa.RecordBatch]:
+    """Record batches ``stripe``, ``stripe + stripes``, ... of a stream file. Messages are walked on a
+    memory map, so skipping another stripe's batch costs no copy; a torn tail ends the walk."""
+    with pa.memory_map(path) as source:
+        try:
+            messages = ipc.MessageReader.open_stream(source)
+            schema = ipc.read_schema(messages.read_next_message())
+        except (pa.ArrowInvalid, OSError, StopIteration):
+            return
+        index = 0
+        while True:
+            try:
+                message = messages.read_next_message()
+            except (StopIteration, pa.ArrowInvalid, OSError):
+                return
+            if message.type != "record batch":
+                continue
+            if index % stripes == stripe:
+                yield ipc.read_record_batch(message, schema)
+            index += 1
 
 
 def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
@@ -242,23 +313,27 @@ def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
 class ClusterTraceReader(DataSourceReader):
     """One partition per trace file; yields Arrow record batches."""
 
-    def __init__(self, table: str, files: list[TraceFile], schema: pa.Schema) -> None:
+    def __init__(self, table: str, files: list[TraceFile], schema: pa.Schema, max_bytes: int) -> None:
         self.table = table
         self.files = files
         self.arrow_schema = schema
+        self.max_bytes = max_bytes
 
     def partitions(self) -> list[InputPartition]:
-        return list(self.files)
+        # The files table reads each file whole (to count rows and find a torn tail): never striped.
+        return list(plan_partitions(self.files, self.max_bytes, stripe=self.table != FILES))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TraceFile)
-        got = read_batches(partition.path)
-        if self.table == FILES:
-            yield pa.RecordBatch.from_pylist([file_row(partition, got)], schema=FILES_SCHEMA)
-            return
-        for batch in got.batches:
-            if batch.num_rows:
-                yield conform(batch, partition, self.arrow_schema)
+        assert isinstance(partition, TracePartition)
+        for part in partition.files:
+            if self.table == FILES:
+                yield pa.RecordBatch.from_pylist([file_row(part, read_batches(part.path))], schema=FILES_SCHEMA)
+                continue
+            batches = (read_batches(part.path).batches if partition.stripes == 1
+                       else read_stripe(part.path, partition.stripe, partition.stripes))
+            for batch in batches:
+                if batch.num_rows:
+                    yield conform(batch, part, self.arrow_schema)
 
 
 class ClusterTraceDataSource(DataSource):
@@ -283,9 +358,8 @@ class ClusterTraceDataSource(DataSource):
         file_schema = None
         if table != FILES:
             for part in self._files():
-                got = read_batches(part.path)
-                if got.schema is not None:
-                    file_schema = got.schema
+                file_schema = read_schema(part.path)
+                if file_schema is not None:
                     break
         return output_schema(table, file_schema)
 
@@ -293,4 +367,9 @@ class ClusterTraceDataSource(DataSource):
         return from_arrow_schema(self._arrow_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return ClusterTraceReader(self._table(), self._files(), self._arrow_schema())
+        raw = self.options.get("maxPartitionBytes", str(DEFAULT_PARTITION_BYTES))
+        try:
+            max_bytes = int(raw)
+        except ValueError:
+            raise TraceSourceError(f"clustertrace: maxPartitionBytes must be an integer, not {raw!r}") from None
+        return ClusterTraceReader(self._table(), self._files(), self._arrow_schema(), max_bytes)

@@ -414,7 +414,11 @@ def run_child_until_flushed_then_kill(tmp_path: Path, mode: str, max_rows: int) 
         text=True,
     )
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        # poll, not select: select() fails on descriptors >= 1024, which an xdist worker can reach
+        # after the simulator's killed members (whose files stay open, as a crash leaves them).
+        poller = select.poll()
+        poller.register(proc.stdout, select.POLLIN)
+        ready = poller.poll(60_000)
         assert ready, "the child never reported a flush"
         line = proc.stdout.readline()
         assert line.startswith("flushed"), (line, proc.stderr.read() if proc.poll() is not None else "")

@@ -1,0 +1,197 @@
+"""Replay a committed log through today's consensus module and service, recording the state at every
+log position: what ``golden verify`` diffs against a golden's digests.
+
+The log goes through the same code a recovering follower runs: the entries are appended to a real
+archive recording, a :class:`ConsensusModule` (member 0 of a one-member cluster, in a scratch
+directory) consumes them with its log adapter (``start_log_replay`` / ``poll_log_replay``: sessions,
+timers, term entries, cluster actions — Aeron's ``LogAdapter``) and forwards them as ``LogBlock``s to a
+:class:`ClusteredServiceAgent` running the service, which applies each committed entry and reports an
+:class:`AppliedEntry` (entry and state digest) per position.
+
+At every position the consensus module's open sessions are compared with the service's: the two
+halves must agree on what the log said (a divergence there is reported like a state divergence).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.archive.catalogue import Catalogue
+from core.archive.layout import archive_dir, snapshot_dir
+from core.archive.snapshots import SnapshotStore
+from core.codec import Frame
+from core.codec.errors import DecodeError
+from core.codec.framing import walk_frames
+from core.codec.registry import decode, message_name
+from core.consensus.context import Channel, ClusterMember, ConsensusModuleContext, Role
+from core.consensus.module import ConsensusModule
+from core.service.agent import AppliedEntry, ClusteredServiceAgent
+from core.service.api import ClusteredService
+
+MAX_POLLS_PER_ENTRY = 8  # the log adapter yields at least one whole entry per poll
+
+
+class ReplayError(Exception):
+    """The log could not be replayed (not contiguous, undecodable, the service failed): says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedEntry:
+    """The state after one entry of the replayed log."""
+
+    log_position: int
+    length: int
+    leadership_term_id: int
+    entry_type: str
+    cluster_time: int
+    entry_digest: bytes
+    state_digest: bytes
+    cm_sessions: tuple[int, ...]  # open sessions in the consensus module after the entry
+    service_sessions: tuple[int, ...]  # open sessions in the service agent after the entry
+
+
+@dataclass
+class Replay:
+    """The outcome of :func:`replay_log`."""
+
+    entries: list[ReplayedEntry] = field(default_factory=list)
+    end_position: int = 0
+    error: str | None = None  # set when the replay stopped early; entries hold what it got to
+    session_mismatches: list[int] = field(default_factory=list)  # positions where CM and service disagree
+
+
+def describe_entry(entry: bytes, position: int | None = None) -> str:
+    """The decoded entry's ``describe()`` (the framed bytes of one log entry)."""
+    start = position if position is not None else _frame_position(entry)
+    walked = walk_frames(entry, start)
+    if walked.error is not None or not walked.frames:
+        return f"undecodable frame at {start}: {walked.error}"
+    payload = walked.frames[0].payload
+    try:
+        return decode(payload).describe()
+    except DecodeError as e:
+        return f"{message_name(payload)} (undecodable: {e})"
+
+
+def _frame_position(entry: bytes) -> int:
+    # Frame header: length, version, flags, type (int32,u8,u8,u16), term (int64), position (int64).
+    return int.from_bytes(entry[16:24], "little", signed=True) if len(entry) >= 24 else 0
+
+
+class _Outbox:
+    """The consensus module's outbox: service-stream messages go to the agent, the rest is dropped
+    (a one-member cluster has no peers, and replay sends no egress worth keeping)."""
+
+    def __init__(self) -> None:
+        self.to_service: list[bytes] = []
+
+    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        if channel == Channel.SERVICE:
+            self.to_service.append(payload)
+
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        """Replies to clients: none in a replay."""
+
+
+def replay_log(
+    log_rows: Iterable[dict[str, Any]],
+    service_factory: Callable[[], ClusteredService],
+    *,
+    scratch: Path | None = None,
+    on_entry: Callable[[ReplayedEntry], None] | None = None,
+) -> Replay:
+    """Replay ``log_rows`` (rows of the trace's ``log`` table, in position order, from position 0)
+    through a fresh consensus module and service. Never raises for a bad log: the result's ``error``
+    says where the replay stopped."""
+    rows = sorted(log_rows, key=lambda r: r["log_position"])
+    own_scratch = scratch is None
+    directory = Path(tempfile.mkdtemp(prefix="clusterlab-replay-")) if scratch is None else scratch
+    try:
+        return _replay(rows, service_factory, directory, on_entry)
+    finally:
+        if own_scratch:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _replay(
+    rows: Sequence[dict[str, Any]],
+    service_factory: Callable[[], ClusteredService],
+    directory: Path,
+    on_entry: Callable[[ReplayedEntry], None] | None,
+) -> Replay:
+    result = Replay()
+    outbox = _Outbox()
+    ctx = ConsensusModuleContext(
+        member_id=0, members=[ClusterMember(0)], cluster_dir=directory / "node", outbox=outbox, rng=random.Random(0)
+    )
+    cm = ConsensusModule(ctx)
+    service_dir = directory / "service"
+    store = SnapshotStore(snapshot_dir(service_dir), Catalogue.open(archive_dir(service_dir)))
+    cm_sessions: dict[int, tuple[int, ...]] = {}
+    cm.log_listeners.append(lambda f, _replay: cm_sessions.__setitem__(f.end_position, tuple(sorted(cm.sessions))))
+
+    agent: ClusteredServiceAgent
+
+    def applied(e: AppliedEntry) -> None:
+        sessions = tuple(s.id for s in agent.client_sessions())
+        cm_view = cm_sessions.pop(e.log_position, sessions)
+        entry = ReplayedEntry(
+            e.log_position, e.length, e.leadership_term_id, str(e.entry_type), e.cluster_time,
+            e.entry_digest, e.state_digest, cm_view, sessions,
+        )
+        if cm_view != sessions:
+            result.session_mismatches.append(e.log_position)
+        result.entries.append(entry)
+        if on_entry is not None:
+            on_entry(entry)
+
+    agent = ClusteredServiceAgent(0, 0, service_factory(), lambda _m: None, lambda *_a: None, store, applied)
+    try:
+        agent.start(None)
+        position = 0
+        for r in rows:
+            entry = bytes(r["entry"])
+            start = r["log_position"] - len(entry)
+            if start != position:
+                raise ReplayError(f"the log is not contiguous: entry ending at {r['log_position']} starts at "
+                                  f"{start}, the previous ended at {position}")
+            try:
+                cm.archive.append(entry, start)
+            except Exception as e:  # ArchiveError: a frame today's framing rejects
+                raise ReplayError(f"entry at {start}..{r['log_position']} rejected by the archive: {e}") from e
+            position = r["log_position"]
+        end = position
+        cm.role = Role.FOLLOWER
+        cm.commit_position = end
+        cm.start_log_replay(0, end, 0)
+        _pump(outbox, agent)
+        polls = 0
+        while cm.consumed_position < end:
+            polls += 1
+            if polls > MAX_POLLS_PER_ENTRY * (len(rows) + 1) or not cm.poll_log_replay(0):
+                raise ReplayError(f"the consensus module's log adapter stopped at {cm.consumed_position} of {end}")
+            _pump(outbox, agent)
+        result.end_position = end
+    except ReplayError as e:
+        result.error = str(e)
+    except Exception as e:  # the service or agent failed on an entry: report where, keep what we have
+        result.error = f"{type(e).__name__}: {e}"
+    finally:
+        cm.close()
+    return result
+
+
+def _pump(outbox: _Outbox, agent: ClusteredServiceAgent) -> None:
+    while outbox.to_service:
+        agent.on_service_message(outbox.to_service.pop(0), is_replay=True)
+
+
+def frames_of(entry: bytes, position: int) -> list[Frame]:
+    """The frames of one log entry's bytes (a helper for tests and the report)."""
+    return walk_frames(entry, position).frames

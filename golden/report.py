@@ -1,0 +1,402 @@
+"""``clusterlab report RUN``: one self-contained HTML file about a recorded run (inline CSS and SVG, no
+script and nothing fetched from a network, so it opens offline and can be attached to a CI job):
+
+- the verdict: the Spark check's ``check.json`` when the run has one, else the local pyarrow verdict;
+- a timeline: per member a lane coloured by role (follower, candidate, leader, down) with the
+  leadership terms marked, the commit position over time, faults shaded (kill, partition, pause,
+  truncate, every ``chaos_apply`` .. ``chaos_heal`` span), and every client operation's latency
+  (invoke to ok/fail/info);
+- the first divergence, if any: position, members and digests, and the messages around it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.trace import Run, TraceError, open_run
+
+WIDTH = 1100
+LEFT = 120
+RIGHT = 20
+LANE = 26
+ROLE_COLOURS = {"FOLLOWER": "#9ecae1", "CANDIDATE": "#fdae6b", "LEADER": "#31a354", "DOWN": "#d9d9d9"}
+OP_COLOURS = {"ok": "#2b8cbe", "fail": "#de2d26", "info": "#fd8d3c"}
+MEMBER_COLOURS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d"]
+LATENCY_FLOOR_MS = 0.1
+MAX_POINTS = 1500  # per polyline: enough for a picture, small enough for a file to mail
+FAULT_KINDS = {"kill", "partition", "pause", "truncate", "clock_skew", "chaos_apply"}
+FAULT_ENDS = {"restart", "heal", "resume", "chaos_heal"}
+
+
+class ReportError(Exception):
+    """A path that cannot be reported on: says which and why."""
+
+
+@dataclass
+class Span:
+    start: int
+    end: int
+    label: str
+
+
+@dataclass
+class _Axis:
+    t0: int
+    t1: int
+
+    def x(self, t: int) -> float:
+        span = max(self.t1 - self.t0, 1)
+        return LEFT + (WIDTH - LEFT - RIGHT) * (t - self.t0) / span
+
+    def seconds(self, t: int) -> float:
+        return (t - self.t0) / 1e9
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _thin(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    step = len(points) / MAX_POINTS
+    return [points[int(i * step)] for i in range(MAX_POINTS)] + [points[-1]]
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def _member_of_source(source: str) -> int | None:
+    if source.startswith("node-"):
+        try:
+            return int(source.split("-", 1)[1])
+        except ValueError:
+            return None
+    return None
+
+
+def role_spans(events: list[dict[str, Any]], members: Iterable[int], t_end: int) -> dict[int, list[Span]]:
+    """Per member, consecutive (start, end, role) spans: DOWN between a kill/stop and a (re)start."""
+    changes: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for e in events:
+        m, kind, source = e["member_id"], e["kind"], e["source"]
+        detail = _detail(e)
+        if source == "harness" and kind in ("kill", "stop"):
+            changes[m].append((e["wall_ns"], "DOWN"))
+        elif source == "harness" and kind in ("start", "restart") and detail.get("process", "node") == "node":
+            changes[m].append((e["wall_ns"], "FOLLOWER"))
+        elif kind == "role" and _member_of_source(source) is not None:
+            changes[_member_of_source(source) or 0].append((e["wall_ns"], str(detail.get("role", "FOLLOWER"))))
+    spans: dict[int, list[Span]] = {}
+    for m in members:
+        out: list[Span] = []
+        seq = sorted(changes.get(m, []), key=lambda c: c[0])
+        for i, (t, role) in enumerate(seq):
+            end = seq[i + 1][0] if i + 1 < len(seq) else t_end
+            if out and out[-1].label == role:
+                out[-1].end = end
+            elif end > t:  # a stop at the very end draws nothing
+                out.append(Span(t, end, role))
+        spans[m] = out
+    return spans
+
+
+def _detail(e: dict[str, Any]) -> dict[str, Any]:
+    try:
+        d = json.loads(e.get("detail") or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def fault_spans(events: list[dict[str, Any]], t_end: int) -> list[Span]:
+    """Shaded intervals: each chaos_apply to its chaos_heal; harness faults without one to their end."""
+    spans: list[Span] = []
+    open_chaos: list[tuple[int, str]] = []
+    has_chaos = any(e["kind"] == "chaos_apply" for e in events)
+    open_plain: dict[tuple[str, int], int] = {}
+    ends = {"kill": "restart", "partition": "heal", "pause": "resume"}
+    for e in sorted(events, key=lambda e: e["wall_ns"]):
+        if e["source"] not in ("harness", "chaos"):
+            continue
+        kind, t = e["kind"], e["wall_ns"]
+        d = _detail(e)
+        if kind == "chaos_apply":
+            victims = d.get("victims")
+            label = f"{d.get('nemesis', 'fault')}" + (f" {victims}" if victims else "")
+            open_chaos.append((t, label))
+        elif kind == "chaos_heal" and open_chaos:
+            start, label = open_chaos.pop(0)
+            spans.append(Span(start, t, label))
+        elif not has_chaos and kind in ends:
+            open_plain[(kind, e["member_id"])] = t
+        elif not has_chaos and kind in ("restart", "heal", "resume"):
+            for k, v in list(open_plain.items()):
+                if ends[k[0]] == kind and (k[1] == e["member_id"] or kind == "heal"):
+                    spans.append(Span(v, t, f"{k[0]} {k[1] if k[1] >= 0 else ''}".strip()))
+                    del open_plain[k]
+        elif kind in ("truncate", "clock_skew") and not has_chaos:
+            spans.append(Span(t, t, f"{kind} {e['member_id']}"))
+    spans += [Span(t, t_end, label) for t, label in open_chaos]
+    spans += [Span(v, t_end, f"{k[0]} {k[1]}") for k, v in open_plain.items()]
+    return spans
+
+
+def commit_series(events: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per (member, incarnation), (time, commit position) from its node's ``commit`` events: one line
+    per incarnation, so a member that was down has a gap, not a line across its downtime."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        if e["kind"] == "commit" and e["log_position"] is not None:
+            m = _member_of_source(e["source"])
+            if m is not None:
+                out[(m, e.get("incarnation") or 0)].append((e["wall_ns"], e["log_position"]))
+    for series in out.values():
+        series.sort()
+    return out
+
+
+def op_latencies(ops: list[dict[str, Any]]) -> list[tuple[int, float, str, str]]:
+    """(invoke time, latency ms, outcome kind, label) per completed client operation."""
+    invoked: dict[tuple[int, int], dict[str, Any]] = {}
+    out = []
+    for o in sorted(ops, key=lambda o: (o["wall_ns"], o.get("seq", 0))):
+        key = (o["client_id"], o["op_id"])
+        if o["kind"] == "invoke":
+            invoked[key] = o
+        elif key in invoked:
+            start = invoked.pop(key)
+            label = f"client {o['client_id']} op {o['op_id']} {o['f']} {o.get('key') or ''} -> {o['kind']}"
+            out.append((start["wall_ns"], (o["wall_ns"] - start["wall_ns"]) / 1e6, o["kind"], label))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- verdict
+
+
+def verdict_of(run_dir: Path) -> dict[str, Any]:
+    """``check.json`` (the Spark check) if present, else the local verdict in the same shape."""
+    check = run_dir / "check.json"
+    if check.is_file():
+        try:
+            doc = json.loads(check.read_text())
+            doc["source"] = "Spark check (check.json)"
+            return doc
+        except ValueError:
+            pass
+    from chaos.verify import verify_run
+
+    v = verify_run(run_dir)
+    return {
+        "source": "local verdict (pyarrow)",
+        "ok": v.ok,
+        "rows": v.rows,
+        "torn": v.torn,
+        "checks": {name: {"ok": not found, "count": len(found), "violations": found[:20]}
+                   for name, found in v.violations.items()},
+    }
+
+
+def first_divergence(verdict: dict[str, Any]) -> dict[str, Any] | None:
+    agreement = verdict.get("checks", {}).get("agreement", {})
+    violations = agreement.get("violations") or []
+    return violations[0] if violations else None
+
+
+# ----------------------------------------------------------------------------------------------- svg
+
+
+def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
+    events = run.events.to_pylist()
+    spans = role_spans(events, members, axis.t1)
+    faults = fault_spans(events, axis.t1)
+    commits = commit_series(events)
+    lats = op_latencies(run.ops.to_pylist())
+    lanes_h = LANE * len(members)
+    commit_top = 30 + lanes_h + 30
+    commit_h = 160
+    lat_top = commit_top + commit_h + 40
+    lat_h = 160
+    height = lat_top + lat_h + 40
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+             f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">']
+    # Faults, shaded across every panel.
+    for f in faults:
+        x0, x1 = axis.x(f.start), axis.x(f.end)
+        parts.append(f'<rect class="fault" x="{x0:.1f}" y="20" width="{max(x1 - x0, 2):.1f}" height="{height - 40}" '
+                     f'fill="#e31a1c" fill-opacity="0.10"><title>{_esc(f.label)}: {axis.seconds(f.start):.2f}s'
+                     f'..{axis.seconds(f.end):.2f}s</title></rect>')
+        parts.append(f'<text x="{x0 + 2:.1f}" y="16" fill="#b30000">{_esc(f.label)}</text>')
+    # Role lanes.
+    for i, m in enumerate(members):
+        y = 30 + i * LANE
+        parts.append(f'<text x="8" y="{y + LANE / 2 + 4}">member {m}</text>')
+        for s in spans.get(m, []):
+            x0, x1 = axis.x(s.start), axis.x(s.end)
+            parts.append(f'<rect class="role" x="{x0:.1f}" y="{y + 2}" width="{max(x1 - x0, 1):.1f}" '
+                         f'height="{LANE - 4}" fill="{ROLE_COLOURS.get(s.label, "#bbb")}"><title>member {m} '
+                         f'{_esc(s.label)} {axis.seconds(s.start):.2f}s..{axis.seconds(s.end):.2f}s</title></rect>')
+    for e in events:
+        if e["kind"] == "leader" and e["leadership_term_id"] is not None:
+            m = _member_of_source(e["source"])
+            if m in members:
+                y = 30 + members.index(m) * LANE
+                parts.append(f'<text x="{axis.x(e["wall_ns"]) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="#fff" '
+                             f'font-weight="bold">term {e["leadership_term_id"]}</text>')
+    # Commit position.
+    top_pos = max((p for s in commits.values() for _, p in s), default=1) or 1
+    parts.append(f'<text x="8" y="{commit_top - 8}" font-weight="bold">commit position (max {top_pos})</text>')
+    parts.append(f'<rect x="{LEFT}" y="{commit_top}" width="{WIDTH - LEFT - RIGHT}" height="{commit_h}" '
+                 f'fill="none" stroke="#ccc"/>')
+    for (m, incarnation), series in sorted(commits.items()):
+        pts = " ".join(f"{axis.x(t):.1f},{commit_top + commit_h - commit_h * p / top_pos:.1f}"
+                       for t, p in _thin(series))
+        colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
+        parts.append(f'<polyline class="commit" points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5">'
+                     f'<title>member {m} incarnation {incarnation} commit position</title></polyline>')
+    for m in members:
+        colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
+        parts.append(f'<text x="8" y="{commit_top + 14 + 14 * members.index(m)}" fill="{colour}">member {m}</text>')
+    # Client op latency.
+    top_lat = max([lat for _, lat, _, _ in lats] + [10.0])
+    low, high = math.log10(LATENCY_FLOOR_MS), math.log10(top_lat)
+
+    def lat_y(lat: float) -> float:
+        return lat_top + lat_h - lat_h * (math.log10(max(lat, LATENCY_FLOOR_MS)) - low) / (high - low)
+
+    parts.append(f'<text x="8" y="{lat_top - 8}" font-weight="bold">client op latency, ms, log scale '
+                 f'(max {top_lat:.1f})</text>')
+    parts.append(f'<rect x="{LEFT}" y="{lat_top}" width="{WIDTH - LEFT - RIGHT}" height="{lat_h}" '
+                 f'fill="none" stroke="#ccc"/>')
+    tick = 1.0
+    while tick <= top_lat:
+        y = lat_y(tick)
+        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
+                     f'<text x="{LEFT - 40}" y="{y + 4:.1f}">{tick:g} ms</text>')
+        tick *= 10
+    for t, lat, kind, label in lats[:: max(1, len(lats) // (MAX_POINTS * 2))]:
+        y = lat_y(lat)
+        parts.append(f'<circle class="op" cx="{axis.x(t):.1f}" cy="{y:.1f}" r="2" '
+                     f'fill="{OP_COLOURS.get(kind, "#999")}"><title>{_esc(label)}: {lat:.2f} ms</title></circle>')
+    for i, (kind, colour) in enumerate(OP_COLOURS.items()):
+        parts.append(f'<text x="8" y="{lat_top + 14 + 14 * i}" fill="{colour}">{kind}</text>')
+    # Time axis.
+    y = height - 20
+    total = axis.seconds(axis.t1)
+    step = max(0.1, round(total / 10, 1)) if total > 0 else 1
+    k = 0
+    while k * step <= total + 1e-9:
+        x = axis.x(axis.t0 + int(k * step * 1e9))
+        parts.append(f'<line x1="{x:.1f}" y1="{y - 5}" x2="{x:.1f}" y2="{y}" stroke="#666"/>'
+                     f'<text x="{x - 8:.1f}" y="{y + 12}">{k * step:.1f}s</text>')
+        k += 1
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- html
+
+
+_CSS = """
+body { font-family: sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: left; }
+.pass { color: #1a7f37; font-weight: bold; } .fail { color: #c62828; font-weight: bold; }
+code, pre { font-family: monospace; font-size: 12px; } pre { background: #f6f8fa; padding: 8px; overflow-x: auto; }
+.legend span { display: inline-block; padding: 2px 8px; margin-right: 6px; border-radius: 3px; }
+"""
+
+
+def _verdict_html(verdict: dict[str, Any]) -> str:
+    ok = verdict.get("ok")
+    rows = []
+    for name, c in verdict.get("checks", {}).items():
+        first = c.get("violations", [None])[0] if c.get("violations") else ""
+        first_text = first if isinstance(first, str) else json.dumps(
+            {k: v for k, v in (first or {}).items() if k != "messages"}, default=str)[:400]
+        rows.append(f'<tr><td>{_esc(name)}</td><td class="{"pass" if c.get("ok") else "fail"}">'
+                    f'{"ok" if c.get("ok") else "FAIL"}</td><td>{c.get("count", 0)}</td>'
+                    f"<td><code>{_esc(first_text)}</code></td></tr>")
+    return (f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span> '
+            f'({_esc(verdict.get("source", ""))}; rows {_esc(verdict.get("rows", {}))}; '
+            f'torn files {_esc(verdict.get("torn", 0))})</p>'
+            "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>first violation</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _divergence_html(div: dict[str, Any] | None) -> str:
+    if div is None:
+        return "<p>None: every member reached the same state at every log position.</p>"
+    if isinstance(div, str):
+        return f"<pre>{_esc(div)}</pre>"
+    members = div.get("members") or []
+    rows = "".join(f"<tr><td>{_esc(m.get('member'))}</td><td>{_esc(m.get('incarnation'))}</td>"
+                   f"<td>{_esc(m.get('entry_type'))}</td><td><code>{_esc(m.get('entry_digest'))}</code></td>"
+                   f"<td><code>{_esc(m.get('state_digest'))}</code></td></tr>" for m in members)
+    msgs = div.get("messages") or []
+    msg_rows = "".join("<tr>" + "".join(f"<td>{_esc(m.get(k))}</td>" for k in
+                                        ("process", "direction", "channel", "msg_type", "leadership_term_id",
+                                         "log_position")) + "</tr>" for m in msgs)
+    return (f"<p>First divergent log position: <b>{_esc(div.get('log_position'))}</b> "
+            f"({_esc(div.get('kind', ''))})</p>"
+            "<table><tr><th>member</th><th>incarnation</th><th>entry</th><th>entry digest</th><th>state digest</th>"
+            f"</tr>{rows}</table>"
+            + ("<h3>Messages around it</h3><table><tr><th>process</th><th>dir</th><th>channel</th><th>type</th>"
+               f"<th>term</th><th>position</th></tr>{msg_rows}</table>" if msgs else ""))
+
+
+def render(run_dir: Path | str) -> str:
+    """The report of ``run_dir`` as one HTML document."""
+    directory = Path(run_dir)
+    try:
+        run = open_run(directory)
+    except TraceError as e:
+        raise ReportError(str(e)) from e
+    meta = run.meta
+    verdict = verdict_of(directory)
+    times = [t for table in (run.events, run.ops, run.applied) if table.num_rows
+             for t in (min(table.column("wall_ns").to_pylist()), max(table.column("wall_ns").to_pylist()))]
+    axis = _Axis(min(times, default=0), max(times, default=1))
+    members = sorted(
+        {m["member_id"] for m in meta.get("members", []) if isinstance(m, dict) and "member_id" in m}
+        | {m for m in run.applied.column("member_id").to_pylist() if m >= 0}
+        | {m for m in map(_member_of_source, run.events.column("source").to_pylist()) if m is not None}
+    )
+    svg = _timeline_svg(run, axis, members)
+    head = ", ".join(f"{k} <b>{_esc(meta.get(k))}</b>" for k in ("run_id", "scenario", "seed", "outcome", "git_commit")
+                     if meta.get(k) is not None)
+    legend = "".join(f'<span style="background:{c}">{r.lower()}</span>' for r, c in ROLE_COLOURS.items())
+    legend += '<span style="background:rgba(227,26,28,0.15)">fault</span>'
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>clusterlab run {_esc(meta.get("run_id", directory.name))}</title>
+<style>{_CSS}</style></head><body>
+<h1>clusterlab run report</h1>
+<p>{head}<br>{len(members)} members; {run.applied.num_rows} applied rows, {run.messages.num_rows} messages,
+{run.ops.num_rows} client op rows; run directory <code>{_esc(directory.resolve())}</code>;
+report written {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}</p>
+<h2>Verdict</h2>
+{_verdict_html(verdict)}
+<h2>Timeline</h2>
+<p class="legend">{legend} (hover for details; time in seconds from the first event)</p>
+{svg}
+<h2>First divergence</h2>
+{_divergence_html(first_divergence(verdict))}
+</body></html>
+"""
+
+
+def write_report(run_dir: Path | str, out: Path | str | None = None) -> Path:
+    """Write the HTML report of ``run_dir`` (default ``RUN/report.html``); returns its path."""
+    path = Path(out) if out is not None else Path(run_dir) / "report.html"
+    document = render(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(document)
+    return path

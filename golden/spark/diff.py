@@ -1,0 +1,220 @@
+"""Spark jobs diffing traces against golden traces: the state at every log position, and (for
+simulator goldens) every message.
+
+Each :class:`Comparison` pairs a golden directory with an "actual" run directory (the golden's log
+replayed through today's code, or a simulator re-run from the golden's seed). All comparisons go
+through one set of Spark jobs: the ``applied`` tables of every golden and every actual run are read
+with the ``clustertrace`` source, joined on (comparison, log_position), and only per-comparison
+summaries and the first divergent row of each reach the driver.
+
+Position kinds: ``entry`` (the entry bytes differ), ``state`` (same entry, different state digest),
+``missing`` (the golden has the position, the actual run never applied it), ``extra`` (the other way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from golden.spark.check import load
+
+KINDS = ("entry", "state", "missing", "extra")
+_MESSAGE_KEY = ("process", "incarnation", "seq")
+# Every message column but these is compared (run_id names the run; file is where the row came from).
+_MESSAGE_IGNORED = ("run_id", "file")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Golden ``name`` against the run in ``actual_dir`` (``mode``: replay or rerun)."""
+
+    name: str
+    mode: str
+    golden_dir: str
+    actual_dir: str
+    messages: bool = False  # also diff the message tables (simulator re-runs)
+
+
+@dataclass
+class PositionDiff:
+    """How one actual run's states compare with its golden's, position by position."""
+
+    name: str
+    mode: str
+    golden_positions: int = 0
+    actual_positions: int = 0
+    divergent: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    first: dict[str, Any] | None = None  # the first divergent position's row
+    from_first: int = 0  # positions at or after the first divergent one
+    divergent_from_first: int = 0  # of those, divergent
+    next_agreeing: int | None = None  # first position after the first divergence where they agree again
+
+    @property
+    def ok(self) -> bool:
+        return self.divergent == 0
+
+
+@dataclass
+class MessageDiff:
+    """How one re-run's messages compare with its golden's, row by row (process, incarnation, seq)."""
+
+    name: str
+    golden_rows: int = 0
+    actual_rows: int = 0
+    divergent: int = 0
+    first: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.divergent == 0
+
+
+def _in_dir(column: str, directory_column: str) -> Any:
+    return F.col(column).startswith(F.concat(F.col(directory_column), F.lit("/")))
+
+
+def _pairs(spark: SparkSession, comparisons: list[Comparison]) -> DataFrame:
+    rows = [(c.name, c.mode, c.golden_dir.rstrip("/"), c.actual_dir.rstrip("/"), c.messages) for c in comparisons]
+    return F.broadcast(spark.createDataFrame(
+        rows, "name string, mode string, golden_dir string, actual_dir string, with_messages boolean"))
+
+
+def _paths(dirs: list[str]) -> str:
+    return ",".join(dict.fromkeys(d.rstrip("/") for d in dirs))
+
+
+def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[tuple[str, str], PositionDiff]:
+    """Per comparison, the position diff (one Spark job set for all of them)."""
+    if not comparisons:
+        return {}
+    pairs = _pairs(spark, comparisons)
+    golden = (
+        load(spark, _paths([c.golden_dir for c in comparisons]), "applied")
+        .join(pairs.select("name", "mode", "golden_dir"), _in_dir("file", "golden_dir"))
+        .where(F.col("entry_type") != "Snapshot")
+        .select("name", "mode", "log_position", F.col("entry_type").alias("golden_entry_type"),
+                F.col("entry_digest").alias("golden_entry"), F.col("state_digest").alias("golden_state"))
+    )
+    actual_rows = load(spark, _paths([c.actual_dir for c in comparisons]), "applied").join(
+        pairs.select("name", "mode", "actual_dir"), _in_dir("file", "actual_dir"))
+    actual = actual_rows.groupBy("name", "mode", "log_position").agg(
+        F.array_sort(F.collect_set(F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest")))).alias("entries"),
+        F.array_sort(F.collect_set("state_digest")).alias("states"),
+        F.first(F.when(F.col("entry_type") != "Snapshot", F.col("entry_type")), ignorenulls=True).alias("entry_type"),
+        F.array_sort(F.collect_set(F.struct(
+            F.col("member_id").alias("member"), F.col("incarnation"), F.col("entry_type"),
+            F.lower(F.hex("state_digest")).alias("state_digest")))).alias("members"),
+    )
+    joined = golden.join(actual, ["name", "mode", "log_position"], "full_outer")
+    kind = (
+        F.when(F.col("golden_state").isNull(), F.lit("extra"))
+        .when(F.col("states").isNull(), F.lit("missing"))
+        .when((F.size("entries") > 1) | ((F.size("entries") == 1) & (F.col("entries")[0] != F.col("golden_entry"))),
+              F.lit("entry"))
+        .when((F.size("states") != 1) | (F.col("states")[0] != F.col("golden_state")), F.lit("state"))
+    )
+    diffs = joined.withColumn("kind", kind).cache()
+    try:
+        agg = [
+            F.count("golden_state").alias("golden_positions"),
+            F.count("states").alias("actual_positions"),
+            F.count("kind").alias("divergent"),
+            F.min(F.when(F.col("kind").isNotNull(), F.col("log_position"))).alias("first_position"),
+            *[F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(f"n_{k}") for k in KINDS],
+        ]
+        summary = diffs.groupBy("name", "mode").agg(*agg).cache()
+        out: dict[tuple[str, str], PositionDiff] = {}
+        for r in summary.collect():
+            out[(r["name"], r["mode"])] = PositionDiff(
+                r["name"], r["mode"], r["golden_positions"], r["actual_positions"], r["divergent"],
+                {k: r[f"n_{k}"] for k in KINDS if r[f"n_{k}"]},
+            )
+        firsts = summary.where(F.col("first_position").isNotNull()).select("name", "mode", "first_position")
+        if out and any(d.divergent for d in out.values()):
+            tail = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") >= F.col("first_position"))
+            for r in tail.groupBy("name", "mode").agg(
+                F.count("*").alias("from_first"),
+                F.count("kind").alias("divergent_from_first"),
+                F.min(F.when(F.col("kind").isNull(), F.col("log_position"))).alias("next_agreeing"),
+            ).collect():
+                d = out[(r["name"], r["mode"])]
+                d.from_first, d.divergent_from_first, d.next_agreeing = (
+                    r["from_first"], r["divergent_from_first"], r["next_agreeing"])
+            first_rows = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") == F.col("first_position"))
+            for r in first_rows.collect():
+                out[(r["name"], r["mode"])].first = {
+                    "log_position": r["log_position"],
+                    "kind": r["kind"],
+                    "entry_type": r["golden_entry_type"] or r["entry_type"],
+                    "golden_entry_digest": _hex(r["golden_entry"]),
+                    "golden_state_digest": _hex(r["golden_state"]),
+                    "actual_entry_digests": [_hex(x) for x in (r["entries"] or [])],
+                    "actual_state_digests": [_hex(x) for x in (r["states"] or [])],
+                    "members": [m.asDict() for m in (r["members"] or [])],
+                }
+        summary.unpersist()
+        for c in comparisons:  # a comparison with no rows on either side
+            out.setdefault((c.name, c.mode), PositionDiff(c.name, c.mode))
+        return out
+    finally:
+        diffs.unpersist()
+
+
+def _hex(b: Any) -> str | None:
+    return None if b is None else bytes(b).hex()
+
+
+def diff_messages(spark: SparkSession, comparisons: list[Comparison]) -> dict[str, MessageDiff]:
+    """Per comparison with ``messages``, the row-by-row message diff, keyed by golden name."""
+    comparisons = [c for c in comparisons if c.messages]
+    if not comparisons:
+        return {}
+    pairs = _pairs(spark, comparisons)
+    golden_all = load(spark, _paths([c.golden_dir for c in comparisons]), "messages")
+    compared = [c for c in golden_all.columns if c not in _MESSAGE_IGNORED and c not in _MESSAGE_KEY]
+
+    def side(df: DataFrame, directory: str, prefix: str) -> DataFrame:
+        return df.join(pairs.select("name", directory), _in_dir("file", directory)).select(
+            "name", *_MESSAGE_KEY,
+            F.xxhash64(*[F.col(c) for c in compared]).alias(f"{prefix}_hash"),
+            F.col("wall_ns").alias(f"{prefix}_wall_ns"),
+            F.col("msg_type").alias(f"{prefix}_msg_type"),
+            F.col("direction").alias(f"{prefix}_direction"),
+            F.col("channel").alias(f"{prefix}_channel"),
+            F.col("peer_process").alias(f"{prefix}_peer_process") if "peer_process" in df.columns
+            else F.lit(None).cast("string").alias(f"{prefix}_peer_process"),
+            F.col("log_position").alias(f"{prefix}_log_position"),
+            F.col("payload").alias(f"{prefix}_payload"),
+        )
+
+    g = side(golden_all, "golden_dir", "golden")
+    a = side(load(spark, _paths([c.actual_dir for c in comparisons]), "messages"), "actual_dir", "actual")
+    joined = g.join(a, ["name", *_MESSAGE_KEY], "full_outer").withColumn(
+        "differs", ~F.coalesce(F.col("golden_hash") == F.col("actual_hash"), F.lit(False)))
+    joined = joined.withColumn("order", F.struct(
+        F.coalesce("golden_wall_ns", "actual_wall_ns").alias("wall_ns"), *[F.col(k) for k in _MESSAGE_KEY]))
+    summary = joined.groupBy("name").agg(
+        F.count("golden_hash").alias("golden_rows"),
+        F.count("actual_hash").alias("actual_rows"),
+        F.sum(F.col("differs").cast("int")).alias("divergent"),
+        F.min(F.when(F.col("differs"), F.col("order"))).alias("first_order"),
+    ).cache()
+    out = {c.name: MessageDiff(c.name) for c in comparisons}
+    for r in summary.collect():
+        out[r["name"]] = MessageDiff(r["name"], r["golden_rows"], r["actual_rows"], int(r["divergent"] or 0))
+    firsts = summary.where(F.col("first_order").isNotNull()).select("name", "first_order")
+    divergent = any(d.divergent for d in out.values())
+    for r in joined.join(firsts, "name").where(F.col("order") == F.col("first_order")).collect() if divergent else []:
+        out[r["name"]].first = {
+            "process": r["process"], "incarnation": r["incarnation"], "seq": r["seq"],
+            "wall_ns": r["golden_wall_ns"] if r["golden_wall_ns"] is not None else r["actual_wall_ns"],
+            **{f"{p}_{k}": r[f"{p}_{k}"] for p in ("golden", "actual")
+               for k in ("msg_type", "direction", "channel", "peer_process", "log_position")},
+            "golden_payload": _hex(r["golden_payload"]), "actual_payload": _hex(r["actual_payload"]),
+        }
+    summary.unpersist()
+    return out

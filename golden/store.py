@@ -1,0 +1,330 @@
+"""Golden traces on disk: blessing a run into ``golden/traces/NAME/``, reading one back, and the recipe
+manifest ``golden/traces/goldens.json`` from which every golden can be re-created with one command.
+
+A golden is itself a trace directory (TRACE_SCHEMA.md), readable by ``clustertrace`` and pyarrow:
+
+    golden/traces/NAME/
+      run.json                 run_id "golden-NAME" and a ``golden`` object: the recipe (driver sim|real,
+                               scenario, seed, members, duration), the service, the clusterlab version
+                               and git commit it was blessed from, the source run's id and metadata
+      log/committed.arrow      the committed log (log_position, leadership_term_id, entry_type, entry)
+      applied/golden.arrow     the agreed state at every log position: one ``applied`` row per entry
+                               (member_id -1), entry and state digests
+      messages/golden.arrow    simulator goldens only: the run's whole message table, in recording order
+
+Files are zstd-compressed Arrow IPC streams (pyarrow reads them transparently) so goldens stay small
+enough for git.
+
+Blessing refuses a run that fails the local verdict, has no committed log, or whose committed log,
+replayed through today's code, does not reproduce the digests its members recorded (the service would
+not be deterministic, and the golden would be wrong from the start).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from core import __version__
+from golden.replay import Replay, replay_log
+from harness.recorder import SCHEMAS, git_commit
+from harness.trace import TraceError, open_run
+
+ROOT = Path(__file__).resolve().parent
+TRACES = ROOT / "traces"
+MANIFEST = TRACES / "goldens.json"
+GOLDEN_FORMAT = 1
+COMPRESSION = "zstd"
+DRIVERS = ("sim", "real")
+
+
+class GoldenError(Exception):
+    """A golden or a run that cannot be blessed/verified: the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to re-create a golden: run ``scenario`` with ``seed`` on ``members`` members for
+    ``duration_s`` seconds in the simulator (``driver`` sim) or as real processes (real), then bless."""
+
+    name: str
+    driver: str
+    scenario: str
+    seed: int
+    members: int = 3
+    duration_s: float | None = None
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        if self.driver not in DRIVERS:
+            raise GoldenError(f"golden {self.name}: driver must be one of {DRIVERS}, not {self.driver!r}")
+
+
+@dataclass
+class Golden:
+    """A golden read back from disk."""
+
+    name: str
+    directory: Path
+    meta: dict[str, Any]
+    log: pa.Table
+    applied: pa.Table
+    messages: pa.Table | None
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return self.meta["golden"]
+
+    @property
+    def driver(self) -> str:
+        return str(self.info["driver"])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.meta["run_id"])
+
+
+def golden_run_id(name: str) -> str:
+    return f"golden-{name}"
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+
+def load_manifest(path: Path = MANIFEST) -> list[Recipe]:
+    """Every recipe in the manifest (empty if there is none)."""
+    if not path.is_file():
+        return []
+    try:
+        doc = json.loads(path.read_text())
+        return [Recipe(**r) for r in doc["goldens"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise GoldenError(f"{path}: not a golden manifest ({type(e).__name__}: {e})") from e
+
+
+def save_manifest(recipes: list[Recipe], path: Path = MANIFEST) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "about": "Recipes of the golden traces: `python -m golden.regenerate` re-runs each and blesses it.",
+        "goldens": [asdict(r) for r in sorted(recipes, key=lambda r: r.name)],
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def upsert_recipe(recipe: Recipe, path: Path = MANIFEST) -> None:
+    """Add ``recipe`` to the manifest, replacing one of the same name."""
+    recipes = [r for r in load_manifest(path) if r.name != recipe.name]
+    save_manifest([*recipes, recipe], path)
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def write_stream(path: Path, table: pa.Table, compression: str | None = COMPRESSION) -> None:
+    """``table`` as one Arrow IPC stream file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    options = ipc.IpcWriteOptions(compression=compression)
+    with pa.OSFile(str(path), "wb") as sink, ipc.new_stream(sink, table.schema, options=options) as w:
+        w.write_table(table, max_chunksize=64 * 1024)
+
+
+def read_stream_whole(path: Path) -> pa.Table:
+    """A golden's file, whole: a golden with a torn or unreadable file is corrupt, not tolerated."""
+    try:
+        # Read, not mapped: a golden re-blessed while mapped would fault the reader.
+        return ipc.open_stream(pa.BufferReader(path.read_bytes())).read_all()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise GoldenError(f"{path}: corrupt golden file ({e}); re-bless it (python -m golden.regenerate)") from e
+
+
+def applied_table(run_id: str, replay: Replay) -> pa.Table:
+    """One ``applied`` row per replayed entry (member -1: the agreed state)."""
+    rows = [
+        {
+            "run_id": run_id, "member_id": -1, "service_id": 0, "incarnation": 0,
+            "log_position": e.log_position, "length": e.length, "leadership_term_id": e.leadership_term_id,
+            "entry_type": e.entry_type, "cluster_time": e.cluster_time, "entry_digest": e.entry_digest,
+            "state_digest": e.state_digest, "replay": True, "wall_ns": 0, "seq": i,
+        }
+        for i, e in enumerate(replay.entries)
+    ]
+    return pa.Table.from_pylist(rows, schema=SCHEMAS["applied"])
+
+
+def messages_in_order(messages: pa.Table) -> pa.Table:
+    """The message table in recording order (a stable order to diff in)."""
+    return messages.sort_by([("wall_ns", "ascending"), ("process", "ascending"), ("incarnation", "ascending"),
+                             ("seq", "ascending")])
+
+
+def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
+    i = table.schema.get_field_index("run_id")
+    return table.set_column(i, "run_id", pa.array([run_id] * table.num_rows, pa.string()))
+
+
+# --------------------------------------------------------------------------------------------- bless
+
+
+def _recorded_states(applied: pa.Table) -> dict[int, set[tuple[bytes, bytes]]]:
+    states: dict[int, set[tuple[bytes, bytes]]] = {}
+    for pos, etype, entry, state in zip(
+        applied.column("log_position").to_pylist(), applied.column("entry_type").to_pylist(),
+        applied.column("entry_digest").to_pylist(), applied.column("state_digest").to_pylist(), strict=True,
+    ):
+        if etype != "Snapshot":
+            states.setdefault(pos, set()).add((entry, state))
+    return states
+
+
+def bless(
+    run_dir: Path | str,
+    name: str,
+    *,
+    traces: Path = TRACES,
+    duration_s: float | None = None,
+    summary: str = "",
+    force: bool = False,
+    manifest: Path | None = None,
+) -> Golden:
+    """Store run ``run_dir`` as golden ``name`` under ``traces`` and record its recipe in the manifest.
+    Raises GoldenError (saying why) for a run that cannot be a golden."""
+    from chaos.verify import verify_run
+    from harness.services import SERVICES
+
+    if not name or any(c in name for c in "/\\ ") or name.startswith("."):
+        raise GoldenError(f"golden name {name!r}: use letters, digits, '-' and '_'")
+    try:
+        run = open_run(run_dir)
+    except TraceError as e:
+        raise GoldenError(str(e)) from e
+    meta = run.meta
+    if run.log.num_rows == 0:
+        raise GoldenError(f"{run_dir}: the run has no committed log (log/*.arrow); only finished runs can be blessed")
+    if run.torn and any(t.table == "log" for t in run.torn):
+        raise GoldenError(f"{run_dir}: the committed log file is torn")
+    verdict = verify_run(run_dir)
+    if not verdict.ok:
+        raise GoldenError(f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}); "
+                          f"a golden must be a correct run")
+    config = meta.get("config") or {}
+    service = config.get("service", "kv")
+    if service not in SERVICES:
+        raise GoldenError(f"{run_dir}: unknown service {service!r} in run.json")
+    replay = replay_log(run.log.to_pylist(), SERVICES[service])
+    if replay.error is not None:
+        raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
+    recorded = _recorded_states(run.applied)
+    for e in replay.entries:
+        got = recorded.get(e.log_position)
+        if got is not None and (e.entry_digest, e.state_digest) not in got:
+            raise GoldenError(
+                f"{run_dir}: replaying the committed log gives state {e.state_digest.hex()} at position "
+                f"{e.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
+                f"the service is not deterministic, or the log is not the one the members applied"
+            )
+    driver = "sim" if config.get("runtime") == "sim" else "real"
+    recipe = Recipe(name, driver, str(meta.get("scenario") or "unknown"), int(meta.get("seed") or 0),
+                    len(meta.get("members") or []) or 3, duration_s, summary)
+
+    target = traces / name
+    if target.exists() and not force:
+        raise GoldenError(f"golden {name} exists at {target}; pass --force to replace it")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=traces if traces.is_dir() else None))
+    try:
+        run_id = golden_run_id(name)
+        write_stream(tmp / "log" / "committed.arrow", run.log)
+        write_stream(tmp / "applied" / "golden.arrow", applied_table(run_id, replay))
+        messages_rows = 0
+        if driver == "sim":
+            messages = with_run_id(messages_in_order(run.messages), run_id)
+            messages_rows = messages.num_rows
+            write_stream(tmp / "messages" / "golden.arrow", messages)
+        golden_meta = {
+            "format": GOLDEN_FORMAT,
+            **asdict(recipe),
+            "service": service,
+            "clusterlab_version": __version__,
+            "git_commit": git_commit(),
+            "blessed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "source_run_id": meta.get("run_id"),
+            "source_git_commit": meta.get("git_commit"),
+            "positions": len(replay.entries),
+            "end_position": replay.end_position,
+            "log_entries": run.log.num_rows,
+            "messages": messages_rows,
+            "final_state_digest": replay.entries[-1].state_digest.hex() if replay.entries else None,
+        }
+        doc = {
+            "run_id": run_id,
+            "scenario": recipe.scenario,
+            "seed": recipe.seed,
+            "members": meta.get("members"),
+            "config": config,
+            "clusterlab_version": __version__,
+            "git_commit": golden_meta["git_commit"],
+            "golden": golden_meta,
+            "source": {k: meta.get(k) for k in ("run_id", "outcome", "committed_log", "sim") if k in meta},
+            "trace_format": meta.get("trace_format"),
+        }
+        (tmp / "run.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    if manifest is not None or traces == TRACES:
+        upsert_recipe(recipe, manifest or traces / MANIFEST.name)
+    return load_golden(name, traces)
+
+
+# --------------------------------------------------------------------------------------------- read
+
+
+def golden_names(traces: Path = TRACES) -> list[str]:
+    """Every golden directory under ``traces``."""
+    if not traces.is_dir():
+        return []
+    return sorted(p.name for p in traces.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def load_golden(name: str, traces: Path = TRACES) -> Golden:
+    """Read golden ``name``; GoldenError says what is missing or corrupt."""
+    directory = traces / name
+    if not directory.is_dir():
+        known = ", ".join(golden_names(traces)) or "none"
+        raise GoldenError(f"no golden named {name!r} in {traces} (known: {known})")
+    try:
+        meta = json.loads((directory / "run.json").read_text())
+        info = meta["golden"]
+        missing = [k for k in ("driver", "scenario", "seed", "members", "service", "git_commit") if k not in info]
+        if missing:
+            raise KeyError(", ".join(missing))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise GoldenError(f"golden {name}: {directory / 'run.json'} is missing or corrupt "
+                          f"({type(e).__name__}: {e}); re-bless it (python -m golden.regenerate {name})") from e
+    log = read_stream_whole(directory / "log" / "committed.arrow")
+    applied = read_stream_whole(directory / "applied" / "golden.arrow")
+    for table, schema, what in ((log, SCHEMAS["log"], "log"), (applied, SCHEMAS["applied"], "applied")):
+        missing = [f.name for f in schema if f.name not in table.column_names]
+        if missing:
+            raise GoldenError(f"golden {name}: {what} table lacks columns {missing}")
+    messages = None
+    if info["driver"] == "sim":
+        messages = read_stream_whole(directory / "messages" / "golden.arrow")
+    if applied.num_rows != info.get("positions", applied.num_rows):
+        raise GoldenError(f"golden {name}: applied has {applied.num_rows} rows, run.json says {info['positions']}")
+    return Golden(name, directory, meta, log, applied, messages)
+
+
+def current_commit() -> str | None:
+    """The git commit of this checkout (None outside git)."""
+    return git_commit()

@@ -1,0 +1,312 @@
+"""``golden verify``: are today's service and consensus code still producing every golden's states?
+
+For each golden:
+
+(a) **replay** — its committed log goes, entry by entry, through today's consensus module log adapter
+    and service (:mod:`golden.replay`); the state digest at every log position is diffed against the
+    golden's (and the consensus module's open sessions against the service's);
+(b) **rerun** — a simulator golden is re-run from its seed, scenario, size and duration with today's
+    code; every position of every member and every message is diffed against the golden.
+
+The diffs are Spark jobs (:mod:`golden.spark.diff`), one set for all goldens in one session. The report
+names each golden's first divergent position, its entry (``describe()``), the golden and actual
+digests, and counts the rest — and says whether the divergence is one position or every position
+from there on, which tells a one-off wrong update from a changed digest function or encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from rich.console import Console
+from rich.table import Table
+
+from golden.replay import describe_entry, replay_log
+from golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
+from golden.store import TRACES, Golden, GoldenError, applied_table, current_commit, golden_names, load_golden
+
+REPLAY, RERUN = "replay", "rerun"
+
+
+@dataclass
+class GoldenVerdict:
+    """One golden's outcome."""
+
+    name: str
+    driver: str
+    blessed_commit: str | None
+    positions: int
+    replay: PositionDiff | None = None
+    rerun: PositionDiff | None = None
+    messages: MessageDiff | None = None
+    errors: list[str] = field(default_factory=list)
+    session_mismatches: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        diffs = [d for d in (self.replay, self.rerun, self.messages) if d is not None]
+        return not self.errors and not self.session_mismatches and all(d.ok for d in diffs) and bool(diffs)
+
+    def to_json(self) -> dict[str, Any]:
+        def pos(d: PositionDiff | None) -> dict[str, Any] | None:
+            if d is None:
+                return None
+            return {"ok": d.ok, "golden_positions": d.golden_positions, "actual_positions": d.actual_positions,
+                    "divergent": d.divergent, "kinds": d.kinds, "first": d.first, "from_first": d.from_first,
+                    "divergent_from_first": d.divergent_from_first, "next_agreeing": d.next_agreeing,
+                    "pattern": pattern(d)}
+
+        m = self.messages
+        return {
+            "name": self.name, "driver": self.driver, "ok": self.ok, "blessed_commit": self.blessed_commit,
+            "positions": self.positions, "errors": self.errors, "session_mismatches": self.session_mismatches[:20],
+            "replay": pos(self.replay), "rerun": pos(self.rerun),
+            "messages": None if m is None else {"ok": m.ok, "golden_rows": m.golden_rows, "actual_rows": m.actual_rows,
+                                                "divergent": m.divergent, "first": m.first},
+        }
+
+
+@dataclass
+class VerifyReport:
+    """Every golden's verdict."""
+
+    verdicts: list[GoldenVerdict]
+    commit: str | None
+    elapsed_s: float
+    master: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.verdicts) and all(v.ok for v in self.verdicts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "commit": self.commit, "master": self.master, "elapsed_s": round(self.elapsed_s, 2),
+                "goldens": [v.to_json() for v in self.verdicts]}
+
+    def table(self) -> Table:
+        t = Table(title=f"golden verify ({len(self.verdicts)} goldens, {self.elapsed_s:.1f} s): "
+                        f"{'PASS' if self.ok else 'FAIL'}")
+        for col in ("golden", "driver", "positions", "replay", "rerun", "rerun messages", "verdict"):
+            t.add_column(col, justify="right" if col == "positions" else "left", no_wrap=col == "golden")
+        for v in self.verdicts:
+            t.add_row(v.name, v.driver, str(v.positions), _cell(v.replay), _cell(v.rerun),
+                      "-" if v.messages is None else ("same" if v.messages.ok else
+                                                      f"{v.messages.divergent} differ"),
+                      "[green]ok[/]" if v.ok else "[red]FAIL[/]")
+        return t
+
+    def details(self) -> list[str]:
+        """Lines explaining every failure (empty when all pass)."""
+        lines: list[str] = []
+        for v in self.verdicts:
+            if v.ok:
+                continue
+            lines.append(f"golden {v.name} ({v.driver}, blessed from {v.blessed_commit or 'unknown commit'}; "
+                         f"this tree is {self.commit or 'unknown'}):")
+            lines += [f"  error: {e}" for e in v.errors]
+            if v.session_mismatches:
+                lines.append(f"  the consensus module and the service disagree on open sessions at "
+                             f"{len(v.session_mismatches)} positions, first {v.session_mismatches[0]}")
+            for label, d in ((REPLAY, v.replay), (RERUN, v.rerun)):
+                if d is not None and not d.ok:
+                    lines += [f"  {label}: {line}" for line in describe_position_diff(d)]
+            if v.messages is not None and not v.messages.ok:
+                lines += [f"  rerun messages: {line}" for line in describe_message_diff(v.messages)]
+        return lines
+
+
+def _cell(d: PositionDiff | None) -> str:
+    if d is None:
+        return "-"
+    if d.ok:
+        return "same"
+    assert d.first is not None
+    return f"{d.divergent} differ from {d.first['log_position']}"
+
+
+def pattern(d: PositionDiff) -> str:
+    """What the shape of a divergence suggests."""
+    if d.ok or d.first is None:
+        return "none"
+    if d.divergent_from_first == d.from_first == d.golden_positions and d.kinds.get("entry"):
+        return "every entry differs: the log encoding or framing changed"
+    if d.divergent_from_first == d.from_first == d.golden_positions:
+        return "every position differs: the state digest function or the service changed"
+    if d.divergent_from_first == d.from_first:
+        return "diverges at the first position shown and at every position after it"
+    if d.divergent == 1:
+        return "one position differs; the states agree again after it (a one-off divergence)"
+    return f"{d.divergent} positions differ; the states agree again at {d.next_agreeing}"
+
+
+def describe_position_diff(d: PositionDiff, describe: Callable[[int], str] | None = None) -> list[str]:
+    """The report lines of a position diff: first divergent position, entry, digests, how many more."""
+    f = d.first
+    if f is None:
+        return [f"{d.divergent} positions differ"]
+    entry = f.get("entry") or (describe(f["log_position"]) if describe else "")
+    lines = [
+        f"first divergent position {f['log_position']} ({f['kind']}): {f.get('entry_type') or ''} {entry}".rstrip(),
+        f"  golden entry {f['golden_entry_digest']} state {f['golden_state_digest']}",
+        f"  actual entry {', '.join(x for x in f['actual_entry_digests'] if x) or '-'} "
+        f"state {', '.join(f['actual_state_digests']) or '-'}",
+    ]
+    if f.get("members") and len(f["members"]) > 1:
+        lines.append("  members: " + "; ".join(f"{m['member']}/{m['incarnation']} {m['state_digest'][:12]}"
+                                               for m in f["members"]))
+    lines.append(f"  {d.divergent - 1} more divergent positions ({d.divergent_from_first} of the {d.from_first} "
+                 f"positions from the first on; {d.golden_positions} in the golden); kinds {d.kinds}")
+    lines.append(f"  pattern: {pattern(d)}")
+    return lines
+
+
+def describe_message_diff(m: MessageDiff) -> list[str]:
+    f = m.first
+    if f is None:
+        return [f"{m.divergent} messages differ"]
+    lines = [f"first divergent message: {f['process']} incarnation {f['incarnation']} seq {f['seq']} at "
+             f"sim time {f['wall_ns']} ns"]
+    for side in ("golden", "actual"):
+        payload = f.get(f"{side}_payload")
+        text = "(none)"
+        if payload is not None:
+            from harness.trace import describe_payload
+
+            text = describe_payload(bytes.fromhex(payload), entries=False)[0]
+        lines.append(f"  {side}: {f.get(f'{side}_direction') or ''} {f.get(f'{side}_channel') or ''} "
+                     f"{f.get(f'{side}_peer_process') or ''} {text}")
+    lines.append(f"  {m.divergent - 1} more divergent messages (golden {m.golden_rows} rows, re-run {m.actual_rows})")
+    return lines
+
+
+def _entry_describer(g: Golden) -> Callable[[int], str]:
+    def describe(position: int) -> str:
+        rows = g.log.filter(pc.equal(g.log.column("log_position"), position))
+        if rows.num_rows == 0:
+            return "(not in the golden's log)"
+        return describe_entry(bytes(rows.column("entry")[0].as_py()), position - len(rows.column("entry")[0].as_py()))
+
+    return describe
+
+
+def _write_replay(directory: Path, run_id: str, table: pa.Table) -> None:
+    from golden.store import write_stream
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": "golden-replay"}))
+    write_stream(directory / "applied" / "replay.arrow", table, compression=None)
+
+
+def verify_goldens(
+    names: Sequence[str] | None = None,
+    *,
+    traces: Path = TRACES,
+    master: str | None = None,
+    spark: Any = None,
+    service_factory: Callable[[], Any] | None = None,
+    rerun: bool = True,
+    scratch: Path | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """Verify goldens ``names`` (default: all under ``traces``). ``service_factory`` replaces the
+    golden's service in the replay (tests plant a faulty one). Raises GoldenError only when a named
+    golden does not exist; a corrupt golden is a failed verdict with its error."""
+    started = time.monotonic()
+    say = on_progress or (lambda _line: None)
+    wanted = list(names) if names else golden_names(traces)
+    if not wanted:
+        raise GoldenError(f"no goldens in {traces}")
+    for n in wanted:
+        if not (traces / n).is_dir():
+            raise GoldenError(f"no golden named {n!r} in {traces} (known: {', '.join(golden_names(traces)) or 'none'})")
+    own_scratch = scratch is None
+    work = Path(tempfile.mkdtemp(prefix="clusterlab-golden-")) if scratch is None else scratch
+    verdicts: list[GoldenVerdict] = []
+    comparisons: list[Comparison] = []
+    goldens: dict[str, Golden] = {}
+    own_spark = False
+    try:
+        for n in wanted:
+            try:
+                g = load_golden(n, traces)
+            except GoldenError as e:
+                verdicts.append(GoldenVerdict(n, "?", None, 0, errors=[str(e)]))
+                continue
+            goldens[n] = g
+            v = GoldenVerdict(n, g.driver, g.info.get("git_commit"), g.applied.num_rows)
+            verdicts.append(v)
+            say(f"{n}: replaying {g.log.num_rows} log entries")
+            factory = service_factory
+            if factory is None:
+                from harness.services import SERVICES
+
+                factory = SERVICES.get(g.info["service"])
+                if factory is None:
+                    v.errors.append(f"unknown service {g.info['service']!r}")
+                    continue
+            replay = replay_log(g.log.to_pylist(), factory)
+            if replay.error:
+                v.errors.append(f"replay stopped: {replay.error}")
+            v.session_mismatches = replay.session_mismatches
+            replay_dir = (work / f"replay-{n}").resolve()
+            _write_replay(replay_dir, f"replay-{n}", applied_table(f"replay-{n}", replay))
+            comparisons.append(Comparison(n, REPLAY, str(g.directory.resolve()), str(replay_dir)))
+            if rerun and g.driver == "sim":
+                from chaos.runner import run_scenario
+
+                info = g.info
+                say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
+                try:
+                    r = run_scenario(info["scenario"], seed=int(info["seed"]), members=int(info["members"]),
+                                     duration_s=info.get("duration_s"), sim=True, directory=work / f"rerun-{n}")
+                except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
+                    v.errors.append(f"cannot re-run {info['scenario']}: {e}")
+                    continue
+                if r.error:
+                    v.errors.append(f"re-run failed: {r.error}")
+                if r.trace_dir.is_dir():
+                    comparisons.append(Comparison(n, RERUN, str(g.directory.resolve()),
+                                                  str(r.trace_dir.resolve()), messages=True))
+        if comparisons:
+            from golden.spark.session import spark_session
+
+            say(f"diffing {len(comparisons)} runs against their goldens with Spark")
+            own_spark = spark is None
+            spark = spark or spark_session(master)
+            positions = diff_positions(spark, comparisons)
+            messages = diff_messages(spark, comparisons)
+            for v in verdicts:
+                if v.name not in goldens:
+                    continue
+                v.replay = positions.get((v.name, REPLAY))
+                v.rerun = positions.get((v.name, RERUN))
+                v.messages = messages.get(v.name)
+                describe = _entry_describer(goldens[v.name])
+                for d in (v.replay, v.rerun):
+                    if d is not None and d.first is not None:
+                        d.first["entry"] = describe(d.first["log_position"])
+        master_used = spark.sparkContext.master if spark is not None else ""
+        if own_spark and spark is not None:
+            spark.stop()  # before the scratch runs go: no straggling task may still read them
+    finally:
+        if own_scratch:
+            shutil.rmtree(work, ignore_errors=True)
+    return VerifyReport(verdicts, current_commit(), time.monotonic() - started, master_used)
+
+
+def print_report(report: VerifyReport, console: Console | None = None) -> None:
+    """The verdict table, then a few lines on every failing golden."""
+    console = console or Console(width=max(Console().width, 120))
+    console.print(report.table())
+    for line in report.details():
+        console.print(line, highlight=False, markup=False)
+

@@ -1,0 +1,116 @@
+"""``clusterlab golden bless|verify|regenerate|list``: golden traces (golden/traces/).
+
+Exit codes: 0 pass, 1 a divergence (verify) or a failed recipe (regenerate), 2 bad input (no such run
+or golden, a run that cannot be blessed, a corrupt manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _err(message: str) -> int:
+    print(f"clusterlab golden: {message}", file=sys.stderr)
+    return 2
+
+
+def _cmd_bless(args: argparse.Namespace) -> int:
+    """Store RUN as golden NAME (and its recipe in goldens.json)."""
+    from golden.store import TRACES, GoldenError, bless
+
+    traces = Path(args.traces) if args.traces else TRACES
+    try:
+        g = bless(args.run, args.name, traces=traces, duration_s=args.duration, summary=args.summary,
+                  force=args.force)
+    except GoldenError as e:
+        return _err(str(e))
+    size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
+    Console().print(f"blessed {g.name} ({g.driver}, {g.info['scenario']} seed {g.info['seed']}): "
+                    f"{g.applied.num_rows} positions, {size / 1024:.0f} KiB in {g.directory}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Replay every golden (and re-run the simulator ones); diff with Spark."""
+    from golden.store import TRACES, GoldenError
+    from golden.verify import print_report, verify_goldens
+
+    traces = Path(args.traces) if args.traces else TRACES
+    err = Console(stderr=True, highlight=False)
+    try:
+        report = verify_goldens(args.names, traces=traces, master=args.master, rerun=not args.no_rerun,
+                                on_progress=lambda line: err.print(line, markup=False))
+    except GoldenError as e:
+        return _err(str(e))
+    print_report(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str))
+    return 0 if report.ok else 1
+
+
+def _cmd_regenerate(args: argparse.Namespace) -> int:
+    """Re-run each recipe and bless it (after an intended change of bytes or digests)."""
+    from golden.regenerate import main
+
+    return main(args.names)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    """The goldens and their recipes."""
+    from golden.store import MANIFEST, GoldenError, golden_names, load_golden, load_manifest
+
+    try:
+        recipes = {r.name: r for r in load_manifest(MANIFEST)}
+    except GoldenError as e:
+        return _err(str(e))
+    t = Table(title="goldens")
+    for col in ("name", "driver", "scenario", "seed", "members", "positions", "KiB", "blessed from"):
+        t.add_column(col)
+    for name in sorted(set(golden_names()) | set(recipes)):
+        try:
+            g = load_golden(name)
+        except GoldenError as e:
+            r = recipes.get(name)
+            t.add_row(name, r.driver if r else "?", r.scenario if r else "?", "", "", "", "", f"[red]{e}[/]")
+            continue
+        size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
+        t.add_row(name, g.driver, g.info["scenario"], str(g.info["seed"]), str(g.info["members"]),
+                  str(g.applied.num_rows), f"{size / 1024:.0f}", str(g.info.get("git_commit"))[:12])
+    Console(width=max(Console().width, 120)).print(t)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``golden`` to the CLI."""
+    p = sub.add_parser("golden", help="golden traces: bless a run, verify today's code against every golden")
+    gs = p.add_subparsers(dest="golden_command", metavar="SUBCOMMAND", required=True)
+
+    b = gs.add_parser("bless", help="store a finished, passing run as a golden trace")
+    b.add_argument("run", metavar="RUN", help="the run's trace directory (with run.json and log/)")
+    b.add_argument("--name", required=True, help="golden name (directory under golden/traces/)")
+    b.add_argument("--duration", type=float, default=None, help="the scenario duration to record in the recipe")
+    b.add_argument("--summary", default="", help="one line saying what the golden covers")
+    b.add_argument("--force", action="store_true", help="replace an existing golden of that name")
+    b.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    b.set_defaults(func=_cmd_bless)
+
+    v = gs.add_parser("verify", help="replay/re-run goldens with today's code and diff with Spark")
+    v.add_argument("names", nargs="*", metavar="NAME", help="goldens to verify (default: all)")
+    v.add_argument("--master", default=None, help="Spark master (default local[*])")
+    v.add_argument("--no-rerun", action="store_true", help="skip re-running simulator goldens (replay only)")
+    v.add_argument("--json", default=None, help="write the report as JSON here")
+    v.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    v.set_defaults(func=_cmd_verify)
+
+    r = gs.add_parser("regenerate", help="re-run every recipe in goldens.json and bless it anew")
+    r.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
+    r.set_defaults(func=_cmd_regenerate)
+
+    ls = gs.add_parser("list", help="list goldens and their recipes")
+    ls.set_defaults(func=_cmd_list)

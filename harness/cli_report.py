@@ -1,0 +1,29 @@
+"""``clusterlab report RUN [--out FILE]``: a self-contained HTML report of a recorded run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """Write the report; print its path. Exit 2 for a path that is not a run."""
+    from golden.report import ReportError, write_report
+
+    try:
+        path = write_report(args.run, args.out)
+    except ReportError as e:
+        print(f"clusterlab report: {e}", file=sys.stderr)
+        return 2
+    Console(highlight=False).print(f"report: {path}", markup=False)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``report`` to the CLI."""
+    p = sub.add_parser("report", help="write a self-contained HTML report of a recorded run (verdict, timeline)")
+    p.add_argument("run", metavar="RUN", help="the run's trace directory")
+    p.add_argument("--out", default=None, help="the HTML file to write (default RUN/report.html)")
+    p.set_defaults(func=_cmd_report)

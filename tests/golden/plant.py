@@ -1,0 +1,131 @@
+"""Planting violations into copies of real traces: each helper rewrites one table file of a run
+directory (Arrow stream in, Arrow stream out) so a check has something precise to find."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+Rows = list[dict[str, Any]]
+
+
+def read_file(path: Path) -> pa.Table:
+    # Read into memory, not mapped: the file is rewritten in place next.
+    return ipc.open_stream(pa.BufferReader(path.read_bytes())).read_all()
+
+
+def write_file(path: Path, table: pa.Table) -> None:
+    with pa.OSFile(str(path), "wb") as sink, ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=512)
+
+
+def rewrite(path: Path, change: Callable[[Rows], Rows]) -> None:
+    """Replace the rows of one stream file by ``change(rows)`` (same schema)."""
+    table = read_file(path)
+    write_file(path, pa.Table.from_pylist(change(table.to_pylist()), schema=table.schema))
+
+
+def copy_run(src: Path, dst: Path, run_id: str) -> Path:
+    """A copy of run ``src`` whose run_id (run.json and every table's column) is ``run_id``."""
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "run.json").read_text())
+    meta["run_id"] = run_id
+    (dst / "run.json").write_text(json.dumps(meta))
+    for path in dst.glob("*/*.arrow"):
+        table = read_file(path)
+        if "run_id" in table.column_names:
+            i = table.schema.get_field_index("run_id")
+            write_file(path, table.set_column(i, table.schema.field(i), pa.array([run_id] * table.num_rows,
+                                                                                  pa.string())))
+    for stale in ("check.json", "report.html"):
+        (dst / stale).unlink(missing_ok=True)
+    return dst
+
+
+def applied_file(run: Path, member: int, incarnation: int = 0) -> Path:
+    return run / "applied" / f"service-{member}-i{incarnation}.arrow"
+
+
+def middle_entry(run: Path, member: int) -> dict[str, Any]:
+    """A SessionMessage row from the middle of a member's first incarnation."""
+    rows = [r for r in read_file(applied_file(run, member)).to_pylist() if r["entry_type"] == "SessionMessage"]
+    return rows[len(rows) // 2]
+
+
+def plant_state_digest(run: Path, member: int, position: int) -> None:
+    """Member ``member`` reports a different state digest at ``position`` only."""
+    def change(rows: Rows) -> Rows:
+        for r in rows:
+            if r["log_position"] == position:
+                r["state_digest"] = bytes(16)
+        return rows
+
+    rewrite(applied_file(run, member), change)
+
+
+def plant_gap(run: Path, member: int, position: int) -> int:
+    """Drop the applied row at ``position``; returns the position of the row after it (where the gap shows)."""
+    rows = read_file(applied_file(run, member)).to_pylist()
+    i = next(i for i, r in enumerate(rows) if r["log_position"] == position)
+    rewrite(applied_file(run, member), lambda rs: rs[:i] + rs[i + 1:])
+    return rows[i + 1]["log_position"]
+
+
+def plant_second_leader(run: Path, member: int, term: int) -> None:
+    """Member ``member`` also claims leadership of ``term``."""
+    path = run / "events" / f"node-{member}-i0.arrow"
+
+    def change(rows: Rows) -> Rows:
+        extra = dict(rows[-1], kind="leader", leadership_term_id=term, log_position=0, detail="{}",
+                     seq=rows[-1]["seq"] + 1)
+        return [*rows, extra]
+
+    rewrite(path, change)
+
+
+def plant_acked_op(run: Path, op_id: int) -> None:
+    """The client says op ``op_id`` (a put that never happened) was acknowledged."""
+    path = next((run / "ops").glob("*.arrow"))
+
+    def change(rows: Rows) -> Rows:
+        last = rows[-1]
+        invoke = dict(last, op_id=op_id, kind="invoke", f="put", key="ghost", value="never", result=None,
+                      seq=last["seq"] + 1)
+        ok = dict(invoke, kind="ok", result="null", seq=last["seq"] + 2)
+        return [*rows, invoke, ok]
+
+    rewrite(path, change)
+
+
+def plant_lost_entry(run: Path, position: int) -> None:
+    """The committed log loses the entry ending at ``position`` (and every later one: a shrunk prefix)."""
+    rewrite(run / "log" / "committed.arrow", lambda rows: [r for r in rows if r["log_position"] < position])
+
+
+def plant_commit_back(run: Path, member: int) -> int:
+    """Member ``member``'s node reports its commit position moving back; returns the lower position."""
+    path = run / "events" / f"node-{member}-i0.arrow"
+    low = 32
+
+    def change(rows: Rows) -> Rows:
+        commits = [r for r in rows if r["kind"] == "commit" and r["log_position"] and r["log_position"] > 1000]
+        last = commits[-1]
+        extra = dict(last, log_position=low, wall_ns=last["wall_ns"] + 1, seq=rows[-1]["seq"] + 1)
+        return [*rows, extra]
+
+    rewrite(path, change)
+    return low
+
+
+def tear(path: Path, keep_fraction: float = 0.6) -> int:
+    """Cut a stream file inside a record batch (as SIGKILL mid-write would); returns the new size."""
+    data = path.read_bytes()
+    size = int(len(data) * keep_fraction)
+    path.write_bytes(data[:size])
+    return size

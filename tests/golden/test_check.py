@@ -1,0 +1,131 @@
+"""``clusterlab check``: each Spark check fails on a violation planted in a copy of a real trace, at
+the planted position, and agrees with the local pyarrow verdict (chaos.verify) on every run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.verify import verify_run
+from golden.spark.check import CHECKS, check_runs
+from harness.cli import main
+from harness.trace import open_run
+from tests.golden import plant
+
+pytestmark = pytest.mark.spark
+
+
+def _first_leader_term(run: Path) -> int:
+    return min(e["leadership_term_id"] for e in open_run(run).events.to_pylist() if e["kind"] == "leader")
+
+
+@pytest.fixture(scope="module")
+def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Copies of one clean run, each with one planted violation; what and where, by run id."""
+    root = tmp_path_factory.mktemp("planted")
+    runs: dict[str, dict[str, Any]] = {}
+
+    def copy(name: str) -> Path:
+        return plant.copy_run(sim_run, root / name, name)
+
+    runs["clean"] = {"dir": copy("clean"), "fails": set()}
+    d = copy("state")
+    p = plant.middle_entry(d, 1)["log_position"]
+    plant.plant_state_digest(d, 1, p)
+    runs["state"] = {"dir": d, "fails": {"agreement"}, "position": p}
+    d = copy("gap")
+    p = plant.middle_entry(d, 2)["log_position"]
+    runs["gap"] = {"dir": d, "fails": {"contiguity"}, "position": plant.plant_gap(d, 2, p)}
+    d = copy("leaders")
+    term = _first_leader_term(d)
+    plant.plant_second_leader(d, 1, term)
+    runs["leaders"] = {"dir": d, "fails": {"election_safety"}, "term": term}
+    d = copy("acked")
+    plant.plant_acked_op(d, 999_999)
+    runs["acked"] = {"dir": d, "fails": {"durability"}}
+    d = copy("lost")
+    p = plant.middle_entry(d, 1)["log_position"]
+    plant.plant_lost_entry(d, p)
+    # Acknowledged writes after the lost entry are gone from the log too.
+    runs["lost"] = {"dir": d, "fails": {"committed_prefix", "durability"}, "position": p}
+    d = copy("commit-back")
+    runs["commit-back"] = {"dir": d, "fails": {"committed_prefix"}, "position": plant.plant_commit_back(d, 1)}
+    return runs
+
+
+@pytest.fixture(scope="module")
+def report(spark, planted: dict[str, Any]) -> Any:
+    return check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False)
+
+
+def _of(report: Any, check: str, run_id: str) -> list[dict[str, Any]]:
+    return [v for v in report.checks[check].violations if v["run_id"] == run_id]
+
+
+def test_each_planted_violation_fails_exactly_its_checks(report: Any, planted: dict[str, Any]) -> None:
+    assert sorted(report.run_ids) == sorted(planted)
+    for run_id, p in planted.items():
+        failed = {c for c in CHECKS if _of(report, c, run_id)}
+        assert failed == p["fails"], run_id
+
+
+def test_violations_are_at_the_planted_positions(report: Any, planted: dict[str, Any]) -> None:
+    state = _of(report, "agreement", "state")
+    assert [v["log_position"] for v in state] == [planted["state"]["position"]]
+    assert state[0]["kind"] == "state"
+    assert {m["member"] for m in state[0]["members"]} == {0, 1, 2}
+    assert state[0]["messages"], "the messages around the divergence come with it"
+    gap = _of(report, "contiguity", "gap")
+    assert gap[0]["log_position"] == planted["gap"]["position"] and gap[0]["member_id"] == 2
+    leaders = _of(report, "election_safety", "leaders")
+    assert leaders == [{"run_id": "leaders", "leadership_term_id": planted["leaders"]["term"],
+                        "members": sorted(leaders[0]["members"])}]
+    assert len(leaders[0]["members"]) == 2
+    acked = _of(report, "durability", "acked")
+    assert [(v["op_id"], v["problem"]) for v in acked] == [(999_999, "acknowledged op not in the log")]
+    lost = _of(report, "committed_prefix", "lost")
+    assert lost[0]["log_position"] == planted["lost"]["position"]
+    assert lost[0]["problem"] == "applied entry not in the final committed log"
+    back = _of(report, "committed_prefix", "commit-back")
+    assert [(v["log_position"], v["member_id"]) for v in back] == [(planted["commit-back"]["position"], 1)]
+    assert back[0]["problem"].startswith("commit position moved back")
+
+
+def test_spark_and_pyarrow_verdicts_agree(report: Any, planted: dict[str, Any]) -> None:
+    for run_id, p in planted.items():
+        local = verify_run(p["dir"])
+        spark_failed = {c for c in CHECKS if _of(report, c, run_id)}
+        assert set(local.failed()) == spark_failed, run_id
+
+
+def test_check_cli_writes_check_json_and_exit_codes(spark, planted: dict[str, Any], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    clean, bad = planted["clean"]["dir"], planted["state"]["dir"]
+    assert main(["check", str(clean), "--json", str(tmp_path / "out.json")]) == 0
+    doc = json.loads((clean / "check.json").read_text())
+    assert doc["ok"] is True and set(doc["checks"]) == set(CHECKS) and doc["rows"]["applied"] > 0
+    assert json.loads((tmp_path / "out.json").read_text())["run_ids"] == ["clean"]
+    assert main(["check", str(bad)]) == 1
+    doc = json.loads((bad / "check.json").read_text())
+    assert doc["checks"]["agreement"]["violations"][0]["log_position"] == planted["state"]["position"]
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "agreement" in out
+    # The report takes the Spark verdict from check.json, with the divergent members' digests.
+    from golden.report import write_report
+
+    page = write_report(bad).read_text()
+    assert "Spark check (check.json)" in page
+    assert f"First divergent log position: <b>{planted['state']['position']}</b> (state)" in page
+    assert "0" * 32 in page.lower()  # the planted all-zero state digest
+
+
+def test_check_cli_bad_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "no such directory" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["check", str(tmp_path / "empty")]) == 2
+    assert "not a run directory" in capsys.readouterr().err

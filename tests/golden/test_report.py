@@ -1,0 +1,65 @@
+"""``clusterlab report``: one self-contained HTML file with the verdict, the timeline and the first
+divergence."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from golden.report import ReportError, fault_spans, op_latencies, role_spans, write_report
+from harness.cli import main
+from harness.trace import open_run
+from tests.golden import plant
+
+
+def test_clean_run_report_has_verdict_and_timeline(sim_run: Path, tmp_path: Path) -> None:
+    run = plant.copy_run(sim_run, tmp_path / "clean", "clean")
+    path = write_report(run)
+    assert path == run / "report.html"
+    page = path.read_text()
+    assert "PASS" in page and "local verdict (pyarrow)" in page
+    for m in (0, 1, 2):
+        assert f">member {m}</text>" in page
+    assert page.count('class="role"') >= 4 and page.count('class="commit"') >= 3
+    assert page.count('class="op"') > 100
+    assert re.search(r'class="fault"[^>]*><title>kill \[0\]', page)
+    assert "term 0" in page and "term 1" in page
+    assert "None: every member reached the same state" in page
+    # Self-contained: no script, nothing fetched.
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+    assert [u for u in re.findall(r"https?://[^\"' ]+", page) if u != "http://www.w3.org/2000/svg"] == []
+
+
+def test_timeline_data_follows_the_events(sim_run: Path) -> None:
+    run = open_run(sim_run)
+    events = run.events.to_pylist()
+    end = max(e["wall_ns"] for e in events)
+    spans = role_spans(events, [0, 1, 2], end)
+    assert "LEADER" in [s.label for s in spans[0]] and "DOWN" in [s.label for s in spans[0]]
+    assert [s.label for s in spans[1]] == ["FOLLOWER"]
+    kill = next(e["wall_ns"] for e in events if e["kind"] == "kill")
+    assert [(f.start, f.label) for f in fault_spans(events, end)] == [(kill, "kill [0]")]
+    lats = op_latencies(run.ops.to_pylist())
+    assert len(lats) == sum(1 for o in run.ops.to_pylist() if o["kind"] != "invoke")
+    assert all(lat >= 0 for _, lat, _, _ in lats)
+
+
+def test_divergent_run_report_shows_the_first_divergence(sim_run: Path, tmp_path: Path) -> None:
+    run = plant.copy_run(sim_run, tmp_path / "bad", "bad")
+    p = plant.middle_entry(run, 1)["log_position"]
+    plant.plant_state_digest(run, 1, p)
+    page = write_report(run, tmp_path / "out" / "r.html").read_text()
+    assert "FAIL" in page and f"position {p}" in page
+
+
+def test_report_cli(sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.html"
+    assert main(["report", str(sim_run), "--out", str(out)]) == 0
+    assert out.is_file() and str(out) in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "no such run directory" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(ReportError):
+        write_report(tmp_path / "missing")
