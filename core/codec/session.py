@@ -40,6 +40,7 @@ class SessionMessageHeader(Message):
 
 SESSION_HEADER_LENGTH = HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
 _SMH = struct.Struct("<HHHHqqq")
+_SMH_PEEK = struct.Struct("<2xH")
 assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
 
 
@@ -54,6 +55,22 @@ def encode_session_message(
     except struct.error as e:
         raise ValueError(f"SessionMessageHeader: {e}") from None
     return block + payload
+
+
+def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """``(leadership_term_id, cluster_session_id, timestamp)`` of a SessionMessageHeader, without
+    copying its payload; raises DecodeError like :meth:`SessionMessageHeader.decode`."""
+    if len(buf) >= SESSION_HEADER_LENGTH:
+        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
+            return term, session, timestamp
+    m = SessionMessageHeader.decode(buf)
+    return m.leadership_term_id, m.cluster_session_id, m.timestamp
+
+
+def peek_session_message(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether ``buf`` holds a SessionMessageHeader (by its message header), without decoding it."""
+    return len(buf) >= SESSION_HEADER_LENGTH and _SMH_PEEK.unpack_from(buf)[0] == 1
 
 
 def unpack_session_message(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes]:

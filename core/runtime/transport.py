@@ -1,7 +1,10 @@
 """ZeroMQ plumbing shared by every clusterlab process: framing, socket options, links, the egress cache.
 
 Every message on every socket is two ZeroMQ frames: a 3-byte header ``[channel u8][src int16 LE]``
-and the encoded payload (a ``core.codec`` message). ROUTER sockets (control) put the peer's
+and the encoded payload (a ``core.codec`` message). Client ingress and egress may batch: a header
+then one or more payload frames, each a whole message (several session messages or replies per
+ZeroMQ message and per send/receive call, which is what the per-message cost of a Python process is
+made of). ROUTER sockets (control) put the peer's
 routing identity in front. The channel is also given by the socket a message arrives on (each
 channel of ARCHITECTURE.md has its own socket, as Aeron has a stream per channel); a header that
 names another channel, a source that cannot send on that channel, or a wrong number of frames is
@@ -109,7 +112,26 @@ def parse(frames: list[bytes], channel: Channel, allowed_src: Callable[[int], bo
     """``(src, payload)`` of a well-framed message for ``channel``, or why it is not one."""
     if len(frames) != 2:
         return f"expected 2 frames (header, payload), got {len(frames)}"
-    head, payload = frames
+    checked = _check_header(frames[0], channel, allowed_src)
+    return checked if isinstance(checked, str) else (checked, frames[1])
+
+
+MAX_BATCH = 1024  # payload frames in one batched message (a sender's bound, not a reader's)
+
+
+def parse_batch(
+    frames: list[bytes], channel: Channel, allowed_src: Callable[[int], bool]
+) -> tuple[int, list[bytes]] | str:
+    """``(src, payloads)`` of a message on a batching channel (a header, then 1..MAX_BATCH payload
+    frames), or why it is not one."""
+    if not 2 <= len(frames) <= MAX_BATCH + 1:
+        return f"expected a header and 1 to {MAX_BATCH} payload frames, got {len(frames)} frames"
+    checked = _check_header(frames[0], channel, allowed_src)
+    return checked if isinstance(checked, str) else (checked, frames[1:])
+
+
+def _check_header(head: bytes, channel: Channel, allowed_src: Callable[[int], bool]) -> int | str:
+    """The source named by a header frame for ``channel``, or why the header is wrong."""
     if len(head) == HEADER_LENGTH:
         code, src = HEADER.unpack(head)
     elif len(head) == ID_HEADER_LENGTH:
@@ -123,7 +145,7 @@ def parse(frames: list[bytes], channel: Channel, allowed_src: Callable[[int], bo
         return f"channel {got} on the {channel} socket"
     if not allowed_src(src):
         return f"source {src} may not send on {channel}"
-    return src, payload
+    return src
 
 
 class Link:
@@ -144,6 +166,16 @@ class Link:
             self.dropped += 1
             return False
         self.sent += 1
+        return True
+
+    def send_batch(self, head: bytes, payloads: list[bytes]) -> bool:
+        """Several payloads as one message (header, payload frames); the batching channels only."""
+        try:
+            self.sock.send_multipart([head, *payloads], zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += len(payloads)
+            return False
+        self.sent += len(payloads)
         return True
 
     def close(self, linger_ms: int = 0) -> None:
@@ -167,6 +199,10 @@ class EgressCache:
         self.bad_channels = 0
 
     def send(self, response_channel: str, payload: bytes) -> bool:
+        return self.send_batch(response_channel, [payload])
+
+    def send_batch(self, response_channel: str, payloads: list[bytes]) -> bool:
+        """Egress messages for one client, batched: at most MAX_BATCH per ZeroMQ message."""
         link = self._links.get(response_channel)
         if link is None:
             if not response_channel.startswith(("ipc://", "tcp://")):
@@ -188,11 +224,16 @@ class EgressCache:
                 old.close()
         else:
             self._links.move_to_end(response_channel)
-        if link.send(self._head, payload):
-            self.sent += 1
-            return True
-        self.dropped += 1
-        return False
+        ok = True
+        for i in range(0, len(payloads), MAX_BATCH):
+            chunk = payloads[i : i + MAX_BATCH]
+            sent = link.send(self._head, chunk[0]) if len(chunk) == 1 else link.send_batch(self._head, chunk)
+            if sent:
+                self.sent += len(chunk)
+            else:
+                self.dropped += len(chunk)
+                ok = False
+        return ok
 
     def close(self, linger_ms: int = 0) -> None:
         for link in self._links.values():

@@ -220,6 +220,7 @@ class ClusteredServiceAgent:
         self._held: list[tuple[str, Any]] | None = None  # sends held back while an entry is applied
 
         self.cluster_members: ClusterMembersResponse | ClusterMembersExtendedResponse | None = None
+        self.applied_count = 0  # entries applied (and snapshots loaded), whether or not on_applied listens
         self.ignored: Counter[str] = Counter()
         self.errors: list[BaseException] = []  # swallowed as in Aeron (on_terminate)
 
@@ -393,6 +394,7 @@ class ClusteredServiceAgent:
         image = snapshot.image()
         self._call_lifecycle("on_start", lambda: self.service.on_start(self, image), "Snapshot")
         state_digest = self._state_digest("Snapshot")
+        self.applied_count += 1
         self._emit_applied(
             AppliedEntry(
                 log_position=snapshot.log_position,
@@ -570,9 +572,8 @@ class ClusteredServiceAgent:
             template_id = peek_template_id(payload)
             if template_id == SessionMessageHeader.TEMPLATE_ID:
                 _term, session_id, timestamp, body = unpack_session_message(payload)
-                msg: Any = None
-            else:
-                msg = decode(payload)
+                return self._apply_session_message(f, replay, session_id, timestamp, body)
+            msg: Any = decode(payload)
         except DecodeError as e:
             self._failure = AgentError(f"undecodable committed log entry at {f.position}..{end}: {e}")
             raise self._failure from e
@@ -582,11 +583,7 @@ class ClusteredServiceAgent:
         snapshot_failure: list[BaseException] = []
         action: Callable[[], object] | None
 
-        if msg is None:
-            entry_type = EntryType.SESSION_MESSAGE
-            session = self._sessions.get(session_id)
-            action = partial(self.service.on_session_message, session, timestamp, body)
-        elif isinstance(msg, TimerEvent):
+        if isinstance(msg, TimerEvent):
             entry_type, timestamp = EntryType.TIMER, msg.timestamp
             action = partial(self.service.on_timer_event, msg.correlation_id, msg.timestamp)
         elif isinstance(msg, SessionOpenEvent):
@@ -658,10 +655,12 @@ class ClusteredServiceAgent:
         # says the same and also holds for a service restored from a snapshot mid-term.
         self._leadership_term_id = f.leadership_term_id
         self._held = []
+        state_digest = b""
         try:
             if action is not None:
                 action()
-            state_digest = self._state_digest(entry_type)
+            if self._on_applied is not None:
+                state_digest = self._state_digest(entry_type)
         except Exception as e:
             self._held = None
             if undo is not None:
@@ -676,28 +675,67 @@ class ClusteredServiceAgent:
             failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
             self._failure = failure
             raise failure from e
+        self._release_held()
+        self._applied(f, entry_type, timestamp, state_digest, replay)
+        if snapshot_failure:
+            return SnapshotError(end, entry_type, snapshot_failure[0])
+        return None
+
+    def _apply_session_message(self, f: Frame, replay: bool, session_id: int, timestamp: int, body: bytes) -> None:
+        """The common entry, without the generic path's per-entry closures (same semantics)."""
+        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
+        self._log_position = f.end_position
+        self._cluster_time = timestamp
+        self._leadership_term_id = f.leadership_term_id
+        self._held = []
+        state_digest = b""
+        try:
+            self.service.on_session_message(self._sessions.get(session_id), timestamp, body)
+            if self._on_applied is not None:
+                state_digest = self._state_digest(EntryType.SESSION_MESSAGE)
+        except Exception as e:
+            self._held = None
+            (
+                self._log_position,
+                self._cluster_time,
+                self._leadership_term_id,
+                self._time_unit,
+                self._next_ack_id,
+            ) = saved
+            failure = e if isinstance(e, ServiceError) else ServiceError(f.end_position, EntryType.SESSION_MESSAGE, e)
+            self._failure = failure
+            raise failure from e
+        self._release_held()
+        self._applied(f, EntryType.SESSION_MESSAGE, timestamp, state_digest, replay)
+        return None
+
+    def _release_held(self) -> None:
+        """Send what the service sent while its entry was applied (it applied without error)."""
         held, self._held = self._held, None
+        assert held is not None
         for kind, item in held:
             if kind == "cm":
                 self._to_cm(item)
             else:
                 self._egress(*item)
+
+    def _applied(self, f: Frame, entry_type: EntryType, timestamp: int, state_digest: bytes, replay: bool) -> None:
+        """Count an applied entry; with an ``on_applied`` listener, its row with both digests (only
+        then are they computed: the state digest is one hash, the entry digest another)."""
+        self.applied_count += 1
         if self._on_applied is not None:
             self._emit_applied(
                 AppliedEntry(
-                    log_position=end,
+                    log_position=f.end_position,
                     length=f.length,
                     leadership_term_id=f.leadership_term_id,
                     entry_type=entry_type,
                     cluster_time=timestamp,
-                    entry_digest=_digest(frame(payload, f.position, f.leadership_term_id, f.frame_type)),
+                    entry_digest=_digest(frame(f.payload, f.position, f.leadership_term_id, f.frame_type)),
                     state_digest=state_digest,
                     replay=replay,
                 )
             )
-        if snapshot_failure:
-            return SnapshotError(end, entry_type, snapshot_failure[0])
-        return None
 
     def _snapshot_action(self, leadership_term_id: int, failure: list[BaseException]) -> None:
         """Take a snapshot at the current position and ack it (Aeron ``executeAction``); a failure acks
