@@ -8,7 +8,7 @@ fit in the current segment starts the next one. A position therefore maps to (se
 bisect on segment bases, and truncating the log to a frame boundary is "delete later segments, cut one file".
 
 Tail cache: the frames this store appended itself (validated on the way in, or framed here) are also
-kept in memory, the last ``TAIL_CACHE_BYTES`` or so, with their Frame objects. The leader reads its
+kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB) or so, with their Frame objects. The leader reads its
 own tail once per follower, once to consume and once for its service; a follower consumes and
 forwards what it just received. Those reads are served from memory, without a second CRC pass;
 anything older, or after a truncate or purge, is read (and checked) from the files as before.
@@ -56,7 +56,8 @@ _FRAME_POSITION = struct.Struct("<q")
 _FRAME_POSITION_OFFSET = 16
 # Older segments are read rarely (replay, catch-up); a few cached descriptors are enough.
 _READ_FD_CACHE_SIZE = 4
-TAIL_CACHE_BYTES = 4 * 1024 * 1024  # kept at least; trimmed once it holds twice as much
+# Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
+TAIL_CACHE_BYTES = 32 * 1024 * 1024
 
 
 def segment_file_name(base_position: int) -> str:

@@ -57,6 +57,16 @@ def encode_session_message(
     return block + payload
 
 
+def session_message_fields(buf: bytes) -> tuple[int, int, int] | None:
+    """``(leadership_term_id, cluster_session_id, timestamp)`` if ``buf`` is a SessionMessageHeader of
+    the usual shape (its payload starts at SESSION_HEADER_LENGTH), else None: decode it then."""
+    if len(buf) >= SESSION_HEADER_LENGTH:
+        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
+            return term, session, timestamp
+    return None
+
+
 def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(leadership_term_id, cluster_session_id, timestamp)`` of a SessionMessageHeader, without
     copying its payload; raises DecodeError like :meth:`SessionMessageHeader.decode`."""

@@ -80,6 +80,7 @@ class ClusterConnection:
         self.messages: list[EgressMessage] = []
         self.ignored = 0
         self.dropped = 0
+        self.egress_messages = 0  # ZeroMQ messages received on the response channel (each 1..MAX_BATCH)
         self.closed = False
         for endpoint in ingress_endpoints.values():
             self._link(endpoint)
@@ -155,6 +156,7 @@ class ClusterConnection:
                 for payload in parsed[1]:
                     on_egress(payload, now)
                 n += len(parsed[1])
+                self.egress_messages += 1
             self.messages.extend(self.client.poll())
         now = self.clock.now_ns()
         if self._pending:

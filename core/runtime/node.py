@@ -109,6 +109,9 @@ _HOUR_NS = 3600 * 1_000_000_000
 # A member is its node and its service: when the service process is gone (crashed, killed) the
 # node stops too, unless the cluster terminated it in the meantime (its last ack was in flight).
 SERVICE_GONE_GRACE_NS = 500 * 1_000_000
+# Client messages (each up to transport.MAX_BATCH session messages) taken per duty cycle: the cycle
+# then replicates, commits and consumes before taking more (Aeron's ingress fragment limit).
+INGRESS_BATCH_LIMIT = 4
 
 
 def _any_source(_src: int) -> bool:
@@ -382,7 +385,7 @@ class Node:
 
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
-            batch = drain(sock, BATCH_LIMIT)
+            batch = drain(sock, INGRESS_BATCH_LIMIT)
             module = self.module
             count = 0
             for frames in batch:

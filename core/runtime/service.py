@@ -198,6 +198,8 @@ class ServiceProcess:
                         continue
                     is_replay = msg.end_position <= self._replay_max
                     agent.on_log_frames(walked.frames, msg.commit_position, is_replay)
+                    if self._egress_pending:
+                        self._flush_egress()  # the block's replies leave before the next block is applied
                 else:
                     if isinstance(msg, JoinLog):
                         self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1

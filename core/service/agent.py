@@ -66,7 +66,12 @@ from core.codec import ScheduleTimer as ScheduleTimerMsg
 from core.codec.enums import BooleanType
 from core.codec.header import peek_template_id
 from core.codec.registry import decode, message_name
-from core.codec.session import encode_session_message, unpack_session_message
+from core.codec.session import (
+    SESSION_HEADER_LENGTH,
+    encode_session_message,
+    session_message_fields,
+    unpack_session_message,
+)
 from core.consensus.context import APP_VERSION, Role
 from core.service.api import ClientSession, ClusteredService, ClusterError
 from core.service.snapshot import (
@@ -568,6 +573,9 @@ class ClusteredServiceAgent:
             self._log_position = end
             return None
         payload = f.payload
+        fields = session_message_fields(payload)
+        if fields is not None:
+            return self._apply_session_message(f, replay, fields[1], fields[2], payload[SESSION_HEADER_LENGTH:])
         try:
             template_id = peek_template_id(payload)
             if template_id == SessionMessageHeader.TEMPLATE_ID:
