@@ -501,6 +501,30 @@ class ClusteredServiceAgent:
             if frames:
                 self._ignore("no active log", f"{len(frames)} frames from {frames[0].position}")
             return 0
+        applied = 0
+        if not self._frames and frames and frames[0].position == self._buffered_end:
+            # Nothing buffered ahead: apply the committed prefix as it comes (the usual case of a
+            # service fed committed blocks), buffer only the rest.
+            bound = self._bound()
+            i, n = 0, len(frames)
+            while i < n:
+                f = frames[i]
+                if f.position != self._buffered_end or f.end_position > bound:
+                    break
+                self._buffered_end = f.end_position
+                i += 1
+                snapshot_error = self._apply(f, is_replay)
+                applied += 1
+                if snapshot_error is not None:
+                    self._buffer(frames[i:], is_replay)
+                    raise snapshot_error
+            frames = frames[i:]
+        self._buffer(frames, is_replay)
+        applied += self._deliver()
+        self._check_positions()
+        return applied
+
+    def _buffer(self, frames: Sequence[Frame], is_replay: bool) -> None:
         for f in frames:
             expected = self._buffered_end
             if f.position != expected:
@@ -514,9 +538,6 @@ class ClusteredServiceAgent:
                 )
             self._frames.append((f, is_replay))
             self._buffered_end = f.end_position
-        applied = self._deliver()
-        self._check_positions()
-        return applied
 
     def on_log_end(self) -> None:
         """The log stream ended (Aeron ``closeLog``: image end-of-stream). Uncommitted entries are

@@ -12,7 +12,9 @@ cas         ``{"id": 7, "op": "cas", "key": "k", "expected": "a",             sw
 delete      ``{"id": 7, "op": "delete", "key": "k"}``                         key existed / previous value
 ==========  ================================================================  ======================================
 
-Every reply is ``{"id", "ok", "value", "revision"}`` (the store's revision after the op); a request
+Commands are parsed with orjson (strict RFC 8259: UTF-8, integers within 64 bits, no NaN), the
+same parser on every member; what it refuses is answered as "not JSON". Every reply is
+``{"id", "ok", "value", "revision"}`` (the store's revision after the op); a request
 that cannot be parsed gets ``{"id": <id or null>, "ok": false, "error": "..."}`` and changes nothing,
 so a client's garbage never stops the cluster. The store's revision counts successful mutations and
 every key remembers the revision that last wrote it, so two different histories that happen to end
@@ -36,6 +38,8 @@ import re
 from hashlib import blake2b
 from json.encoder import encode_basestring_ascii
 from typing import Any
+
+import orjson
 
 from core.codec import CloseReason
 from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
@@ -179,8 +183,8 @@ class KeyValueService(ClusteredService):
     def execute(self, payload: bytes) -> dict[str, Any]:
         """Apply one command and return the reply (a remembered one for a resent request)."""
         try:
-            command: Any = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            command: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError as e:
             return {"id": None, "ok": False, "error": f"bad request: not JSON: {e}"}
         if not isinstance(command, dict):
             return self._execute(command)
