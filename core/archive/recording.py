@@ -339,9 +339,10 @@ class RecordingStore:
         ends: list[int] = []
         for payload in payloads:
             data = frame(payload, position, leadership_term_id)
-            frames.append(Frame(position, leadership_term_id, HDR_TYPE_DATA, payload))
+            f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
+            frames.append(f)
             chunks.append(data)
-            position += len(data)
+            position = f.end_position
             ends.append(position - start)
         if not chunks:
             return start
@@ -364,9 +365,9 @@ class RecordingStore:
             self._clear_tail_cache()  # not contiguous with what is cached (cannot happen: appends are at stop)
             self._cache_base = frames[0].position
         self._cache += data
-        self._cache_frames.extend(frames)
-        self._cache_starts.extend(f.position for f in frames)
-        self._cache_ends.extend(f.end_position for f in frames)
+        self._cache_frames += frames
+        self._cache_starts += [f.position for f in frames]
+        self._cache_ends += [f.end_position for f in frames]
         if len(self._cache) > 2 * TAIL_CACHE_BYTES:
             keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
             i = bisect.bisect_left(self._cache_starts, keep_from)

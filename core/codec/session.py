@@ -40,7 +40,9 @@ class SessionMessageHeader(Message):
 
 SESSION_HEADER_LENGTH = HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
 _SMH = struct.Struct("<HHHHqqq")
-_SMH_PEEK = struct.Struct("<2xH")
+# Where the timestamp sits in an encoded SessionMessageHeader (the leader stamps client messages).
+SESSION_TIMESTAMP_OFFSET = SESSION_HEADER_LENGTH - 8
+SESSION_TIMESTAMP = struct.Struct("<q")
 assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
 
 
@@ -59,10 +61,11 @@ def encode_session_message(
 
 def session_message_fields(buf: bytes) -> tuple[int, int, int] | None:
     """``(leadership_term_id, cluster_session_id, timestamp)`` if ``buf`` is a SessionMessageHeader of
-    the usual shape (its payload starts at SESSION_HEADER_LENGTH), else None: decode it then."""
+    the usual shape (exactly the header :func:`encode_session_message` writes, so its payload starts
+    at SESSION_HEADER_LENGTH), else None: decode it then."""
     if len(buf) >= SESSION_HEADER_LENGTH:
-        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
-        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
+        block_length, template_id, schema_id, version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID and version == 12:
             return term, session, timestamp
     return None
 
@@ -76,11 +79,6 @@ def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, 
             return term, session, timestamp
     m = SessionMessageHeader.decode(buf)
     return m.leadership_term_id, m.cluster_session_id, m.timestamp
-
-
-def peek_session_message(buf: bytes | bytearray | memoryview) -> bool:
-    """Whether ``buf`` holds a SessionMessageHeader (by its message header), without decoding it."""
-    return len(buf) >= SESSION_HEADER_LENGTH and _SMH_PEEK.unpack_from(buf)[0] == 1
 
 
 def unpack_session_message(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes]:

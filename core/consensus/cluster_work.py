@@ -29,7 +29,6 @@ from core.codec.enums import (
     SnapshotTypeId,
     ToggleState,
 )
-from core.codec.errors import DecodeError
 from core.codec.framing import Frame, framed_length
 from core.codec.log_events import ClusterActionRequest, SessionCloseEvent, SessionOpenEvent, TimerEvent
 from core.codec.service import (
@@ -43,6 +42,9 @@ from core.codec.service import (
     ServiceTerminationPosition,
 )
 from core.codec.session import (
+    SESSION_HEADER_LENGTH,
+    SESSION_TIMESTAMP,
+    SESSION_TIMESTAMP_OFFSET,
     AdminRequest,
     AdminResponse,
     Challenge,
@@ -54,9 +56,8 @@ from core.codec.session import (
     SessionKeepAlive,
     SessionMessageHeader,
     encode_session_message,
-    peek_session_message,
+    session_message_fields,
     session_message_ids,
-    unpack_session_message,
 )
 from core.codec.snapshot import ClusterSession as ClusterSessionRecord
 from core.codec.snapshot import (
@@ -292,18 +293,17 @@ class ClusterWork:
         if self.state == ConsensusModuleState.CLOSED:
             return
         taken: list[bytes] = []
+        timestamp = b""  # the cluster time stamped on this batch's session messages, packed once
         for payload in payloads:
-            if (
-                self.election is None
+            fields = (
+                session_message_fields(payload)
+                if self.election is None
                 and self.role == Role.LEADER
                 and self.state == ConsensusModuleState.ACTIVE
-                and peek_session_message(payload)
-            ):
-                try:
-                    term, session_id, _timestamp, body = unpack_session_message(payload)
-                except DecodeError as e:
-                    self.ignore(f"{Channel.INGRESS} from {NULL_VALUE}", f"malformed: {e}")
-                    continue
+                else None
+            )
+            if fields is not None:
+                term, session_id, _ = fields
                 if term != self.leadership_term_id:
                     self.ignore("SessionMessageHeader", "stale leadership term")
                     continue
@@ -311,7 +311,12 @@ class ClusterWork:
                 if s is None or s.state != ClusterSessionState.OPEN:
                     self.ignore("SessionMessageHeader", f"session {session_id} not open")
                     continue
-                taken.append(encode_session_message(term, session_id, self.cluster_time_ms(now_ns), body))
+                if not timestamp:
+                    timestamp = SESSION_TIMESTAMP.pack(self.cluster_time_ms(now_ns))
+                # The client's message with the leader's timestamp (encode_session_message's bytes).
+                taken.append(
+                    b"".join((payload[:SESSION_TIMESTAMP_OFFSET], timestamp, payload[SESSION_HEADER_LENGTH:]))
+                )
                 s.time_of_last_activity_ns = now_ns
                 continue
             if taken:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from hashlib import blake2b
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -65,9 +66,15 @@ def _json_str(value: str | None) -> str:
     return "null" if value is None else encode_basestring_ascii(value)
 
 
+@lru_cache(maxsize=4096)
+def _is_plain(text: str) -> bool:
+    # Cached: a pipelined client reuses its keys and values (and a str caches its own hash).
+    return _PLAIN.match(text) is not None
+
+
 def put(request_id: int, key: str, value: str) -> bytes:
     """An encoded put command."""
-    if type(request_id) is int and _PLAIN.match(key) and _PLAIN.match(value):
+    if type(request_id) is int and _is_plain(key) and _is_plain(value):
         return f'{{"id":{request_id},"key":"{key}","op":"put","value":"{value}"}}'.encode("ascii")
     return _dumps({"id": request_id, "op": "put", "key": key, "value": value})
 
