@@ -20,9 +20,23 @@ Every system is a :class:`Subject` and is measured by the same code (:mod:`bench
    is the kill → first acknowledged op (so committed by the new leader); the killed member is
    restarted and the cluster is let settle before the next kill. ``--kills`` times (≥ 10 by
    default), with each system's default timeouts and with ~100 ms detection timeouts.
+   "Settled" is the same bar for every system: all members up, agreeing on the leader, connected
+   and caught up (for clusterlab: nodes *and* services caught up, ``LocalCluster.caught_up``;
+   until this revision only the nodes were awaited, so a kill could land while a restarted
+   member's service was still starting and the figure measured that start-up, not the election).
+   Detection timeouts: PySyncObj's election timeout (random in [min, max]) is both its failure
+   detector and its ballot timer. clusterlab's detector is the leader heartbeat timeout; Aeron's
+   election timeout is a separate timer (nomination delay up to half of it, and a ballot that,
+   with a member dead, always runs its whole length). "Default" is each system's own defaults
+   (clusterlab: LocalCluster's ``Timeouts.fast()``, 1 s heartbeat timeout, 300 ms election
+   timeout; PySyncObj 0.4-1.4 s), which do not detect equally fast; the ~100 ms profile is the
+   equal-detection comparison: 100 ms heartbeat timeout against PySyncObj's 0.1-0.2 s, and a
+   40 ms election timeout (see ``ClusterlabSubject.FAST_TIMEOUTS_NS``).
 
 Where the client runs: for the raw bound and clusterlab it is this process (a ZeroMQ client, as a
-user's would be). PySyncObj has no client protocol — its callers are threads of a member process —
+user's would be; clusterlab's ``ClusterConnection`` sends what was offered between two polls as one
+batched ZeroMQ message, and matches replies with ``kv.reply_outcome``, which reads a reply's id
+without decoding all of it). PySyncObj has no client protocol — its callers are threads of a member process —
 so its driver runs inside the leader process (the failover probe inside both survivors), which
 spares it the client hop the others pay.
 
@@ -203,6 +217,7 @@ class PySyncObjSubject(Subject):
         self.addrs: list[str] = []
         self.controls: list[str] = []
         self.tmp: Path | None = None
+        self.settle_timeout_s = 30.0
 
     def availability(self) -> str | None:
         try:
@@ -212,6 +227,7 @@ class PySyncObjSubject(Subject):
         return None
 
     def start(self, profile: str, settings: Settings) -> None:
+        self.settle_timeout_s = settings.settle_timeout_s
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-pysyncobj-"))
         # Ascending address order, started in that order: in PySyncObj the node with the greater
         # address dials the smaller, so each dial finds its peer already bound (a failed first dial
@@ -287,7 +303,10 @@ class PySyncObjSubject(Subject):
     def _on_leader(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         leader = self.leader()
         if leader is None:
-            self.await_stable(10.0)
+            # A follower that fell behind during a saturation run (on a busy machine it can miss
+            # heartbeats and campaign) needs time to rejoin and catch up: the settle timeout, as
+            # everywhere else, not a fixed 10 s that failed the whole system's load phase.
+            self.await_stable(self.settle_timeout_s)
             leader = self.leader()
         assert leader is not None
         return control(self.controls[leader], request, timeout_s=timeout_s)

@@ -734,8 +734,17 @@ class ClusteredServiceAgent:
             failure = e if isinstance(e, ServiceError) else ServiceError(f.end_position, EntryType.SESSION_MESSAGE, e)
             self._failure = failure
             raise failure from e
-        self._release_held()
-        self._applied(f, EntryType.SESSION_MESSAGE, timestamp, state_digest, replay)
+        held, self._held = self._held, None
+        if held:
+            for kind, item in held:
+                if kind == "cm":
+                    self._to_cm(item)
+                else:
+                    self._egress(*item)
+        if self._on_applied is None:
+            self.applied_count += 1
+        else:
+            self._applied(f, EntryType.SESSION_MESSAGE, timestamp, state_digest, replay)
         return None
 
     def _release_held(self) -> None:

@@ -149,12 +149,15 @@ class KeyValueService(ClusteredService):
         self.cluster: Cluster | None = None
         self.entries: dict[str, tuple[str, int]] = {}
         self.revision = 0
-        # The digest is the multiset sum of every item's hash (digest.py): the entries' hashes are
-        # summed here as they change (each entry's hash kept, so removing it costs no hashing), the
-        # ("revision", n) item is added when a digest is asked for. The same value as a
-        # MultisetDigest kept item by item, for a third of the hashing per write.
+        # The digest is the multiset sum of every item's hash (digest.py), kept incrementally and
+        # lazily: ``_entries_sum`` sums the hashes in ``_entry_hashes``, which holds every key except
+        # the ``_dirty`` ones, written since the last digest; a digest hashes those (each once, however
+        # often it was written) and adds the ("revision", n) item. The same value as a MultisetDigest
+        # kept item by item; a write costs no hashing until a digest is asked for (per entry only
+        # when applied entries are recorded).
         self._entry_hashes: dict[str, int] = {}
         self._entries_sum = 0
+        self._dirty: set[str] = set()
         # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
         self.replies: dict[int, dict[int, dict[str, Any]]] = {}
 
@@ -162,18 +165,31 @@ class KeyValueService(ClusteredService):
 
     def _set(self, key: str, value: str) -> None:
         self.revision += 1
-        h = str_item_hash(DOMAIN, _ENTRY_TAG, key, value, self.revision)
-        old = self._entry_hashes.get(key)
-        self._entries_sum = (self._entries_sum + h - (old if old is not None else 0)) % MODULUS
-        self._entry_hashes[key] = h
         self.entries[key] = (value, self.revision)
+        if key not in self._dirty:
+            old = self._entry_hashes.pop(key, None)
+            if old is not None:
+                self._entries_sum -= old
+            self._dirty.add(key)
 
     def _delete(self, key: str) -> None:
         del self.entries[key]
-        self._entries_sum = (self._entries_sum - self._entry_hashes.pop(key)) % MODULUS
+        if key in self._dirty:
+            self._dirty.discard(key)
+        else:
+            self._entries_sum -= self._entry_hashes.pop(key)
         self.revision += 1
 
     def state_digest(self) -> bytes:
+        if self._dirty:
+            entries, hashes = self.entries, self._entry_hashes
+            total = self._entries_sum
+            for key in self._dirty:
+                value, mod_revision = entries[key]
+                h = hashes[key] = str_item_hash(DOMAIN, _ENTRY_TAG, key, value, mod_revision)
+                total += h
+            self._entries_sum = total % MODULUS
+            self._dirty.clear()
         revision = str(self.revision).encode("ascii")
         # item_hash(DOMAIN, "revision", self.revision), encoded inline (one digest per applied entry)
         data = b"".join((_REVISION_TAG, b"I", len(revision).to_bytes(4, "little"), revision))
@@ -279,6 +295,7 @@ class KeyValueService(ClusteredService):
             k: item_hash(DOMAIN, "entry", k, v, rev) for k, (v, rev) in self.entries.items()
         }
         self._entries_sum = sum(self._entry_hashes.values()) % MODULUS
+        self._dirty = set()
 
     def on_session_open(self, session: ClientSession, timestamp: int) -> None:
         pass
