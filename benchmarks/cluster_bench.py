@@ -494,10 +494,13 @@ class _ClusterlabClient:
     """:class:`benchmarks.peers.common.AckClient` over a LocalCluster ``LocalClient`` (KV puts)."""
 
     def __init__(self, local_client: Any) -> None:
+        from core.client.errors import ClientError
         from harness.services import kv
 
+        self.ClientError = ClientError
         self.lc = local_client
         self.conn = local_client.conn
+        self.cc = local_client.conn.client  # the ClusterClient (the same object across reconnects)
         self.kv = kv
         self._pad: dict[tuple[int, int], str] = {}
 
@@ -511,13 +514,11 @@ class _ClusterlabClient:
         return self.kv.put(rid, key, pad)
 
     def offer(self, rid: int, payload: bytes) -> bool:
-        from core.client.errors import ClientError
-
         try:
-            if not self.lc.client.is_connected:
+            if not self.cc.is_connected:
                 self.lc.connect(timeout_s=0.05)  # a session lost with its leader: open a new one
             self.conn.offer(self._put(rid, len(payload)))
-        except (ClientError, AssertionError, TimeoutError):
+        except (self.ClientError, AssertionError, TimeoutError):
             return False
         return True
 

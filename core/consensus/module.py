@@ -36,7 +36,7 @@ from core.codec.errors import DecodeError
 from core.codec.framing import Frame, framed_length, walk_frames
 from core.codec.log_events import NewLeadershipTermEvent
 from core.codec.registry import decode, peek_template_id
-from core.codec.session import encode_session_message
+from core.codec.session import encode_session_message, session_message_fields
 from core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
 from core.consensus.cluster_work import MAX_LONG, ClusterWork
 from core.consensus.context import (
@@ -1032,15 +1032,32 @@ class ConsensusModule(ClusterWork):
         limit = min(limit, self.archive.stop_position)
         if limit <= self.consumed_position:
             return
-        consumed: list[Frame] = []
-        # max_bytes bounds one cycle's work but always yields at least one whole frame.
-        for f in self.archive.read_frames(self.consumed_position, limit, max_bytes=LOG_CONSUME_LIMIT_BYTES):
-            more = self._on_log_entry(f, is_replay, now_ns)
+        frames = self.archive.read_frames(self.consumed_position, limit, max_bytes=LOG_CONSUME_LIMIT_BYTES)
+        # A client's session message (most of the log) only refreshes its session's activity, and
+        # only where entries are learned from the log: that case is handled inline, the rest by
+        # _on_log_entry (what it does for a session message is the same).
+        learn = self.role != Role.LEADER or is_replay
+        sessions = self.sessions
+        listeners = self.log_listeners
+        fields_of = session_message_fields
+        consumed = 0
+        for f in frames:
+            fields = fields_of(f.payload)
+            if fields is not None and fields[1] >= 0:
+                if learn:
+                    s = sessions.get(fields[1])
+                    if s is not None:
+                        s.time_of_last_activity_ns = now_ns
+                for listener in listeners:
+                    listener(f, is_replay)
+                more = True
+            else:
+                more = self._on_log_entry(f, is_replay, now_ns)
             self.consumed_position = f.end_position
-            consumed.append(f)
+            consumed += 1
             if not more:
                 break
-        self.forward_to_service(consumed)
+        self.forward_to_service(frames[:consumed])
 
     def _on_log_entry(self, frame: Frame, is_replay: bool, now_ns: int) -> bool:
         template_id = peek_template_id(frame.payload)

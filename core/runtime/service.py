@@ -197,7 +197,13 @@ class ServiceProcess:
                         self._ignore("to-service socket", f"corrupt LogBlock at {msg.start_position}: {walked.error}")
                         continue
                     is_replay = msg.end_position <= self._replay_max
-                    agent.on_log_frames(walked.frames, msg.commit_position, is_replay)
+                    agent.on_log_frames(
+                        walked.frames,
+                        msg.commit_position,
+                        is_replay,
+                        block=msg.entries,
+                        block_position=msg.start_position,
+                    )
                     if self._egress_pending:
                         self._flush_egress()  # the block's replies leave before the next block is applied
                 else:

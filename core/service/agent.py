@@ -225,6 +225,8 @@ class ClusteredServiceAgent:
         self._held: list[tuple[str, Any]] | None = None  # sends held back while an entry is applied
 
         self.cluster_members: ClusterMembersResponse | ClusterMembersExtendedResponse | None = None
+        self._block: bytes | None = None  # the framed bytes of the block being applied (on_log_frames)
+        self._block_position = 0
         self.applied_count = 0  # entries applied (and snapshots loaded), whether or not on_applied listens
         self.ignored: Counter[str] = Counter()
         self.errors: list[BaseException] = []  # swallowed as in Aeron (on_terminate)
@@ -487,9 +489,30 @@ class ClusteredServiceAgent:
         self._set_role(new_role)
         self._check_positions()
 
-    def on_log_frames(self, frames: Sequence[Frame], commit_position: int, is_replay: bool = False) -> int:
+    def on_log_frames(
+        self,
+        frames: Sequence[Frame],
+        commit_position: int,
+        is_replay: bool = False,
+        *,
+        block: bytes | None = None,
+        block_position: int = 0,
+    ) -> int:
         """Receive log entries and/or a new commit position; apply every entry that is committed.
-        Returns how many entries were applied."""
+        Returns how many entries were applied.
+
+        ``block`` (optional): the framed bytes the frames were walked from, starting at
+        ``block_position``; an entry applied from it gets its ``entry_digest`` from those bytes
+        instead of framing its payload again (the same bytes for a frame written by ``frame``)."""
+        if block is not None and self._on_applied is not None:
+            self._block, self._block_position = block, block_position
+            try:
+                return self._on_log_frames(frames, commit_position, is_replay)
+            finally:
+                self._block = None
+        return self._on_log_frames(frames, commit_position, is_replay)
+
+    def _on_log_frames(self, frames: Sequence[Frame], commit_position: int, is_replay: bool) -> int:
         self._check_usable()
         if self._terminated:
             if frames:
@@ -769,11 +792,20 @@ class ClusteredServiceAgent:
                     leadership_term_id=f.leadership_term_id,
                     entry_type=entry_type,
                     cluster_time=timestamp,
-                    entry_digest=_digest(frame(f.payload, f.position, f.leadership_term_id, f.frame_type)),
+                    entry_digest=self._entry_digest(f),
                     state_digest=state_digest,
                     replay=replay,
                 )
             )
+
+    def _entry_digest(self, f: Frame) -> bytes:
+        block = self._block
+        if block is not None:
+            start = f.position - self._block_position
+            end = f.end_position - self._block_position
+            if start >= 0 and end <= len(block):
+                return hashlib.blake2b(memoryview(block)[start:end], digest_size=DIGEST_SIZE).digest()
+        return _digest(frame(f.payload, f.position, f.leadership_term_id, f.frame_type))
 
     def _snapshot_action(self, leadership_term_id: int, failure: list[BaseException]) -> None:
         """Take a snapshot at the current position and ack it (Aeron ``executeAction``); a failure acks
