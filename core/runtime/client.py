@@ -28,7 +28,7 @@ from core.consensus.context import SECOND, Channel
 from core.runtime.clock import Clock
 from core.runtime.config import ipc_path
 from core.runtime.runner import BATCH_LIMIT
-from core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, bind, drain, header, parse_batch
+from core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, batch_header, bind, drain, header, parse_batch
 
 FRESH_LINK_GRACE_NS = 300 * 1_000_000  # how long a refused send on a new link is retried
 RETRY_POLL_MS = 2
@@ -77,6 +77,7 @@ class ClusterConnection:
         self._pending: list[tuple[Link, int, list[bytes]]] = []
         self._outgoing: dict[str, list[bytes]] = {}  # endpoint -> offered since the last flush, in order
         self._head = header(Channel.INGRESS, NO_MEMBER)
+        self._batch_head = batch_header(Channel.INGRESS, NO_MEMBER)
         self.messages: list[EgressMessage] = []
         self.ignored = 0
         self.dropped = 0
@@ -118,7 +119,9 @@ class ClusterConnection:
                     self.dropped += len(payloads)
 
     def _send_now(self, link: Link, payloads: list[bytes]) -> bool:
-        return link.send(self._head, payloads[0]) if len(payloads) == 1 else link.send_batch(self._head, payloads)
+        if len(payloads) == 1:
+            return link.send(self._head, payloads[0])
+        return link.send_batch(self._batch_head, payloads)
 
     def _retry_pending(self, now_ns: int) -> None:
         pending, self._pending = self._pending, []

@@ -10,7 +10,7 @@ import zmq
 
 from core.codec.session import encode_session_message
 from core.consensus.context import Channel
-from core.runtime.transport import MAX_BATCH, NO_MEMBER, header
+from core.runtime.transport import MAX_BATCH, NO_MEMBER, batch_header, pack_batch
 from harness.services import kv
 from tests.cluster.helpers import assert_services_agree, await_caught_up, running_cluster
 
@@ -54,7 +54,7 @@ def test_a_malformed_message_inside_an_ingress_batch_is_ignored_and_the_rest_app
         push.setsockopt(zmq.LINGER, 1000)
         try:
             push.connect(c.config.member(leader).ingress)
-            push.send_multipart([header(Channel.INGRESS, NO_MEMBER), *payloads])
+            push.send_multipart([batch_header(Channel.INGRESS, NO_MEMBER), pack_batch(payloads)])
         finally:
             push.close()
         replies = client.wait([9001, 9003], 15.0)
