@@ -454,7 +454,8 @@ class RecordingStore:
                 if i == j:
                     return b""
                 base = self._cache_base
-                return bytes(self._cache[from_position - base : self._cache_ends[j - 1] - base])
+                with memoryview(self._cache) as view:  # one copy (a bytearray slice would be a second)
+                    return bytes(view[from_position - base : self._cache_ends[j - 1] - base])
         chunks, _frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

@@ -28,10 +28,9 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.archive.snapshots import SnapshotStore
 from core.codec import (
@@ -101,10 +100,10 @@ class EntryType(StrEnum):
     SNAPSHOT = "Snapshot"  # the row a service restored from a snapshot writes first
 
 
-@dataclass(frozen=True, slots=True)
-class AppliedEntry:
+class AppliedEntry(NamedTuple):
     """One row of the trace's ``applied`` table, minus what the recorder adds (run, member, service,
-    incarnation)."""
+    incarnation). A NamedTuple (immutable, compared by value) rather than a frozen dataclass: one is
+    made per applied entry on every member while recording, and a tuple is three times cheaper."""
 
     log_position: int  # end of the entry (for SNAPSHOT: the snapshot's position)
     length: int  # framed length in the log (0 for SNAPSHOT)

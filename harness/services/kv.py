@@ -209,10 +209,22 @@ class KeyValueService(ClusteredService):
             command: Any = orjson.loads(payload)
         except orjson.JSONDecodeError as e:
             return {"id": None, "ok": False, "error": f"bad request: not JSON: {e}"}
-        if not isinstance(command, dict):
+        if type(command) is not dict:
             return self._execute(command)
         client = command.get("client")
         request_id = command.get("id")
+        if client is None and command.get("op") == "put":
+            # The common command, checked exactly as _execute does, without its calls.
+            key, value = command.get("key"), command.get("value")
+            if type(request_id) is int and type(key) is str and type(value) is str:
+                previous = self.entries.get(key)
+                self._set(key, value)
+                return {
+                    "id": request_id,
+                    "ok": True,
+                    "value": None if previous is None else previous[0],
+                    "revision": self.revision,
+                }
         if not isinstance(client, int) or not isinstance(request_id, int):
             return self._execute(command)
         remembered = self.replies.setdefault(client, {})
