@@ -1089,6 +1089,11 @@ class ConsensusModule(ClusterWork):
             deadline = self.election.next_deadline_ns(now)
         else:
             deadline = now + max(self.ctx.timeouts.leader_heartbeat_interval_ns // 2, 1)
+            if self.role != Role.LEADER and self.termination_position == NULL_POSITION:
+                # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.
+                deadline = min(
+                    deadline, max(now, self.time_of_last_log_update_ns + self.ctx.timeouts.leader_heartbeat_timeout_ns)
+                )
             active_leader = self.role == Role.LEADER and self.state == ConsensusModuleState.ACTIVE
             timer = self.timer_service.next_deadline() if active_leader else None
             if timer is not None:
