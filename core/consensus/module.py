@@ -34,6 +34,7 @@ from core.codec.consensus import (
 from core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit, ReplayPurpose
 from core.codec.errors import DecodeError
 from core.codec.framing import Frame, framed_length, walk_frames
+from core.codec.header import HEADER_LENGTH
 from core.codec.log_events import NewLeadershipTermEvent
 from core.codec.registry import decode, peek_template_id
 from core.codec.session import encode_session_message, session_message_fields
@@ -1041,6 +1042,24 @@ class ConsensusModule(ClusterWork):
         listeners = self.log_listeners
         fields_of = session_message_fields
         consumed = 0
+        if not learn:
+            # The leader consuming its own log in term: only a NewLeadershipTermEvent does anything
+            # besides the listeners (_on_log_entry), found by its template id (bytes 2-3 of the header).
+            nlte_low, nlte_high = NewLeadershipTermEvent.TEMPLATE_ID & 0xFF, NewLeadershipTermEvent.TEMPLATE_ID >> 8
+            for f in frames:
+                p = f.payload
+                if len(p) < HEADER_LENGTH or (p[2] == nlte_low and p[3] == nlte_high):
+                    more = self._on_log_entry(f, is_replay, now_ns)
+                else:
+                    for listener in listeners:
+                        listener(f, is_replay)
+                    more = True
+                self.consumed_position = f.end_position
+                consumed += 1
+                if not more:
+                    break
+            self.forward_to_service(frames[:consumed])
+            return
         for f in frames:
             fields = fields_of(f.payload)
             if fields is not None and fields[1] >= 0:
