@@ -54,6 +54,9 @@ INBOUND_RCVHWM = 10_000
 EGRESS_SNDHWM = 10_000
 EGRESS_CACHE_SIZE = 128
 RECONNECT_IVL_MS = 10
+# Zero-copy sends only above this: pyzmq frees a zero-copy buffer through its garbage-collector thread
+# (a cross-thread wake-up per message), dearer than copying a log block of up to 64 KiB.
+ZERO_COPY_BYTES = 256 * 1024
 RECONNECT_IVL_MAX_MS = 200
 
 Logger = Callable[[str], None]
@@ -198,7 +201,7 @@ class Link:
 
     def send(self, head: bytes, payload: bytes) -> bool:
         try:
-            self.sock.send_multipart((head, payload), zmq.NOBLOCK, copy=len(payload) < 4096)
+            self.sock.send_multipart((head, payload), zmq.NOBLOCK, copy=len(payload) < ZERO_COPY_BYTES)
         except zmq.Again:
             self.dropped += 1
             return False
@@ -210,7 +213,7 @@ class Link:
         the batching channels only."""
         try:
             packed = pack_batch(payloads)
-            self.sock.send_multipart((head, packed), zmq.NOBLOCK, copy=len(packed) < 65536)
+            self.sock.send_multipart((head, packed), zmq.NOBLOCK, copy=len(packed) < ZERO_COPY_BYTES)
         except zmq.Again:
             self.dropped += len(payloads)
             return False
