@@ -7,6 +7,12 @@ we keep that shape with our own frames (core/codec/framing.py). A log position i
 fit in the current segment starts the next one. A position therefore maps to (segment, file offset) by a
 bisect on segment bases, and truncating the log to a frame boundary is "delete later segments, cut one file".
 
+Tail cache: the frames this store appended itself (validated on the way in, or framed here) are also
+kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB) or so, with their Frame objects. The leader reads its
+own tail once per follower, once to consume and once for its service; a follower consumes and
+forwards what it just received. Those reads are served from memory, without a second CRC pass;
+anything older, or after a truncate or purge, is read (and checked) from the files as before.
+
 Durability: writes go straight to the OS with ``os.pwrite`` (no Python buffer), so a killed process loses
 nothing it appended; ``fsync`` happens only with ``file_sync=True`` (Aeron's file sync level 0 by default:
 survives a process crash, not a power loss). On open the last segment is checked frame by frame; a torn
@@ -22,7 +28,7 @@ import os
 import re
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -32,6 +38,7 @@ from core.codec.errors import DecodeError
 from core.codec.framing import (
     FRAME_ALIGNMENT,
     FRAME_HEADER_LENGTH,
+    HDR_TYPE_DATA,
     MAX_FRAME_LENGTH,
     Frame,
     align,
@@ -49,6 +56,8 @@ _FRAME_POSITION = struct.Struct("<q")
 _FRAME_POSITION_OFFSET = 16
 # Older segments are read rarely (replay, catch-up); a few cached descriptors are enough.
 _READ_FD_CACHE_SIZE = 4
+# Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
+TAIL_CACHE_BYTES = 32 * 1024 * 1024
 
 
 def segment_file_name(base_position: int) -> str:
@@ -129,6 +138,7 @@ class RecordingStore:
         self._closed = False
         if segments:
             self._active_fd = os.open(segments[-1].path, os.O_RDWR)
+        self._clear_tail_cache()
 
     # ------------------------------------------------------------------ open / close
 
@@ -292,6 +302,7 @@ class RecordingStore:
                 f"({len(framed)} bytes): bad frame at position {result.end_position}: {reason}"
             )
         self._write(framed, [f.end_position - start_position for f in result.frames])
+        self._cache_append(framed, result.frames)
         return self.stop_position
 
     def append_walked(self, framed: bytes, start_position: int, frames: list[Frame]) -> int:
@@ -311,14 +322,77 @@ class RecordingStore:
                 f"end at {frames[-1].end_position}"
             )
         self._write(framed, [f.end_position - start_position for f in frames])
+        self._cache_append(framed, frames)
         return self.stop_position
 
     def append_entry(self, payload: bytes, leadership_term_id: int) -> int:
         """Frame ``payload`` at the stop position and append it; returns the position after it."""
+        return self.append_entries((payload,), leadership_term_id)
+
+    def append_entries(self, payloads: Sequence[bytes], leadership_term_id: int) -> int:
+        """Frame each payload in turn from the stop position and append them with one write; returns
+        the position after the last (the leader's batched ingress)."""
         self._check_open()
-        data = frame(payload, self.stop_position, leadership_term_id)
-        self._write(data, [len(data)])
+        position = start = self.stop_position
+        chunks: list[bytes] = []
+        frames: list[Frame] = []
+        ends: list[int] = []
+        for payload in payloads:
+            data = frame(payload, position, leadership_term_id)
+            f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
+            frames.append(f)
+            chunks.append(data)
+            position = f.end_position
+            ends.append(position - start)
+        if not chunks:
+            return start
+        block = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._write(block, ends)
+        self._cache_append(block, frames)
         return self.stop_position
+
+    # ------------------------------------------------------------------ tail cache
+
+    def _clear_tail_cache(self) -> None:
+        self._cache = bytearray()
+        self._cache_base = self.stop_position if self._segments else 0
+        self._cache_frames: list[Frame] = []
+        self._cache_starts: list[int] = []
+        self._cache_ends: list[int] = []
+
+    def _cache_append(self, data: bytes, frames: list[Frame]) -> None:
+        if self._cache_base + len(self._cache) != frames[0].position:
+            self._clear_tail_cache()  # not contiguous with what is cached (cannot happen: appends are at stop)
+            self._cache_base = frames[0].position
+        self._cache += data
+        self._cache_frames += frames
+        self._cache_starts += [f.position for f in frames]
+        self._cache_ends += [f.end_position for f in frames]
+        if len(self._cache) > 2 * TAIL_CACHE_BYTES:
+            keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
+            i = bisect.bisect_left(self._cache_starts, keep_from)
+            new_base = self._cache_starts[i]
+            del self._cache[: new_base - self._cache_base]
+            del self._cache_frames[:i]
+            del self._cache_starts[:i]
+            del self._cache_ends[:i]
+            self._cache_base = new_base
+
+    def _cached(self, from_position: int, to_position: int, max_bytes: int | None) -> tuple[int, int] | None:
+        """Indices ``[i, j)`` of the cached frames :meth:`read` would return, or None if the range is not
+        (wholly) in the cache. Same rules as a read from the files."""
+        starts = self._cache_starts
+        if not starts or from_position < starts[0]:
+            return None
+        i = bisect.bisect_left(starts, from_position)
+        if i == len(starts) or starts[i] != from_position:
+            return None  # not a frame boundary we know: the file read says why
+        ends = self._cache_ends
+        to = min(to_position, self.stop_position)
+        if ends[i] > to:
+            return i, i
+        limit = to if max_bytes is None else min(to, max(from_position + max_bytes, ends[i]))
+        return i, bisect.bisect_right(ends, limit, lo=i)
 
     def _write(self, data: bytes, frame_ends: list[int]) -> None:
         """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments."""
@@ -373,11 +447,24 @@ class RecordingStore:
         before it (so a ``to_position`` inside a frame is rounded down). With ``max_bytes`` the result stops
         at the last whole frame within the limit, but always holds at least one frame. Raises ArchiveError
         if ``from_position`` is out of range or not a frame boundary, or if a frame read is corrupt."""
+        if from_position >= self._cache_base and to_position >= from_position and not self._closed:
+            hit = self._cached(from_position, to_position, max_bytes)
+            if hit is not None:
+                i, j = hit
+                if i == j:
+                    return b""
+                base = self._cache_base
+                with memoryview(self._cache) as view:  # one copy (a bytearray slice would be a second)
+                    return bytes(view[from_position - base : self._cache_ends[j - 1] - base])
         chunks, _frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def read_frames(self, from_position: int, to_position: int, max_bytes: int | None = None) -> list[Frame]:
         """Like :meth:`read` but decoded into frames."""
+        if from_position >= self._cache_base and to_position >= from_position and not self._closed:
+            hit = self._cached(from_position, to_position, max_bytes)
+            if hit is not None:
+                return self._cache_frames[hit[0] : hit[1]]
         _chunks, frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=True)
         return frames
 
@@ -583,6 +670,7 @@ class RecordingStore:
             assert self._active_fd is not None
             os.fsync(self._active_fd)
             self._sync_directory()
+        self._clear_tail_cache()
         self._log(f"archive: recording {self.recording_id} truncated {stop} -> {position}")
 
     def purge_segments(self, new_start_position: int) -> int:
@@ -599,6 +687,7 @@ class RecordingStore:
             seg.path.unlink()
         if self.file_sync:
             self._sync_directory()
+        self._clear_tail_cache()
         return self.start_position
 
     def flush(self) -> None:

@@ -47,6 +47,7 @@ from core.codec.header import peek_template_id
 from core.codec.message import describe_bytes
 from core.codec.registry import decode
 from core.codec.session import (
+    SESSION_HEADER_LENGTH,
     AdminRequest,
     AdminResponse,
     Challenge,
@@ -58,6 +59,7 @@ from core.codec.session import (
     SessionKeepAlive,
     SessionMessageHeader,
     encode_session_message,
+    session_message_fields,
     unpack_session_message,
 )
 from core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE, SECOND
@@ -391,8 +393,13 @@ class ClusterClient:
         """Handle one egress message. Malformed or stale input is counted in :attr:`ignored`, never
         raised; a refused connect raises ConnectError (the answer to the caller's ``connect``)."""
         try:
+            fields = session_message_fields(payload)
+            if fields is not None:  # the hot path: one unpack, no message dataclass
+                term, session_id, timestamp = fields
+                body = bytes(payload[SESSION_HEADER_LENGTH:])
+                self._on_session_message(EgressMessage(session_id, term, timestamp, body))
+                return
             if peek_template_id(payload) == SessionMessageHeader.TEMPLATE_ID:
-                # The hot path: no dataclass for application messages.
                 term, session_id, timestamp, body = unpack_session_message(payload)
                 self._on_session_message(EgressMessage(session_id, term, timestamp, body))
                 return

@@ -40,6 +40,9 @@ class SessionMessageHeader(Message):
 
 SESSION_HEADER_LENGTH = HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
 _SMH = struct.Struct("<HHHHqqq")
+# Where the timestamp sits in an encoded SessionMessageHeader (the leader stamps client messages).
+SESSION_TIMESTAMP_OFFSET = SESSION_HEADER_LENGTH - 8
+SESSION_TIMESTAMP = struct.Struct("<q")
 assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
 
 
@@ -54,6 +57,28 @@ def encode_session_message(
     except struct.error as e:
         raise ValueError(f"SessionMessageHeader: {e}") from None
     return block + payload
+
+
+def session_message_fields(buf: bytes) -> tuple[int, int, int] | None:
+    """``(leadership_term_id, cluster_session_id, timestamp)`` if ``buf`` is a SessionMessageHeader of
+    the usual shape (exactly the header :func:`encode_session_message` writes, so its payload starts
+    at SESSION_HEADER_LENGTH), else None: decode it then."""
+    if len(buf) >= SESSION_HEADER_LENGTH:
+        block_length, template_id, schema_id, version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID and version == 12:
+            return term, session, timestamp
+    return None
+
+
+def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """``(leadership_term_id, cluster_session_id, timestamp)`` of a SessionMessageHeader, without
+    copying its payload; raises DecodeError like :meth:`SessionMessageHeader.decode`."""
+    if len(buf) >= SESSION_HEADER_LENGTH:
+        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
+        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
+            return term, session, timestamp
+    m = SessionMessageHeader.decode(buf)
+    return m.leadership_term_id, m.cluster_session_id, m.timestamp
 
 
 def unpack_session_message(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes]:

@@ -42,6 +42,9 @@ from core.codec.service import (
     ServiceTerminationPosition,
 )
 from core.codec.session import (
+    SESSION_HEADER_LENGTH,
+    SESSION_TIMESTAMP,
+    SESSION_TIMESTAMP_OFFSET,
     AdminRequest,
     AdminResponse,
     Challenge,
@@ -53,6 +56,8 @@ from core.codec.session import (
     SessionKeepAlive,
     SessionMessageHeader,
     encode_session_message,
+    session_message_fields,
+    session_message_ids,
 )
 from core.codec.snapshot import ClusterSession as ClusterSessionRecord
 from core.codec.snapshot import (
@@ -278,6 +283,49 @@ class ClusterWork:
         return end
 
     # ------------------------------------------------------------------ ingress (client -> leader)
+    def on_ingress_batch(self: ConsensusModule, payloads: list[bytes], now_ns: int) -> None:
+        """Several ingress messages in arrival order (one batched ZeroMQ message from a client).
+
+        The same as :meth:`on_message` for each, except that the session messages an ACTIVE leader
+        takes are framed and appended together, in order, with one write (log batching). Anything
+        else is handled where it stands, after the session messages before it were appended."""
+        self._now_ns = now_ns
+        if self.state == ConsensusModuleState.CLOSED:
+            return
+        taken: list[bytes] = []
+        timestamp = b""  # the cluster time stamped on this batch's session messages, packed once
+        for payload in payloads:
+            fields = (
+                session_message_fields(payload)
+                if self.election is None
+                and self.role == Role.LEADER
+                and self.state == ConsensusModuleState.ACTIVE
+                else None
+            )
+            if fields is not None:
+                term, session_id, _ = fields
+                if term != self.leadership_term_id:
+                    self.ignore("SessionMessageHeader", "stale leadership term")
+                    continue
+                s = self.sessions.get(session_id)
+                if s is None or s.state != ClusterSessionState.OPEN:
+                    self.ignore("SessionMessageHeader", f"session {session_id} not open")
+                    continue
+                if not timestamp:
+                    timestamp = SESSION_TIMESTAMP.pack(self.cluster_time_ms(now_ns))
+                # The client's message with the leader's timestamp (encode_session_message's bytes).
+                taken.append(
+                    b"".join((payload[:SESSION_TIMESTAMP_OFFSET], timestamp, payload[SESSION_HEADER_LENGTH:]))
+                )
+                s.time_of_last_activity_ns = now_ns
+                continue
+            if taken:
+                self.archive.append_entries(taken, self.leadership_term_id)
+                taken = []
+            self.on_message(NULL_VALUE, Channel.INGRESS, payload, now_ns)
+        if taken:
+            self.archive.append_entries(taken, self.leadership_term_id)
+
     def on_ingress(self: ConsensusModule, msg: Any, now_ns: int) -> None:
         """Ingress is only served outside elections; a follower answers connects with REDIRECT."""
         if self.election is not None or self.state in (ConsensusModuleState.CLOSED, ConsensusModuleState.INIT):
@@ -467,18 +515,18 @@ class ClusterWork:
         Returns False when consumption must pause after this entry (a cluster action to handle)."""
         payload = frame.payload
         if template_id == SessionMessageHeader.TEMPLATE_ID:
-            msg = SessionMessageHeader.decode(payload)
-            if msg.cluster_session_id < 0:
-                sid = service_id_of(msg.cluster_session_id)
+            _term, cluster_session_id, _timestamp = session_message_ids(payload)
+            if cluster_session_id < 0:
+                sid = service_id_of(cluster_session_id)
                 if 0 <= sid < self.ctx.service_count:
                     q = self.pending_service_messages[sid]
-                    while q and q[0].cluster_session_id <= msg.cluster_session_id:
+                    while q and q[0].cluster_session_id <= cluster_session_id:
                         q.popleft()
                     # Only the log id moves here; the offer counter advances with the service's own
                     # offers, so a service that lags the log re-offers ids the log already holds.
-                    self.log_service_session_ids[sid] = max(self.log_service_session_ids[sid], msg.cluster_session_id)
+                    self.log_service_session_ids[sid] = max(self.log_service_session_ids[sid], cluster_session_id)
             else:
-                s = self.sessions.get(msg.cluster_session_id)
+                s = self.sessions.get(cluster_session_id)
                 if s is not None:
                     s.time_of_last_activity_ns = now_ns
         elif template_id == TimerEvent.TEMPLATE_ID:

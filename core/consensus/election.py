@@ -276,6 +276,9 @@ class Election:
         deadline = now_ns + max(tick, 1)
         if self.state == ElectionState.NOMINATE:
             deadline = min(deadline, max(self.nomination_deadline_ns, now_ns))
+        elif self.state == ElectionState.CANDIDATE_BALLOT:
+            # The ballot ends on its timeout exactly (with a member down it always runs that long).
+            deadline = min(deadline, max(self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns, now_ns))
         if self.is_state_entered or self.state in (ElectionState.INIT, ElectionState.LEADER_INIT):
             deadline = now_ns  # a state just entered acts at once; these two always move on
         return deadline

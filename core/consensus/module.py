@@ -34,9 +34,10 @@ from core.codec.consensus import (
 from core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit, ReplayPurpose
 from core.codec.errors import DecodeError
 from core.codec.framing import Frame, framed_length, walk_frames
+from core.codec.header import HEADER_LENGTH
 from core.codec.log_events import NewLeadershipTermEvent
 from core.codec.registry import decode, peek_template_id
-from core.codec.session import encode_session_message
+from core.codec.session import encode_session_message, session_message_fields
 from core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
 from core.consensus.cluster_work import MAX_LONG, ClusterWork
 from core.consensus.context import (
@@ -1032,15 +1033,50 @@ class ConsensusModule(ClusterWork):
         limit = min(limit, self.archive.stop_position)
         if limit <= self.consumed_position:
             return
-        consumed: list[Frame] = []
-        # max_bytes bounds one cycle's work but always yields at least one whole frame.
-        for f in self.archive.read_frames(self.consumed_position, limit, max_bytes=LOG_CONSUME_LIMIT_BYTES):
-            more = self._on_log_entry(f, is_replay, now_ns)
+        frames = self.archive.read_frames(self.consumed_position, limit, max_bytes=LOG_CONSUME_LIMIT_BYTES)
+        # A client's session message (most of the log) only refreshes its session's activity, and
+        # only where entries are learned from the log: that case is handled inline, the rest by
+        # _on_log_entry (what it does for a session message is the same).
+        learn = self.role != Role.LEADER or is_replay
+        sessions = self.sessions
+        listeners = self.log_listeners
+        fields_of = session_message_fields
+        consumed = 0
+        if not learn:
+            # The leader consuming its own log in term: only a NewLeadershipTermEvent does anything
+            # besides the listeners (_on_log_entry), found by its template id (bytes 2-3 of the header).
+            nlte_low, nlte_high = NewLeadershipTermEvent.TEMPLATE_ID & 0xFF, NewLeadershipTermEvent.TEMPLATE_ID >> 8
+            for f in frames:
+                p = f.payload
+                if len(p) < HEADER_LENGTH or (p[2] == nlte_low and p[3] == nlte_high):
+                    more = self._on_log_entry(f, is_replay, now_ns)
+                else:
+                    for listener in listeners:
+                        listener(f, is_replay)
+                    more = True
+                self.consumed_position = f.end_position
+                consumed += 1
+                if not more:
+                    break
+            self.forward_to_service(frames[:consumed])
+            return
+        for f in frames:
+            fields = fields_of(f.payload)
+            if fields is not None and fields[1] >= 0:
+                if learn:
+                    s = sessions.get(fields[1])
+                    if s is not None:
+                        s.time_of_last_activity_ns = now_ns
+                for listener in listeners:
+                    listener(f, is_replay)
+                more = True
+            else:
+                more = self._on_log_entry(f, is_replay, now_ns)
             self.consumed_position = f.end_position
-            consumed.append(f)
+            consumed += 1
             if not more:
                 break
-        self.forward_to_service(consumed)
+        self.forward_to_service(frames[:consumed])
 
     def _on_log_entry(self, frame: Frame, is_replay: bool, now_ns: int) -> bool:
         template_id = peek_template_id(frame.payload)
@@ -1072,6 +1108,11 @@ class ConsensusModule(ClusterWork):
             deadline = self.election.next_deadline_ns(now)
         else:
             deadline = now + max(self.ctx.timeouts.leader_heartbeat_interval_ns // 2, 1)
+            if self.role != Role.LEADER and self.termination_position == NULL_POSITION:
+                # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.
+                deadline = min(
+                    deadline, max(now, self.time_of_last_log_update_ns + self.ctx.timeouts.leader_heartbeat_timeout_ns)
+                )
             active_leader = self.role == Role.LEADER and self.state == ConsensusModuleState.ACTIVE
             timer = self.timer_service.next_deadline() if active_leader else None
             if timer is not None:

@@ -7,8 +7,10 @@ processes connect to it for egress. Ingress goes out through one PUSH per member
 reaching it as a stale burst when it restarts); a message refused only because a fresh connection
 is still being set up is retried for a moment.
 
-``pump(timeout_s)`` is the client's duty cycle: wait for egress up to the timeout or the client's
-next deadline, hand egress to the ClusterClient, run its timed work.
+``pump(timeout_s)`` is the client's duty cycle: send what was offered since the last pump, wait for
+egress up to the timeout or the client's next deadline, hand egress to the ClusterClient, run its
+timed work. Ingress is batched: messages offered between two pumps leave as one ZeroMQ message per
+member (at most ``MAX_BATCH`` each; :meth:`ClusterConnection.flush` sends them earlier).
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ from core.consensus.context import SECOND, Channel
 from core.runtime.clock import Clock
 from core.runtime.config import ipc_path
 from core.runtime.runner import BATCH_LIMIT
-from core.runtime.transport import NO_MEMBER, Link, bind, drain, header, parse
+from core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, batch_header, bind, drain, header, parse_batch
 
 FRESH_LINK_GRACE_NS = 300 * 1_000_000  # how long a refused send on a new link is retried
 RETRY_POLL_MS = 2
 _client_ids = itertools.count(os.getpid() % 1000 * 1000)
+
+
+def _any_source(_src: int) -> bool:
+    return True
 
 
 class ClusterConnection:
@@ -67,11 +73,15 @@ class ClusterConnection:
             connect_retry_interval_ns=connect_retry_interval_ns,
         )
         self._links: dict[str, tuple[Link, int]] = {}  # endpoint -> (link, created_ns)
-        self._pending: list[tuple[Link, int, bytes]] = []  # refused on a fresh link: (link, give_up_ns, payload)
+        # refused on a fresh link: (link, give_up_ns, payloads)
+        self._pending: list[tuple[Link, int, list[bytes]]] = []
+        self._outgoing: dict[str, list[bytes]] = {}  # endpoint -> offered since the last flush, in order
         self._head = header(Channel.INGRESS, NO_MEMBER)
+        self._batch_head = batch_header(Channel.INGRESS, NO_MEMBER)
         self.messages: list[EgressMessage] = []
         self.ignored = 0
         self.dropped = 0
+        self.egress_messages = 0  # ZeroMQ messages received on the response channel (each 1..MAX_BATCH)
         self.closed = False
         for endpoint in ingress_endpoints.values():
             self._link(endpoint)
@@ -89,28 +99,46 @@ class ClusterConnection:
         if endpoint is None:
             self.dropped += 1
             return
-        link, created_ns = self._link(endpoint)
-        if self._pending or not link.send(self._head, payload):
-            now = self.clock.now_ns()
-            if now - created_ns < FRESH_LINK_GRACE_NS or self._pending:
-                self._pending.append((link, max(now, created_ns) + FRESH_LINK_GRACE_NS, payload))
-            else:
-                self.dropped += 1
+        queue = self._outgoing.get(endpoint)
+        if queue is None:
+            queue = self._outgoing[endpoint] = []
+        queue.append(payload)
+        if len(queue) >= MAX_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what was offered since the last flush (``pump`` does this first)."""
+        outgoing, self._outgoing = self._outgoing, {}
+        for endpoint, payloads in outgoing.items():
+            link, created_ns = self._link(endpoint)
+            if self._pending or not self._send_now(link, payloads):
+                now = self.clock.now_ns()
+                if now - created_ns < FRESH_LINK_GRACE_NS or self._pending:
+                    self._pending.append((link, max(now, created_ns) + FRESH_LINK_GRACE_NS, payloads))
+                else:
+                    self.dropped += len(payloads)
+
+    def _send_now(self, link: Link, payloads: list[bytes]) -> bool:
+        if len(payloads) == 1:
+            return link.send(self._head, payloads[0])
+        return link.send_batch(self._batch_head, payloads)
 
     def _retry_pending(self, now_ns: int) -> None:
         pending, self._pending = self._pending, []
-        for i, (link, give_up_ns, payload) in enumerate(pending):
-            if link.send(self._head, payload):
+        for i, (link, give_up_ns, payloads) in enumerate(pending):
+            if self._send_now(link, payloads):
                 continue
             if now_ns < give_up_ns:
                 self._pending = pending[i:]  # keep order: stop at the first that still cannot go
                 return
-            self.dropped += 1
+            self.dropped += len(payloads)
 
     # ------------------------------------------------------------------ duty cycle
     def pump(self, timeout_s: float = 0.0) -> int:
         """Wait up to ``timeout_s`` (less if the client has timed work or sends to retry) for egress,
         handle it and run the client's timed work. Returns the number of egress messages handled."""
+        if self._outgoing:
+            self.flush()
         now = self.clock.now_ns()
         wait_ns = int(timeout_s * 1e9)
         deadline = self.client.next_deadline_ns()
@@ -122,13 +150,16 @@ class ClusterConnection:
         n = 0
         if self.egress.poll(wait_ms):
             now = self.clock.now_ns()
+            on_egress = self.client.on_egress
             for frames in drain(self.egress, BATCH_LIMIT):
-                parsed = parse(frames, Channel.EGRESS, lambda _src: True)
+                parsed = parse_batch(frames, Channel.EGRESS, _any_source)
                 if isinstance(parsed, str):
                     self.ignored += 1
                     continue
-                self.client.on_egress(parsed[1], now)
-                n += 1
+                for payload in parsed[1]:
+                    on_egress(payload, now)
+                n += len(parsed[1])
+                self.egress_messages += 1
             self.messages.extend(self.client.poll())
         now = self.clock.now_ns()
         if self._pending:
@@ -170,7 +201,8 @@ class ClusterConnection:
         try:
             if self.client.is_connected:
                 self.client.close(self.clock.now_ns())
-                self._retry_pending(self.clock.now_ns())
+            self.flush()
+            self._retry_pending(self.clock.now_ns())
         finally:
             for link, _created in self._links.values():
                 link.close(100)  # let the SessionCloseRequest leave

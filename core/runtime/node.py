@@ -85,6 +85,7 @@ from core.runtime.transport import (
     header,
     msg_id_of,
     parse,
+    parse_batch,
     remove_ipc_files,
 )
 from harness.recorder import DROP, RECV, SEND, NullRecorder, process_recorder
@@ -108,6 +109,13 @@ _HOUR_NS = 3600 * 1_000_000_000
 # A member is its node and its service: when the service process is gone (crashed, killed) the
 # node stops too, unless the cluster terminated it in the meantime (its last ack was in flight).
 SERVICE_GONE_GRACE_NS = 500 * 1_000_000
+# Client messages (each up to transport.MAX_BATCH session messages) taken per duty cycle: the cycle
+# then replicates, commits and consumes before taking more (Aeron's ingress fragment limit).
+INGRESS_BATCH_LIMIT = 4
+
+
+def _any_source(_src: int) -> bool:
+    return True
 
 
 def _ascii(text: str) -> str:
@@ -158,8 +166,10 @@ class Node:
         ):
             sock, actual = self._bind_member_socket(endpoint)
             bound[channel.value] = actual
-            allowed = (lambda _src: True) if channel is Channel.INGRESS else self._is_peer
-            self.cycle.register(sock, self._member_handler(sock, channel, allowed))
+            if channel is Channel.INGRESS:
+                self.cycle.register(sock, self._ingress_handler(sock))
+            else:
+                self.cycle.register(sock, self._member_handler(sock, channel, self._is_peer))
         self.own_member = ClusterMember(
             member_id,
             ingress_endpoint=bound["ingress"],
@@ -366,6 +376,33 @@ class Node:
                 module.on_message(NO_MEMBER if channel is Channel.INGRESS else src, channel, payload, now_ns)
             self.received += len(batch)
             return len(batch)
+
+        return handle
+
+    def _ingress_handler(self, sock: zmq.Socket) -> Callable[[int], int]:
+        """Client ingress: batched messages (a header, then one or more payloads each)."""
+        record = self.rec.message
+
+        def handle(now_ns: int) -> int:
+            self._now_ns = now_ns
+            batch = drain(sock, INGRESS_BATCH_LIMIT)
+            module = self.module
+            count = 0
+            for frames in batch:
+                parsed = parse_batch(frames, Channel.INGRESS, _any_source)
+                if isinstance(parsed, str):
+                    self._ignore(f"{Channel.INGRESS} socket", parsed)
+                    continue
+                payloads = parsed[1]
+                count += len(payloads)
+                for payload in payloads:
+                    record(RECV, Channel.INGRESS, NO_MEMBER, payload, peer_process=None, msg_id=None)
+                if module is None:
+                    self._ignore(f"{Channel.INGRESS} socket", "module not started (waiting for the members' endpoints)")
+                    continue
+                module.on_ingress_batch(payloads, now_ns)
+            self.received += count
+            return count
 
         return handle
 

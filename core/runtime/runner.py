@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -74,6 +75,19 @@ class ProcessLog:
             pass  # a closed or full log must not stop the member
 
 
+# A member allocates a few tracked objects per log entry (frames, tuples, replies) and keeps many
+# (the log's tail cache): collect the young generation every 100 000 allocations instead of 700,
+# and never rescan what exists once the process is set up (gc.freeze).
+GC_THRESHOLDS = (100_000, 50, 100)
+
+
+def tune_gc() -> None:
+    """The member processes' garbage-collector settings (see GC_THRESHOLDS)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 class DutyCycle:
     """Owns the poller and the stop flag of one process; see the module docstring."""
 
@@ -118,6 +132,7 @@ class DutyCycle:
 
     def run(self, do_work: Callable[[int], int], next_deadline_ns: Callable[[], int]) -> int:
         """Loop until a stop is requested; returns the exit code."""
+        tune_gc()
         clock = self.clock
         poll = self.poller.poll
         handlers = self._handlers

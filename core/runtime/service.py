@@ -102,10 +102,10 @@ class ServiceProcess:
         self.zctx = zmq.Context(io_threads=1)
         self.egress = EgressCache(self.zctx, self.log)
         self.ignored: dict[str, int] = {}
-        self.applied_count = 0
         self.received = 0
         self.last_applied: AppliedEntry | None = None
         self._replay_max = -1
+        self._egress_pending: dict[str, list[bytes]] = {}
         self._head = header(Channel.SERVICE, member_id)
         self._control_head = header(Channel.CONTROL, member_id)
 
@@ -128,7 +128,8 @@ class ServiceProcess:
             to_consensus_module=self._to_node,
             egress=self._send_egress,
             snapshot_store=self.snapshots,
-            on_applied=self._on_applied,
+            # Only a recording process needs each entry's row (and so the two digests per entry).
+            on_applied=None if isinstance(self.rec, NullRecorder) else self._on_applied,
             log=self.log,
         )
         with RecordingLog.open(self.member_dir) as recording_log:
@@ -141,8 +142,18 @@ class ServiceProcess:
 
     # ------------------------------------------------------------------ agent outputs
     def _send_egress(self, channel: str, _session: Any, payload: bytes) -> None:
+        # Held until the end of the inbound batch, then one ZeroMQ message per client (egress batching).
         self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
-        self.egress.send(channel, payload)
+        pending = self._egress_pending.get(channel)
+        if pending is None:
+            self._egress_pending[channel] = [payload]
+        else:
+            pending.append(payload)
+
+    def _flush_egress(self) -> None:
+        pending, self._egress_pending = self._egress_pending, {}
+        for channel, payloads in pending.items():
+            self.egress.send_batch(channel, payloads)
 
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
@@ -150,9 +161,12 @@ class ServiceProcess:
             self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
 
     def _on_applied(self, entry: AppliedEntry) -> None:
-        self.applied_count += 1
         self.last_applied = entry
         self.rec.applied(entry)
+
+    @property
+    def applied_count(self) -> int:
+        return self.agent.applied_count
 
     # ------------------------------------------------------------------ inputs
     def _ignore(self, where: str, reason: str) -> None:
@@ -183,7 +197,15 @@ class ServiceProcess:
                         self._ignore("to-service socket", f"corrupt LogBlock at {msg.start_position}: {walked.error}")
                         continue
                     is_replay = msg.end_position <= self._replay_max
-                    agent.on_log_frames(walked.frames, msg.commit_position, is_replay)
+                    agent.on_log_frames(
+                        walked.frames,
+                        msg.commit_position,
+                        is_replay,
+                        block=msg.entries,
+                        block_position=msg.start_position,
+                    )
+                    if self._egress_pending:
+                        self._flush_egress()  # the block's replies leave before the next block is applied
                 else:
                     if isinstance(msg, JoinLog):
                         self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
@@ -191,9 +213,11 @@ class ServiceProcess:
             except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
                 self.log(f"snapshot failed: {e}")
             except (ServiceError, AgentError) as e:
+                self._flush_egress()
                 self.log(f"service failed: {type(e).__name__}: {e}")
                 self.cycle.request_stop(f"service failed: {e}", EXIT_SERVICE_FAILED)
                 return len(batch)
+        self._flush_egress()
         self.received += len(batch)
         if agent.is_terminated:
             self.cycle.request_stop("service terminated")

@@ -28,10 +28,9 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.archive.snapshots import SnapshotStore
 from core.codec import (
@@ -66,7 +65,12 @@ from core.codec import ScheduleTimer as ScheduleTimerMsg
 from core.codec.enums import BooleanType
 from core.codec.header import peek_template_id
 from core.codec.registry import decode, message_name
-from core.codec.session import encode_session_message, unpack_session_message
+from core.codec.session import (
+    SESSION_HEADER_LENGTH,
+    encode_session_message,
+    session_message_fields,
+    unpack_session_message,
+)
 from core.consensus.context import APP_VERSION, Role
 from core.service.api import ClientSession, ClusteredService, ClusterError
 from core.service.snapshot import (
@@ -96,10 +100,10 @@ class EntryType(StrEnum):
     SNAPSHOT = "Snapshot"  # the row a service restored from a snapshot writes first
 
 
-@dataclass(frozen=True, slots=True)
-class AppliedEntry:
+class AppliedEntry(NamedTuple):
     """One row of the trace's ``applied`` table, minus what the recorder adds (run, member, service,
-    incarnation)."""
+    incarnation). A NamedTuple (immutable, compared by value) rather than a frozen dataclass: one is
+    made per applied entry on every member while recording, and a tuple is three times cheaper."""
 
     log_position: int  # end of the entry (for SNAPSHOT: the snapshot's position)
     length: int  # framed length in the log (0 for SNAPSHOT)
@@ -220,6 +224,9 @@ class ClusteredServiceAgent:
         self._held: list[tuple[str, Any]] | None = None  # sends held back while an entry is applied
 
         self.cluster_members: ClusterMembersResponse | ClusterMembersExtendedResponse | None = None
+        self._block: bytes | None = None  # the framed bytes of the block being applied (on_log_frames)
+        self._block_position = 0
+        self.applied_count = 0  # entries applied (and snapshots loaded), whether or not on_applied listens
         self.ignored: Counter[str] = Counter()
         self.errors: list[BaseException] = []  # swallowed as in Aeron (on_terminate)
 
@@ -393,6 +400,7 @@ class ClusteredServiceAgent:
         image = snapshot.image()
         self._call_lifecycle("on_start", lambda: self.service.on_start(self, image), "Snapshot")
         state_digest = self._state_digest("Snapshot")
+        self.applied_count += 1
         self._emit_applied(
             AppliedEntry(
                 log_position=snapshot.log_position,
@@ -480,9 +488,30 @@ class ClusteredServiceAgent:
         self._set_role(new_role)
         self._check_positions()
 
-    def on_log_frames(self, frames: Sequence[Frame], commit_position: int, is_replay: bool = False) -> int:
+    def on_log_frames(
+        self,
+        frames: Sequence[Frame],
+        commit_position: int,
+        is_replay: bool = False,
+        *,
+        block: bytes | None = None,
+        block_position: int = 0,
+    ) -> int:
         """Receive log entries and/or a new commit position; apply every entry that is committed.
-        Returns how many entries were applied."""
+        Returns how many entries were applied.
+
+        ``block`` (optional): the framed bytes the frames were walked from, starting at
+        ``block_position``; an entry applied from it gets its ``entry_digest`` from those bytes
+        instead of framing its payload again (the same bytes for a frame written by ``frame``)."""
+        if block is not None and self._on_applied is not None:
+            self._block, self._block_position = block, block_position
+            try:
+                return self._on_log_frames(frames, commit_position, is_replay)
+            finally:
+                self._block = None
+        return self._on_log_frames(frames, commit_position, is_replay)
+
+    def _on_log_frames(self, frames: Sequence[Frame], commit_position: int, is_replay: bool) -> int:
         self._check_usable()
         if self._terminated:
             if frames:
@@ -494,6 +523,30 @@ class ClusteredServiceAgent:
             if frames:
                 self._ignore("no active log", f"{len(frames)} frames from {frames[0].position}")
             return 0
+        applied = 0
+        if not self._frames and frames and frames[0].position == self._buffered_end:
+            # Nothing buffered ahead: apply the committed prefix as it comes (the usual case of a
+            # service fed committed blocks), buffer only the rest.
+            bound = self._bound()
+            i, n = 0, len(frames)
+            while i < n:
+                f = frames[i]
+                if f.position != self._buffered_end or f.end_position > bound:
+                    break
+                self._buffered_end = f.end_position
+                i += 1
+                snapshot_error = self._apply(f, is_replay)
+                applied += 1
+                if snapshot_error is not None:
+                    self._buffer(frames[i:], is_replay)
+                    raise snapshot_error
+            frames = frames[i:]
+        self._buffer(frames, is_replay)
+        applied += self._deliver()
+        self._check_positions()
+        return applied
+
+    def _buffer(self, frames: Sequence[Frame], is_replay: bool) -> None:
         for f in frames:
             expected = self._buffered_end
             if f.position != expected:
@@ -507,9 +560,6 @@ class ClusteredServiceAgent:
                 )
             self._frames.append((f, is_replay))
             self._buffered_end = f.end_position
-        applied = self._deliver()
-        self._check_positions()
-        return applied
 
     def on_log_end(self) -> None:
         """The log stream ended (Aeron ``closeLog``: image end-of-stream). Uncommitted entries are
@@ -566,13 +616,15 @@ class ClusteredServiceAgent:
             self._log_position = end
             return None
         payload = f.payload
+        fields = session_message_fields(payload)
+        if fields is not None:
+            return self._apply_session_message(f, replay, fields[1], fields[2], payload[SESSION_HEADER_LENGTH:])
         try:
             template_id = peek_template_id(payload)
             if template_id == SessionMessageHeader.TEMPLATE_ID:
                 _term, session_id, timestamp, body = unpack_session_message(payload)
-                msg: Any = None
-            else:
-                msg = decode(payload)
+                return self._apply_session_message(f, replay, session_id, timestamp, body)
+            msg: Any = decode(payload)
         except DecodeError as e:
             self._failure = AgentError(f"undecodable committed log entry at {f.position}..{end}: {e}")
             raise self._failure from e
@@ -582,11 +634,7 @@ class ClusteredServiceAgent:
         snapshot_failure: list[BaseException] = []
         action: Callable[[], object] | None
 
-        if msg is None:
-            entry_type = EntryType.SESSION_MESSAGE
-            session = self._sessions.get(session_id)
-            action = partial(self.service.on_session_message, session, timestamp, body)
-        elif isinstance(msg, TimerEvent):
+        if isinstance(msg, TimerEvent):
             entry_type, timestamp = EntryType.TIMER, msg.timestamp
             action = partial(self.service.on_timer_event, msg.correlation_id, msg.timestamp)
         elif isinstance(msg, SessionOpenEvent):
@@ -658,10 +706,12 @@ class ClusteredServiceAgent:
         # says the same and also holds for a service restored from a snapshot mid-term.
         self._leadership_term_id = f.leadership_term_id
         self._held = []
+        state_digest = b""
         try:
             if action is not None:
                 action()
-            state_digest = self._state_digest(entry_type)
+            if self._on_applied is not None:
+                state_digest = self._state_digest(entry_type)
         except Exception as e:
             self._held = None
             if undo is not None:
@@ -676,28 +726,85 @@ class ClusteredServiceAgent:
             failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
             self._failure = failure
             raise failure from e
+        self._release_held()
+        self._applied(f, entry_type, timestamp, state_digest, replay)
+        if snapshot_failure:
+            return SnapshotError(end, entry_type, snapshot_failure[0])
+        return None
+
+    def _apply_session_message(self, f: Frame, replay: bool, session_id: int, timestamp: int, body: bytes) -> None:
+        """The common entry, without the generic path's per-entry closures (same semantics)."""
+        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
+        self._log_position = f.end_position
+        self._cluster_time = timestamp
+        self._leadership_term_id = f.leadership_term_id
+        self._held = []
+        state_digest = b""
+        try:
+            self.service.on_session_message(self._sessions.get(session_id), timestamp, body)
+            if self._on_applied is not None:
+                state_digest = self._state_digest(EntryType.SESSION_MESSAGE)
+        except Exception as e:
+            self._held = None
+            (
+                self._log_position,
+                self._cluster_time,
+                self._leadership_term_id,
+                self._time_unit,
+                self._next_ack_id,
+            ) = saved
+            failure = e if isinstance(e, ServiceError) else ServiceError(f.end_position, EntryType.SESSION_MESSAGE, e)
+            self._failure = failure
+            raise failure from e
         held, self._held = self._held, None
+        if held:
+            for kind, item in held:
+                if kind == "cm":
+                    self._to_cm(item)
+                else:
+                    self._egress(*item)
+        if self._on_applied is None:
+            self.applied_count += 1
+        else:
+            self._applied(f, EntryType.SESSION_MESSAGE, timestamp, state_digest, replay)
+        return None
+
+    def _release_held(self) -> None:
+        """Send what the service sent while its entry was applied (it applied without error)."""
+        held, self._held = self._held, None
+        assert held is not None
         for kind, item in held:
             if kind == "cm":
                 self._to_cm(item)
             else:
                 self._egress(*item)
+
+    def _applied(self, f: Frame, entry_type: EntryType, timestamp: int, state_digest: bytes, replay: bool) -> None:
+        """Count an applied entry; with an ``on_applied`` listener, its row with both digests (only
+        then are they computed: the state digest is one hash, the entry digest another)."""
+        self.applied_count += 1
         if self._on_applied is not None:
             self._emit_applied(
                 AppliedEntry(
-                    log_position=end,
+                    log_position=f.end_position,
                     length=f.length,
                     leadership_term_id=f.leadership_term_id,
                     entry_type=entry_type,
                     cluster_time=timestamp,
-                    entry_digest=_digest(frame(payload, f.position, f.leadership_term_id, f.frame_type)),
+                    entry_digest=self._entry_digest(f),
                     state_digest=state_digest,
                     replay=replay,
                 )
             )
-        if snapshot_failure:
-            return SnapshotError(end, entry_type, snapshot_failure[0])
-        return None
+
+    def _entry_digest(self, f: Frame) -> bytes:
+        block = self._block
+        if block is not None:
+            start = f.position - self._block_position
+            end = f.end_position - self._block_position
+            if start >= 0 and end <= len(block):
+                return hashlib.blake2b(memoryview(block)[start:end], digest_size=DIGEST_SIZE).digest()
+        return _digest(frame(f.payload, f.position, f.leadership_term_id, f.frame_type))
 
     def _snapshot_action(self, leadership_term_id: int, failure: list[BaseException]) -> None:
         """Take a snapshot at the current position and ack it (Aeron ``executeAction``); a failure acks

@@ -13,8 +13,8 @@ leave the digest unchanged.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
+from hashlib import blake2b
 
 MODULUS = 1 << 128
 DIGEST_SIZE = 16
@@ -44,10 +44,27 @@ def _encode_field(value: Field) -> bytes:
 
 def item_hash(domain: bytes, *fields: Field) -> int:
     """The 128-bit hash of one item of a state."""
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=domain[:16])
-    for value in fields:
-        h.update(_encode_field(value))
-    return int.from_bytes(h.digest(), "little")
+    data = b"".join([_encode_field(value) for value in fields])
+    return int.from_bytes(blake2b(data, digest_size=DIGEST_SIZE, person=domain[:16]).digest(), "little")
+
+
+def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) -> int:
+    """``item_hash(domain, tag_str, key, value, number)`` for the common (str, str, str, int) item,
+    without the general encoder (the KV store hashes one such item per write). ``tag`` is
+    ``_encode_field(tag_str)``, precomputed by the caller. Same bytes, same hash."""
+    kb = key.encode("utf-8")
+    vb = value.encode("utf-8")
+    nb = str(number).encode("ascii")
+    data = b"".join(
+        (tag, b"S", len(kb).to_bytes(4, "little"), kb, b"S", len(vb).to_bytes(4, "little"), vb,
+         b"I", len(nb).to_bytes(4, "little"), nb)
+    )
+    return int.from_bytes(blake2b(data, digest_size=DIGEST_SIZE, person=domain).digest(), "little")
+
+
+def encode_field(value: Field) -> bytes:
+    """The canonical encoding of one item field (what :func:`item_hash` hashes)."""
+    return _encode_field(value)
 
 
 class MultisetDigest:

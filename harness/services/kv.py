@@ -12,7 +12,9 @@ cas         ``{"id": 7, "op": "cas", "key": "k", "expected": "a",             sw
 delete      ``{"id": 7, "op": "delete", "key": "k"}``                         key existed / previous value
 ==========  ================================================================  ======================================
 
-Every reply is ``{"id", "ok", "value", "revision"}`` (the store's revision after the op); a request
+Commands are parsed with orjson (strict RFC 8259: UTF-8, integers within 64 bits, no NaN), the
+same parser on every member; what it refuses is answered as "not JSON". Every reply is
+``{"id", "ok", "value", "revision"}`` (the store's revision after the op); a request
 that cannot be parsed gets ``{"id": <id or null>, "ok": false, "error": "..."}`` and changes nothing,
 so a client's garbage never stops the cluster. The store's revision counts successful mutations and
 every key remembers the revision that last wrote it, so two different histories that happen to end
@@ -32,24 +34,61 @@ up to 256 ``[key, value, mod_revision]`` triples, in key order.
 from __future__ import annotations
 
 import json
+import re
+from functools import lru_cache
+from hashlib import blake2b
+from json.encoder import encode_basestring_ascii
 from typing import Any
+
+import orjson
 
 from core.codec import CloseReason
 from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from harness.services.digest import MultisetDigest
+from harness.services.digest import MODULUS, MultisetDigest, encode_field, item_hash, str_item_hash
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
 REMEMBERED_PER_CLIENT = 1024  # replies kept per client for deduplicating resends
 
 
+_ENTRY_TAG = encode_field("entry")
+_REVISION_TAG = encode_field("revision")
+# Strings that JSON writes as they are (printable ASCII without quote or backslash): put() and the
+# replies format those directly; anything else goes through json.dumps. Same bytes either way.
+_PLAIN = re.compile(r"[ !#-\[\]-~]*\Z")
+
+
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
+def _json_str(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+@lru_cache(maxsize=4096)
+def _is_plain(text: str) -> bool:
+    # Cached: a pipelined client reuses its keys and values (and a str caches its own hash).
+    return _PLAIN.match(text) is not None
+
+
 def put(request_id: int, key: str, value: str) -> bytes:
     """An encoded put command."""
+    if type(request_id) is int and _is_plain(key) and _is_plain(value):
+        return f'{{"id":{request_id},"key":"{key}","op":"put","value":"{value}"}}'.encode("ascii")
     return _dumps({"id": request_id, "op": "put", "key": key, "value": value})
+
+
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """A reply's bytes: ``_dumps(reply)``, with the usual four-field reply formatted directly."""
+    if len(reply) == 4 and "error" not in reply:
+        request_id, ok, value, revision = reply["id"], reply["ok"], reply["value"], reply["revision"]
+        if type(request_id) is int and type(revision) is int and (value is None or type(value) is str):
+            return (
+                f'{{"id":{request_id},"ok":{"true" if ok else "false"},"revision":{revision},'
+                f'"value":{_json_str(value)}}}'
+            ).encode("ascii")
+    return _dumps(reply)
 
 
 def get(request_id: int, key: str) -> bytes:
@@ -75,6 +114,19 @@ def decode_reply(payload: bytes) -> dict[str, Any]:
     return reply
 
 
+def reply_outcome(payload: bytes) -> tuple[Any, bool]:
+    """``(id, is_error)`` of a reply without decoding all of it (a pipelined client's hot path).
+
+    Replies are compact JSON with sorted keys, so an answer starts ``{"id":<id>,`` and an error reply
+    with ``{"error":``; anything else is decoded in full (ValueError if it is not a kv reply)."""
+    if payload.startswith(b'{"id":'):
+        end = payload.find(b",", 6)
+        if end > 6 and payload[6:end].isdigit():
+            return int(payload[6:end]), False
+    reply = decode_reply(payload)
+    return reply.get("id"), "error" in reply
+
+
 class BadRequest(ValueError):
     """A command that cannot be executed; answered with an error reply."""
 
@@ -97,32 +149,52 @@ class KeyValueService(ClusteredService):
         self.cluster: Cluster | None = None
         self.entries: dict[str, tuple[str, int]] = {}
         self.revision = 0
-        self._digest = MultisetDigest(DOMAIN)
-        self._digest.add("revision", 0)
+        # The digest is the multiset sum of every item's hash (digest.py), kept incrementally and
+        # lazily: ``_entries_sum`` sums the hashes in ``_entry_hashes``, which holds every key except
+        # the ``_dirty`` ones, written since the last digest; a digest hashes those (each once, however
+        # often it was written) and adds the ("revision", n) item. The same value as a MultisetDigest
+        # kept item by item; a write costs no hashing until a digest is asked for (per entry only
+        # when applied entries are recorded).
+        self._entry_hashes: dict[str, int] = {}
+        self._entries_sum = 0
+        self._dirty: set[str] = set()
         # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
         self.replies: dict[int, dict[int, dict[str, Any]]] = {}
 
     # --- state ---------------------------------------------------------------------------------------
 
     def _set(self, key: str, value: str) -> None:
-        old = self.entries.get(key)
-        if old is not None:
-            self._digest.remove("entry", key, *old)
-        self._bump()
+        self.revision += 1
         self.entries[key] = (value, self.revision)
-        self._digest.add("entry", key, value, self.revision)
+        if key not in self._dirty:
+            old = self._entry_hashes.pop(key, None)
+            if old is not None:
+                self._entries_sum -= old
+            self._dirty.add(key)
 
     def _delete(self, key: str) -> None:
-        old = self.entries.pop(key)
-        self._digest.remove("entry", key, *old)
-        self._bump()
-
-    def _bump(self) -> None:
-        self._digest.replace(("revision", self.revision), ("revision", self.revision + 1))
+        del self.entries[key]
+        if key in self._dirty:
+            self._dirty.discard(key)
+        else:
+            self._entries_sum -= self._entry_hashes.pop(key)
         self.revision += 1
 
     def state_digest(self) -> bytes:
-        return self._digest.digest()
+        if self._dirty:
+            entries, hashes = self.entries, self._entry_hashes
+            total = self._entries_sum
+            for key in self._dirty:
+                value, mod_revision = entries[key]
+                h = hashes[key] = str_item_hash(DOMAIN, _ENTRY_TAG, key, value, mod_revision)
+                total += h
+            self._entries_sum = total % MODULUS
+            self._dirty.clear()
+        revision = str(self.revision).encode("ascii")
+        # item_hash(DOMAIN, "revision", self.revision), encoded inline (one digest per applied entry)
+        data = b"".join((_REVISION_TAG, b"I", len(revision).to_bytes(4, "little"), revision))
+        h = int.from_bytes(blake2b(data, digest_size=16, person=DOMAIN).digest(), "little")
+        return ((self._entries_sum + h) % MODULUS).to_bytes(16, "little")
 
     def recompute_digest(self) -> bytes:
         """The digest computed from scratch over the current state (tests compare it with the
@@ -134,29 +206,51 @@ class KeyValueService(ClusteredService):
     def execute(self, payload: bytes) -> dict[str, Any]:
         """Apply one command and return the reply (a remembered one for a resent request)."""
         try:
-            command = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            command = None
-        client = command.get("client") if isinstance(command, dict) else None
-        request_id = command.get("id") if isinstance(command, dict) else None
+            command: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError as e:
+            return {"id": None, "ok": False, "error": f"bad request: not JSON: {e}"}
+        if type(command) is not dict:
+            return self._execute(command)
+        client = command.get("client")
+        request_id = command.get("id")
+        if client is None and command.get("op") == "put":
+            # The common command, checked exactly as _execute does, without its calls.
+            key, value = command.get("key"), command.get("value")
+            if type(request_id) is int and type(key) is str and type(value) is str:
+                previous = self.entries.get(key)
+                self._set(key, value)
+                return {
+                    "id": request_id,
+                    "ok": True,
+                    "value": None if previous is None else previous[0],
+                    "revision": self.revision,
+                }
         if not isinstance(client, int) or not isinstance(request_id, int):
-            return self._execute(payload)
+            return self._execute(command)
         remembered = self.replies.setdefault(client, {})
         if request_id in remembered:
             return remembered[request_id]
-        reply = self._execute(payload)
+        reply = self._execute(command)
         remembered[request_id] = reply
         if len(remembered) > REMEMBERED_PER_CLIENT:
             del remembered[next(iter(remembered))]
         return reply
 
-    def _execute(self, payload: bytes) -> dict[str, Any]:
+    def _execute(self, command: Any) -> dict[str, Any]:
+        if type(command) is dict and command.get("op") == "put":
+            # The common command, checked exactly as below, without the general path's calls.
+            request_id, key, value = command.get("id"), command.get("key"), command.get("value")
+            if type(request_id) is int and type(key) is str and type(value) is str:
+                previous = self.entries.get(key)
+                self._set(key, value)
+                return {
+                    "id": request_id,
+                    "ok": True,
+                    "value": None if previous is None else previous[0],
+                    "revision": self.revision,
+                }
         request_id: Any = None
         try:
-            try:
-                command = json.loads(payload.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as e:
-                raise BadRequest(f"not JSON: {e}") from None
             if not isinstance(command, dict):
                 raise BadRequest("not a JSON object")
             request_id = command.get("id")
@@ -209,8 +303,11 @@ class KeyValueService(ClusteredService):
             for record in snapshot.records[1:]:
                 for key, value, mod_revision in json.loads(record):
                     self.entries[key] = (value, mod_revision)
-        self._digest = MultisetDigest(DOMAIN)
-        self._digest.value = int.from_bytes(self.recompute_digest(), "little")
+        self._entry_hashes = {
+            k: item_hash(DOMAIN, "entry", k, v, rev) for k, (v, rev) in self.entries.items()
+        }
+        self._entries_sum = sum(self._entry_hashes.values()) % MODULUS
+        self._dirty = set()
 
     def on_session_open(self, session: ClientSession, timestamp: int) -> None:
         pass
@@ -220,8 +317,9 @@ class KeyValueService(ClusteredService):
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
         reply = self.execute(payload)
-        if session is not None:
-            session.offer(_dumps(reply))
+        # A follower's offer goes nowhere (Aeron mocks it): only a leader encodes the reply.
+        if session is not None and (self.cluster is None or self.cluster.role is Role.LEADER):
+            session.offer(encode_reply(reply))
 
     def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
         pass

@@ -456,3 +456,66 @@ def test_append_walked_appends_prewalked_frames_and_refuses_a_mismatch(tmp_path:
     reopened = RecordingStore.open(tmp_path / "log")
     assert reopened.stop_position == len(block) and reopened.repair is None
     reopened.close()
+
+
+# ----------------------------------------------------------------------------------- the tail cache
+
+
+def _ranges(rng: random.Random, stop: int, starts: list[int]) -> list[tuple[int, int, int | None]]:
+    out = []
+    for _ in range(200):
+        frm = rng.choice(starts)
+        to = rng.randrange(frm, stop + 64)
+        out.append((frm, to, rng.choice([None, 1, 100, 300, 5000])))
+    return out
+
+
+def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache (what this store appended) answers exactly as the segment files do, whatever the
+    range, the byte limit, and after it has been trimmed."""
+    import core.archive.recording as recording
+
+    monkeypatch.setattr(recording, "TAIL_CACHE_BYTES", 2048)  # trimmed many times below
+    rng = random.Random(5)
+    with RecordingStore.open(log_dir, segment_length=SEGMENT) as cached:
+        for i in range(40):
+            if i % 3 == 0:
+                cached.append_entries([payload(rng.randrange(1000)) for _ in range(rng.randrange(1, 6))], 0)
+            else:
+                cached.append_entry(payload(i), leadership_term_id=0)
+        starts = [f.position for f in cached.read_frames(0, cached.stop_position)]
+        assert cached._cache_starts and cached._cache_base > 0, "the cache was trimmed and still holds the tail"
+        assert len(cached._cache) <= 2 * 2048 + 200
+        with RecordingStore.open(log_dir, segment_length=SEGMENT) as files:
+            assert not files._cache_starts
+            for frm, to, limit in _ranges(rng, cached.stop_position, starts):
+                assert cached.read(frm, to, max_bytes=limit) == files.read(frm, to, max_bytes=limit)
+                assert cached.read_frames(frm, to, max_bytes=limit) == files.read_frames(frm, to, max_bytes=limit)
+        with pytest.raises(ArchiveError, match="not a frame boundary"):
+            cached.read(starts[-1] + 32, cached.stop_position)
+
+
+def test_append_entries_frames_like_append_entry(tmp_path: Path) -> None:
+    payloads = [payload(i) for i in range(12)]
+    with RecordingStore.open(tmp_path / "one", segment_length=SEGMENT) as one:
+        ends = [one.append_entry(p, leadership_term_id=3) for p in payloads]
+        single = one.read(0, one.stop_position)
+    with RecordingStore.open(tmp_path / "many", segment_length=SEGMENT) as many:
+        assert many.append_entries(payloads[:5], 3) == ends[4]
+        assert many.append_entries([], 3) == ends[4]
+        assert many.append_entries(payloads[5:], 3) == ends[-1]
+        assert many.read(0, many.stop_position) == single
+        assert [f.payload for f in many.read_frames(0, many.stop_position)] == payloads
+    names = [[s.name for _b, s in list_segments(tmp_path / d)] for d in ("many", "one")]
+    assert names[0] == names[1]
+
+
+def test_truncate_drops_the_cached_tail(log_dir: Path) -> None:
+    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+        starts = fill(store, 10)
+        store.truncate(starts[5])
+        assert store.stop_position == starts[5]
+        assert len(store.read_frames(0, starts[-1])) == 5
+        store.append_entry(b"after truncate", leadership_term_id=1)
+        frames = store.read_frames(starts[5], store.stop_position)
+        assert [f.payload for f in frames] == [b"after truncate"] and frames[0].leadership_term_id == 1

@@ -532,3 +532,67 @@ def test_kv_applies_a_resent_request_once_and_snapshots_the_memory() -> None:
     assert restored.state_digest() == service.state_digest()
     assert restored.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}') == first
     assert restored.revision == 4
+
+
+# ------------------------------------------------------------------ kv: the formatted fast paths
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    request_id=st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    key=st.text(max_size=12),
+    value=st.text(max_size=40),
+    ok=st.booleans(),
+    revision=st.integers(min_value=0, max_value=2**40),
+    previous=st.one_of(st.none(), st.text(max_size=20)),
+)
+def test_kv_formatted_commands_and_replies_are_the_json_bytes(
+    request_id: int, key: str, value: str, ok: bool, revision: int, previous: str | None
+) -> None:
+    """put() and encode_reply() format the usual shapes directly: byte for byte what the sorted,
+    compact json.dumps gives (so digests and traces do not depend on which path ran)."""
+    assert kv.put(request_id, key, value) == kv._dumps({"id": request_id, "op": "put", "key": key, "value": value})
+    reply = {"id": request_id, "ok": ok, "value": previous, "revision": revision}
+    encoded = kv.encode_reply(reply)
+    assert encoded == kv._dumps(reply)
+    assert kv.reply_outcome(encoded) == (request_id, False)
+
+
+def test_kv_reply_outcome_tells_errors_and_decodes_anything_else() -> None:
+    store = KeyValueService()
+    error = kv._dumps(store.execute(b"not json"))
+    assert kv.reply_outcome(error) == (None, True)
+    assert kv.reply_outcome(kv._dumps(store.execute(b'{"id": 4, "op": "nope", "key": "k"}'))) == (4, True)
+    assert kv.reply_outcome(b'{"id": 7, "ok": true}') == (7, False)  # not compact: decoded in full
+    with pytest.raises(ValueError):
+        kv.reply_outcome(b"[1, 2]")
+
+
+def test_kv_put_fast_path_answers_like_the_general_path() -> None:
+    """Malformed puts still get the general path's precise error; good ones the same reply."""
+    store = KeyValueService()
+    assert store.execute(kv.put(1, "k", "v")) == {"id": 1, "ok": True, "value": None, "revision": 1}
+    assert store.execute(kv.put(2, "k", "w")) == {"id": 2, "ok": True, "value": "v", "revision": 2}
+    assert store.execute(b'{"id": 3, "op": "put", "key": "k"}')["error"] == "bad request: missing 'value'"
+    assert store.execute(b'{"id": 4, "op": "put", "key": 5, "value": "x"}')["error"] == "bad request: 'key' must be str"
+    bool_id = b'{"id": true, "op": "put", "key": "k", "value": "x"}'
+    assert store.execute(bool_id)["error"] == "bad request: 'id' must be int"
+    assert store.revision == 2 and store.state_digest() == store.recompute_digest()
+
+
+def test_kv_lazy_digest_equals_the_digest_from_scratch_whenever_asked() -> None:
+    """Writes only mark keys; a digest hashes what changed. Asked at any point, after any mix of
+    puts, overwrites and deletes, it equals the digest computed from scratch."""
+    import random
+
+    rng = random.Random(11)
+    store = KeyValueService()
+    for i in range(2000):
+        key = f"k{rng.randrange(15)}"
+        if rng.random() < 0.2:
+            store.execute(kv.delete(i, key))
+        else:
+            store.execute(kv.put(i, key, "v" * rng.randrange(4)))
+        if rng.random() < 0.25:
+            assert store.state_digest() == store.recompute_digest(), f"after op {i}"
+    assert store.state_digest() == store.recompute_digest()

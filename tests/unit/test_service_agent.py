@@ -728,3 +728,39 @@ def test_corrupt_log_block_is_ignored_with_a_counted_reason_and_applies_nothing(
     assert agent.ignored["corrupt log block"] == 1
     assert agent.log_position == 0
     assert agent.service.entries == {}
+
+
+def test_entry_digests_from_the_block_bytes_equal_digests_of_the_reframed_entries() -> None:
+    """A runtime that hands the agent the block's bytes gets the same applied rows (the entry digest
+    read from the bytes rather than framed again), including for entries buffered across blocks."""
+    from core.codec.framing import frame, walk_frames
+    from core.codec.session import encode_session_message
+    from harness.services.kv import KeyValueService, put
+
+    rows: dict[str, list[AppliedEntry]] = {"plain": [], "block": []}
+    agents = {}
+    for name in rows:
+        agent = ClusteredServiceAgent(
+            0, 0, KeyValueService(), lambda _m: None, lambda *_: None, None, rows[name].append
+        )
+        agent.start(None)
+        agent.on_join_log(
+            JoinLog(log_position=0, max_log_position=MAX_LOG_POSITION, member_id=0, is_startup=1,
+                    role=int(Role.FOLLOWER), log_session_id=1, log_stream_id=1, log_channel="")
+        )  # fmt: skip
+        agents[name] = agent
+    position, blocks = 0, []
+    for b in range(3):
+        start, chunks = position, []
+        for i in range(5):
+            data = frame(encode_session_message(0, 7, b * 10 + i, put(b * 10 + i, "k", "v" * i)), position, 0)
+            chunks.append(data)
+            position += len(data)
+        blocks.append((start, b"".join(chunks)))
+    commits = [blocks[1][0], blocks[2][0] + 64, position]  # the second block waits for a later commit
+    for (start, entries), commit in zip(blocks, commits, strict=True):
+        frames = walk_frames(entries, start).frames
+        agents["plain"].on_log_frames(frames, commit)
+        agents["block"].on_log_frames(frames, commit, block=entries, block_position=start)
+    assert len(rows["block"]) == 15
+    assert rows["block"] == rows["plain"]
