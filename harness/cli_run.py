@@ -3,7 +3,7 @@
 ``run`` starts a local cluster (or the simulator with ``--sim``), drives the workload through the
 scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
 verifies the recorded trace: the local pyarrow verdict at once, then the Spark check of the same five
-properties (``--no-spark`` skips it). Exit 0: every check passed; 1: a violation (or no progress);
+properties and the HTML report RUN/report.html (``--no-spark`` skips both). Exit 0: every check passed; 1: a violation (or no progress);
 2: bad arguments."""
 
 from __future__ import annotations
@@ -87,11 +87,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ok = result.ok
     spark: dict[str, Any] | None = None
     if not args.no_spark and result.trace_dir.is_dir():
-        from golden.spark.check import check_runs
+        from golden.finish import check_and_report
 
         out.print("Spark check (the same five checks at scale) ...")
-        report = check_runs([result.trace_dir], master=args.master)
-        out.print(report.table())
+        report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
         spark = report.to_json()
         ok = ok and report.ok
     out.print(f"trace: {result.trace_dir}")

@@ -86,4 +86,8 @@ def test_spark_check_agrees_with_the_local_verdict(tmp_path: Path, capsys: pytes
     data = json.loads(summary.read_text())
     spark_failed = {name for name, c in data["spark"]["checks"].items() if not c["ok"]}
     assert spark_failed == set(data["failed_checks"]) >= {"durability"}
-    assert "Spark check of 1 run(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Spark check of 1 run(s)" in out
+    report = tmp_path / "run" / "trace" / "report.html"
+    assert f"report: {report}" in out.replace("\n", "")
+    assert report.is_file() and "durability" in report.read_text()
