@@ -13,18 +13,21 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 # The main job: a leader-kill chaos scenario on a real 3-member local cluster, verified locally and
-# with Spark (`clusterlab demo` still runs the simulator's demo).
+# with Spark, ending with the HTML report's path (`clusterlab demo` still runs the simulator's demo).
 demo: $(BIN)/.installed
 	$(BIN)/clusterlab run leader-kill
 
+# The whole suite (ci/suite): ruff, pytest -n auto keeping the chaos runs' traces, the Spark check of
+# all of them, the golden-trace regression.
 test: $(BIN)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n auto
+	PYTHON=$(BIN)/python ci/suite
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.codec_bench
 	$(BIN)/python -m benchmarks.sim_bench
 	$(BIN)/python -m benchmarks.cluster_bench
+	$(BIN)/python -m benchmarks.spark_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
