@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="run the main job: a seeded chaos scenario, verified")
+    demo = sub.add_parser("demo", help="a guided simulator walk-through (the main job is `clusterlab run`)")
     demo.add_argument("--seed", type=int, default=1, help="seed of the scenario (same seed, same run)")
     demo.add_argument("--members", type=int, default=3, choices=[1, 3, 5], help="cluster size")
     demo.add_argument("--dir", default=None, help="directory for member files (default: a fresh temp dir)")
