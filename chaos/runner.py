@@ -90,6 +90,7 @@ class RunResult:
             "model_checked": self.model_checked, "failovers_s": self.failovers_s, "elections_s": self.elections_s,
             "recoveries_s": self.recoveries_s, "recovery_s": self.recovery_s, "elapsed_s": self.elapsed_s,
             "trace_dir": str(self.trace_dir), "schedule": self.schedule, "rerun": self.rerun_command(),
+            "fault_ack_before_append": self.fault_ack_before_append,
         }
 
     def failure_message(self) -> str:

@@ -36,13 +36,15 @@ def _stats(values: Iterable[float]) -> dict[str, Any]:
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Group runs by (scenario, driver, members): seeds, pass count, failover/election/recovery stats."""
+    """Group runs by (scenario, driver, members): seeds, pass count, failover/election/recovery stats.
+    Runs of the deliberately broken build (``--fault-ack-before-append``) form their own groups."""
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
-        groups[(r["scenario"], "sim" if r["sim"] else "real", int(r["members"]))].append(r)
+        driver = ("sim" if r["sim"] else "real") + (" broken" if r.get("fault_ack_before_append") else "")
+        groups[(r["scenario"], driver, int(r["members"]))].append(r)
     out: dict[str, dict[str, Any]] = {}
     for (scenario, driver, members), rs in sorted(groups.items()):
-        out[f"{scenario}/{driver}/n{members}"] = {
+        out[f"{scenario}/{driver.replace(' ', '-')}/n{members}"] = {
             "scenario": scenario, "driver": driver, "members": members,
             "seeds": sorted({r["seed"] for r in rs}), "runs": len(rs), "passed": sum(bool(r["ok"]) for r in rs),
             "acked": sum(r["acked"] for r in rs),

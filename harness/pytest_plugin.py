@@ -175,12 +175,7 @@ class ChaosRunner:
             kwargs["duration_s"] = kwargs.pop("duration")
         tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + ("-broken" if kwargs.get(
             "fault_ack_before_append") else "")
-        if kwargs.get("fault_ack_before_append"):
-            # A broken build's trace is meant to fail the checks: keep it out of the --trace-dir set that
-            # CI checks as a whole (make test), in the test's own tmp_path.
-            run_dir, kept = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=self.tmp_path)), False
-        else:
-            run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
+        run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
         work = Path(tempfile.mkdtemp(prefix=f"work-{tag}-", dir=self.tmp_path))  # never kept under --trace-dir
         info: dict[str, Any] = {"scenario": scenario, "seed": seed, "members": kwargs.get("members", 3),
                                 "sim": kwargs.get("sim", False), "trace_dir": run_dir}

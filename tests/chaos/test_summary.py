@@ -22,8 +22,9 @@ def test_groups_by_scenario_driver_and_size(tmp_path: Path) -> None:
     _run(tmp_path, "b", seed=2, failovers_s=[2.0], ok=False)
     _run(tmp_path, "c", seed=1, sim=True)
     _run(tmp_path, "d", seed=1, members=5)
+    _run(tmp_path, "e", seed=1, ok=False, fault_ack_before_append=True)
     s = summarize(load_runs(tmp_path))
-    assert set(s) == {"leader-kill/real/n3", "leader-kill/sim/n3", "leader-kill/real/n5"}
+    assert set(s) == {"leader-kill/real/n3", "leader-kill/sim/n3", "leader-kill/real/n5", "leader-kill/real-broken/n3"}
     real = s["leader-kill/real/n3"]
     assert real["seeds"] == [1, 2] and real["runs"] == 2 and real["passed"] == 1 and real["acked"] == 20
     assert real["failover"] == {"n": 3, "median_s": 2.0, "max_s": 3.0, "min_s": 1.0}
