@@ -106,6 +106,7 @@ class ServiceProcess:
         self.last_applied: AppliedEntry | None = None
         self._replay_max = -1
         self._egress_pending: dict[str, list[bytes]] = {}
+        self._applied_pending: list[AppliedEntry] = []
         self._head = header(Channel.SERVICE, member_id)
         self._control_head = header(Channel.CONTROL, member_id)
 
@@ -139,11 +140,12 @@ class ServiceProcess:
             f"snapshot={entry.recording_id if entry is not None else None}"
         )
         self.agent.start(entry.recording_id if entry is not None else None)
+        self._flush_applied()  # a loaded snapshot's row
 
     # ------------------------------------------------------------------ agent outputs
     def _send_egress(self, channel: str, _session: Any, payload: bytes) -> None:
-        # Held until the end of the inbound batch, then one ZeroMQ message per client (egress batching).
-        self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
+        # Held until the end of the inbound batch, then one ZeroMQ message per client (egress batching);
+        # recorded there, when handed to the socket, as one bulk of rows.
         pending = self._egress_pending.get(channel)
         if pending is None:
             self._egress_pending[channel] = [payload]
@@ -152,8 +154,16 @@ class ServiceProcess:
 
     def _flush_egress(self) -> None:
         pending, self._egress_pending = self._egress_pending, {}
+        record = self.rec.messages
         for channel, payloads in pending.items():
+            record(SEND, Channel.EGRESS, NO_MEMBER, payloads)
             self.egress.send_batch(channel, payloads)
+
+    def _flush_applied(self) -> None:
+        """Record the applied entries held since the last call (one bulk of rows per inbound batch)."""
+        if self._applied_pending:
+            pending, self._applied_pending = self._applied_pending, []
+            self.rec.applied_many(pending)
 
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
@@ -162,7 +172,7 @@ class ServiceProcess:
 
     def _on_applied(self, entry: AppliedEntry) -> None:
         self.last_applied = entry
-        self.rec.applied(entry)
+        self._applied_pending.append(entry)  # recorded by _flush_applied, at the latest at the batch's end
 
     @property
     def applied_count(self) -> int:
@@ -175,6 +185,12 @@ class ServiceProcess:
         self.log(f"ignored {key}")
 
     def _on_inbound(self, now_ns: int) -> int:
+        try:
+            return self._on_inbound_batch()
+        finally:
+            self._flush_applied()
+
+    def _on_inbound_batch(self) -> int:
         batch = drain(self.inbound, BATCH_LIMIT)
         member_id = self.member_id
         agent = self.agent
@@ -298,6 +314,7 @@ class ServiceProcess:
             try:
                 self.close()
             finally:
+                self._flush_applied()
                 self.rec.close()
         return code
 
