@@ -103,7 +103,6 @@ class ServiceProcess:
         self.egress = EgressCache(self.zctx, self.log)
         self.ignored: dict[str, int] = {}
         self.received = 0
-        self.last_applied: AppliedEntry | None = None
         self._replay_max = -1
         self._egress_pending: dict[str, list[bytes]] = {}
         self._applied_pending: list[AppliedEntry] = []
@@ -130,7 +129,8 @@ class ServiceProcess:
             egress=self._send_egress,
             snapshot_store=self.snapshots,
             # Only a recording process needs each entry's row (and so the two digests per entry).
-            on_applied=None if isinstance(self.rec, NullRecorder) else self._on_applied,
+            # Held for one inbound batch, then recorded together (_flush_applied).
+            on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
             log=self.log,
         )
         with RecordingLog.open(self.member_dir) as recording_log:
@@ -162,17 +162,13 @@ class ServiceProcess:
     def _flush_applied(self) -> None:
         """Record the applied entries held since the last call (one bulk of rows per inbound batch)."""
         if self._applied_pending:
-            pending, self._applied_pending = self._applied_pending, []
-            self.rec.applied_many(pending)
+            self.rec.applied_many(self._applied_pending)
+            self._applied_pending.clear()  # in place: the agent holds its append method
 
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
         if not self.to_node.send(self._head, payload):
             self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
-
-    def _on_applied(self, entry: AppliedEntry) -> None:
-        self.last_applied = entry
-        self._applied_pending.append(entry)  # recorded by _flush_applied, at the latest at the batch's end
 
     @property
     def applied_count(self) -> int:
