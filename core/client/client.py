@@ -27,10 +27,9 @@ is never raised, it is dropped and counted in :attr:`ClusterClient.ignored` with
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import tenacity
 
@@ -95,9 +94,10 @@ class ClientState(Enum):
     CLOSED = "CLOSED"
 
 
-@dataclass(frozen=True, slots=True)
-class EgressMessage:
-    """An application message from the cluster to this session (Aeron: ``EgressListener.onMessage``)."""
+class EgressMessage(NamedTuple):
+    """An application message from the cluster to this session (Aeron: ``EgressListener.onMessage``).
+    A NamedTuple (immutable, compared by value) rather than a frozen dataclass: one is made per reply,
+    and a frozen dataclass's ``__init__`` costs several times more."""
 
     cluster_session_id: int
     leadership_term_id: int

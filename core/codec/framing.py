@@ -160,7 +160,8 @@ def walk_frames(buffer: bytes | memoryview, base_position: int = 0) -> WalkResul
     append = frames.append
     unpack = _HEADER.unpack_from
     crc32 = zlib.crc32
-    view = memoryview(buffer)
+    if type(buffer) is not bytes:
+        buffer = bytes(buffer)  # one copy: slicing bytes is cheaper per frame than memoryview + bytes()
     n = len(buffer)
     offset = 0
     position = base_position
@@ -176,8 +177,8 @@ def walk_frames(buffer: bytes | memoryview, base_position: int = 0) -> WalkResul
                 and end <= n
                 and frame_position == position
             ):
-                payload = bytes(view[offset + FRAME_HEADER_LENGTH : offset + frame_length])
-                if crc32(payload, crc32(view[offset : offset + 24])) & 0xFFFFFFFF == checksum:
+                payload = buffer[offset + FRAME_HEADER_LENGTH : offset + frame_length]
+                if crc32(payload, crc32(buffer[offset : offset + 24])) == checksum:  # crc32 is unsigned
                     append(Frame(position, term_id, frame_type, payload))
                     position += end - offset
                     offset = end
@@ -188,7 +189,6 @@ def walk_frames(buffer: bytes | memoryview, base_position: int = 0) -> WalkResul
         except DecodeError as e:
             error = e
         break
-    view.release()
     return WalkResult(frames, position, error)
 
 

@@ -381,7 +381,7 @@ class Node:
 
     def _ingress_handler(self, sock: zmq.Socket) -> Callable[[int], int]:
         """Client ingress: batched messages (a header, then one or more payloads each)."""
-        record = self.rec.message
+        record = self.rec.messages
 
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
@@ -395,8 +395,7 @@ class Node:
                     continue
                 payloads = parsed[1]
                 count += len(payloads)
-                for payload in payloads:
-                    record(RECV, Channel.INGRESS, NO_MEMBER, payload, peer_process=None, msg_id=None)
+                record(RECV, Channel.INGRESS, NO_MEMBER, payloads)  # one row each, one clock reading
                 if module is None:
                     self._ignore(f"{Channel.INGRESS} socket", "module not started (waiting for the members' endpoints)")
                     continue

@@ -103,9 +103,9 @@ class ServiceProcess:
         self.egress = EgressCache(self.zctx, self.log)
         self.ignored: dict[str, int] = {}
         self.received = 0
-        self.last_applied: AppliedEntry | None = None
         self._replay_max = -1
         self._egress_pending: dict[str, list[bytes]] = {}
+        self._applied_pending: list[AppliedEntry] = []
         self._head = header(Channel.SERVICE, member_id)
         self._control_head = header(Channel.CONTROL, member_id)
 
@@ -129,7 +129,8 @@ class ServiceProcess:
             egress=self._send_egress,
             snapshot_store=self.snapshots,
             # Only a recording process needs each entry's row (and so the two digests per entry).
-            on_applied=None if isinstance(self.rec, NullRecorder) else self._on_applied,
+            # Held for one inbound batch, then recorded together (_flush_applied).
+            on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
             log=self.log,
         )
         with RecordingLog.open(self.member_dir) as recording_log:
@@ -139,11 +140,12 @@ class ServiceProcess:
             f"snapshot={entry.recording_id if entry is not None else None}"
         )
         self.agent.start(entry.recording_id if entry is not None else None)
+        self._flush_applied()  # a loaded snapshot's row
 
     # ------------------------------------------------------------------ agent outputs
     def _send_egress(self, channel: str, _session: Any, payload: bytes) -> None:
-        # Held until the end of the inbound batch, then one ZeroMQ message per client (egress batching).
-        self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
+        # Held until the end of the inbound batch, then one ZeroMQ message per client (egress batching);
+        # recorded there, when handed to the socket, as one bulk of rows.
         pending = self._egress_pending.get(channel)
         if pending is None:
             self._egress_pending[channel] = [payload]
@@ -152,17 +154,21 @@ class ServiceProcess:
 
     def _flush_egress(self) -> None:
         pending, self._egress_pending = self._egress_pending, {}
+        record = self.rec.messages
         for channel, payloads in pending.items():
+            record(SEND, Channel.EGRESS, NO_MEMBER, payloads)
             self.egress.send_batch(channel, payloads)
+
+    def _flush_applied(self) -> None:
+        """Record the applied entries held since the last call (one bulk of rows per inbound batch)."""
+        if self._applied_pending:
+            self.rec.applied_many(self._applied_pending)
+            self._applied_pending.clear()  # in place: the agent holds its append method
 
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
         if not self.to_node.send(self._head, payload):
             self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
-
-    def _on_applied(self, entry: AppliedEntry) -> None:
-        self.last_applied = entry
-        self.rec.applied(entry)
 
     @property
     def applied_count(self) -> int:
@@ -175,6 +181,12 @@ class ServiceProcess:
         self.log(f"ignored {key}")
 
     def _on_inbound(self, now_ns: int) -> int:
+        try:
+            return self._on_inbound_batch()
+        finally:
+            self._flush_applied()
+
+    def _on_inbound_batch(self) -> int:
         batch = drain(self.inbound, BATCH_LIMIT)
         member_id = self.member_id
         agent = self.agent
@@ -298,6 +310,7 @@ class ServiceProcess:
             try:
                 self.close()
             finally:
+                self._flush_applied()
                 self.rec.close()
         return code
 

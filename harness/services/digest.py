@@ -42,10 +42,23 @@ def _encode_field(value: Field) -> bytes:
     return tag + len(raw).to_bytes(4, "little") + raw
 
 
+_HASHERS: dict[bytes, blake2b] = {}
+
+
+def hasher(domain: bytes) -> blake2b:
+    """A fresh blake2b-128 personalised with ``domain`` (its first 16 bytes): a copy of one kept per
+    domain, which costs less than half of setting up the personalisation again (one per applied entry)."""
+    base = _HASHERS.get(domain)
+    if base is None:
+        base = _HASHERS[domain] = blake2b(digest_size=DIGEST_SIZE, person=domain[:16])
+    return base.copy()
+
+
 def item_hash(domain: bytes, *fields: Field) -> int:
     """The 128-bit hash of one item of a state."""
-    data = b"".join([_encode_field(value) for value in fields])
-    return int.from_bytes(blake2b(data, digest_size=DIGEST_SIZE, person=domain[:16]).digest(), "little")
+    h = hasher(domain)
+    h.update(b"".join([_encode_field(value) for value in fields]))
+    return int.from_bytes(h.digest(), "little")
 
 
 def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) -> int:
@@ -59,7 +72,9 @@ def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) 
         (tag, b"S", len(kb).to_bytes(4, "little"), kb, b"S", len(vb).to_bytes(4, "little"), vb,
          b"I", len(nb).to_bytes(4, "little"), nb)
     )
-    return int.from_bytes(blake2b(data, digest_size=DIGEST_SIZE, person=domain).digest(), "little")
+    h = hasher(domain)
+    h.update(data)
+    return int.from_bytes(h.digest(), "little")
 
 
 def encode_field(value: Field) -> bytes:

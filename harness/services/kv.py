@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from hashlib import blake2b
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -44,7 +43,7 @@ import orjson
 
 from core.codec import CloseReason
 from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from harness.services.digest import MODULUS, MultisetDigest, encode_field, item_hash, str_item_hash
+from harness.services.digest import MODULUS, MultisetDigest, encode_field, hasher, item_hash, str_item_hash
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
@@ -193,7 +192,9 @@ class KeyValueService(ClusteredService):
         revision = str(self.revision).encode("ascii")
         # item_hash(DOMAIN, "revision", self.revision), encoded inline (one digest per applied entry)
         data = b"".join((_REVISION_TAG, b"I", len(revision).to_bytes(4, "little"), revision))
-        h = int.from_bytes(blake2b(data, digest_size=16, person=DOMAIN).digest(), "little")
+        hashed = hasher(DOMAIN)
+        hashed.update(data)
+        h = int.from_bytes(hashed.digest(), "little")
         return ((self._entries_sum + h) % MODULUS).to_bytes(16, "little")
 
     def recompute_digest(self) -> bytes:

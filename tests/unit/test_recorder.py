@@ -296,9 +296,51 @@ def test_process_recorder_rows(tmp_path: Path) -> None:
     assert sorted(p.name for paths in run.files.values() for p in paths) == ["node-2-i3.arrow"] * 4
 
 
+def test_bulk_rows_equal_the_rows_written_one_by_one(tmp_path: Path) -> None:
+    """messages() and applied_many() (the runtime's per-batch paths) write exactly the rows that
+    message() and applied() write for each item, with one clock reading per call."""
+    payloads = [
+        CommitPosition(leadership_term_id=4, log_position=640, leader_member_id=2).encode(),
+        b"\x01\x02",  # undecodable: promoted to its description, null positions
+        b"",
+        LogBlock(
+            leadership_term_id=4, start_position=640, commit_position=0, leader_member_id=2, log_session_id=1,
+            entries=frame(b"x" * 40, 640, 4),
+        ).encode(),
+    ]  # fmt: skip
+    entries = [
+        AppliedEntry(640 + 64 * i, 64, 4, EntryType.SESSION_MESSAGE, 99 + i, bytes([i]) * 16, b"s" * 16, i == 1)
+        for i in range(3)
+    ]
+    tables = {}
+    for bulk in (False, True):
+        clock = FakeClock()
+        clock.now_ns = 5
+        rec = ProcessRecorder(tmp_path / str(bulk), "r1", "node-2", 2, 3, clock, wall_clock=lambda: 1_000)
+        if bulk:
+            rec.messages("recv", "ingress", -1, payloads)
+            rec.messages("send", "egress", -1, payloads[:1], peer_process="client-0")
+            rec.messages("send", "egress", -1, [])
+            rec.applied_many(entries)
+            rec.applied_many([])
+        else:
+            for p in payloads:
+                rec.message("recv", "ingress", -1, p)
+            rec.message("send", "egress", -1, payloads[0], peer_process="client-0")
+            for e in entries:
+                rec.applied(e)
+        rec.close()
+        run = open_run(tmp_path / str(bulk))
+        tables[bulk] = (run.messages.to_pylist(), run.applied.to_pylist())
+    assert tables[True] == tables[False]
+    assert [m["seq"] for m in tables[True][0]] == [0, 1, 2, 3, 4]
+    assert [a["replay"] for a in tables[True][1]] == [False, True, False]
+
+
 def test_null_recorder_has_the_api_and_does_nothing() -> None:
     rec = NullRecorder()
-    for name in ("message", "applied", "event", "op", "poll", "next_deadline_ns", "flush", "close"):
+    for name in ("message", "messages", "applied", "applied_many", "event", "op", "poll", "next_deadline_ns", "flush",
+                 "close"):  # fmt: skip
         assert callable(getattr(rec, name)) and callable(getattr(ProcessRecorder, name))
     rec.message("send", "log", 1, b"")
     assert rec.next_deadline_ns() is None
