@@ -77,7 +77,12 @@ def test_cluster_nemesis_and_workload_fixtures(cluster: Any, nemesis: Any, workl
     assert paused.victims == [leader]
     new_leader = cluster.await_leader(15.0, exclude={leader})
     nemesis.heal(paused)
-    w.run_for(2.0)
+    # Drive the workload until an op is acknowledged again, bounded: an add sent to the paused leader
+    # waits out its 3 s request timeout first (the counter's ops are never resent).
+    for _ in range(15):
+        w.run_for(1.0)
+        if w.acked > before:
+            break
     assert w.acked > before and w.model.checked > 0
     cluster.await_condition(lambda: cluster.status(leader) is not None
                             and cluster.status(leader).role == Role.FOLLOWER, 15.0, "old leader follows")
