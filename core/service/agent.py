@@ -718,24 +718,25 @@ class ClusteredServiceAgent:
             if self._on_applied is not None:
                 state_digest = self._state_digest(entry_type)
         except Exception as e:
-            self._held = None
             if undo is not None:
                 undo()
-            (
-                self._log_position,
-                self._cluster_time,
-                self._leadership_term_id,
-                self._time_unit,
-                self._next_ack_id,
-            ) = saved
-            failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
-            self._failure = failure
-            raise failure from e
+            raise self._failed_apply(saved, e, end, entry_type) from e
         self._release_held()
         self._applied(f, entry_type, timestamp, state_digest, replay)
         if snapshot_failure:
             return SnapshotError(end, entry_type, snapshot_failure[0])
         return None
+
+    def _failed_apply(self, saved: tuple[int, int, int, Any, int], e: Exception, end: int,
+                      entry_type: EntryType) -> ServiceError:
+        """An entry's apply raised: drop what it held, restore the agent's position and clocks, and
+        remember the failure (the agent applies nothing more)."""
+        self._held = None
+        (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit,
+         self._next_ack_id) = saved
+        failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
+        self._failure = failure
+        return failure
 
     def _apply_session_message(self, f: Frame, replay: bool, session_id: int, timestamp: int, body: bytes) -> None:
         """The common entry, without the generic path's per-entry closures (same semantics)."""
@@ -750,17 +751,7 @@ class ClusteredServiceAgent:
             if self._on_applied is not None:
                 state_digest = self._state_digest(EntryType.SESSION_MESSAGE)
         except Exception as e:
-            self._held = None
-            (
-                self._log_position,
-                self._cluster_time,
-                self._leadership_term_id,
-                self._time_unit,
-                self._next_ack_id,
-            ) = saved
-            failure = e if isinstance(e, ServiceError) else ServiceError(f.end_position, EntryType.SESSION_MESSAGE, e)
-            self._failure = failure
-            raise failure from e
+            raise self._failed_apply(saved, e, f.end_position, EntryType.SESSION_MESSAGE) from e
         held, self._held = self._held, None
         if held:
             for kind, item in held:

@@ -215,17 +215,9 @@ class KeyValueService(ClusteredService):
         client = command.get("client")
         request_id = command.get("id")
         if client is None and command.get("op") == "put":
-            # The common command, checked exactly as _execute does, without its calls.
-            key, value = command.get("key"), command.get("value")
-            if type(request_id) is int and type(key) is str and type(value) is str:
-                previous = self.entries.get(key)
-                self._set(key, value)
-                return {
-                    "id": request_id,
-                    "ok": True,
-                    "value": None if previous is None else previous[0],
-                    "revision": self.revision,
-                }
+            reply = self._plain_put(command)
+            if reply is not None:
+                return reply
         if not isinstance(client, int) or not isinstance(request_id, int):
             return self._execute(command)
         remembered = self.replies.setdefault(client, {})
@@ -237,19 +229,22 @@ class KeyValueService(ClusteredService):
             del remembered[next(iter(remembered))]
         return reply
 
+    def _plain_put(self, command: dict[str, Any]) -> dict[str, Any] | None:
+        """The common command (a well-formed put), checked exactly as ``_execute`` checks it, without
+        the general path's calls; None if it is not well formed (the general path says why)."""
+        request_id, key, value = command.get("id"), command.get("key"), command.get("value")
+        if type(request_id) is int and type(key) is str and type(value) is str:
+            previous = self.entries.get(key)
+            self._set(key, value)
+            return {"id": request_id, "ok": True, "value": None if previous is None else previous[0],
+                    "revision": self.revision}
+        return None
+
     def _execute(self, command: Any) -> dict[str, Any]:
         if type(command) is dict and command.get("op") == "put":
-            # The common command, checked exactly as below, without the general path's calls.
-            request_id, key, value = command.get("id"), command.get("key"), command.get("value")
-            if type(request_id) is int and type(key) is str and type(value) is str:
-                previous = self.entries.get(key)
-                self._set(key, value)
-                return {
-                    "id": request_id,
-                    "ok": True,
-                    "value": None if previous is None else previous[0],
-                    "revision": self.revision,
-                }
+            reply = self._plain_put(command)
+            if reply is not None:
+                return reply
         request_id: Any = None
         try:
             if not isinstance(command, dict):
