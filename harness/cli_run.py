@@ -3,8 +3,8 @@
 ``run`` starts a local cluster (or the simulator with ``--sim``), drives the workload through the
 scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
 verifies the recorded trace: the local pyarrow verdict at once, then the Spark check of the same five
-properties and the HTML report RUN/report.html (``--no-spark`` skips both). Exit 0: every check passed; 1: a violation (or no progress);
-2: bad arguments."""
+properties and the HTML report RUN/report.html (``--no-spark`` skips both). Exit 0: every check
+passed; 1: a violation (or no progress); 2: bad arguments."""
 
 from __future__ import annotations
 
