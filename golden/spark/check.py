@@ -26,9 +26,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
 
-from golden.spark.source import find_runs, run_id_of
+from golden.spark.source import find_runs, output_schema, run_id_of, select_columns
+from harness.recorder import SCHEMAS
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 DEFAULT_LIMIT = 50
@@ -156,15 +158,18 @@ BROADCAST_ROWS = 200_000  # a side this small is sent to every task instead of s
 class Tables:
     """The trace tables of one set of runs, read column-projected on demand."""
 
-    def __init__(self, spark: SparkSession, paths: str, log_runs: Sequence[str]) -> None:
+    def __init__(self, spark: SparkSession, paths: str, rows: dict[str, int], log_runs: Sequence[str]) -> None:
         self.spark = spark
         self.paths = paths
+        self.rows = rows  # table -> rows in all runs
         self.log_runs = sorted(log_runs)  # runs with committed log rows; only they are judged on the log
 
     def read(self, table: str, *columns: str) -> DataFrame:
-        if table == "log" and not self.log_runs:
-            schema = {"run_id": "string", "log_position": "long", "entry_digest": "binary", "body": "binary"}
-            return self.spark.createDataFrame([], ", ".join(f"{c} {schema[c]}" for c in columns))
+        """``table``'s ``columns``; a table no run has rows of is an empty DataFrame of the contract's
+        types (a run without client ops has nothing for durability to judge), not a source error."""
+        if not self.rows.get(table):
+            schema = select_columns(output_schema(table, SCHEMAS[table]), ",".join(columns))
+            return self.spark.createDataFrame([], from_arrow_schema(schema))
         return load(self.spark, self.paths, table, columns)
 
 
@@ -439,7 +444,7 @@ def check_runs(
     torn = sum(run_torn.values())
     run_ids = sorted({f["run_id"] for f in files})
     log_runs = [r for r, per in run_rows.items() if per.get("log")]
-    tables = Tables(spark, paths, log_runs)
+    tables = Tables(spark, paths, rows, log_runs)
     # Each check reads only the columns it needs, straight from the source: reading a trace file
     # (Arrow batches straight in) is faster than building Spark's in-memory cache of it. What two
     # checks share is computed once and cached: the flagged positions (small on a healthy run) and
