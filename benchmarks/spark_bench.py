@@ -353,6 +353,7 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     disk = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file())
     print(f"generated {disk / 1e9:.2f} GB in {gen_big:.0f} s (big)", flush=True)
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine may be shared
     own_spark = spark is None
     if own_spark:
         spark, start_s = _timed(lambda: spark_session(master, app_name="clusterlab-bench"))
@@ -407,7 +408,7 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
         "spark_start_s": round(start_s, 1), "generated_bytes": disk, "generate_big_s": round(gen_big, 1),
         "rows": {"big": big_rows, "many": many_rows, "golden": golden_rows}, "results": results,
         "machine_cpus": os.cpu_count(),
-        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],  # the machine may be shared
+        "loadavg_at_start": load_at_start, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -307,6 +307,6 @@ def print_report(report: VerifyReport, console: Console | None = None) -> None:
     """The verdict table, then a few lines on every failing golden."""
     console = console or Console(width=max(Console().width, 120))
     console.print(report.table())
-    for line in report.details():
-        console.print(line, highlight=False, markup=False)
+    for line in report.details():  # not wrapped: paths and digests stay whole, to copy and grep
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 

@@ -26,9 +26,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
 
-from golden.spark.source import find_runs, run_id_of
+from golden.spark.source import find_runs, output_schema, run_id_of, select_columns
+from harness.recorder import SCHEMAS
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 DEFAULT_LIMIT = 50
@@ -132,31 +134,91 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def load(spark: SparkSession, paths: str, table: str) -> DataFrame:
-    """One trace table of every run in ``paths`` (comma-separated run directories)."""
-    return spark.read.format("clustertrace").option("table", table).load(paths)
+def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = ()) -> DataFrame:
+    """One trace table of every run in ``paths`` (comma-separated run directories); with ``columns``,
+    only those columns leave the source (it gets no column pruning from Spark)."""
+    reader = spark.read.format("clustertrace").option("table", table)
+    if columns:
+        reader = reader.option("columns", ",".join(columns))
+    return reader.load(paths)
 
 
 # ----------------------------------------------------------------------------------------- checks
 
+# The columns each query reads (the source builds and ships only these).
+_POSITION_COLUMNS = ("run_id", "log_position", "entry_type", "entry_digest", "state_digest")
+_INCARNATION = ("run_id", "member_id", "service_id", "incarnation")
+_AROUND_COLUMNS = ("run_id", "process", "direction", "channel", "msg_type", "leadership_term_id", "log_position",
+                   "wall_ns")
+_EVENT_COLUMNS = ("run_id", "source", "member_id", "incarnation", "kind", "leadership_term_id", "log_position",
+                  "wall_ns", "seq")
+BROADCAST_ROWS = 200_000  # a side this small is sent to every task instead of shuffling the other side
 
-def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> CheckResult:
-    """Same entry and same state digest at every log position, across members and incarnations."""
-    # min != max finds a disagreement without the cost of distinct aggregates; exact counts are
-    # taken below for the few divergent positions only.
-    entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
+
+class Tables:
+    """The trace tables of one set of runs, read column-projected on demand."""
+
+    def __init__(self, spark: SparkSession, paths: str, rows: dict[str, int], log_runs: Sequence[str]) -> None:
+        self.spark = spark
+        self.paths = paths
+        self.rows = rows  # table -> rows in all runs
+        self.log_runs = sorted(log_runs)  # runs with committed log rows; only they are judged on the log
+
+    def read(self, table: str, *columns: str) -> DataFrame:
+        """``table``'s ``columns``; a table no run has rows of is an empty DataFrame of the contract's
+        types (a run without client ops has nothing for durability to judge), not a source error."""
+        if not self.rows.get(table):
+            schema = select_columns(output_schema(table, SCHEMAS[table]), ",".join(columns))
+            return self.spark.createDataFrame([], from_arrow_schema(schema))
+        return load(self.spark, self.paths, table, columns)
+
+
+def flag_positions(tables: Tables) -> DataFrame:
+    """One pass over ``applied`` grouped by (run, log position), joined with the committed log: the
+    positions where members disagree (``entry_differs``, ``state_differs``) or an applied entry is
+    missing from, or differs in, the final committed log (``lost``). Only flagged positions are kept,
+    so the result is small on a healthy run; agreement and committed_prefix both start from it."""
+    applied = tables.read("applied", *_POSITION_COLUMNS)
+    is_entry = F.col("entry_type") != "Snapshot"
+    entry = F.when(is_entry, F.col("entry_digest"))
+    # min != max finds a disagreement without distinct aggregates; exact counts are taken later for
+    # the flagged positions only.
     per_position = applied.groupBy("run_id", "log_position").agg(
-        (F.min(entry) != F.max(entry)).alias("entry_differs"),
-        (F.min("state_digest") != F.max("state_digest")).alias("state_differs"),
+        F.min(entry).alias("entry_min"), F.max(entry).alias("entry_max"),
+        F.min("state_digest").alias("state_min"), F.max("state_digest").alias("state_max"),
+        F.count(F.when(is_entry, 1)).alias("entries"),
     )
-    bad = per_position.where(F.coalesce(F.col("entry_differs"), F.lit(False)) | F.col("state_differs")).cache()
+    entry_differs = F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
+    state_differs = F.coalesce(F.col("state_min") != F.col("state_max"), F.lit(False))
+    if tables.log_runs:
+        committed = tables.read("log", "run_id", "log_position", "entry_digest").withColumnRenamed(
+            "entry_digest", "log_digest")
+        per_position = per_position.join(committed, ["run_id", "log_position"], "left")
+        # As row by row: some applied entry here has no committed entry, or a different one.
+        lost = (F.col("run_id").isin(tables.log_runs) & (F.col("entries") > 0) & (
+            F.col("log_digest").isNull()
+            | F.coalesce(F.col("entry_min") != F.col("log_digest"), F.lit(False))
+            | F.coalesce(F.col("entry_max") != F.col("log_digest"), F.lit(False))))
+    else:
+        lost = F.lit(False)
+    return per_position.select(
+        "run_id", "log_position", entry_differs.alias("entry_differs"), state_differs.alias("state_differs"),
+        lost.alias("lost"),
+    ).where(F.col("entry_differs") | F.col("state_differs") | F.col("lost"))
+
+
+def check_agreement(tables: Tables, flagged: DataFrame, limit: int) -> CheckResult:
+    """Same entry and same state digest at every log position, across members and incarnations."""
+    bad = flagged.where(F.col("entry_differs") | F.col("state_differs")).select("run_id", "log_position")
     per_run = _per_run(bad)
     count = sum(per_run.values())
     violations: list[dict[str, Any]] = []
     if count:
         # Who reported what is gathered only for the first divergent positions, not for every position.
         first = bad.orderBy("run_id", "log_position").limit(limit)
-        who = applied.join(F.broadcast(first.select("run_id", "log_position")), ["run_id", "log_position"])
+        entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
+        who = tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type",
+                          "entry_digest", "state_digest").join(F.broadcast(first), ["run_id", "log_position"])
         members = who.groupBy("run_id", "log_position").agg(
             F.sort_array(
                 F.collect_set(
@@ -172,10 +234,10 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
             F.countDistinct(entry).alias("entries"),
             F.countDistinct("state_digest").alias("states"),
         )
-        found = first.drop("entry_differs", "state_differs").join(members, ["run_id", "log_position"])
-        violations = _rows(found.orderBy("run_id", "log_position"), limit)
-    bad.unpersist()
+        violations = _rows(members.orderBy("run_id", "log_position"), limit)
+    messages = tables.read("messages", *_AROUND_COLUMNS) if violations else None
     for v in violations[:5]:  # the messages around the first few divergences
+        assert messages is not None
         pos = v["log_position"]
         around = (
             messages.where(
@@ -191,9 +253,10 @@ def check_agreement(applied: DataFrame, messages: DataFrame, limit: int) -> Chec
     return CheckResult("agreement", count, violations, per_run)
 
 
-def check_contiguity(applied: DataFrame, limit: int) -> CheckResult:
+def check_contiguity(tables: Tables, limit: int) -> CheckResult:
     """Each service incarnation applied a gap-free run of entries; ``seq`` counts from 0."""
-    w = Window.partitionBy("run_id", "member_id", "service_id", "incarnation").orderBy("seq")
+    applied = tables.read("applied", *_INCARNATION, "seq", "log_position", "length", "entry_type")
+    w = Window.partitionBy(*_INCARNATION).orderBy("seq")
     rows = applied.select(
         "run_id",
         "member_id",
@@ -231,90 +294,98 @@ def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
     return CheckResult("election_safety", count, _rows(bad, limit) if count else [], per_run)
 
 
-def check_durability(ops: DataFrame, log: DataFrame, applied: DataFrame, limit: int) -> CheckResult:
+def check_durability(tables: Tables, limit: int) -> CheckResult:
     """Every acknowledged op is in the committed log; a retried copy left the state unchanged."""
-    acked = ops.where(F.col("kind") == "ok").select("run_id", "client_id", "op_id", "f", "key", "value")
+    acked = tables.read("ops", "run_id", "kind", "client_id", "op_id", "f", "key", "value").where(
+        F.col("kind") == "ok").drop("kind")
     # One JSON parse per request (the kv service's command: id, op, key, value).
     request = F.from_json(F.col("body").cast("string"), "id long, op string, key string, value string")
-    requests = log.where(F.col("body").isNotNull()).select("run_id", "log_position", request.alias("r")).select(
+    requests = tables.read("log", "run_id", "log_position", "body").where(F.col("body").isNotNull()).select(
+        "run_id", "log_position", request.alias("r")).select(
         "run_id",
+        F.col("r.id").alias("op_id"),
+        F.col("r.op").alias("f"),
+        F.col("r.key").alias("key"),
+        F.col("r.value").alias("value"),
         "log_position",
-        F.col("r.id").alias("req_id"),
-        F.col("r.op").alias("req_op"),
-        F.col("r.key").alias("req_key"),
-        F.col("r.value").alias("req_value"),
     )
-    cond = (
-        (acked.run_id == requests.run_id)
-        & (acked.op_id == requests.req_id)
-        & (acked.f == requests.req_op)
-        & acked.key.eqNullSafe(requests.req_key)
-        & acked.value.eqNullSafe(requests.req_value)
-    )
-    missing = acked.join(requests, cond, "left_anti").withColumn("problem", F.lit("acknowledged op not in the log"))
-    # Requests in the log more than once (a client's resend): usually none, so what follows is small.
-    repeated = (
-        requests.groupBy("run_id", "req_id", "req_op", "req_key", "req_value")
-        .agg(F.sort_array(F.collect_list("log_position")).alias("positions"))
-        .where(F.size("positions") > 1)
-    )
-    per_op = acked.join(repeated, (acked.run_id == repeated.run_id) & (acked.op_id == repeated.req_id)
-                        & (acked.f == repeated.req_op) & acked.key.eqNullSafe(repeated.req_key)
-                        & acked.value.eqNullSafe(repeated.req_value)).select(
-        acked.run_id, "client_id", "op_id", "f", "key", "value", "positions")
+    # Each distinct request with the positions it is at (one shuffle of the log), then one join with
+    # the acknowledged ops: no positions = not in the log; more than one = resent copies to look at.
+    op_key = ["run_id", "op_id", "f", "key", "value"]
+    positions = requests.groupBy(*op_key).agg(F.sort_array(F.collect_list("log_position")).alias("positions"))
+    cond = [acked[c].eqNullSafe(positions[c]) for c in op_key]
+    per_op = acked.join(positions, cond, "left").select(*[acked[c] for c in op_key], "client_id", "positions")
+    per_op = per_op.where(F.col("positions").isNull() | (F.size("positions") > 1)).cache()
+    cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
+    missing = per_op.where(F.col("positions").isNull()).withColumn("problem", F.lit("acknowledged op not in the log"))
+    bad = missing.select(*cols)
     # A copy after the first (a client's resend) must leave every member's state as it was: compare
     # the state after each copy with the state before it (the same incarnation's previous row). Only
     # the rows at copy positions and the rows just before them are looked at, never a whole-table sort.
-    copies = per_op.select(
+    copies = per_op.where(F.col("positions").isNotNull()).select(
         "run_id", "client_id", "op_id", "f", "key", "value", "positions",
         F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
-    )
-    keys = ["run_id", "member_id", "service_id", "incarnation"]
-    at_copy = applied.where(F.col("entry_type") == "SessionMessage").join(
-        copies.select("run_id", F.col("copy_position").alias("log_position")).distinct(),
-        ["run_id", "log_position"], "left_semi",
-    ).select(*keys, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after"))
-    before = applied.select(*keys, "seq", F.col("state_digest").alias("before"))
-    state_change = at_copy.join(before, [*keys, "seq"]).where(F.col("after") != F.col("before")).select(
-        "run_id", "log_position")
-    twice = (
-        copies.join(
-            state_change,
-            (copies.run_id == state_change.run_id) & (copies.copy_position == state_change.log_position),
+    ).cache()
+    n_copies = copies.count()
+    if n_copies:
+        applied = tables.read("applied", *_INCARNATION, "seq", "log_position", "entry_type", "state_digest")
+        copy_positions = copies.select("run_id", F.col("copy_position").alias("log_position")).distinct()
+        at_copy = applied.where(F.col("entry_type") == "SessionMessage").join(
+            F.broadcast(copy_positions) if n_copies <= BROADCAST_ROWS else copy_positions,
+            ["run_id", "log_position"], "left_semi",
+        ).select(*_INCARNATION, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after"))
+        before = applied.select(*_INCARNATION, "seq", F.col("state_digest").alias("before"))
+        if n_copies <= BROADCAST_ROWS:  # one row per member at each copy: small, so the whole table is not shuffled
+            at_copy = F.broadcast(at_copy)
+        state_change = before.join(at_copy, [*_INCARNATION, "seq"]).where(F.col("after") != F.col("before")).select(
+            "run_id", "log_position")
+        twice = (
+            copies.join(
+                state_change,
+                (copies.run_id == state_change.run_id) & (copies.copy_position == state_change.log_position),
+            )
+            .select(copies.run_id, "client_id", "op_id", "f", "key", "value", "positions", "copy_position")
+            .dropDuplicates(["run_id", "client_id", "op_id", "copy_position"])
+            .withColumn("problem", F.lit("applied more than once"))
         )
-        .select(copies.run_id, "client_id", "op_id", "f", "key", "value", "positions", "copy_position")
-        .dropDuplicates(["run_id", "client_id", "op_id", "copy_position"])
-        .withColumn("problem", F.lit("applied more than once"))
-    )
-    cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
-    bad = missing.select(*cols).unionByName(twice.select(*cols)).orderBy("run_id", "client_id", "op_id")
+        bad = bad.unionByName(twice.select(*cols))
+    bad = bad.orderBy("run_id", "client_id", "op_id")
     per_run = _per_run(bad)
     count = sum(per_run.values())
-    return CheckResult("durability", count, _rows(bad, limit) if count else [], per_run)
+    result = CheckResult("durability", count, _rows(bad, limit) if count else [], per_run)
+    copies.unpersist()
+    per_op.unpersist()
+    return result
 
 
-def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame, limit: int) -> CheckResult:
+def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame, limit: int) -> CheckResult:
     """No committed entry lost: applied entries are in the final committed log, byte for byte, and
     commit positions never move back within an incarnation."""
-    entries = applied.where(F.col("entry_type") != "Snapshot").select(
-        "run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest")
-    )
-    committed = log.select("run_id", "log_position", F.col("entry_digest").alias("log_digest"))
-    has_log = log.select("run_id").distinct()  # runs without a log table are not judged on it
-    lost = (
-        entries.join(has_log, "run_id")
-        .join(committed, ["run_id", "log_position"], "left")
-        .where(F.col("log_digest").isNull() | (F.col("log_digest") != F.col("applied_digest")))
-        .select(
-            "run_id",
-            "member_id",
-            "incarnation",
-            "log_position",
-            F.hex("applied_digest").alias("applied_digest"),
-            F.hex("log_digest").alias("log_digest"),
-            F.lit("applied entry not in the final committed log").alias("problem"),
+    cols = ["run_id", "member_id", "incarnation", "log_position", "applied_digest", "log_digest", "problem"]
+    lost_at = flagged.where(F.col("lost")).select("run_id", "log_position").cache()
+    if lost_at.count():
+        # Row by row, at the flagged positions only.
+        entries = tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type",
+                              "entry_digest").where(F.col("entry_type") != "Snapshot").join(
+            lost_at, ["run_id", "log_position"], "left_semi").select(
+            "run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest"))
+        committed = tables.read("log", "run_id", "log_position", "entry_digest").select(
+            "run_id", "log_position", F.col("entry_digest").alias("log_digest"))
+        lost = (
+            entries.join(committed, ["run_id", "log_position"], "left")
+            .where(F.col("log_digest").isNull() | (F.col("log_digest") != F.col("applied_digest")))
+            .select(
+                "run_id",
+                "member_id",
+                "incarnation",
+                "log_position",
+                F.hex("applied_digest").alias("applied_digest"),
+                F.hex("log_digest").alias("log_digest"),
+                F.lit("applied entry not in the final committed log").alias("problem"),
+            )
         )
-    )
+    else:
+        lost = None
     w = Window.partitionBy("run_id", "source", "incarnation").orderBy("wall_ns", "seq")
     commits = events.where((F.col("kind") == "commit") & F.col("log_position").isNotNull()).select(
         "run_id",
@@ -332,10 +403,13 @@ def check_committed_prefix(applied: DataFrame, log: DataFrame, events: DataFrame
         F.lit(None).cast("string").alias("log_digest"),
         F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
     )
-    bad = lost.unionByName(back).orderBy("run_id", "log_position", "member_id")
+    bad = (back if lost is None else lost.unionByName(back)).select(*cols).orderBy("run_id", "log_position",
+                                                                                   "member_id")
     per_run = _per_run(bad)
     count = sum(per_run.values())
-    return CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
+    result = CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
+    lost_at.unpersist()
+    return result
 
 
 # ------------------------------------------------------------------------------------------ entry
@@ -369,21 +443,25 @@ def check_runs(
         run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
     torn = sum(run_torn.values())
     run_ids = sorted({f["run_id"] for f in files})
-    if rows.get("log"):
-        log = load(spark, paths, "log").select("run_id", "log_position", "entry_digest", "body")
-    else:
-        log = spark.createDataFrame([], "run_id string, log_position long, entry_digest binary, body binary")
-    # Tables are not cached: reading a trace file through the source (Arrow batches straight in) is
-    # faster than building Spark's in-memory cache of it, so each check reads what it needs.
-    applied = load(spark, paths, "applied")
-    events = load(spark, paths, "events")
-    results = {
-        "agreement": check_agreement(applied, load(spark, paths, "messages"), limit),
-        "contiguity": check_contiguity(applied, limit),
-        "election_safety": check_election_safety(events, limit),
-        "durability": check_durability(load(spark, paths, "ops"), log, applied, limit),
-        "committed_prefix": check_committed_prefix(applied, log, events, limit),
-    }
+    log_runs = [r for r, per in run_rows.items() if per.get("log")]
+    tables = Tables(spark, paths, rows, log_runs)
+    # Each check reads only the columns it needs, straight from the source: reading a trace file
+    # (Arrow batches straight in) is faster than building Spark's in-memory cache of it. What two
+    # checks share is computed once and cached: the flagged positions (small on a healthy run) and
+    # the events (a few rows per election and commit).
+    flagged = flag_positions(tables).cache()
+    events = tables.read("events", *_EVENT_COLUMNS).cache()
+    try:
+        results = {
+            "agreement": check_agreement(tables, flagged, limit),
+            "contiguity": check_contiguity(tables, limit),
+            "election_safety": check_election_safety(events, limit),
+            "durability": check_durability(tables, limit),
+            "committed_prefix": check_committed_prefix(tables, flagged, events, limit),
+        }
+    finally:
+        flagged.unpersist()
+        events.unpersist()
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from golden.spark.check import load
+from golden.spark.source import find_runs, trace_files
 
 KINDS = ("entry", "state", "missing", "extra")
 _MESSAGE_KEY = ("process", "incarnation", "seq")
@@ -87,41 +88,65 @@ def _paths(dirs: list[str]) -> str:
     return ",".join(dict.fromkeys(d.rstrip("/") for d in dirs))
 
 
+_APPLIED_COLUMNS = ("log_position", "entry_type", "entry_digest", "state_digest")
+_APPLIED_TYPES = {"log_position": "bigint", "entry_type": "string", "entry_digest": "binary", "state_digest": "binary",
+                  "member_id": "smallint", "incarnation": "int"}
+
+
+def _applied(spark: SparkSession, comparisons: list[Comparison], side: str, columns: tuple[str, ...]) -> DataFrame:
+    """The ``applied`` rows of each comparison's ``side`` directory (golden_dir or actual_dir), tagged
+    with its name and mode: one column-projected read per comparison, so no row carries its file path
+    and no row is matched to a directory by a string condition."""
+    parts = [load(spark, getattr(c, side).rstrip("/"), "applied", columns).select(
+        F.lit(c.name).alias("name"), F.lit(c.mode).alias("mode"), *columns)
+        for c in comparisons if trace_files(find_runs(getattr(c, side)), "applied")]
+    if not parts:  # no side has an applied file: no rows, as a join over them would give
+        return spark.createDataFrame([], ", ".join(["name string", "mode string",
+                                                    *(f"{c} {_APPLIED_TYPES[c]}" for c in columns)]))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
 def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[tuple[str, str], PositionDiff]:
-    """Per comparison, the position diff (one Spark job set for all of them)."""
+    """Per comparison, the position diff (one Spark job set for all of them).
+
+    Positions are compared by aggregates that hash-aggregate cheaply (min/max of the actual digests
+    against the golden's, counts); the actual members' digests are gathered for the first divergent
+    position of each comparison only."""
     if not comparisons:
         return {}
-    pairs = _pairs(spark, comparisons)
     golden = (
-        load(spark, _paths([c.golden_dir for c in comparisons]), "applied")
-        .join(pairs.select("name", "mode", "golden_dir"), _in_dir("file", "golden_dir"))
+        _applied(spark, comparisons, "golden_dir", _APPLIED_COLUMNS)
         .where(F.col("entry_type") != "Snapshot")
         .select("name", "mode", "log_position", F.col("entry_type").alias("golden_entry_type"),
                 F.col("entry_digest").alias("golden_entry"), F.col("state_digest").alias("golden_state"))
     )
-    actual_rows = load(spark, _paths([c.actual_dir for c in comparisons]), "applied").join(
-        pairs.select("name", "mode", "actual_dir"), _in_dir("file", "actual_dir"))
+    actual_rows = _applied(spark, comparisons, "actual_dir", _APPLIED_COLUMNS)
+    entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
     actual = actual_rows.groupBy("name", "mode", "log_position").agg(
-        F.array_sort(F.collect_set(F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest")))).alias("entries"),
-        F.array_sort(F.collect_set("state_digest")).alias("states"),
-        F.first(F.when(F.col("entry_type") != "Snapshot", F.col("entry_type")), ignorenulls=True).alias("entry_type"),
-        F.array_sort(F.collect_set(F.struct(
-            F.col("member_id").alias("member"), F.col("incarnation"), F.col("entry_type"),
-            F.lower(F.hex("state_digest")).alias("state_digest")))).alias("members"),
+        F.count("*").alias("actual_rows"),
+        F.min(entry).alias("entry_min"), F.max(entry).alias("entry_max"),
+        F.min("state_digest").alias("state_min"), F.max("state_digest").alias("state_max"),
     )
     joined = golden.join(actual, ["name", "mode", "log_position"], "full_outer")
     kind = (
         F.when(F.col("golden_state").isNull(), F.lit("extra"))
-        .when(F.col("states").isNull(), F.lit("missing"))
-        .when((F.size("entries") > 1) | ((F.size("entries") == 1) & (F.col("entries")[0] != F.col("golden_entry"))),
-              F.lit("entry"))
-        .when((F.size("states") != 1) | (F.col("states")[0] != F.col("golden_state")), F.lit("state"))
+        .when(F.col("actual_rows").isNull(), F.lit("missing"))
+        # The actual members applied more than one entry here, or one that is not the golden's.
+        .when(F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
+              | F.coalesce(F.col("entry_min") != F.col("golden_entry"), F.lit(False)), F.lit("entry"))
+        # No state, more than one, or one that is not the golden's.
+        .when(F.col("state_min").isNull() | (F.col("state_min") != F.col("state_max"))
+              | F.coalesce(F.col("state_min") != F.col("golden_state"), F.lit(False)), F.lit("state"))
     )
-    diffs = joined.withColumn("kind", kind).cache()
+    diffs = joined.select("name", "mode", "log_position", "golden_entry_type", "golden_entry", "golden_state",
+                          "actual_rows", kind.alias("kind")).cache()
     try:
         agg = [
             F.count("golden_state").alias("golden_positions"),
-            F.count("states").alias("actual_positions"),
+            F.count("actual_rows").alias("actual_positions"),
             F.count("kind").alias("divergent"),
             F.min(F.when(F.col("kind").isNotNull(), F.col("log_position"))).alias("first_position"),
             *[F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(f"n_{k}") for k in KINDS],
@@ -133,7 +158,8 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
                 r["name"], r["mode"], r["golden_positions"], r["actual_positions"], r["divergent"],
                 {k: r[f"n_{k}"] for k in KINDS if r[f"n_{k}"]},
             )
-        firsts = summary.where(F.col("first_position").isNotNull()).select("name", "mode", "first_position")
+        firsts = F.broadcast(summary.where(F.col("first_position").isNotNull()).select(
+            "name", "mode", "first_position"))
         if out and any(d.divergent for d in out.values()):
             tail = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") >= F.col("first_position"))
             for r in tail.groupBy("name", "mode").agg(
@@ -144,7 +170,11 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
                 d = out[(r["name"], r["mode"])]
                 d.from_first, d.divergent_from_first, d.next_agreeing = (
                     r["from_first"], r["divergent_from_first"], r["next_agreeing"])
-            first_rows = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") == F.col("first_position"))
+            at_first = ["name", "mode", F.col("first_position").alias("log_position")]
+            first_rows = diffs.join(firsts.select(*at_first), ["name", "mode", "log_position"])
+            # Every actual member's entry and state at each first divergent position (a few rows).
+            who = _members_at(spark, comparisons, firsts.select(*at_first))
+            first_rows = first_rows.join(who, ["name", "mode", "log_position"], "left")
             for r in first_rows.collect():
                 out[(r["name"], r["mode"])].first = {
                     "log_position": r["log_position"],
@@ -162,6 +192,22 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
         return out
     finally:
         diffs.unpersist()
+
+
+def _members_at(spark: SparkSession, comparisons: list[Comparison], at: DataFrame) -> DataFrame:
+    """What every actual member applied and reached at the positions ``at`` (name, mode, log_position):
+    the distinct entries, the distinct states, the entry type, and each member's state."""
+    rows = _applied(spark, comparisons, "actual_dir", (*_APPLIED_COLUMNS, "member_id", "incarnation")).join(
+        F.broadcast(at), ["name", "mode", "log_position"])
+    entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
+    return rows.groupBy("name", "mode", "log_position").agg(
+        F.array_sort(F.collect_set(entry)).alias("entries"),
+        F.array_sort(F.collect_set("state_digest")).alias("states"),
+        F.first(F.when(F.col("entry_type") != "Snapshot", F.col("entry_type")), ignorenulls=True).alias("entry_type"),
+        F.array_sort(F.collect_set(F.struct(
+            F.col("member_id").alias("member"), F.col("incarnation"), F.col("entry_type"),
+            F.lower(F.hex("state_digest")).alias("state_digest")))).alias("members"),
+    )
 
 
 def _hex(b: Any) -> str | None:

@@ -18,6 +18,11 @@ columns a check needs without decoding frames in a UDF: ``entry_digest`` (blake2
 entry, as ``applied.entry_digest``), ``cluster_session_id`` and ``body`` (the application message of a
 ``SessionMessage`` entry, else null).
 
+``columns`` (option, comma-separated) narrows the DataFrame to those columns, in that order: the
+Python source gets no column pruning from Spark, so without it every column of every row crosses
+from the Python worker to the JVM and is converted there, whatever the query then selects. Columns
+not asked for are never built (no digest of log entries a query does not read).
+
 This module imports only pyarrow and pyspark (not clusterlab), so it can be shipped to a Spark
 cluster on its own with ``spark-submit --py-files golden/spark/source.py``.
 """
@@ -181,14 +186,16 @@ class StreamBatches:
 
 
 def read_batches(path: str) -> StreamBatches:
-    """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises."""
-    with open(path, "rb") as f:
-        data = f.read()
-    source = pa.BufferReader(data)
+    """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises.
+    The file is memory-mapped, not read: the batches point into the map (which lives as long as they
+    do), so counting a large file's rows copies nothing."""
+    source = pa.memory_map(path)
+    size = source.size()
+    closed = size >= len(_EOS) and source.read_at(len(_EOS), size - len(_EOS)) == _EOS
     try:
         reader = ipc.open_stream(source)
     except (pa.ArrowInvalid, OSError) as e:
-        return StreamBatches(None, [], 0, len(data), False, f"no readable schema: {e}")
+        return StreamBatches(None, [], 0, size, False, f"no readable schema: {e}")
     batches: list[pa.RecordBatch] = []
     consumed = source.tell()
     error = None
@@ -203,7 +210,7 @@ def read_batches(path: str) -> StreamBatches:
             break
         batches.append(batch)
         consumed = source.tell()
-    return StreamBatches(reader.schema, batches, consumed, len(data), data.endswith(_EOS), error)
+    return StreamBatches(reader.schema, batches, consumed, size, closed, error)
 
 
 def read_schema(path: str) -> pa.Schema | None:
@@ -262,36 +269,65 @@ def output_schema(table: str, file_schema: pa.Schema | None) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _log_extras(entries: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-    digests, sessions, bodies = [], [], []
-    for value in entries.to_pylist():
-        digests.append(hashlib.blake2b(value, digest_size=_DIGEST_SIZE).digest())
-        session, body = None, None
-        if len(value) >= _FRAME_HEADER + _MESSAGE_HEADER + 24:
-            (frame_length,) = struct.unpack_from("<i", value, 0)
-            block_length, template_id = struct.unpack_from("<HH", value, _FRAME_HEADER)
-            if template_id == _SESSION_MESSAGE_TEMPLATE_ID:
-                (session,) = struct.unpack_from("<q", value, _FRAME_HEADER + _MESSAGE_HEADER + 8)
-                body = value[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length]
-        sessions.append(session)
-        bodies.append(body)
-    return pa.array(digests, pa.binary()), pa.array(sessions, pa.int64()), pa.array(bodies, pa.binary())
+_LOG_EXTRAS = ("entry_digest", "cluster_session_id", "body")
+
+
+def _log_extras(entries: pa.Array, wanted: set[str]) -> dict[str, pa.Array]:
+    """The ``wanted`` ones of the log's derived columns, from the framed entries."""
+    values = entries.to_pylist()
+    out: dict[str, pa.Array] = {}
+    if "entry_digest" in wanted:
+        out["entry_digest"] = pa.array(
+            [hashlib.blake2b(v, digest_size=_DIGEST_SIZE).digest() for v in values], pa.binary())
+    if wanted & {"cluster_session_id", "body"}:
+        sessions, bodies = [], []
+        for value in values:
+            session, body = None, None
+            if len(value) >= _FRAME_HEADER + _MESSAGE_HEADER + 24:
+                (frame_length,) = struct.unpack_from("<i", value, 0)
+                block_length, template_id = struct.unpack_from("<HH", value, _FRAME_HEADER)
+                if template_id == _SESSION_MESSAGE_TEMPLATE_ID:
+                    (session,) = struct.unpack_from("<q", value, _FRAME_HEADER + _MESSAGE_HEADER + 8)
+                    body = value[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length]
+            sessions.append(session)
+            bodies.append(body)
+        out["cluster_session_id"] = pa.array(sessions, pa.int64())
+        out["body"] = pa.array(bodies, pa.binary())
+    return out
 
 
 def conform(batch: pa.RecordBatch, part: TraceFile, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` of ``part`` shaped as ``schema``: run_id/file added, digests cast, missing columns null."""
+    """``batch`` of ``part`` shaped as ``schema``: run_id/file added, digests cast, missing columns null.
+    Only the columns of ``schema`` are built."""
     n = batch.num_rows
-    columns = {name: batch.column(name) for name in batch.schema.names}
-    if "run_id" not in columns:
-        columns["run_id"] = pa.array([part.run_id] * n, pa.string())
-    if part.table == "log" and "entry" in columns:
-        columns["entry_digest"], columns["cluster_session_id"], columns["body"] = _log_extras(columns["entry"])
-    columns["file"] = pa.array([part.path] * n, pa.string())
+    names = set(schema.names)
+    columns = {name: batch.column(name) for name in batch.schema.names if name in names}
+    if "run_id" in names and "run_id" not in columns:
+        columns["run_id"] = pa.repeat(pa.scalar(part.run_id, pa.string()), n)
+    wanted = names & set(_LOG_EXTRAS)
+    if part.table == "log" and wanted and "entry" in batch.schema.names:
+        columns.update(_log_extras(batch.column("entry"), wanted))
+    if "file" in names:
+        columns["file"] = pa.repeat(pa.scalar(part.path, pa.string()), n)
     arrays = []
     for f in schema:
         col = columns.get(f.name)
-        arrays.append(pa.nulls(n, f.type) if col is None else col.cast(f.type))
+        arrays.append(pa.nulls(n, f.type) if col is None else col if col.type == f.type else col.cast(f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def select_columns(schema: pa.Schema, columns: str | None) -> pa.Schema:
+    """``schema`` narrowed to ``columns`` (comma-separated names, in that order); None or "" keeps all."""
+    if not columns:
+        return schema
+    names = [c.strip() for c in columns.split(",") if c.strip()]
+    unknown = [c for c in names if c not in schema.names]
+    if unknown:
+        raise TraceSourceError(
+            f"clustertrace: no column {', '.join(map(repr, unknown))}; columns are {', '.join(schema.names)}")
+    if len(set(names)) != len(names):
+        raise TraceSourceError(f"clustertrace: a column is named twice in {columns!r}")
+    return pa.schema([schema.field(c) for c in names])
 
 
 def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
@@ -361,7 +397,7 @@ class ClusterTraceDataSource(DataSource):
                 file_schema = read_schema(part.path)
                 if file_schema is not None:
                     break
-        return output_schema(table, file_schema)
+        return select_columns(output_schema(table, file_schema), self.options.get("columns"))
 
     def schema(self) -> StructType:
         return from_arrow_schema(self._arrow_schema())
