@@ -509,9 +509,11 @@ class _ClusterlabClient:
         shape = (len(str(rid)), size)
         pad = self._pad.get(shape)
         if pad is None:
-            pad = "x" * max(0, size - len(self.kv.put(rid, key, "")))
+            pad = "x" * max(0, size - len(self.kv.put(rid, key, "", prev=False)))
             self._pad[shape] = pad
-        return self.kv.put(rid, key, pad)
+        # prev=False: the reply carries no value, as PySyncObj's put and the raw bound's ack do not
+        # (otherwise every 1 KiB put would send its 1 KiB predecessor back to the client).
+        return self.kv.put(rid, key, pad, prev=False)
 
     def offer(self, rid: int, payload: bytes) -> bool:
         try:

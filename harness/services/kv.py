@@ -6,6 +6,7 @@ Commands and replies are UTF-8 JSON objects (compact, sorted keys), one per sess
 op          request                                                           reply ``ok`` / ``value``
 ==========  ================================================================  ======================================
 put         ``{"id": 7, "op": "put", "key": "k", "value": "v"}``              true / previous value (null if absent)
+            (``"prev": false``: null, as etcd without ``prev_kv``)
 get         ``{"id": 7, "op": "get", "key": "k"}``                            key present / current value or null
 cas         ``{"id": 7, "op": "cas", "key": "k", "expected": "a",             swapped / value after the op
             "value": "b"}`` (``expected`` null: only if the key is absent)
@@ -71,11 +72,16 @@ def _is_plain(text: str) -> bool:
     return _PLAIN.match(text) is not None
 
 
-def put(request_id: int, key: str, value: str) -> bytes:
-    """An encoded put command."""
+def put(request_id: int, key: str, value: str, prev: bool = True) -> bytes:
+    """An encoded put command; ``prev=False`` asks for a reply without the previous value (a
+    write-only client then does not get its value bytes back)."""
     if type(request_id) is int and _is_plain(key) and _is_plain(value):
-        return f'{{"id":{request_id},"key":"{key}","op":"put","value":"{value}"}}'.encode("ascii")
-    return _dumps({"id": request_id, "op": "put", "key": key, "value": value})
+        flag = "" if prev else '"prev":false,'
+        return f'{{"id":{request_id},"key":"{key}","op":"put",{flag}"value":"{value}"}}'.encode("ascii")
+    command: dict[str, Any] = {"id": request_id, "op": "put", "key": key, "value": value}
+    if not prev:
+        command["prev"] = False
+    return _dumps(command)
 
 
 def encode_reply(reply: dict[str, Any]) -> bytes:
@@ -233,8 +239,9 @@ class KeyValueService(ClusteredService):
         """The common command (a well-formed put), checked exactly as ``_execute`` checks it, without
         the general path's calls; None if it is not well formed (the general path says why)."""
         request_id, key, value = command.get("id"), command.get("key"), command.get("value")
-        if type(request_id) is int and type(key) is str and type(value) is str:
-            previous = self.entries.get(key)
+        prev = command.get("prev", True)
+        if type(request_id) is int and type(key) is str and type(value) is str and type(prev) is bool:
+            previous = self.entries.get(key) if prev else None
             self._set(key, value)
             return {"id": request_id, "ok": True, "value": None if previous is None else previous[0],
                     "revision": self.revision}
@@ -257,7 +264,10 @@ class KeyValueService(ClusteredService):
             key = _field(command, "key", str)
             if op == "put":
                 value = _field(command, "value", str)
-                previous = self.entries.get(key)
+                prev = command.get("prev", True)
+                if type(prev) is not bool:
+                    raise BadRequest("'prev' must be true or false")
+                previous = self.entries.get(key) if prev else None
                 self._set(key, value)
                 return self._reply(request_id, True, None if previous is None else previous[0])
             if op == "get":

@@ -552,6 +552,8 @@ def test_kv_formatted_commands_and_replies_are_the_json_bytes(
     """put() and encode_reply() format the usual shapes directly: byte for byte what the sorted,
     compact json.dumps gives (so digests and traces do not depend on which path ran)."""
     assert kv.put(request_id, key, value) == kv._dumps({"id": request_id, "op": "put", "key": key, "value": value})
+    assert kv.put(request_id, key, value, prev=False) == kv._dumps(
+        {"id": request_id, "op": "put", "key": key, "value": value, "prev": False})
     reply = {"id": request_id, "ok": ok, "value": previous, "revision": revision}
     encoded = kv.encode_reply(reply)
     assert encoded == kv._dumps(reply)
@@ -578,6 +580,22 @@ def test_kv_put_fast_path_answers_like_the_general_path() -> None:
     bool_id = b'{"id": true, "op": "put", "key": "k", "value": "x"}'
     assert store.execute(bool_id)["error"] == "bad request: 'id' must be int"
     assert store.revision == 2 and store.state_digest() == store.recompute_digest()
+
+
+def test_kv_put_without_prev_replies_without_the_previous_value_and_writes_the_same() -> None:
+    """``"prev": false`` (etcd's put without prev_kv) changes the reply only: same state, same digest."""
+    with_prev, without = KeyValueService(), KeyValueService()
+    for request_id, value in enumerate(["v", "w", "x"], start=1):
+        a = with_prev.execute(kv.put(request_id, "k", value))
+        b = without.execute(kv.put(request_id, "k", value, prev=False))
+        assert b == {**a, "value": None}
+    assert with_prev.execute(kv.put(9, "k", "y"))["value"] == "x"
+    assert without.execute(kv.put(9, "k", "y", prev=True))["value"] == "x"
+    assert with_prev.entries == without.entries and with_prev.state_digest() == without.state_digest()
+    for bad in (b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": 0}',
+                b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": "no"}'):
+        assert without.execute(bad)["error"] == "bad request: 'prev' must be true or false"
+    assert without.revision == 4 and without.state_digest() == without.recompute_digest()
 
 
 def test_kv_lazy_digest_equals_the_digest_from_scratch_whenever_asked() -> None:
