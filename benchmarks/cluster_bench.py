@@ -60,7 +60,6 @@ import atexit
 import contextlib
 import dataclasses
 import inspect
-import json
 import os
 import platform
 import shutil
@@ -75,6 +74,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import write_results
 from benchmarks.peers.common import (
     CLK_TCK,
     AckClient,
@@ -162,7 +162,7 @@ class Subject(ABC):
     def stop(self) -> None: ...
 
     def client(self) -> AckClient:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.label} has no in-process client")
 
     def pids(self) -> dict[str, int]:
         """Process name → PID of the system's processes (for CPU accounting)."""
@@ -184,11 +184,11 @@ class Subject(ABC):
 
     # failover
     def await_stable(self, timeout_s: float) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.label} does not measure failover")
 
     def kill_leader(self) -> tuple[Any, float]:
         """SIGKILL the leader; (member, monotonic time just before the kill)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.label} does not measure failover")
 
     def probe(self, s: Settings) -> float | None:
         """Monotonic time of the first op acknowledged after the kill (None: none in time)."""
@@ -196,7 +196,7 @@ class Subject(ABC):
         return result["first_ack"]
 
     def restart(self, member: Any) -> None:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.label} does not measure failover")
 
 
 class PySyncObjSubject(Subject):
@@ -864,9 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     doc["ratios"] = ratios(doc["systems"])
     print_tables(doc)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    out = write_results(args.out, doc)
     say(f"wrote {out} ({doc['wall_s']} s)")
     return 0
 

@@ -8,7 +8,6 @@ run sized to take about 0.2 s. No figure is asserted anywhere: they are for comp
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import timeit
@@ -17,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import write_results
 from core.codec import (
     AppendPosition,
     CommitPosition,
@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = run(args.repeat)
     print_table(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "codec",
         "python": sys.version.split()[0],
@@ -160,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "results": [asdict(r) for r in results],
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {write_results(args.out, report)}")
     return 0
 
 

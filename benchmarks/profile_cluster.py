@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import write_results
 from benchmarks.cluster_bench import ClusterlabSubject
 from benchmarks.peers.common import payload_of, proc_cpu_seconds, run_saturation
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {v['cores']} cores, {v['samples']} samples: {areas}")
             for leaf, n in v["top"][:5]:
                 print(f"      {100 * n / max(1, v['samples']):5.1f}%  {leaf}")
-    out.write_text(json.dumps({"raw_stacks": str(raw_dir), "runs": results}, indent=2) + "\n")
+    write_results(out, {"raw_stacks": str(raw_dir), "runs": results})
     print(f"\nwrote {out} (collapsed stacks in {raw_dir})")
     return 0
 

@@ -8,10 +8,9 @@ Run: python -m benchmarks.sim_bench [--out FILE] [--seconds N]
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
+from benchmarks import write_results
 from core.consensus.context import MS, SECOND
 from harness.sim import SimCluster
 
@@ -60,10 +59,7 @@ def main() -> None:
             f"{r['workload']:34} {r['simulated_s']:>7} {r['real_s']:>8} {r['sim_s_per_real_s']:>13} "
             f"{r['entries_appended']:>9} {r['messages_delivered']:>9}"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"members": 3, "results": rows}, indent=2))
-    print(f"wrote {out}")
+    print(f"wrote {write_results(args.out, {'members': 3, 'results': rows})}")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from benchmarks import write_results
 from harness.recorder import SCHEMAS
 
 SCALES: dict[str, dict[str, int]] = {
@@ -438,10 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_results(args.out, doc)}")
     return 0
 
 
