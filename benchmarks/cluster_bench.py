@@ -48,7 +48,7 @@ else running. Each saturation line prints the cores each process used and "other
 machine's busy time beyond this benchmark, from /proc/stat); the JSON keeps them and the load average
 before and after. Figures taken while "other processes" is well above 0 are not comparable across runs.
 
-The clusterlab subject (:class:`ClusterlabSubject`) imports ``harness.local.LocalCluster`` lazily;
+The clusterlab subject (:class:`ClusterlabSubject`) imports ``clusterlab.harness.local.LocalCluster`` lazily;
 while the runtime does not exist it prints ``clusterlab: runtime not available yet`` and the run goes
 on with the others.
 """
@@ -386,7 +386,7 @@ class RawZmqSubject(Subject):
 
 
 class ClusterlabSubject(Subject):
-    """clusterlab's real runtime through ``harness.local.LocalCluster`` — the one place to adapt.
+    """clusterlab's real runtime through ``clusterlab.harness.local.LocalCluster`` — the one place to adapt.
 
     Written against the LocalCluster API as it stands (the runtime is being built in parallel)::
 
@@ -395,11 +395,11 @@ class ClusterlabSubject(Subject):
             lc = c.client()            # LocalClient: put(key, value); lc.connect(); lc.conn (ClusterConnection)
             lc.conn.offer(bytes); lc.conn.pump(timeout_s); lc.conn.take_messages()  # the pipelined path
 
-    Ops are KV ``put`` commands (``harness.services.kv``) padded to the payload size; the service's
+    Ops are KV ``put`` commands (``clusterlab.harness.services.kv``) padded to the payload size; the service's
     reply carrying the op's id acknowledges it (the service answers committed entries only).
     "default" timeouts are LocalCluster's own (``Timeouts.fast()``: leader heartbeat timeout 1 s);
     "fast" sets ~100 ms detection, like PySyncObj's fast profile. Recording off/on: LocalCluster's
-    ``record`` switch (the Arrow trace of harness.recorder; on by default).
+    ``record`` switch (the Arrow trace of clusterlab.harness.recorder; on by default).
     """
 
     supports_failover = True
@@ -426,7 +426,7 @@ class ClusterlabSubject(Subject):
 
     def availability(self) -> str | None:
         try:
-            from harness.local import LocalCluster  # noqa: F401
+            from clusterlab.harness.local import LocalCluster  # noqa: F401
         except ImportError:
             return "runtime not available yet"
         return None
@@ -434,12 +434,12 @@ class ClusterlabSubject(Subject):
     def _timeouts(self, profile: str) -> Any:
         if profile == "default":
             return None
-        from core.consensus.context import Timeouts
+        from clusterlab.core.consensus.context import Timeouts
 
         return dataclasses.replace(Timeouts.fast(), **self.FAST_TIMEOUTS_NS)
 
     def start(self, profile: str, settings: Settings) -> None:
-        from harness.local import LocalCluster
+        from clusterlab.harness.local import LocalCluster
 
         kwargs: dict[str, Any] = {"members": 3, "service": "kv", "timeouts": self._timeouts(profile)}
         if "record" in inspect.signature(LocalCluster).parameters:
@@ -494,8 +494,8 @@ class _ClusterlabClient:
     """:class:`benchmarks.peers.common.AckClient` over a LocalCluster ``LocalClient`` (KV puts)."""
 
     def __init__(self, local_client: Any) -> None:
-        from core.client.errors import ClientError
-        from harness.services import kv
+        from clusterlab.core.client.errors import ClientError
+        from clusterlab.harness.services import kv
 
         self.ClientError = ClientError
         self.lc = local_client

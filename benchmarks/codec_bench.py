@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import write_results
-from core.codec import (
+from clusterlab.core.codec import (
     AppendPosition,
     CommitPosition,
     LogBlock,
@@ -28,6 +27,8 @@ from core.codec import (
     unpack_session_message,
     walk_frames,
 )
+
+from benchmarks import write_results
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "codec.json"
 PAYLOAD = bytes(range(64))

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     raw_dir = Path(tempfile.mkdtemp(prefix="profile-", dir=out.parent))
     results = []
-    for rec in ([True, False] if args.recording == "both" else [args.recording == "on"]):
+    for rec in [True, False] if args.recording == "both" else [args.recording == "on"]:
         r = profile(rec, args.payload, args.seconds, args.rate, raw_dir)
         results.append(r)
         ops = r["saturation"]["ops_per_s"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from clusterlab.core.consensus.context import MS, SECOND
+from clusterlab.harness.sim import SimCluster
+
 from benchmarks import write_results
-from core.consensus.context import MS, SECOND
-from harness.sim import SimCluster
 
 
 def _measure(name: str, seconds: int, load: bool, kill: bool) -> dict[str, float | str]:

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.harness.recorder import SCHEMAS
 
 from benchmarks import write_results
-from harness.recorder import SCHEMAS
 
 SCALES: dict[str, dict[str, int]] = {
     "smoke": {"members": 3, "rows": 5_000, "runs": 3, "run_rows": 1_000},
@@ -78,13 +78,15 @@ def _entries(start: int, n: int) -> tuple[pa.Array, list[bytes]]:
     buf[:, 32:34] = np.frombuffer(np.uint16(24).tobytes(), np.uint8)  # block length
     buf[:, 34:36] = np.frombuffer(np.uint16(1).tobytes(), np.uint8)  # SessionMessageHeader
     buf[:, 48:56] = np.frombuffer(np.int64(1).tobytes(), np.uint8)  # cluster_session_id 1
-    bodies = b"".join(b'{"id":%10d,"op":"put","key":"k%07d","value":"v%06d"} ' % (i, i % 10_000_000, i % 1_000_000)
-                      for i in index.tolist())
+    bodies = b"".join(
+        b'{"id":%10d,"op":"put","key":"k%07d","value":"v%06d"} ' % (i, i % 10_000_000, i % 1_000_000)
+        for i in index.tolist()
+    )
     buf[:, 64:128] = np.frombuffer(bodies, np.uint8).reshape(n, 64)
     data = buf.tobytes()
     offsets = np.arange(0, (n + 1) * ENTRY, ENTRY, dtype=np.int32)
     array = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
-    digests = [hashlib.blake2b(data[i * ENTRY:(i + 1) * ENTRY], digest_size=16).digest() for i in range(n)]
+    digests = [hashlib.blake2b(data[i * ENTRY : (i + 1) * ENTRY], digest_size=16).digest() for i in range(n)]
     return array, digests
 
 
@@ -102,17 +104,27 @@ def _chunks(rows: int, seed: int) -> Iterator[Chunk]:
     for start in range(0, rows, BATCH):
         n = min(BATCH, rows - start)
         entries, digests = _entries(start, n)
-        yield Chunk(start, n, entries, pa.array(digests, pa.binary(16)),
-                    rng.integers(0, 256, size=(n, 16), dtype=np.uint8))
+        yield Chunk(
+            start, n, entries, pa.array(digests, pa.binary(16)), rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
+        )
 
 
-def write_run(run_dir: Path, run_id: str, members: int, rows: int, *, seed: int = 1,
-              diverge: tuple[int, int] | None = None) -> dict[str, int]:
+def write_run(
+    run_dir: Path, run_id: str, members: int, rows: int, *, seed: int = 1, diverge: tuple[int, int] | None = None
+) -> dict[str, int]:
     """One synthetic run: ``members`` services applying ``rows`` entries. ``diverge`` (member, entry
     index): that member reports a different state digest there. Returns rows written per table."""
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": "synthetic", "seed": seed,
-                                                  "members": [{"member_id": m} for m in range(members)]}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "scenario": "synthetic",
+                "seed": seed,
+                "members": [{"member_id": m} for m in range(members)],
+            }
+        )
+    )
     counts = {t: 0 for t in SCHEMAS}
     schema = SCHEMAS["applied"]
     writers = {}
@@ -141,29 +153,52 @@ def write_run(run_dir: Path, run_id: str, members: int, rows: int, *, seed: int 
                 if diverge is not None and diverge[0] == m and c.start <= diverge[1] < c.start + c.n:
                     states = states.copy()
                     states[diverge[1] - c.start] ^= 0xFF
-                batch = pa.RecordBatch.from_arrays([
-                    _const(run_id, c.n, pa.string()), pa.array(np.full(c.n, m, np.int16)),
-                    pa.array(np.zeros(c.n, np.int16)), pa.array(np.zeros(c.n, np.int32)), positions,
-                    pa.array(np.full(c.n, ENTRY, np.int32)), term, etype, pa.array(index * 1_000),
-                    c.entry_digests,
-                    pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), c.n, [None, pa.py_buffer(states.tobytes())]),
-                    pa.array(np.zeros(c.n, bool)), pa.array(index * 1_000), pa.array(index),
-                ], schema=schema)
+                batch = pa.RecordBatch.from_arrays(
+                    [
+                        _const(run_id, c.n, pa.string()),
+                        pa.array(np.full(c.n, m, np.int16)),
+                        pa.array(np.zeros(c.n, np.int16)),
+                        pa.array(np.zeros(c.n, np.int32)),
+                        positions,
+                        pa.array(np.full(c.n, ENTRY, np.int32)),
+                        term,
+                        etype,
+                        pa.array(index * 1_000),
+                        c.entry_digests,
+                        pa.FixedSizeBinaryArray.from_buffers(
+                            pa.binary(16), c.n, [None, pa.py_buffer(states.tobytes())]
+                        ),
+                        pa.array(np.zeros(c.n, bool)),
+                        pa.array(index * 1_000),
+                        pa.array(index),
+                    ],
+                    schema=schema,
+                )
                 writers[m].write_batch(batch)
                 counts["applied"] += c.n
             acked = index[::OPS_EVERY]
             k = len(acked)
             kinds = pa.array(["invoke", "ok"] * k)
-            ops_rows.append(pa.RecordBatch.from_arrays([
-                _const(run_id, 2 * k, pa.string()), pa.array(np.zeros(2 * k, np.int32)),
-                pa.array(np.repeat(acked, 2)), kinds, pa.array(np.repeat(acked, 2) * 1_000),
-                _const("put", 2 * k, pa.string()),
-                pa.array([f"k{i % 10_000_000:07d}" for i in acked for _ in (0, 1)]),
-                pa.array([f"v{i % 1_000_000:06d}" for i in acked for _ in (0, 1)]),
-                pa.array([None, "null"] * k, pa.string()), pa.array(np.ones(2 * k, np.int64)),
-                pa.nulls(2 * k, pa.int64()), pa.nulls(2 * k, pa.int64()),
-                pa.array(np.arange(counts["ops"], counts["ops"] + 2 * k, dtype=np.int64)),
-            ], schema=SCHEMAS["ops"]))
+            ops_rows.append(
+                pa.RecordBatch.from_arrays(
+                    [
+                        _const(run_id, 2 * k, pa.string()),
+                        pa.array(np.zeros(2 * k, np.int32)),
+                        pa.array(np.repeat(acked, 2)),
+                        kinds,
+                        pa.array(np.repeat(acked, 2) * 1_000),
+                        _const("put", 2 * k, pa.string()),
+                        pa.array([f"k{i % 10_000_000:07d}" for i in acked for _ in (0, 1)]),
+                        pa.array([f"v{i % 1_000_000:06d}" for i in acked for _ in (0, 1)]),
+                        pa.array([None, "null"] * k, pa.string()),
+                        pa.array(np.ones(2 * k, np.int64)),
+                        pa.nulls(2 * k, pa.int64()),
+                        pa.nulls(2 * k, pa.int64()),
+                        pa.array(np.arange(counts["ops"], counts["ops"] + 2 * k, dtype=np.int64)),
+                    ],
+                    schema=SCHEMAS["ops"],
+                )
+            )
             counts["ops"] += 2 * k
     finally:
         for m in range(members):
@@ -178,18 +213,59 @@ def write_run(run_dir: Path, run_id: str, members: int, rows: int, *, seed: int 
         kinds = (["leader"] if m == 0 else []) + ["commit"] * len(ends)
         terms = ([0] if m == 0 else []) + [0] * len(ends)
         positions = ([0] if m == 0 else []) + ends.tolist()
-        counts["events"] += _write(run_dir / "events" / f"node-{m}-i0.arrow", SCHEMAS["events"], iter([
-            pa.RecordBatch.from_arrays([
-                _const(run_id, n, pa.string()), pa.array(np.arange(n, dtype=np.int64)),
-                _const(f"node-{m}", n, pa.string()), pa.array(np.full(n, m, np.int16)), pa.array(kinds),
-                pa.array(terms, pa.int64()), pa.array(positions, pa.int64()), _const("{}", n, pa.string()),
-                pa.array(np.zeros(n, np.int32)), pa.array(np.arange(n, dtype=np.int64)),
-            ], schema=SCHEMAS["events"])]))
-    counts["messages"] = _write(run_dir / "messages" / "node-0-i0.arrow", SCHEMAS["messages"], iter([
-        pa.Table.from_pylist([{"run_id": run_id, "member_id": 0, "process": "node-0", "incarnation": 0, "seq": i,
-                              "wall_ns": i, "mono_ns": i, "direction": "send", "channel": "log", "peer": 1,
-                              "msg_type": "LogBlock", "leadership_term_id": 0, "log_position": i * ENTRY,
-                              "payload": b"x"} for i in range(1000)], schema=SCHEMAS["messages"]).to_batches()[0]]))
+        counts["events"] += _write(
+            run_dir / "events" / f"node-{m}-i0.arrow",
+            SCHEMAS["events"],
+            iter(
+                [
+                    pa.RecordBatch.from_arrays(
+                        [
+                            _const(run_id, n, pa.string()),
+                            pa.array(np.arange(n, dtype=np.int64)),
+                            _const(f"node-{m}", n, pa.string()),
+                            pa.array(np.full(n, m, np.int16)),
+                            pa.array(kinds),
+                            pa.array(terms, pa.int64()),
+                            pa.array(positions, pa.int64()),
+                            _const("{}", n, pa.string()),
+                            pa.array(np.zeros(n, np.int32)),
+                            pa.array(np.arange(n, dtype=np.int64)),
+                        ],
+                        schema=SCHEMAS["events"],
+                    )
+                ]
+            ),
+        )
+    counts["messages"] = _write(
+        run_dir / "messages" / "node-0-i0.arrow",
+        SCHEMAS["messages"],
+        iter(
+            [
+                pa.Table.from_pylist(
+                    [
+                        {
+                            "run_id": run_id,
+                            "member_id": 0,
+                            "process": "node-0",
+                            "incarnation": 0,
+                            "seq": i,
+                            "wall_ns": i,
+                            "mono_ns": i,
+                            "direction": "send",
+                            "channel": "log",
+                            "peer": 1,
+                            "msg_type": "LogBlock",
+                            "leadership_term_id": 0,
+                            "log_position": i * ENTRY,
+                            "payload": b"x",
+                        }
+                        for i in range(1000)
+                    ],
+                    schema=SCHEMAS["messages"],
+                ).to_batches()[0]
+            ]
+        ),
+    )
     return counts
 
 
@@ -206,10 +282,11 @@ def write_golden(golden_dir: Path, run_dir: Path, diverge_at: int) -> int:
                 if rows <= diverge_at < rows + b.num_rows:
                     states = bytearray(b.column("state_digest").buffers()[1].to_pybytes()[: 16 * b.num_rows])
                     i = diverge_at - rows
-                    states[16 * i: 16 * i + 16] = bytes(16)
+                    states[16 * i : 16 * i + 16] = bytes(16)
                     arrays = b.columns
                     arrays[b.schema.get_field_index("state_digest")] = pa.FixedSizeBinaryArray.from_buffers(
-                        pa.binary(16), b.num_rows, [None, pa.py_buffer(bytes(states))])
+                        pa.binary(16), b.num_rows, [None, pa.py_buffer(bytes(states))]
+                    )
                     arrays[b.schema.get_field_index("member_id")] = pa.array(np.full(b.num_rows, -1, np.int16))
                     b = pa.RecordBatch.from_arrays(arrays, schema=b.schema)
                 rows += b.num_rows
@@ -226,7 +303,7 @@ def write_golden(golden_dir: Path, run_dir: Path, diverge_at: int) -> int:
 
 def _read_table(dirs: list[Path], table: str) -> pa.Table:
     """Every file of ``table`` read exactly as the Spark source reads it (same code), sequentially."""
-    from golden.spark.source import conform, output_schema, read_batches, read_schema, trace_files
+    from clusterlab.golden.spark.source import conform, output_schema, read_batches, read_schema, trace_files
 
     files = trace_files([str(d) for d in dirs], table)
     schema = output_schema(table, next((s for s in (read_schema(f.path) for f in files) if s is not None), None))
@@ -346,17 +423,21 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     """Generate the data sets in ``workdir``, time every job, return the results (also printed).
     ``spark``: a session to use (kept open); by default one is started and stopped."""
-    from golden.spark.check import check_runs
-    from golden.spark.diff import Comparison, diff_positions
-    from golden.spark.session import spark_session
+    from clusterlab.golden.spark.check import check_runs
+    from clusterlab.golden.spark.diff import Comparison, diff_positions
+    from clusterlab.golden.spark.session import spark_session
 
     p = SCALES[scale]
     big, golden, many = workdir / "big", workdir / "golden", workdir / "many"
     plant_entry, golden_entry = p["rows"] // 3, (2 * p["rows"]) // 3
-    print(f"generating: big = {p['members']} members x {p['rows']:,} entries; many = {p['runs']} runs x 3 x "
-          f"{p['run_rows']:,}", flush=True)
-    (big_rows, gen_big) = _timed(lambda: write_run(big, "big", p["members"], p["rows"],
-                                                   diverge=(p["members"] - 1, plant_entry)))
+    print(
+        f"generating: big = {p['members']} members x {p['rows']:,} entries; many = {p['runs']} runs x 3 x "
+        f"{p['run_rows']:,}",
+        flush=True,
+    )
+    (big_rows, gen_big) = _timed(
+        lambda: write_run(big, "big", p["members"], p["rows"], diverge=(p["members"] - 1, plant_entry))
+    )
     golden_rows = write_golden(golden, big, golden_entry)
     many_rows: dict[str, int] = {}
     for i in range(p["runs"]):
@@ -375,10 +456,20 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     results: list[dict[str, Any]] = []
 
     def record(job: str, engine: str, rows: int, seconds: float, verdict: str) -> None:
-        results.append({"job": job, "engine": engine, "rows": rows, "seconds": round(seconds, 2),
-                        "rows_per_s": round(rows / seconds), "verdict": verdict})
-        print(f"  {job:24} {engine:22} {rows:>12,} rows {seconds:8.1f} s {rows / seconds:>12,.0f} rows/s  {verdict}",
-              flush=True)
+        results.append(
+            {
+                "job": job,
+                "engine": engine,
+                "rows": rows,
+                "seconds": round(seconds, 2),
+                "rows_per_s": round(rows / seconds),
+                "verdict": verdict,
+            }
+        )
+        print(
+            f"  {job:24} {engine:22} {rows:>12,} rows {seconds:8.1f} s {rows / seconds:>12,.0f} rows/s  {verdict}",
+            flush=True,
+        )
 
     plant_position = (plant_entry + 1) * ENTRY
     golden_position = (golden_entry + 1) * ENTRY
@@ -386,12 +477,16 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     report, s = _timed(lambda: check_runs([big], spark=spark, write_json=False))
     agreement = report.checks["agreement"]
     found = [v["log_position"] for v in agreement.violations]
-    assert found == [plant_position] and report.checks["agreement"].count == 1 and \
-        [c for c, r in report.checks.items() if not r.ok] == ["agreement"], report.to_json()
+    assert (
+        found == [plant_position]
+        and report.checks["agreement"].count == 1
+        and [c for c, r in report.checks.items() if not r.ok] == ["agreement"]
+    ), report.to_json()
     record("check big", f"Spark {master or 'local[*]'}", read_rows, s, f"agreement at {found}")
     (violations, rows), s = _timed(lambda: duckdb_check([big]))
-    assert [v[1] for v in violations["agreement"]] == [plant_position] and \
-        not any(violations[c] for c in violations if c != "agreement"), violations
+    assert [v[1] for v in violations["agreement"]] == [plant_position] and not any(
+        violations[c] for c in violations if c != "agreement"
+    ), violations
     record("check big", "DuckDB 1 thread", rows, s, f"agreement at {[v[1] for v in violations['agreement']]}")
 
     many_read = sum(many_rows[t] for t in ("applied", "events", "ops", "log"))
@@ -408,19 +503,31 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     d = diffs[("bench", "replay")]
     assert d.first is not None and sorted([d.first["log_position"]]) == [min(plant_position, golden_position)]
     assert d.divergent == 2, d
-    record("golden diff big", f"Spark {master or 'local[*]'}", diff_rows, s,
-           f"{d.divergent} divergent, first {d.first['log_position']}")
+    record(
+        "golden diff big",
+        f"Spark {master or 'local[*]'}",
+        diff_rows,
+        s,
+        f"{d.divergent} divergent, first {d.first['log_position']}",
+    )
     (positions, rows), s = _timed(lambda: duckdb_diff(golden, big))
     assert positions == sorted([plant_position, golden_position]), positions
     record("golden diff big", "DuckDB 1 thread", rows, s, f"{len(positions)} divergent, first {positions[0]}")
     if own_spark:
         spark.stop()
     return {
-        "scale": scale, "params": p, "spark_cores": cores, "spark_master": master or "local[*]",
-        "spark_start_s": round(start_s, 1), "generated_bytes": disk, "generate_big_s": round(gen_big, 1),
-        "rows": {"big": big_rows, "many": many_rows, "golden": golden_rows}, "results": results,
+        "scale": scale,
+        "params": p,
+        "spark_cores": cores,
+        "spark_master": master or "local[*]",
+        "spark_start_s": round(start_s, 1),
+        "generated_bytes": disk,
+        "generate_big_s": round(gen_big, 1),
+        "rows": {"big": big_rows, "many": many_rows, "golden": golden_rows},
+        "results": results,
         "machine_cpus": os.cpu_count(),
-        "loadavg_at_start": load_at_start, "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_at_start": load_at_start,
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -1,6 +1,6 @@
 """The online checker: fails a run the moment a safety property breaks, instead of at the end.
 
-Simulator: every event and applied row goes through harness.invariants.SafetyChecker (election
+Simulator: every event and applied row goes through clusterlab.harness.invariants.SafetyChecker (election
 safety, monotonic commit, agreement, contiguity, log matching). Real cluster: the members' status is
 polled — two members leading the same term, or two services reporting different state digests at
 the same log position, fail the run at once."""
@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.consensus.context import Role
-from harness.invariants import SafetyChecker, SafetyViolation
+from clusterlab.core.consensus.context import Role
+from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Nemeses: the faults a chaos run injects, each a small object with ``apply`` and ``heal``.
 
-Every nemesis works on a :class:`chaos.target.Target` (a LocalCluster or a SimCluster), chooses its
+Every nemesis works on a :class:`clusterlab.chaos.target.Target` (a LocalCluster or a SimCluster), chooses its
 victims with the run's seeded ``rng`` and records itself as a harness event (``chaos_apply`` /
 ``chaos_heal`` with the nemesis name and victims), besides the events the cluster records for the
 fault itself (kill, partition, truncate…). Disk faults are applied while the member is down, between
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.target import Target, Unsupported
-from core.archive import faults
+from clusterlab.chaos.target import Target, Unsupported
+from clusterlab.core.archive import faults
 
 
 @dataclass
@@ -33,14 +33,21 @@ class Nemesis:
     def apply(self, t: Target) -> None:
         self.applied_at = t.now_s()
         self._apply(t)
-        t.event("chaos_apply", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name,
-                victims=self.victims, leader_fault=self.leader_fault, **self.detail())
+        t.event(
+            "chaos_apply",
+            self.victims[0] if len(self.victims) == 1 else -1,
+            nemesis=self.name,
+            victims=self.victims,
+            leader_fault=self.leader_fault,
+            **self.detail(),
+        )
 
     def heal(self, t: Target) -> None:
         self._heal(t)
         self.healed_at = t.now_s()
-        t.event("chaos_heal", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name,
-                victims=self.victims)
+        t.event(
+            "chaos_heal", self.victims[0] if len(self.victims) == 1 else -1, nemesis=self.name, victims=self.victims
+        )
 
     def detail(self) -> dict[str, Any]:
         return {}
@@ -259,12 +266,16 @@ class DiskFault(Kill):
                 self.position = _invalidate_latest_snapshot(d)
             else:
                 raise ValueError(f"unknown disk fault {self.fault!r}")
-            t.event("truncate" if self.fault != "snapshot" else "snapshot_invalidated", m,
-                    fault=self.fault, position=self.position)
+            t.event(
+                "truncate" if self.fault != "snapshot" else "snapshot_invalidated",
+                m,
+                fault=self.fault,
+                position=self.position,
+            )
 
 
 def _invalidate_latest_snapshot(member_dir: Any) -> int | None:
-    from core.consensus.recording_log import RecordingLog
+    from clusterlab.core.consensus.recording_log import RecordingLog
 
     with RecordingLog.open(member_dir) as log:
         entry = log.latest_snapshot(0)
@@ -342,5 +353,17 @@ NEMESES: dict[str, type[Nemesis]] = {
     "snapshot": Snapshot,
 }
 
-__all__ = ["NEMESES", "ClockSkew", "DiskFault", "FlakyLinks", "Kill", "KillService", "Nemesis", "OneWayLink",
-           "Partition", "Pause", "Snapshot", "Unsupported"]
+__all__ = [
+    "NEMESES",
+    "ClockSkew",
+    "DiskFault",
+    "FlakyLinks",
+    "Kill",
+    "KillService",
+    "Nemesis",
+    "OneWayLink",
+    "Partition",
+    "Pause",
+    "Snapshot",
+    "Unsupported",
+]

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import OnlineChecker
-from chaos.scenarios import scenario as find_scenario
-from chaos.schedule import Schedule
-from chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
-from chaos.verify import Verdict, verify_run
-from chaos.workload import SERVICES, Workload, make_workload
-from harness.invariants import SafetyViolation
+from clusterlab.chaos.checker import OnlineChecker
+from clusterlab.chaos.scenarios import scenario as find_scenario
+from clusterlab.chaos.schedule import Schedule
+from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
+from clusterlab.chaos.verify import Verdict, verify_run
+from clusterlab.chaos.workload import SERVICES, Workload, make_workload
+from clusterlab.harness.invariants import SafetyViolation
 
 
 class ChaosFailure(AssertionError):
@@ -70,8 +70,17 @@ class RunResult:
         return "-".join(parts)
 
     def rerun_command(self) -> str:
-        cmd = ["clusterlab", "run", self.scenario, "--seed", str(self.seed), "--members", str(self.members),
-               "--duration", f"{self.duration_s:g}"]
+        cmd = [
+            "clusterlab",
+            "run",
+            self.scenario,
+            "--seed",
+            str(self.seed),
+            "--members",
+            str(self.members),
+            "--duration",
+            f"{self.duration_s:g}",
+        ]
         if self.service != "kv":
             cmd += ["--service", self.service]
         if self.sim:
@@ -83,13 +92,28 @@ class RunResult:
     def summary(self) -> dict[str, Any]:
         """The run as plain data (what ``clusterlab run --json`` prints and the suite logs)."""
         return {
-            "scenario": self.scenario, "seed": self.seed, "members": self.members, "sim": self.sim,
-            "service": self.service, "duration_s": self.duration_s, "ok": self.ok, "error": self.error,
-            "failed_checks": self.verdict.failed() if self.verdict else None, "acked": self.acked,
-            "invoked": self.invoked, "unknown": self.unknown, "op_counts": self.op_counts,
-            "model_checked": self.model_checked, "failovers_s": self.failovers_s, "elections_s": self.elections_s,
-            "recoveries_s": self.recoveries_s, "recovery_s": self.recovery_s, "elapsed_s": self.elapsed_s,
-            "trace_dir": str(self.trace_dir), "schedule": self.schedule, "rerun": self.rerun_command(),
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "members": self.members,
+            "sim": self.sim,
+            "service": self.service,
+            "duration_s": self.duration_s,
+            "ok": self.ok,
+            "error": self.error,
+            "failed_checks": self.verdict.failed() if self.verdict else None,
+            "acked": self.acked,
+            "invoked": self.invoked,
+            "unknown": self.unknown,
+            "op_counts": self.op_counts,
+            "model_checked": self.model_checked,
+            "failovers_s": self.failovers_s,
+            "elections_s": self.elections_s,
+            "recoveries_s": self.recoveries_s,
+            "recovery_s": self.recovery_s,
+            "elapsed_s": self.elapsed_s,
+            "trace_dir": str(self.trace_dir),
+            "schedule": self.schedule,
+            "rerun": self.rerun_command(),
             "fault_ack_before_append": self.fault_ack_before_append,
         }
 
@@ -134,8 +158,18 @@ def run_scenario(
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
-    result = RunResult(name, seed, members, sim, duration, root, trace, schedule.describe(),
-                       fault_ack_before_append=fault_ack_before_append, service=service)
+    result = RunResult(
+        name,
+        seed,
+        members,
+        sim,
+        duration,
+        root,
+        trace,
+        schedule.describe(),
+        fault_ack_before_append=fault_ack_before_append,
+        service=service,
+    )
     started = time.monotonic()
     try:
         if sim:
@@ -184,8 +218,15 @@ class _Watch:
             self._recovery_from = None
 
 
-def _drive(t: Target, workload: Workload, checker: OnlineChecker, schedule: Schedule, result: RunResult,
-           settle_s: float, on_step: Callable[[int, int, str], None] | None) -> None:
+def _drive(
+    t: Target,
+    workload: Workload,
+    checker: OnlineChecker,
+    schedule: Schedule,
+    result: RunResult,
+    settle_s: float,
+    on_step: Callable[[int, int, str], None] | None,
+) -> None:
     watch = _Watch(t)
 
     def work() -> None:
@@ -234,8 +275,9 @@ def _drive(t: Target, workload: Workload, checker: OnlineChecker, schedule: Sche
             t.advance(0.01, work)
         while not t.converged():
             if t.now_s() > deadline:
-                raise ChaosTimeout(f"members not caught up within {settle_s} s of the final heal: "
-                                   f"{t.cluster.status_line()}")
+                raise ChaosTimeout(
+                    f"members not caught up within {settle_s} s of the final heal: {t.cluster.status_line()}"
+                )
             t.advance(0.05, lambda: checker.poll())
         result.recovery_s = t.now_s() - healed_at
         checker.poll(force=True)
@@ -249,14 +291,22 @@ def _drive(t: Target, workload: Workload, checker: OnlineChecker, schedule: Sche
         result.op_counts = workload.counts()
 
 
-def _run_local(result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float,
-               on_step: Any, rate: float | None) -> None:
-    from harness.local import LocalCluster
+def _run_local(
+    result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
+) -> None:
+    from clusterlab.harness.local import LocalCluster
 
-    cluster = LocalCluster(result.members, service=result.service, directory=root / "cluster", seed=result.seed,
-                           trace_dir=trace, scenario=result.scenario, keep_directory=True,
-                           startup_timeout_s=max(20.0, settle_s),
-                           fault_ack_before_append=result.fault_ack_before_append)
+    cluster = LocalCluster(
+        result.members,
+        service=result.service,
+        directory=root / "cluster",
+        seed=result.seed,
+        trace_dir=trace,
+        scenario=result.scenario,
+        keep_directory=True,
+        startup_timeout_s=max(20.0, settle_s),
+        fault_ack_before_append=result.fault_ack_before_append,
+    )
     with cluster:
         t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
         workload = make_workload(t, result.service, result.seed, rate)
@@ -268,14 +318,15 @@ def _run_local(result: RunResult, schedule: Schedule, root: Path, trace: Path, s
             result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
 
 
-def _run_sim(result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float,
-             on_step: Any, rate: float | None) -> None:
-    from harness.sim import SimCluster
-    from harness.sim_recording import record_sim
+def _run_sim(
+    result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
+) -> None:
+    from clusterlab.harness.sim import SimCluster
+    from clusterlab.harness.sim_recording import record_sim
 
     factory = None
     if result.fault_ack_before_append:
-        from harness.sim import consensus_module_factory
+        from clusterlab.harness.sim import consensus_module_factory
 
         def factory(ctx: Any) -> Any:
             ctx.fault_ack_before_append = True
@@ -284,8 +335,13 @@ def _run_sim(result: RunResult, schedule: Schedule, root: Path, trace: Path, set
     rec = None
     outcome = "failed"
     try:
-        with SimCluster(members=result.members, seed=result.seed, directory=root / "cluster",
-                        service=result.service, member_factory=factory) as c:
+        with SimCluster(
+            members=result.members,
+            seed=result.seed,
+            directory=root / "cluster",
+            service=result.service,
+            member_factory=factory,
+        ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
             workload = make_workload(t, result.service, result.seed, rate, recording=rec)

@@ -9,8 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from chaos.nemesis import ClockSkew, DiskFault, FlakyLinks, Kill, KillService, OneWayLink, Partition, Pause, Snapshot
-from chaos.schedule import Schedule, Step, fault, quiet, random_schedule
+from clusterlab.chaos.nemesis import (
+    ClockSkew,
+    DiskFault,
+    FlakyLinks,
+    Kill,
+    KillService,
+    OneWayLink,
+    Partition,
+    Pause,
+    Snapshot,
+)
+from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
 
 
 @dataclass(frozen=True)
@@ -39,58 +49,122 @@ def _rolling(d: float, n: int) -> list[Step]:
 
 
 def _full_restart(d: float, n: int) -> list[Step]:
-    return [quiet(d * 0.3), fault(Snapshot(), d * 0.05), quiet(d * 0.2), fault(Kill(who="all"), d * 0.1),
-            quiet(d * 0.35)]
+    return [
+        quiet(d * 0.3),
+        fault(Snapshot(), d * 0.05),
+        quiet(d * 0.2),
+        fault(Kill(who="all"), d * 0.1),
+        quiet(d * 0.35),
+    ]
 
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
-        Scenario("leader-kill", "SIGKILL the leader; restart it from disk later",
-                 lambda d, n: [quiet(d * 0.3), fault(Kill(who="leader"), d * 0.4), quiet(d * 0.3)]),
-        Scenario("follower-restart", "SIGKILL a follower; restart it from disk; it catches up",
-                 lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower"), d * 0.3), quiet(d * 0.4)]),
-        Scenario("wiped-follower", "a follower loses its disk; it rebuilds by replication",
-                 lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower", wipe=True), d * 0.3), quiet(d * 0.4)]),
-        Scenario("leader-isolation", "the leader is cut off; the majority elects, the old leader steps down",
-                 lambda d, n: [quiet(d * 0.3), fault(Partition(shape="isolate-leader"), d * 0.4), quiet(d * 0.3)],
-                 sizes=(3, 5)),
-        Scenario("minority-partition", "a random minority is cut off from the majority",
-                 lambda d, n: [quiet(d * 0.3), fault(Partition(shape="halves"), d * 0.4), quiet(d * 0.3)],
-                 sizes=(3, 5)),
-        Scenario("majority-ring", "each member sees only its ring neighbours (overlapping majorities)",
-                 lambda d, n: [quiet(d * 0.3), fault(Partition(shape="ring"), d * 0.4), quiet(d * 0.3)],
-                 sizes=(3, 5)),
-        Scenario("bridge", "two sides that only one bridge member connects",
-                 lambda d, n: [quiet(d * 0.3), fault(Partition(shape="bridge"), d * 0.4), quiet(d * 0.3)],
-                 sizes=(3, 5)),
-        Scenario("one-way-link", "the leader's messages to one follower are dropped, not the replies",
-                 lambda d, n: [quiet(d * 0.3), fault(OneWayLink(), d * 0.4), quiet(d * 0.3)], sizes=(3, 5)),
-        Scenario("flaky-links", "every link drops 20% and delays the rest by 0-10 ms",
-                 lambda d, n: [quiet(d * 0.2), fault(FlakyLinks(), d * 0.5), quiet(d * 0.3)], sizes=(3, 5)),
-        Scenario("truncate-follower-tail", "a follower is killed and loses the last 512 bytes of its log",
-                 lambda d, n: [quiet(d * 0.3), fault(DiskFault(fault="truncate", n_bytes=512), d * 0.3),
-                            quiet(d * 0.4)]),
-        Scenario("torn-write-on-leader", "the leader is killed mid-write: its last frame is cut in half",
-                 lambda d, n: [quiet(d * 0.3), fault(DiskFault(who="leader", fault="torn"), d * 0.3),
-                            quiet(d * 0.4)]),
-        Scenario("bit-flip-tail", "a follower's log tail gets flipped bits while it is down (CRC catches it)",
-                 lambda d, n: [quiet(d * 0.3), fault(DiskFault(fault="flip"), d * 0.3), quiet(d * 0.4)]),
-        Scenario("rolling-restart", "every member in turn is killed and restarted", _rolling,
-                 default_duration_s=8.0),
-        Scenario("pause-leader", "SIGSTOP the leader past the heartbeat timeout, then SIGCONT",
-                 lambda d, n: [quiet(d * 0.3), fault(Pause(), d * 0.4), quiet(d * 0.3)], real_only=True),
-        Scenario("kill-service", "SIGKILL only a follower's service process; restart the member",
-                 lambda d, n: [quiet(d * 0.3), fault(KillService(), d * 0.3), quiet(d * 0.4)], real_only=True),
-        Scenario("clock-skew", "one member's clock jumps 2 s ahead",
-                 lambda d, n: [quiet(d * 0.3), fault(ClockSkew(offset_s=2.0), d * 0.4), quiet(d * 0.3)],
-                 real_only=True),
-        Scenario("snapshot-under-chaos", "snapshot, kill the leader, invalidate a follower's snapshot",
-                 lambda d, n: [quiet(d * 0.2), fault(Snapshot(), d * 0.1), fault(Kill(who="leader"), d * 0.25),
-                            fault(DiskFault(fault="snapshot"), d * 0.25), quiet(d * 0.2)]),
+        Scenario(
+            "leader-kill",
+            "SIGKILL the leader; restart it from disk later",
+            lambda d, n: [quiet(d * 0.3), fault(Kill(who="leader"), d * 0.4), quiet(d * 0.3)],
+        ),
+        Scenario(
+            "follower-restart",
+            "SIGKILL a follower; restart it from disk; it catches up",
+            lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower"), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "wiped-follower",
+            "a follower loses its disk; it rebuilds by replication",
+            lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower", wipe=True), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "leader-isolation",
+            "the leader is cut off; the majority elects, the old leader steps down",
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="isolate-leader"), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "minority-partition",
+            "a random minority is cut off from the majority",
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="halves"), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "majority-ring",
+            "each member sees only its ring neighbours (overlapping majorities)",
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="ring"), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "bridge",
+            "two sides that only one bridge member connects",
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="bridge"), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "one-way-link",
+            "the leader's messages to one follower are dropped, not the replies",
+            lambda d, n: [quiet(d * 0.3), fault(OneWayLink(), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "flaky-links",
+            "every link drops 20% and delays the rest by 0-10 ms",
+            lambda d, n: [quiet(d * 0.2), fault(FlakyLinks(), d * 0.5), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "truncate-follower-tail",
+            "a follower is killed and loses the last 512 bytes of its log",
+            lambda d, n: [quiet(d * 0.3), fault(DiskFault(fault="truncate", n_bytes=512), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "torn-write-on-leader",
+            "the leader is killed mid-write: its last frame is cut in half",
+            lambda d, n: [quiet(d * 0.3), fault(DiskFault(who="leader", fault="torn"), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "bit-flip-tail",
+            "a follower's log tail gets flipped bits while it is down (CRC catches it)",
+            lambda d, n: [quiet(d * 0.3), fault(DiskFault(fault="flip"), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario("rolling-restart", "every member in turn is killed and restarted", _rolling, default_duration_s=8.0),
+        Scenario(
+            "pause-leader",
+            "SIGSTOP the leader past the heartbeat timeout, then SIGCONT",
+            lambda d, n: [quiet(d * 0.3), fault(Pause(), d * 0.4), quiet(d * 0.3)],
+            real_only=True,
+        ),
+        Scenario(
+            "kill-service",
+            "SIGKILL only a follower's service process; restart the member",
+            lambda d, n: [quiet(d * 0.3), fault(KillService(), d * 0.3), quiet(d * 0.4)],
+            real_only=True,
+        ),
+        Scenario(
+            "clock-skew",
+            "one member's clock jumps 2 s ahead",
+            lambda d, n: [quiet(d * 0.3), fault(ClockSkew(offset_s=2.0), d * 0.4), quiet(d * 0.3)],
+            real_only=True,
+        ),
+        Scenario(
+            "snapshot-under-chaos",
+            "snapshot, kill the leader, invalidate a follower's snapshot",
+            lambda d, n: [
+                quiet(d * 0.2),
+                fault(Snapshot(), d * 0.1),
+                fault(Kill(who="leader"), d * 0.25),
+                fault(DiskFault(fault="snapshot"), d * 0.25),
+                quiet(d * 0.2),
+            ],
+        ),
         Scenario("full-restart", "snapshot, then every member is killed and restarted from disk", _full_restart),
-        Scenario("random", "a seeded mix of every fault (Jepsen-style quiet/fault/heal)", lambda d, n: [],
-                 sizes=(3, 5), default_duration_s=10.0),
+        Scenario(
+            "random",
+            "a seeded mix of every fault (Jepsen-style quiet/fault/heal)",
+            lambda d, n: [],
+            sizes=(3, 5),
+            default_duration_s=10.0,
+        ),
     ]
 }
 

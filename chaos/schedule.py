@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from chaos.nemesis import (
+from clusterlab.chaos.nemesis import (
     ClockSkew,
     DiskFault,
     FlakyLinks,

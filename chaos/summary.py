@@ -2,7 +2,7 @@
 recovery times observed (from each run's ``chaos.json``, which the pytest plugin writes under
 ``--trace-dir``). ``ci/suite`` prints it after the suite; by hand:
 
-    python -m chaos.summary DIR [--json FILE]
+    python -m clusterlab.chaos.summary DIR [--json FILE]
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ def _stats(values: Iterable[float]) -> dict[str, Any]:
     v = sorted(values)
     if not v:
         return {"n": 0}
-    return {"n": len(v), "median_s": round(statistics.median(v), 3), "max_s": round(v[-1], 3),
-            "min_s": round(v[0], 3)}
+    return {"n": len(v), "median_s": round(statistics.median(v), 3), "max_s": round(v[-1], 3), "min_s": round(v[0], 3)}
 
 
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -45,8 +44,12 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for (scenario, driver, members), rs in sorted(groups.items()):
         out[f"{scenario}/{driver.replace(' ', '-')}/n{members}"] = {
-            "scenario": scenario, "driver": driver, "members": members,
-            "seeds": sorted({r["seed"] for r in rs}), "runs": len(rs), "passed": sum(bool(r["ok"]) for r in rs),
+            "scenario": scenario,
+            "driver": driver,
+            "members": members,
+            "seeds": sorted({r["seed"] for r in rs}),
+            "runs": len(rs),
+            "passed": sum(bool(r["ok"]) for r in rs),
             "acked": sum(r["acked"] for r in rs),
             "failover": _stats(x for r in rs for x in r["failovers_s"]),
             "election": _stats(x for r in rs for x in r["elections_s"]),
@@ -63,28 +66,49 @@ def _cell(s: dict[str, Any]) -> str:
 def table(summary: dict[str, dict[str, Any]]) -> Table:
     """The summary as a rich table (times: median / max (count), seconds)."""
     t = Table(title="chaos runs: failover and recovery, median / max (count), seconds")
-    for col in ("scenario", "driver", "n", "seeds", "passed", "acked", "fault->new leader",
-                "fault->first ack", "heal->caught up", "final heal->converged"):
+    for col in (
+        "scenario",
+        "driver",
+        "n",
+        "seeds",
+        "passed",
+        "acked",
+        "fault->new leader",
+        "fault->first ack",
+        "heal->caught up",
+        "final heal->converged",
+    ):
         t.add_column(col, overflow="fold")
     for g in summary.values():
         seeds = g["seeds"]
         shown = ",".join(map(str, seeds)) if len(seeds) <= 4 else f"{seeds[0]}..{seeds[-1]} ({len(seeds)})"
-        t.add_row(g["scenario"], g["driver"], str(g["members"]), shown, f"{g['passed']}/{g['runs']}",
-                  str(g["acked"]), _cell(g["election"]), _cell(g["failover"]), _cell(g["recovery"]),
-                  _cell(g["final_recovery"]))
+        t.add_row(
+            g["scenario"],
+            g["driver"],
+            str(g["members"]),
+            shown,
+            f"{g['passed']}/{g['runs']}",
+            str(g["acked"]),
+            _cell(g["election"]),
+            _cell(g["failover"]),
+            _cell(g["recovery"]),
+            _cell(g["final_recovery"]),
+        )
     return t
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the summary of the runs under DIR; exit 2 if DIR holds none."""
-    p = argparse.ArgumentParser(prog="python -m chaos.summary", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m clusterlab.chaos.summary", description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path, help="a directory of kept runs (pytest --trace-dir)")
     p.add_argument("--json", type=Path, default=None, help="also write the summary here")
     args = p.parse_args(argv)
     runs = load_runs(args.dir)
     if not runs:
-        print(f"chaos.summary: no chaos.json under {args.dir} (run pytest with --trace-dir {args.dir})",
-              file=sys.stderr)
+        print(
+            f"clusterlab.chaos.summary: no chaos.json under {args.dir} (run pytest with --trace-dir {args.dir})",
+            file=sys.stderr,
+        )
         return 2
     s = summarize(runs)
     Console(width=200).print(table(s))

@@ -1,5 +1,6 @@
 """One face for the two drivers: a chaos run talks to a :class:`Target`, which is either a real
-:class:`~harness.local.LocalCluster` (OS processes, wall time) or a :class:`~harness.sim.SimCluster`
+:class:`~clusterlab.harness.local.LocalCluster` (OS processes, wall time) or a
+:class:`~clusterlab.harness.sim.SimCluster`
 (seeded virtual time). Nemeses, workloads and scenarios are written once against it.
 
 Time is always in seconds of the target's own clock (virtual in the simulator), so a scenario's
@@ -14,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.consensus.context import SECOND
-from harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
-from harness.sim import SimCluster, SimTimeout
+from clusterlab.core.consensus.context import SECOND
+from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
+from clusterlab.harness.sim import SimCluster, SimTimeout
 
 
 class Unsupported(Exception):
@@ -159,8 +160,11 @@ class LocalTarget(Target):
             status = self.cluster.status(m)
             service = self.cluster.service_status(m) if self.cluster.config.service else None
             if status is not None and status.election_state is None:
-                out[m] = min(status.commit_position, service.log_position if service is not None else -1) \
-                    if self.cluster.config.service else status.commit_position
+                out[m] = (
+                    min(status.commit_position, service.log_position if service is not None else -1)
+                    if self.cluster.config.service
+                    else status.commit_position
+                )
         return out
 
 
@@ -197,7 +201,7 @@ class SimTarget(Target):
         return leader
 
     def converged(self) -> bool:
-        from harness.random_schedule import converged
+        from clusterlab.harness.random_schedule import converged
 
         return converged(self.cluster)
 

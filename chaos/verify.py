@@ -1,7 +1,7 @@
 """The local verdict on a recorded run: the Spark check's five properties computed with pyarrow in
 one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
 
-``verify_run(trace_dir)`` returns a :class:`Verdict`; ``golden.spark.check`` is the same judgement at
+``verify_run(trace_dir)`` returns a :class:`Verdict`; ``clusterlab.golden.spark.check`` is the same judgement at
 scale and must agree with it (a test compares them)."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
-
-from harness.trace import contiguity_violations, open_run
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 _FRAME_HEADER, _MESSAGE_HEADER = 32, 8
@@ -133,8 +132,10 @@ def verify_run(trace_dir: Path | str) -> Verdict:
             continue
         key = (op["op_id"], op["f"], op["key"], op["value"])
         if not requests[key]:
-            v.violations["durability"].append(f"client {op['client_id']} op {op['op_id']} {op['f']} "
-                                              f"{op['key']}={op['value']}: acknowledged but not in the log")
+            v.violations["durability"].append(
+                f"client {op['client_id']} op {op['op_id']} {op['f']} "
+                f"{op['key']}={op['value']}: acknowledged but not in the log"
+            )
         for pos in positions[key][1:]:
             if pos in changed_at:
                 v.violations["durability"].append(f"client {op['client_id']} op {op['op_id']}: applied again at {pos}")

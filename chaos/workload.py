@@ -14,7 +14,7 @@ value and revision after it). The workload keeps at most one op per key outstand
 on a key are in the log in the order they were invoked, and it knows what every reply must say.
 An op whose outcome is unknown (no reply in time, its session replaced) might still be applied
 later, so its key is retired (``k3`` becomes ``k3.1``) and never checked again. A reply that
-contradicts the model raises :class:`~harness.invariants.SafetyViolation` at once.
+contradicts the model raises :class:`~clusterlab.harness.invariants.SafetyViolation` at once.
 
 Acknowledgement times give the client-visible failover: from a leader fault to the first op
 *invoked after it* that is acknowledged (an op already in flight may be acknowledged by egress
@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.consensus.context import SECOND
-from harness.invariants import SafetyViolation
-from harness.local import LocalClientTimeout
-from harness.services import counter, kv
+from clusterlab.core.consensus.context import SECOND
+from clusterlab.harness.invariants import SafetyViolation
+from clusterlab.harness.local import LocalClientTimeout
+from clusterlab.harness.services import counter, kv
 
 KV_MIX: dict[str, float] = {"put": 0.45, "get": 0.25, "cas": 0.2, "delete": 0.1}
 COUNTER_MIX: dict[str, float] = {"add": 0.7, "get": 0.3}
@@ -67,8 +67,11 @@ class Op:
         return kv.get(request_id, str(self.key)) if self.key is not None else counter.get(request_id)
 
     def describe(self) -> str:
-        what = {"put": f"{self.key}={self.value}", "cas": f"{self.key} {self.expected}->{self.value}",
-                "add": f"+{self.delta}"}.get(self.f, self.key or "")
+        what = {
+            "put": f"{self.key}={self.value}",
+            "cas": f"{self.key} {self.expected}->{self.value}",
+            "add": f"+{self.delta}",
+        }.get(self.f, self.key or "")
         return f"op {self.op_id} {self.f} {what}".rstrip()
 
 
@@ -136,8 +139,11 @@ class Model:
         if op.final:  # every acknowledged add counted, each unknown one at most once
             lo, n = self.acked_adds
             if not (lo <= value <= lo + self.unknown_adds[0] and n <= revision <= n + self.unknown_adds[1]):
-                self._fail(op, f"final read: acknowledged adds sum to {lo} over {n} adds, with "
-                               f"{self.unknown_adds[1]} adds ({self.unknown_adds[0]}) of unknown outcome")
+                self._fail(
+                    op,
+                    f"final read: acknowledged adds sum to {lo} over {n} adds, with "
+                    f"{self.unknown_adds[1]} adds ({self.unknown_adds[0]}) of unknown outcome",
+                )
             self.checked += 1
             return
         if revision < self.last_revision or (op.f == "add" and revision == self.last_revision):
@@ -200,8 +206,14 @@ class Workload:
 
     def first_ack_after(self, t: float) -> float | None:
         """When the first op invoked at or after ``t`` was acknowledged."""
-        return min((op.completed_at for op in self.history
-                    if op.outcome == "ok" and op.invoked_at >= t and op.completed_at is not None), default=None)
+        return min(
+            (
+                op.completed_at
+                for op in self.history
+                if op.outcome == "ok" and op.invoked_at >= t and op.completed_at is not None
+            ),
+            default=None,
+        )
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -214,8 +226,9 @@ class Workload:
     def begin_final_reads(self) -> None:
         """From now on ``step`` reads every key ever used (retired ones too) once, instead of the mix;
         each read must return a value some history of the acknowledged and unknown ops allows."""
-        self._final = ["counter"] if self.service == "counter" else sorted(
-            {op.key for op in self.history if op.key is not None})
+        self._final = (
+            ["counter"] if self.service == "counter" else sorted({op.key for op in self.history if op.key is not None})
+        )
 
     @property
     def final_done(self) -> bool:
@@ -314,9 +327,7 @@ class LocalWorkload(Workload):
         if self._client is None:
             self._client = self.cluster.client(connect=False)
             self._client.connect_timeout_s = self.attempt_timeout_s
-            self._client.attempt_timeout_s = (
-                self.attempt_timeout_s if self.service == "kv" else self.request_timeout_s
-            )
+            self._client.attempt_timeout_s = self.attempt_timeout_s if self.service == "kv" else self.request_timeout_s
         if not self._client.client.is_connected:
             try:
                 self._client.connect(self.attempt_timeout_s)
@@ -361,8 +372,16 @@ class SimWorkload(Workload):
         rec = self._rec()
         if rec is not None:
             value = op.value if op.f != "add" else None
-            rec.op(self._client.client_id, op.op_id, kind, op.f, op.key, value, result,
-                   cluster_session_id=self._client.client.cluster_session_id)
+            rec.op(
+                self._client.client_id,
+                op.op_id,
+                kind,
+                op.f,
+                op.key,
+                value,
+                result,
+                cluster_session_id=self._client.client.cluster_session_id,
+            )
 
     def _ensure_client(self, now: float) -> Any:
         c = self._client
@@ -427,10 +446,18 @@ class SimWorkload(Workload):
 def make_workload(target: Any, service: str, seed: int, rate: float | None = None, recording: Any = None) -> Workload:
     """The workload for ``target`` (a chaos Target): LocalWorkload or SimWorkload."""
     if target.kind == "sim":
-        return SimWorkload(service=service, seed=seed, rate=rate or 100.0, cluster=target.cluster,
-                           recording=recording)
+        return SimWorkload(service=service, seed=seed, rate=rate or 100.0, cluster=target.cluster, recording=recording)
     return LocalWorkload(service=service, seed=seed, rate=rate or 200.0, cluster=target.cluster)
 
 
-__all__ = ["COUNTER_MIX", "KV_MIX", "SERVICES", "LocalWorkload", "Model", "Op", "SimWorkload", "Workload",
-           "make_workload"]
+__all__ = [
+    "COUNTER_MIX",
+    "KV_MIX",
+    "SERVICES",
+    "LocalWorkload",
+    "Model",
+    "Op",
+    "SimWorkload",
+    "Workload",
+    "make_workload",
+]

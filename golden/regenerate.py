@@ -3,8 +3,8 @@
 name, replacing the old golden. After a change that legitimately alters wire bytes, framing or the
 state digest:
 
-    python -m golden.regenerate            # every golden
-    python -m golden.regenerate NAME ...   # some
+    python -m clusterlab.golden.regenerate            # every golden
+    python -m clusterlab.golden.regenerate NAME ...   # some
     clusterlab golden regenerate [NAME...] # the same
 
 A real-process run is not reproducible exactly, so a failed one (its checks or its run) is retried a
@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from golden.store import MANIFEST, TRACES, Golden, GoldenError, Recipe, bless, load_manifest
+from clusterlab.golden.store import MANIFEST, TRACES, Golden, GoldenError, Recipe, bless, load_manifest
 
 REAL_ATTEMPTS = 3
 
@@ -34,24 +34,39 @@ def regenerate(
 ) -> Golden:
     """Run ``recipe`` and bless the run as ``recipe.name`` (replacing it). GoldenError if no attempt
     gives a blessable run."""
-    from chaos.runner import run_scenario
+    from clusterlab.chaos.runner import run_scenario
 
     attempts = 1 if recipe.driver == "sim" else REAL_ATTEMPTS
     last = ""
     for attempt in range(1, attempts + 1):
         work = Path(tempfile.mkdtemp(prefix=f"clusterlab-regen-{recipe.name}-"))
         try:
-            say(f"{recipe.name}: running {recipe.scenario} seed {recipe.seed} on {recipe.members} members "
-                f"({recipe.driver}{', attempt ' + str(attempt) if attempts > 1 else ''})")
-            r = run_scenario(recipe.scenario, seed=recipe.seed, members=recipe.members,
-                             duration_s=recipe.duration_s, sim=recipe.driver == "sim", directory=work)
+            say(
+                f"{recipe.name}: running {recipe.scenario} seed {recipe.seed} on {recipe.members} members "
+                f"({recipe.driver}{', attempt ' + str(attempt) if attempts > 1 else ''})"
+            )
+            r = run_scenario(
+                recipe.scenario,
+                seed=recipe.seed,
+                members=recipe.members,
+                duration_s=recipe.duration_s,
+                sim=recipe.driver == "sim",
+                directory=work,
+            )
             if not r.ok:
                 last = r.failure_message()
                 say(f"{recipe.name}: the run failed: {last}")
                 continue
             try:
-                g = bless(r.trace_dir, recipe.name, traces=traces, duration_s=recipe.duration_s,
-                          summary=recipe.summary, force=True, manifest=manifest)
+                g = bless(
+                    r.trace_dir,
+                    recipe.name,
+                    traces=traces,
+                    duration_s=recipe.duration_s,
+                    summary=recipe.summary,
+                    force=True,
+                    manifest=manifest,
+                )
             except GoldenError as e:
                 last = str(e)
                 say(f"{recipe.name}: cannot bless: {e}")
@@ -64,8 +79,9 @@ def regenerate(
     raise GoldenError(f"golden {recipe.name}: no blessable run in {attempts} attempt(s): {last}")
 
 
-def regenerate_all(names: Sequence[str] = (), *, traces: Path = TRACES, manifest: Path = MANIFEST,
-                   say: Callable[[str], None] = print) -> list[str]:
+def regenerate_all(
+    names: Sequence[str] = (), *, traces: Path = TRACES, manifest: Path = MANIFEST, say: Callable[[str], None] = print
+) -> list[str]:
     """Regenerate the named recipes (default all); returns the names that failed."""
     recipes = load_manifest(manifest)
     if not recipes:
@@ -85,7 +101,9 @@ def regenerate_all(names: Sequence[str] = (), *, traces: Path = TRACES, manifest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m golden.regenerate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m clusterlab.golden.regenerate", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
     args = parser.parse_args(argv)
     try:

@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.archive.catalogue import Catalogue
-from core.archive.layout import archive_dir, snapshot_dir
-from core.archive.snapshots import SnapshotStore
-from core.codec import Frame
-from core.codec.errors import DecodeError
-from core.codec.framing import walk_frames
-from core.codec.registry import decode, message_name
-from core.consensus.context import Channel, ClusterMember, ConsensusModuleContext, Role
-from core.consensus.module import ConsensusModule
-from core.service.agent import AppliedEntry, ClusteredServiceAgent
-from core.service.api import ClusteredService
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.layout import archive_dir, snapshot_dir
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec import Frame
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.framing import walk_frames
+from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext, Role
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
+from clusterlab.core.service.api import ClusteredService
 
 MAX_POLLS_PER_ENTRY = 8  # the log adapter yields at least one whole entry per poll
 
@@ -142,8 +142,15 @@ def _replay(
         sessions = tuple(s.id for s in agent.client_sessions())
         cm_view = cm_sessions.pop(e.log_position, sessions)
         entry = ReplayedEntry(
-            e.log_position, e.length, e.leadership_term_id, str(e.entry_type), e.cluster_time,
-            e.entry_digest, e.state_digest, cm_view, sessions,
+            e.log_position,
+            e.length,
+            e.leadership_term_id,
+            str(e.entry_type),
+            e.cluster_time,
+            e.entry_digest,
+            e.state_digest,
+            cm_view,
+            sessions,
         )
         if cm_view != sessions:
             result.session_mismatches.append(e.log_position)
@@ -159,8 +166,10 @@ def _replay(
             entry = bytes(r["entry"])
             start = r["log_position"] - len(entry)
             if start != position:
-                raise ReplayError(f"the log is not contiguous: entry ending at {r['log_position']} starts at "
-                                  f"{start}, the previous ended at {position}")
+                raise ReplayError(
+                    f"the log is not contiguous: entry ending at {r['log_position']} starts at "
+                    f"{start}, the previous ended at {position}"
+                )
             try:
                 cm.archive.append(entry, start)
             except Exception as e:  # ArchiveError: a frame today's framing rejects

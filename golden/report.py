@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.trace import Run, TraceError, open_run
+from clusterlab.harness.trace import Run, TraceError, open_run
 
 WIDTH = 1100
 LEFT = 120
@@ -192,7 +192,7 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
             return doc
         except ValueError:
             pass
-    from chaos.verify import verify_run
+    from clusterlab.chaos.verify import verify_run
 
     v = verify_run(run_dir)
     return {
@@ -200,8 +200,10 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
         "ok": v.ok,
         "rows": v.rows,
         "torn": v.torn,
-        "checks": {name: {"ok": not found, "count": len(found), "violations": found[:20]}
-                   for name, found in v.violations.items()},
+        "checks": {
+            name: {"ok": not found, "count": len(found), "violations": found[:20]}
+            for name, found in v.violations.items()
+        },
     }
 
 
@@ -226,14 +228,18 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
     lat_top = commit_top + commit_h + 40
     lat_h = 160
     height = lat_top + lat_h + 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-             f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">'
+    ]
     # Faults, shaded across every panel.
     for f in faults:
         x0, x1 = axis.x(f.start), axis.x(f.end)
-        parts.append(f'<rect class="fault" x="{x0:.1f}" y="20" width="{max(x1 - x0, 2):.1f}" height="{height - 40}" '
-                     f'fill="#e31a1c" fill-opacity="0.10"><title>{_esc(f.label)}: {axis.seconds(f.start):.2f}s'
-                     f'..{axis.seconds(f.end):.2f}s</title></rect>')
+        parts.append(
+            f'<rect class="fault" x="{x0:.1f}" y="20" width="{max(x1 - x0, 2):.1f}" height="{height - 40}" '
+            f'fill="#e31a1c" fill-opacity="0.10"><title>{_esc(f.label)}: {axis.seconds(f.start):.2f}s'
+            f"..{axis.seconds(f.end):.2f}s</title></rect>"
+        )
         parts.append(f'<text x="{x0 + 2:.1f}" y="16" fill="#b30000">{_esc(f.label)}</text>')
     # Role lanes.
     for i, m in enumerate(members):
@@ -241,27 +247,36 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
         parts.append(f'<text x="8" y="{y + LANE / 2 + 4}">member {m}</text>')
         for s in spans.get(m, []):
             x0, x1 = axis.x(s.start), axis.x(s.end)
-            parts.append(f'<rect class="role" x="{x0:.1f}" y="{y + 2}" width="{max(x1 - x0, 1):.1f}" '
-                         f'height="{LANE - 4}" fill="{ROLE_COLOURS.get(s.label, "#bbb")}"><title>member {m} '
-                         f'{_esc(s.label)} {axis.seconds(s.start):.2f}s..{axis.seconds(s.end):.2f}s</title></rect>')
+            parts.append(
+                f'<rect class="role" x="{x0:.1f}" y="{y + 2}" width="{max(x1 - x0, 1):.1f}" '
+                f'height="{LANE - 4}" fill="{ROLE_COLOURS.get(s.label, "#bbb")}"><title>member {m} '
+                f"{_esc(s.label)} {axis.seconds(s.start):.2f}s..{axis.seconds(s.end):.2f}s</title></rect>"
+            )
     for e in events:
         if e["kind"] == "leader" and e["leadership_term_id"] is not None:
             m = _member_of_source(e["source"])
             if m in members:
                 y = 30 + members.index(m) * LANE
-                parts.append(f'<text x="{axis.x(e["wall_ns"]) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="#fff" '
-                             f'font-weight="bold">term {e["leadership_term_id"]}</text>')
+                parts.append(
+                    f'<text x="{axis.x(e["wall_ns"]) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="#fff" '
+                    f'font-weight="bold">term {e["leadership_term_id"]}</text>'
+                )
     # Commit position.
     top_pos = max((p for s in commits.values() for _, p in s), default=1) or 1
     parts.append(f'<text x="8" y="{commit_top - 8}" font-weight="bold">commit position (max {top_pos})</text>')
-    parts.append(f'<rect x="{LEFT}" y="{commit_top}" width="{WIDTH - LEFT - RIGHT}" height="{commit_h}" '
-                 f'fill="none" stroke="#ccc"/>')
+    parts.append(
+        f'<rect x="{LEFT}" y="{commit_top}" width="{WIDTH - LEFT - RIGHT}" height="{commit_h}" '
+        f'fill="none" stroke="#ccc"/>'
+    )
     for (m, incarnation), series in sorted(commits.items()):
-        pts = " ".join(f"{axis.x(t):.1f},{commit_top + commit_h - commit_h * p / top_pos:.1f}"
-                       for t, p in _thin(series))
+        pts = " ".join(
+            f"{axis.x(t):.1f},{commit_top + commit_h - commit_h * p / top_pos:.1f}" for t, p in _thin(series)
+        )
         colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
-        parts.append(f'<polyline class="commit" points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5">'
-                     f'<title>member {m} incarnation {incarnation} commit position</title></polyline>')
+        parts.append(
+            f'<polyline class="commit" points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5">'
+            f"<title>member {m} incarnation {incarnation} commit position</title></polyline>"
+        )
     for m in members:
         colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
         parts.append(f'<text x="8" y="{commit_top + 14 + 14 * members.index(m)}" fill="{colour}">member {m}</text>')
@@ -272,20 +287,26 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
     def lat_y(lat: float) -> float:
         return lat_top + lat_h - lat_h * (math.log10(max(lat, LATENCY_FLOOR_MS)) - low) / (high - low)
 
-    parts.append(f'<text x="8" y="{lat_top - 8}" font-weight="bold">client op latency, ms, log scale '
-                 f'(max {top_lat:.1f})</text>')
-    parts.append(f'<rect x="{LEFT}" y="{lat_top}" width="{WIDTH - LEFT - RIGHT}" height="{lat_h}" '
-                 f'fill="none" stroke="#ccc"/>')
+    parts.append(
+        f'<text x="8" y="{lat_top - 8}" font-weight="bold">client op latency, ms, log scale (max {top_lat:.1f})</text>'
+    )
+    parts.append(
+        f'<rect x="{LEFT}" y="{lat_top}" width="{WIDTH - LEFT - RIGHT}" height="{lat_h}" fill="none" stroke="#ccc"/>'
+    )
     tick = 1.0
     while tick <= top_lat:
         y = lat_y(tick)
-        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
-                     f'<text x="{LEFT - 40}" y="{y + 4:.1f}">{tick:g} ms</text>')
+        parts.append(
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
+            f'<text x="{LEFT - 40}" y="{y + 4:.1f}">{tick:g} ms</text>'
+        )
         tick *= 10
     for t, lat, kind, label in lats[:: max(1, len(lats) // (MAX_POINTS * 2))]:
         y = lat_y(lat)
-        parts.append(f'<circle class="op" cx="{axis.x(t):.1f}" cy="{y:.1f}" r="2" '
-                     f'fill="{OP_COLOURS.get(kind, "#999")}"><title>{_esc(label)}: {lat:.2f} ms</title></circle>')
+        parts.append(
+            f'<circle class="op" cx="{axis.x(t):.1f}" cy="{y:.1f}" r="2" '
+            f'fill="{OP_COLOURS.get(kind, "#999")}"><title>{_esc(label)}: {lat:.2f} ms</title></circle>'
+        )
     for i, (kind, colour) in enumerate(OP_COLOURS.items()):
         parts.append(f'<text x="8" y="{lat_top + 14 + 14 * i}" fill="{colour}">{kind}</text>')
     # Time axis.
@@ -295,8 +316,10 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
     k = 0
     while k * step <= total + 1e-9:
         x = axis.x(axis.t0 + int(k * step * 1e9))
-        parts.append(f'<line x1="{x:.1f}" y1="{y - 5}" x2="{x:.1f}" y2="{y}" stroke="#666"/>'
-                     f'<text x="{x - 8:.1f}" y="{y + 12}">{k * step:.1f}s</text>')
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{y - 5}" x2="{x:.1f}" y2="{y}" stroke="#666"/>'
+            f'<text x="{x - 8:.1f}" y="{y + 12}">{k * step:.1f}s</text>'
+        )
         k += 1
     parts.append("</svg>")
     return "\n".join(parts)
@@ -320,16 +343,24 @@ def _verdict_html(verdict: dict[str, Any]) -> str:
     rows = []
     for name, c in verdict.get("checks", {}).items():
         first = c.get("violations", [None])[0] if c.get("violations") else ""
-        first_text = first if isinstance(first, str) else json.dumps(
-            {k: v for k, v in (first or {}).items() if k != "messages"}, default=str)[:400]
-        rows.append(f'<tr><td>{_esc(name)}</td><td class="{"pass" if c.get("ok") else "fail"}">'
-                    f'{"ok" if c.get("ok") else "FAIL"}</td><td>{c.get("count", 0)}</td>'
-                    f"<td><code>{_esc(first_text)}</code></td></tr>")
-    return (f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span> '
-            f'({_esc(verdict.get("source", ""))}; rows {_esc(verdict.get("rows", {}))}; '
-            f'torn files {_esc(verdict.get("torn", 0))})</p>'
-            "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>first violation</th></tr>"
-            + "".join(rows) + "</table>")
+        first_text = (
+            first
+            if isinstance(first, str)
+            else json.dumps({k: v for k, v in (first or {}).items() if k != "messages"}, default=str)[:400]
+        )
+        rows.append(
+            f'<tr><td>{_esc(name)}</td><td class="{"pass" if c.get("ok") else "fail"}">'
+            f"{'ok' if c.get('ok') else 'FAIL'}</td><td>{c.get('count', 0)}</td>"
+            f"<td><code>{_esc(first_text)}</code></td></tr>"
+        )
+    return (
+        f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span> '
+        f"({_esc(verdict.get('source', ''))}; rows {_esc(verdict.get('rows', {}))}; "
+        f"torn files {_esc(verdict.get('torn', 0))})</p>"
+        "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>first violation</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def _divergence_html(div: dict[str, Any] | None) -> str:
@@ -338,19 +369,34 @@ def _divergence_html(div: dict[str, Any] | None) -> str:
     if isinstance(div, str):
         return f"<pre>{_esc(div)}</pre>"
     members = div.get("members") or []
-    rows = "".join(f"<tr><td>{_esc(m.get('member'))}</td><td>{_esc(m.get('incarnation'))}</td>"
-                   f"<td>{_esc(m.get('entry_type'))}</td><td><code>{_esc(m.get('entry_digest'))}</code></td>"
-                   f"<td><code>{_esc(m.get('state_digest'))}</code></td></tr>" for m in members)
+    rows = "".join(
+        f"<tr><td>{_esc(m.get('member'))}</td><td>{_esc(m.get('incarnation'))}</td>"
+        f"<td>{_esc(m.get('entry_type'))}</td><td><code>{_esc(m.get('entry_digest'))}</code></td>"
+        f"<td><code>{_esc(m.get('state_digest'))}</code></td></tr>"
+        for m in members
+    )
     msgs = div.get("messages") or []
-    msg_rows = "".join("<tr>" + "".join(f"<td>{_esc(m.get(k))}</td>" for k in
-                                        ("process", "direction", "channel", "msg_type", "leadership_term_id",
-                                         "log_position")) + "</tr>" for m in msgs)
-    return (f"<p>First divergent log position: <b>{_esc(div.get('log_position'))}</b> "
-            f"({_esc(div.get('kind', ''))})</p>"
-            "<table><tr><th>member</th><th>incarnation</th><th>entry</th><th>entry digest</th><th>state digest</th>"
-            f"</tr>{rows}</table>"
-            + ("<h3>Messages around it</h3><table><tr><th>process</th><th>dir</th><th>channel</th><th>type</th>"
-               f"<th>term</th><th>position</th></tr>{msg_rows}</table>" if msgs else ""))
+    msg_rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_esc(m.get(k))}</td>"
+            for k in ("process", "direction", "channel", "msg_type", "leadership_term_id", "log_position")
+        )
+        + "</tr>"
+        for m in msgs
+    )
+    return (
+        f"<p>First divergent log position: <b>{_esc(div.get('log_position'))}</b> "
+        f"({_esc(div.get('kind', ''))})</p>"
+        "<table><tr><th>member</th><th>incarnation</th><th>entry</th><th>entry digest</th><th>state digest</th>"
+        f"</tr>{rows}</table>"
+        + (
+            "<h3>Messages around it</h3><table><tr><th>process</th><th>dir</th><th>channel</th><th>type</th>"
+            f"<th>term</th><th>position</th></tr>{msg_rows}</table>"
+            if msgs
+            else ""
+        )
+    )
 
 
 def render(run_dir: Path | str) -> str:
@@ -362,8 +408,12 @@ def render(run_dir: Path | str) -> str:
         raise ReportError(str(e)) from e
     meta = run.meta
     verdict = verdict_of(directory)
-    times = [t for table in (run.events, run.ops, run.applied) if table.num_rows
-             for t in (min(table.column("wall_ns").to_pylist()), max(table.column("wall_ns").to_pylist()))]
+    times = [
+        t
+        for table in (run.events, run.ops, run.applied)
+        if table.num_rows
+        for t in (min(table.column("wall_ns").to_pylist()), max(table.column("wall_ns").to_pylist()))
+    ]
     axis = _Axis(min(times, default=0), max(times, default=1))
     members = sorted(
         {m["member_id"] for m in meta.get("members", []) if isinstance(m, dict) and "member_id" in m}
@@ -371,8 +421,11 @@ def render(run_dir: Path | str) -> str:
         | {m for m in map(_member_of_source, run.events.column("source").to_pylist()) if m is not None}
     )
     svg = _timeline_svg(run, axis, members)
-    head = ", ".join(f"{k} <b>{_esc(meta.get(k))}</b>" for k in ("run_id", "scenario", "seed", "outcome", "git_commit")
-                     if meta.get(k) is not None)
+    head = ", ".join(
+        f"{k} <b>{_esc(meta.get(k))}</b>"
+        for k in ("run_id", "scenario", "seed", "outcome", "git_commit")
+        if meta.get(k) is not None
+    )
     legend = "".join(f'<span style="background:{c}">{r.lower()}</span>' for r, c in ROLE_COLOURS.items())
     legend += '<span style="background:rgba(227,26,28,0.15)">fault</span>'
     return f"""<!DOCTYPE html>

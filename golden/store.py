@@ -32,11 +32,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-
-from core import __version__
-from golden.replay import Replay, replay_log
-from harness.recorder import SCHEMAS, git_commit
-from harness.trace import TraceError, open_run
+from clusterlab.core import __version__
+from clusterlab.golden.replay import Replay, replay_log
+from clusterlab.harness.recorder import SCHEMAS, git_commit
+from clusterlab.harness.trace import TraceError, open_run
 
 ROOT = Path(__file__).resolve().parent
 TRACES = ROOT / "traces"
@@ -113,7 +112,7 @@ def load_manifest(path: Path = MANIFEST) -> list[Recipe]:
 def save_manifest(recipes: list[Recipe], path: Path = MANIFEST) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
-        "about": "Recipes of the golden traces: `python -m golden.regenerate` re-runs each and blesses it.",
+        "about": "Recipes of the golden traces: `python -m clusterlab.golden.regenerate` re-runs each and blesses it.",
         "goldens": [asdict(r) for r in sorted(recipes, key=lambda r: r.name)],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
@@ -142,17 +141,29 @@ def read_stream_whole(path: Path) -> pa.Table:
         # Read, not mapped: a golden re-blessed while mapped would fault the reader.
         return ipc.open_stream(pa.BufferReader(path.read_bytes())).read_all()
     except (OSError, pa.ArrowInvalid) as e:
-        raise GoldenError(f"{path}: corrupt golden file ({e}); re-bless it (python -m golden.regenerate)") from e
+        raise GoldenError(
+            f"{path}: corrupt golden file ({e}); re-bless it (python -m clusterlab.golden.regenerate)"
+        ) from e
 
 
 def applied_table(run_id: str, replay: Replay) -> pa.Table:
     """One ``applied`` row per replayed entry (member -1: the agreed state)."""
     rows = [
         {
-            "run_id": run_id, "member_id": -1, "service_id": 0, "incarnation": 0,
-            "log_position": e.log_position, "length": e.length, "leadership_term_id": e.leadership_term_id,
-            "entry_type": e.entry_type, "cluster_time": e.cluster_time, "entry_digest": e.entry_digest,
-            "state_digest": e.state_digest, "replay": True, "wall_ns": 0, "seq": i,
+            "run_id": run_id,
+            "member_id": -1,
+            "service_id": 0,
+            "incarnation": 0,
+            "log_position": e.log_position,
+            "length": e.length,
+            "leadership_term_id": e.leadership_term_id,
+            "entry_type": e.entry_type,
+            "cluster_time": e.cluster_time,
+            "entry_digest": e.entry_digest,
+            "state_digest": e.state_digest,
+            "replay": True,
+            "wall_ns": 0,
+            "seq": i,
         }
         for i, e in enumerate(replay.entries)
     ]
@@ -161,8 +172,9 @@ def applied_table(run_id: str, replay: Replay) -> pa.Table:
 
 def messages_in_order(messages: pa.Table) -> pa.Table:
     """The message table in recording order (a stable order to diff in)."""
-    return messages.sort_by([("wall_ns", "ascending"), ("process", "ascending"), ("incarnation", "ascending"),
-                             ("seq", "ascending")])
+    return messages.sort_by(
+        [("wall_ns", "ascending"), ("process", "ascending"), ("incarnation", "ascending"), ("seq", "ascending")]
+    )
 
 
 def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
@@ -176,8 +188,11 @@ def with_run_id(table: pa.Table, run_id: str) -> pa.Table:
 def _recorded_states(applied: pa.Table) -> dict[int, set[tuple[bytes, bytes]]]:
     states: dict[int, set[tuple[bytes, bytes]]] = {}
     for pos, etype, entry, state in zip(
-        applied.column("log_position").to_pylist(), applied.column("entry_type").to_pylist(),
-        applied.column("entry_digest").to_pylist(), applied.column("state_digest").to_pylist(), strict=True,
+        applied.column("log_position").to_pylist(),
+        applied.column("entry_type").to_pylist(),
+        applied.column("entry_digest").to_pylist(),
+        applied.column("state_digest").to_pylist(),
+        strict=True,
     ):
         if etype != "Snapshot":
             states.setdefault(pos, set()).add((entry, state))
@@ -196,8 +211,8 @@ def bless(
 ) -> Golden:
     """Store run ``run_dir`` as golden ``name`` under ``traces`` and record its recipe in the manifest.
     Raises GoldenError (saying why) for a run that cannot be a golden."""
-    from chaos.verify import verify_run
-    from harness.services import SERVICES
+    from clusterlab.chaos.verify import verify_run
+    from clusterlab.harness.services import SERVICES
 
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise GoldenError(f"golden name {name!r}: use letters, digits, '-' and '_'")
@@ -212,8 +227,9 @@ def bless(
         raise GoldenError(f"{run_dir}: the committed log file is torn")
     verdict = verify_run(run_dir)
     if not verdict.ok:
-        raise GoldenError(f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}); "
-                          f"a golden must be a correct run")
+        raise GoldenError(
+            f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}); a golden must be a correct run"
+        )
     config = meta.get("config") or {}
     service = config.get("service", "kv")
     if service not in SERVICES:
@@ -231,8 +247,15 @@ def bless(
                 f"the service is not deterministic, or the log is not the one the members applied"
             )
     driver = "sim" if config.get("runtime") == "sim" else "real"
-    recipe = Recipe(name, driver, str(meta.get("scenario") or "unknown"), int(meta.get("seed") or 0),
-                    len(meta.get("members") or []) or 3, duration_s, summary)
+    recipe = Recipe(
+        name,
+        driver,
+        str(meta.get("scenario") or "unknown"),
+        int(meta.get("seed") or 0),
+        len(meta.get("members") or []) or 3,
+        duration_s,
+        summary,
+    )
 
     target = traces / name
     if target.exists() and not force:
@@ -309,8 +332,10 @@ def load_golden(name: str, traces: Path = TRACES) -> Golden:
         if missing:
             raise KeyError(", ".join(missing))
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise GoldenError(f"golden {name}: {directory / 'run.json'} is missing or corrupt "
-                          f"({type(e).__name__}: {e}); re-bless it (python -m golden.regenerate {name})") from e
+        raise GoldenError(
+            f"golden {name}: {directory / 'run.json'} is missing or corrupt "
+            f"({type(e).__name__}: {e}); re-bless it (python -m clusterlab.golden.regenerate {name})"
+        ) from e
     log = read_stream_whole(directory / "log" / "committed.arrow")
     applied = read_stream_whole(directory / "applied" / "golden.arrow")
     for table, schema, what in ((log, SCHEMAS["log"], "log"), (applied, SCHEMAS["applied"], "applied")):

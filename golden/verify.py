@@ -3,12 +3,12 @@
 For each golden:
 
 (a) **replay** — its committed log goes, entry by entry, through today's consensus module log adapter
-    and service (:mod:`golden.replay`); the state digest at every log position is diffed against the
+    and service (:mod:`clusterlab.golden.replay`); the state digest at every log position is diffed against the
     golden's (and the consensus module's open sessions against the service's);
 (b) **rerun** — a simulator golden is re-run from its seed, scenario, size and duration with today's
     code; every position of every member and every message is diffed against the golden.
 
-The diffs are Spark jobs (:mod:`golden.spark.diff`), one set for all goldens in one session. The report
+The diffs are Spark jobs (:mod:`clusterlab.golden.spark.diff`), one set for all goldens in one session. The report
 names each golden's first divergent position, its entry (``describe()``), the golden and actual
 digests, and counts the rest — and says whether the divergence is one position or every position
 from there on, which tells a one-off wrong update from a changed digest function or encoding.
@@ -27,12 +27,19 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from clusterlab.golden.replay import describe_entry, replay_log
+from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
+from clusterlab.golden.store import (
+    TRACES,
+    Golden,
+    GoldenError,
+    applied_table,
+    current_commit,
+    golden_names,
+    load_golden,
+)
 from rich.console import Console
 from rich.table import Table
-
-from golden.replay import describe_entry, replay_log
-from golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
-from golden.store import TRACES, Golden, GoldenError, applied_table, current_commit, golden_names, load_golden
 
 REPLAY, RERUN = "replay", "rerun"
 
@@ -60,18 +67,39 @@ class GoldenVerdict:
         def pos(d: PositionDiff | None) -> dict[str, Any] | None:
             if d is None:
                 return None
-            return {"ok": d.ok, "golden_positions": d.golden_positions, "actual_positions": d.actual_positions,
-                    "divergent": d.divergent, "kinds": d.kinds, "first": d.first, "from_first": d.from_first,
-                    "divergent_from_first": d.divergent_from_first, "next_agreeing": d.next_agreeing,
-                    "pattern": pattern(d)}
+            return {
+                "ok": d.ok,
+                "golden_positions": d.golden_positions,
+                "actual_positions": d.actual_positions,
+                "divergent": d.divergent,
+                "kinds": d.kinds,
+                "first": d.first,
+                "from_first": d.from_first,
+                "divergent_from_first": d.divergent_from_first,
+                "next_agreeing": d.next_agreeing,
+                "pattern": pattern(d),
+            }
 
         m = self.messages
         return {
-            "name": self.name, "driver": self.driver, "ok": self.ok, "blessed_commit": self.blessed_commit,
-            "positions": self.positions, "errors": self.errors, "session_mismatches": self.session_mismatches[:20],
-            "replay": pos(self.replay), "rerun": pos(self.rerun),
-            "messages": None if m is None else {"ok": m.ok, "golden_rows": m.golden_rows, "actual_rows": m.actual_rows,
-                                                "divergent": m.divergent, "first": m.first},
+            "name": self.name,
+            "driver": self.driver,
+            "ok": self.ok,
+            "blessed_commit": self.blessed_commit,
+            "positions": self.positions,
+            "errors": self.errors,
+            "session_mismatches": self.session_mismatches[:20],
+            "replay": pos(self.replay),
+            "rerun": pos(self.rerun),
+            "messages": None
+            if m is None
+            else {
+                "ok": m.ok,
+                "golden_rows": m.golden_rows,
+                "actual_rows": m.actual_rows,
+                "divergent": m.divergent,
+                "first": m.first,
+            },
         }
 
 
@@ -89,19 +117,31 @@ class VerifyReport:
         return bool(self.verdicts) and all(v.ok for v in self.verdicts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "commit": self.commit, "master": self.master, "elapsed_s": round(self.elapsed_s, 2),
-                "goldens": [v.to_json() for v in self.verdicts]}
+        return {
+            "ok": self.ok,
+            "commit": self.commit,
+            "master": self.master,
+            "elapsed_s": round(self.elapsed_s, 2),
+            "goldens": [v.to_json() for v in self.verdicts],
+        }
 
     def table(self) -> Table:
-        t = Table(title=f"golden verify ({len(self.verdicts)} goldens, {self.elapsed_s:.1f} s): "
-                        f"{'PASS' if self.ok else 'FAIL'}")
+        t = Table(
+            title=f"golden verify ({len(self.verdicts)} goldens, {self.elapsed_s:.1f} s): "
+            f"{'PASS' if self.ok else 'FAIL'}"
+        )
         for col in ("golden", "driver", "positions", "replay", "rerun", "rerun messages", "verdict"):
             t.add_column(col, justify="right" if col == "positions" else "left", no_wrap=col == "golden")
         for v in self.verdicts:
-            t.add_row(v.name, v.driver, str(v.positions), _cell(v.replay), _cell(v.rerun),
-                      "-" if v.messages is None else ("same" if v.messages.ok else
-                                                      f"{v.messages.divergent} differ"),
-                      "[green]ok[/]" if v.ok else "[red]FAIL[/]")
+            t.add_row(
+                v.name,
+                v.driver,
+                str(v.positions),
+                _cell(v.replay),
+                _cell(v.rerun),
+                "-" if v.messages is None else ("same" if v.messages.ok else f"{v.messages.divergent} differ"),
+                "[green]ok[/]" if v.ok else "[red]FAIL[/]",
+            )
         return t
 
     def details(self) -> list[str]:
@@ -110,12 +150,16 @@ class VerifyReport:
         for v in self.verdicts:
             if v.ok:
                 continue
-            lines.append(f"golden {v.name} ({v.driver}, blessed from {v.blessed_commit or 'unknown commit'}; "
-                         f"this tree is {self.commit or 'unknown'}):")
+            lines.append(
+                f"golden {v.name} ({v.driver}, blessed from {v.blessed_commit or 'unknown commit'}; "
+                f"this tree is {self.commit or 'unknown'}):"
+            )
             lines += [f"  error: {e}" for e in v.errors]
             if v.session_mismatches:
-                lines.append(f"  the consensus module and the service disagree on open sessions at "
-                             f"{len(v.session_mismatches)} positions, first {v.session_mismatches[0]}")
+                lines.append(
+                    f"  the consensus module and the service disagree on open sessions at "
+                    f"{len(v.session_mismatches)} positions, first {v.session_mismatches[0]}"
+                )
             for label, d in ((REPLAY, v.replay), (RERUN, v.rerun)):
                 if d is not None and not d.ok:
                     lines += [f"  {label}: {line}" for line in describe_position_diff(d)]
@@ -161,10 +205,14 @@ def describe_position_diff(d: PositionDiff, describe: Callable[[int], str] | Non
         f"state {', '.join(f['actual_state_digests']) or '-'}",
     ]
     if f.get("members") and len(f["members"]) > 1:
-        lines.append("  members: " + "; ".join(f"{m['member']}/{m['incarnation']} {m['state_digest'][:12]}"
-                                               for m in f["members"]))
-    lines.append(f"  {d.divergent - 1} more divergent positions ({d.divergent_from_first} of the {d.from_first} "
-                 f"positions from the first on; {d.golden_positions} in the golden); kinds {d.kinds}")
+        lines.append(
+            "  members: "
+            + "; ".join(f"{m['member']}/{m['incarnation']} {m['state_digest'][:12]}" for m in f["members"])
+        )
+    lines.append(
+        f"  {d.divergent - 1} more divergent positions ({d.divergent_from_first} of the {d.from_first} "
+        f"positions from the first on; {d.golden_positions} in the golden); kinds {d.kinds}"
+    )
     lines.append(f"  pattern: {pattern(d)}")
     return lines
 
@@ -173,17 +221,21 @@ def describe_message_diff(m: MessageDiff) -> list[str]:
     f = m.first
     if f is None:
         return [f"{m.divergent} messages differ"]
-    lines = [f"first divergent message: {f['process']} incarnation {f['incarnation']} seq {f['seq']} at "
-             f"sim time {f['wall_ns']} ns"]
+    lines = [
+        f"first divergent message: {f['process']} incarnation {f['incarnation']} seq {f['seq']} at "
+        f"sim time {f['wall_ns']} ns"
+    ]
     for side in ("golden", "actual"):
         payload = f.get(f"{side}_payload")
         text = "(none)"
         if payload is not None:
-            from harness.trace import describe_payload
+            from clusterlab.harness.trace import describe_payload
 
             text = describe_payload(bytes.fromhex(payload), entries=False)[0]
-        lines.append(f"  {side}: {f.get(f'{side}_direction') or ''} {f.get(f'{side}_channel') or ''} "
-                     f"{f.get(f'{side}_peer_process') or ''} {text}")
+        lines.append(
+            f"  {side}: {f.get(f'{side}_direction') or ''} {f.get(f'{side}_channel') or ''} "
+            f"{f.get(f'{side}_peer_process') or ''} {text}"
+        )
     lines.append(f"  {m.divergent - 1} more divergent messages (golden {m.golden_rows} rows, re-run {m.actual_rows})")
     return lines
 
@@ -199,7 +251,7 @@ def _entry_describer(g: Golden) -> Callable[[int], str]:
 
 
 def _write_replay(directory: Path, run_id: str, table: pa.Table) -> None:
-    from golden.store import write_stream
+    from clusterlab.golden.store import write_stream
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": "golden-replay"}))
@@ -247,7 +299,7 @@ def verify_goldens(
             say(f"{n}: replaying {g.log.num_rows} log entries")
             factory = service_factory
             if factory is None:
-                from harness.services import SERVICES
+                from clusterlab.harness.services import SERVICES
 
                 factory = SERVICES.get(g.info["service"])
                 if factory is None:
@@ -261,23 +313,30 @@ def verify_goldens(
             _write_replay(replay_dir, f"replay-{n}", applied_table(f"replay-{n}", replay))
             comparisons.append(Comparison(n, REPLAY, str(g.directory.resolve()), str(replay_dir)))
             if rerun and g.driver == "sim":
-                from chaos.runner import run_scenario
+                from clusterlab.chaos.runner import run_scenario
 
                 info = g.info
                 say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
                 try:
-                    r = run_scenario(info["scenario"], seed=int(info["seed"]), members=int(info["members"]),
-                                     duration_s=info.get("duration_s"), sim=True, directory=work / f"rerun-{n}")
+                    r = run_scenario(
+                        info["scenario"],
+                        seed=int(info["seed"]),
+                        members=int(info["members"]),
+                        duration_s=info.get("duration_s"),
+                        sim=True,
+                        directory=work / f"rerun-{n}",
+                    )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
                     v.errors.append(f"cannot re-run {info['scenario']}: {e}")
                     continue
                 if r.error:
                     v.errors.append(f"re-run failed: {r.error}")
                 if r.trace_dir.is_dir():
-                    comparisons.append(Comparison(n, RERUN, str(g.directory.resolve()),
-                                                  str(r.trace_dir.resolve()), messages=True))
+                    comparisons.append(
+                        Comparison(n, RERUN, str(g.directory.resolve()), str(r.trace_dir.resolve()), messages=True)
+                    )
         if comparisons:
-            from golden.spark.session import spark_session
+            from clusterlab.golden.spark.session import spark_session
 
             say(f"diffing {len(comparisons)} runs against their goldens with Spark")
             own_spark = spark is None
@@ -309,4 +368,3 @@ def print_report(report: VerifyReport, console: Console | None = None) -> None:
     console.print(report.table())
     for line in report.details():  # not wrapped: paths and digests stay whole, to copy and grep
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-

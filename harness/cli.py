@@ -6,19 +6,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from core import __version__
+from clusterlab.core import __version__
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The README's main job: a seeded chaos scenario on a simulated 3-member cluster, checked."""
-    from harness.demo import run_demo
+    from clusterlab.harness.demo import run_demo
 
     return run_demo(seed=args.seed, members=args.members, directory=args.dir)
 
 
 def _cmd_codec_selfcheck(args: argparse.Namespace) -> int:
     """Round-trip every registered message type once and print a line per type."""
-    from core.codec.selfcheck import run_selfcheck
+    from clusterlab.core.codec.selfcheck import run_selfcheck
 
     return run_selfcheck()
 

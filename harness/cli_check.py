@@ -12,21 +12,23 @@ from rich.console import Console
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs with Spark; print the verdict table; exit 0 (pass), 1 (violations), 2 (bad input)."""
-    from golden.spark.source import TraceSourceError, find_runs
+    from clusterlab.golden.spark.source import TraceSourceError, find_runs
 
     try:
         find_runs(",".join(args.runs))
     except TraceSourceError as e:
         print(f"clusterlab check: {e}", file=sys.stderr)
         return 2
-    from golden.spark.check import check_runs
+    from clusterlab.golden.spark.check import check_runs
 
     report = check_runs(args.runs, master=args.master, limit=args.limit)
     Console().print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str))
-    Console().print(f"{sum(report.rows.values())} rows, {report.torn} torn file(s), {report.elapsed_s:.1f} s; "
-                    f"JSON: {args.json or 'RUN/check.json'}")
+    Console().print(
+        f"{sum(report.rows.values())} rows, {report.torn} torn file(s), {report.elapsed_s:.1f} s; "
+        f"JSON: {args.json or 'RUN/check.json'}"
+    )
     return 0 if report.ok else 1
 
 

@@ -1,7 +1,7 @@
 """The real-cluster commands of ``clusterlab``: ``cluster start``, ``client`` and ``tool``.
 
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (harness/cli.py); they also run on
-their own: ``python -m harness.cli_cluster cluster start --members 3``.
+their own: ``python -m clusterlab.harness.cli_cluster cluster start --members 3``.
 
     clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
@@ -27,9 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from core.codec.control import ClusterControlRequest, ControlResponse, ControlResponseCode, NodeStatus, StatusRequest
-from core.codec.enums import ToggleState
-from core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.codec.control import (
+    ClusterControlRequest,
+    ControlResponse,
+    ControlResponseCode,
+    NodeStatus,
+    StatusRequest,
+)
+from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.runtime.config import ClusterConfig, ConfigError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -119,8 +125,8 @@ class ClusterTool:
     """Status and cluster control of a running cluster through its members' control sockets."""
 
     def __init__(self, config: ClusterConfig) -> None:
-        from core.runtime.control import ControlClient
-        from core.runtime.transport import new_context
+        from clusterlab.core.runtime.control import ControlClient
+        from clusterlab.core.runtime.transport import new_context
 
         self.config = config
         self._zctx = new_context()
@@ -144,14 +150,14 @@ class ClusterTool:
 
 
 def _leader(statuses: dict[int, Any]) -> int | None:
-    from harness.local import LocalCluster, MemberStatus
+    from clusterlab.harness.local import LocalCluster, MemberStatus
 
     decoded = {i: (MemberStatus.of(s) if s is not None else None) for i, s in statuses.items()}
     return LocalCluster.settled_leader(decoded)
 
 
 def _status_cells(m: Any) -> list[str]:
-    """The table cells of one member (a harness.local.MemberStatus)."""
+    """The table cells of one member (a clusterlab.harness.local.MemberStatus)."""
     return [
         m.role.name if m.role is not None else "STARTING",
         str(m.leadership_term_id),
@@ -169,17 +175,16 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 
 # ---------------------------------------------------------------------------------- cluster start
 def cmd_cluster_start(args: argparse.Namespace) -> int:
+    from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
-
-    from harness.local import LocalCluster, LocalClusterError, LocalTimeout
 
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
     service = None if args.service == "none" else args.service
     if service is not None and ":" not in service:
-        from harness.services import SERVICES
+        from clusterlab.harness.services import SERVICES
 
         if service not in SERVICES:
             raise CommandError(f"unknown service {service!r}: use one of {sorted(SERVICES)}, module:factory or none")
@@ -240,8 +245,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- client
 def cmd_client(args: argparse.Namespace) -> int:
-    from harness.local import LocalClient, LocalClientTimeout
-    from harness.services import kv
+    from clusterlab.harness.local import LocalClient, LocalClientTimeout
+    from clusterlab.harness.services import kv
 
     config = _load(args.dir)
     if args.timeout <= 0:
@@ -275,7 +280,7 @@ def cmd_client(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
-    from harness.local import MemberStatus
+    from clusterlab.harness.local import MemberStatus
 
     config = _load(args.dir)
     if not config.sockets_present:

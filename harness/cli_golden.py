@@ -22,30 +22,36 @@ def _err(message: str) -> int:
 
 def _cmd_bless(args: argparse.Namespace) -> int:
     """Store RUN as golden NAME (and its recipe in goldens.json)."""
-    from golden.store import TRACES, GoldenError, bless
+    from clusterlab.golden.store import TRACES, GoldenError, bless
 
     traces = Path(args.traces) if args.traces else TRACES
     try:
-        g = bless(args.run, args.name, traces=traces, duration_s=args.duration, summary=args.summary,
-                  force=args.force)
+        g = bless(args.run, args.name, traces=traces, duration_s=args.duration, summary=args.summary, force=args.force)
     except GoldenError as e:
         return _err(str(e))
     size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
-    Console().print(f"blessed {g.name} ({g.driver}, {g.info['scenario']} seed {g.info['seed']}): "
-                    f"{g.applied.num_rows} positions, {size / 1024:.0f} KiB in {g.directory}")
+    Console().print(
+        f"blessed {g.name} ({g.driver}, {g.info['scenario']} seed {g.info['seed']}): "
+        f"{g.applied.num_rows} positions, {size / 1024:.0f} KiB in {g.directory}"
+    )
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Replay every golden (and re-run the simulator ones); diff with Spark."""
-    from golden.store import TRACES, GoldenError
-    from golden.verify import print_report, verify_goldens
+    from clusterlab.golden.store import TRACES, GoldenError
+    from clusterlab.golden.verify import print_report, verify_goldens
 
     traces = Path(args.traces) if args.traces else TRACES
     err = Console(stderr=True, highlight=False)
     try:
-        report = verify_goldens(args.names, traces=traces, master=args.master, rerun=not args.no_rerun,
-                                on_progress=lambda line: err.print(line, markup=False))
+        report = verify_goldens(
+            args.names,
+            traces=traces,
+            master=args.master,
+            rerun=not args.no_rerun,
+            on_progress=lambda line: err.print(line, markup=False),
+        )
     except GoldenError as e:
         return _err(str(e))
     print_report(report)
@@ -56,14 +62,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     """Re-run each recipe and bless it (after an intended change of bytes or digests)."""
-    from golden.regenerate import main
+    from clusterlab.golden.regenerate import main
 
     return main(args.names)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     """The goldens and their recipes."""
-    from golden.store import MANIFEST, GoldenError, golden_names, load_golden, load_manifest
+    from clusterlab.golden.store import MANIFEST, GoldenError, golden_names, load_golden, load_manifest
 
     try:
         recipes = {r.name: r for r in load_manifest(MANIFEST)}
@@ -80,8 +86,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
             t.add_row(name, r.driver if r else "?", r.scenario if r else "?", "", "", "", "", f"[red]{e}[/]")
             continue
         size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
-        t.add_row(name, g.driver, g.info["scenario"], str(g.info["seed"]), str(g.info["members"]),
-                  str(g.applied.num_rows), f"{size / 1024:.0f}", str(g.info.get("git_commit"))[:12])
+        t.add_row(
+            name,
+            g.driver,
+            g.info["scenario"],
+            str(g.info["seed"]),
+            str(g.info["members"]),
+            str(g.applied.num_rows),
+            f"{size / 1024:.0f}",
+            str(g.info.get("git_commit"))[:12],
+        )
     Console(width=max(Console().width, 120)).print(t)
     return 0
 

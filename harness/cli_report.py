@@ -10,7 +10,7 @@ from rich.console import Console
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Write the report; print its path. Exit 2 for a path that is not a run."""
-    from golden.report import ReportError, write_report
+    from clusterlab.golden.report import ReportError, write_report
 
     try:
         path = write_report(args.run, args.out)

@@ -32,8 +32,10 @@ def _metrics_table(result: Any) -> Table:
     t.add_column("measure")
     t.add_column("value", overflow="fold")
     ops = ", ".join(f"{k} {v}" for k, v in sorted(result.op_counts.items()))
-    t.add_row("ops acknowledged / invoked / unknown", f"{result.acked} / {result.invoked} / {result.unknown}"
-              + (f"  ({ops})" if ops else ""))
+    t.add_row(
+        "ops acknowledged / invoked / unknown",
+        f"{result.acked} / {result.invoked} / {result.unknown}" + (f"  ({ops})" if ops else ""),
+    )
     t.add_row("replies checked against the model", str(result.model_checked))
     t.add_row("failover: leader fault -> new leader", _fmt_times(result.elections_s))
     t.add_row("failover: leader fault -> first op acked", _fmt_times(result.failovers_s))
@@ -45,8 +47,8 @@ def _metrics_table(result: Any) -> Table:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments."""
-    from chaos.runner import run_scenario
-    from chaos.scenarios import SCENARIOS
+    from clusterlab.chaos.runner import run_scenario
+    from clusterlab.chaos.scenarios import SCENARIOS
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
@@ -66,16 +68,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     where = "simulator" if args.sim else "local processes"
     out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=out, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
+    ) as progress:
         task = progress.add_task("starting the cluster", total=None)
 
         def on_step(i: int, total: int, what: str) -> None:
             progress.update(task, total=total + 1, completed=i, description=what)
 
-        result = run_scenario(spec.name, args.seed, members=args.members, duration_s=args.duration, sim=args.sim,
-                              directory=args.dir, service=args.service, rate=args.rate, on_step=on_step,
-                              fault_ack_before_append=args.fault_ack_before_append)
+        result = run_scenario(
+            spec.name,
+            args.seed,
+            members=args.members,
+            duration_s=args.duration,
+            sim=args.sim,
+            directory=args.dir,
+            service=args.service,
+            rate=args.rate,
+            on_step=on_step,
+            fault_ack_before_append=args.fault_ack_before_append,
+        )
         progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
 
     out.print("schedule: " + "; ".join(result.schedule))
@@ -87,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ok = result.ok
     spark: dict[str, Any] | None = None
     if not args.no_spark and result.trace_dir.is_dir():
-        from golden.finish import check_and_report
+        from clusterlab.golden.finish import check_and_report
 
         out.print("Spark check (the same five checks at scale) ...")
         report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
@@ -103,7 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     """List the named scenarios."""
-    from chaos.scenarios import SCENARIOS
+    from clusterlab.chaos.scenarios import SCENARIOS
 
     t = Table(title="chaos scenarios (clusterlab run NAME)")
     t.add_column("name", no_wrap=True)
@@ -112,23 +129,35 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     t.add_column("default duration")
     t.add_column("what it does", overflow="fold")
     for s in SCENARIOS.values():
-        t.add_row(s.name, ", ".join(map(str, s.sizes)), "real" if s.real_only else "real, sim",
-                  f"{s.default_duration_s:g} s", s.summary)
+        t.add_row(
+            s.name,
+            ", ".join(map(str, s.sizes)),
+            "real" if s.real_only else "real, sim",
+            f"{s.default_duration_s:g} s",
+            s.summary,
+        )
     Console().print(t)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``scenarios`` to the CLI."""
-    from chaos.workload import SERVICES
+    from clusterlab.chaos.workload import SERVICES
 
-    p = sub.add_parser("run", help="the main job: run a chaos scenario on a local cluster and verify the trace",
-                       description=_cmd_run.__doc__)
+    p = sub.add_parser(
+        "run",
+        help="the main job: run a chaos scenario on a local cluster and verify the trace",
+        description=_cmd_run.__doc__,
+    )
     p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (clusterlab scenarios lists them)")
     p.add_argument("--seed", type=int, default=1, help="seed of the schedule, victims and workload (default 1)")
     p.add_argument("--members", type=int, default=3, help="cluster size (3; partition scenarios also 5)")
-    p.add_argument("--duration", type=float, default=None,
-                   help="seconds of faults and workload before the final heal (default: the scenario's)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of faults and workload before the final heal (default: the scenario's)",
+    )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
     p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
     p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 200 real, 100 sim)")
@@ -136,8 +165,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-spark", action="store_true", help="skip the Spark check (the local verdict still runs)")
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--json", default=None, help="also write the run's summary and verdicts here")
-    p.add_argument("--fault-ack-before-append", action="store_true",
-                   help="test only: the deliberately broken build (followers acknowledge before appending)")
+    p.add_argument(
+        "--fault-ack-before-append",
+        action="store_true",
+        help="test only: the deliberately broken build (followers acknowledge before appending)",
+    )
     p.set_defaults(func=_cmd_run)
 
     s = sub.add_parser("scenarios", help="list the chaos scenarios", description=_cmd_scenarios.__doc__)

@@ -13,15 +13,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from clusterlab.core.consensus.context import SECOND
+from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
+from clusterlab.harness.random_schedule import converged
+from clusterlab.harness.sim import SimCluster, SimTimeout
+from clusterlab.harness.simnet import NetworkConfig
+from clusterlab.harness.workload import KvWorkload
 from rich.console import Console
 from rich.table import Table
-
-from core.consensus.context import SECOND
-from harness.invariants import SafetyChecker, SafetyViolation
-from harness.random_schedule import converged
-from harness.sim import SimCluster, SimTimeout
-from harness.simnet import NetworkConfig
-from harness.workload import KvWorkload
 
 
 def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.codec.framing import FRAME_ALIGNMENT
+from clusterlab.core.codec.framing import FRAME_ALIGNMENT
 
 
 class SafetyViolation(AssertionError):

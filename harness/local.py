@@ -10,7 +10,8 @@ Typical use::
         new_leader = cluster.await_leader(exclude={leader})
         assert client.get("k")["value"] == "v"
 
-Each member is two processes, ``python -m core.runtime.node`` and ``python -m core.runtime.service``
+Each member is two processes, ``python -m clusterlab.core.runtime.node`` and
+``python -m clusterlab.core.runtime.service``
 (started with ``subprocess.Popen``, not ``multiprocess``: a fresh interpreter per process means no
 forked ZeroMQ context or pytest state, the PID we signal is the member itself, and the processes
 are exactly what a user starts by hand). They run in their own session, so a Ctrl-C in a
@@ -23,11 +24,11 @@ finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused)
 SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
 bounded polls of a condition (``wait_until``, tenacity).
 
-Recording (harness.recorder, TRACE_SCHEMA.md) is on by default (``record=False`` turns it off): the
+Recording (clusterlab.harness.recorder, TRACE_SCHEMA.md) is on by default (``record=False`` turns it off): the
 run directory is ``trace_dir`` (default ``<dir>/trace``; ``<dir>/trace-<run id>`` when that already
 holds a run), with run.json written at start and at ``close()`` (with the committed ``log`` table),
 the harness's lifecycle and fault events, and every node's and service's own recording (the
-processes get ``--trace-dir``/``--run-id``). Read it with ``harness.trace.open_run``.
+processes get ``--trace-dir``/``--run-id``). Read it with ``clusterlab.harness.trace.open_run``.
 """
 
 from __future__ import annotations
@@ -49,9 +50,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tenacity
-
-from core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
-from core.codec.control import (
+from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
+from clusterlab.core.codec.control import (
     NO_ELECTION,
     NOT_STARTED,
     ClockOffset,
@@ -64,16 +64,16 @@ from core.codec.control import (
     ServiceStatus,
     StatusRequest,
 )
-from core.codec.enums import ToggleState
-from core.consensus.context import (
+from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.consensus.context import (
     NULL_VALUE,
     ConsensusModuleState,
     ElectionState,
     Role,
     Timeouts,
 )
-from core.runtime.client import ClusterConnection
-from core.runtime.config import (
+from clusterlab.core.runtime.client import ClusterConnection
+from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
     ClusterConfig,
     ConfigError,
@@ -81,14 +81,13 @@ from core.runtime.config import (
     parse_members,
     remove_socket_root,
 )
-from core.runtime.control import ControlClient
-from core.runtime.transport import new_context
-from harness.recorder import RunRecorder, new_run_id, process_recorder
-from harness.services import kv
+from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.transport import new_context
+from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
+from clusterlab.harness.services import kv
 
 T = TypeVar("T")
 PPM = 1_000_000
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 NODE, SERVICE = "node", "service"
 STATUS_TIMEOUT_S = 0.5
 PROCESSES_FILE = "processes.json"
@@ -412,14 +411,13 @@ class LocalCluster:
         incarnation = self._incarnations[member_id]
         log_path = self.config.log_dir / f"member-{member_id}-{kind}-{incarnation}.log"
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONUNBUFFERED"] = "1"
         if self.fault_ack_before_append:
             env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
         cmd = [
             sys.executable,
             "-m",
-            f"core.runtime.{kind}",
+            f"clusterlab.core.runtime.{kind}",
             "--dir",
             str(self.directory),
             "--member-id",
@@ -635,7 +633,9 @@ class LocalCluster:
         parts = []
         for i, s in self.statuses().items():
             service_down = (
-                self.config.service is not None and self.is_alive(i) and self._process(i, SERVICE) is None
+                self.config.service is not None
+                and self.is_alive(i)
+                and self._process(i, SERVICE) is None
                 and (i, SERVICE) in self._current
             )
             if s is not None:
@@ -669,8 +669,15 @@ class LocalCluster:
         self._event(kind, member_id, **detail)
 
     def _event(self, kind: str, member_id: int, **detail: Any) -> None:
-        self.events.append({"time_ns": time.monotonic_ns(), "source": "harness", "member_id": member_id,
-                            "kind": kind, "detail": detail})
+        self.events.append(
+            {
+                "time_ns": time.monotonic_ns(),
+                "source": "harness",
+                "member_id": member_id,
+                "kind": kind,
+                "detail": detail,
+            }
+        )
         if self.recorder is not None:
             self.recorder.event(kind, member_id, **detail)
 
@@ -725,8 +732,12 @@ class LocalCluster:
     def wait_for_exit(self, member_id: int, timeout_s: float = 10.0) -> dict[str, int]:
         """Wait until the member's processes exit by themselves (SHUTDOWN/ABORT); their exit codes."""
         procs = [p for kind in (NODE, SERVICE) if (p := self._current.get((member_id, kind))) is not None]
-        wait_until(lambda: not any(p.running() for p in procs), timeout_s, f"member {member_id} exited",
-                   context=self.status_line)
+        wait_until(
+            lambda: not any(p.running() for p in procs),
+            timeout_s,
+            f"member {member_id} exited",
+            context=self.status_line,
+        )
         return {p.kind: p.popen.returncode for p in procs}
 
     def pause(self, member_id: int) -> None:
@@ -752,7 +763,7 @@ class LocalCluster:
         """Cut the member's log recording back to ``position`` (a lost disk tail); only while it is down."""
         if self.is_alive(member_id):
             raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
-        from core.archive.faults import truncate_at
+        from clusterlab.core.archive.faults import truncate_at
 
         truncate_at(self.member_dir(member_id), position)
         self._event("truncate", member_id, log_position=position)
@@ -856,8 +867,9 @@ class LocalCluster:
         """A new client (its own session); connected unless ``connect`` is False."""
         client_id = len(self.clients)
         recorder = (
-            process_recorder(self.trace_dir, self.run_id, f"client-{client_id}", member_id=-1, incarnation=0,
-                             clock=time.monotonic_ns)
+            process_recorder(
+                self.trace_dir, self.run_id, f"client-{client_id}", member_id=-1, incarnation=0, clock=time.monotonic_ns
+            )
             if self.trace_dir is not None
             else None
         )
@@ -923,7 +935,7 @@ class LocalClient:
             attempt_timeout_s if attempt_timeout_s is not None else max(1.0, 2 * t.leader_heartbeat_timeout_ns / 1e9)
         )
         # How long a request's (re)connect may block: a chaos workload keeps it short so a step never
-        # outlasts its fault (chaos.workload.LocalWorkload sets it).
+        # outlasts its fault (clusterlab.chaos.workload.LocalWorkload sets it).
         self.connect_timeout_s = 10.0
         self._next_id = 1
         self.replies: dict[int, dict[str, Any]] = {}
@@ -1002,9 +1014,15 @@ class LocalClient:
             command = {}
         f, key, value = str(command.get("op", "?")), command.get("key"), command.get("value")
         self._open_ops[rid] = (f, key, value)
-        self.recorder.op(self.client_id, rid, "invoke", f, key, None if value is None else str(value),
-                         cluster_session_id=self.conn.client.cluster_session_id if self.conn.client.is_connected
-                         else None)
+        self.recorder.op(
+            self.client_id,
+            rid,
+            "invoke",
+            f,
+            key,
+            None if value is None else str(value),
+            cluster_session_id=self.conn.client.cluster_session_id if self.conn.client.is_connected else None,
+        )
 
     def _record_completion(self, rid: int, reply: dict[str, Any]) -> None:
         op = self._open_ops.pop(rid, None)
@@ -1014,8 +1032,16 @@ class LocalClient:
         # A reply means the command is in the committed log; an "error" reply changed nothing.
         kind = "fail" if "error" in reply else "ok"
         result = reply.get("error") if kind == "fail" else json.dumps(reply.get("value"))
-        self.recorder.op(self.client_id, rid, kind, f, key, None if value is None else str(value), result,
-                         cluster_session_id=self.conn.client.cluster_session_id)
+        self.recorder.op(
+            self.client_id,
+            rid,
+            kind,
+            f,
+            key,
+            None if value is None else str(value),
+            result,
+            cluster_session_id=self.conn.client.cluster_session_id,
+        )
 
     def _offer(self, payload: bytes) -> None:
         if not self.conn.client.is_connected:
@@ -1068,7 +1094,7 @@ class LocalClient:
                     f"{self.conn.client.describe()}"
                 )
 
-    # --- KV helpers (harness.services.kv)
+    # --- KV helpers (clusterlab.harness.services.kv)
     def put(self, key: str, value: str, timeout_s: float | None = None) -> dict[str, Any]:
         return self.request(lambda rid: kv.put(rid, key, value), timeout_s)
 

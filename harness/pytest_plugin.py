@@ -7,12 +7,12 @@ Fixtures
                      started is checked gone afterwards.
     ``sim_cluster``  a SimCluster (same parameters, plus ``seed``).
     ``nemesis``      ``nemesis(cluster, "kill", who="leader")`` (or a Nemesis object) applies a fault
-                     from chaos.nemesis to either kind of cluster; whatever is still applied is healed
+                     from clusterlab.chaos.nemesis to either kind of cluster; whatever is still applied is healed
                      at teardown.
-    ``workload``     ``workload(cluster, service="kv", rate=100)``: a chaos.workload client with a
+    ``workload``     ``workload(cluster, service="kv", rate=100)``: a clusterlab.chaos.workload client with a
                      model-checked history; ``.run_for(seconds)`` drives it.
     ``chaos_run``    for a test marked ``@pytest.mark.chaos(scenario="leader-kill", seed=1, ...)``:
-                     the RunResult of that scenario (chaos.runner.run_scenario) with the test's seed.
+                     the RunResult of that scenario (clusterlab.chaos.runner.run_scenario) with the test's seed.
     ``chaos_runner`` ``chaos_runner("bridge", seed, members=5, sim=True)``: the same, called from a
                      test (the chaos suite parametrises scenarios and seeds with ``chaos_seeds``).
 
@@ -68,17 +68,33 @@ def parse_seeds(spec: str) -> list[int]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("clusterlab", "clusterlab chaos runs")
-    group.addoption("--chaos-seed", default=None, help="seed(s) for @pytest.mark.chaos tests: 7, 1,2,3 or 10-20 "
-                    f"(also ${SEEDS_ENV}); default: each marker's seeds")
-    group.addoption("--chaos-runs", type=int, default=None, metavar="N",
-                    help="run N consecutive seeds per chaos test, from its first seed")
-    group.addoption("--trace-dir", default=None, metavar="DIR",
-                    help="keep every chaos run's trace under DIR (one run directory per test and seed)")
+    group.addoption(
+        "--chaos-seed",
+        default=None,
+        help="seed(s) for @pytest.mark.chaos tests: 7, 1,2,3 or 10-20 "
+        f"(also ${SEEDS_ENV}); default: each marker's seeds",
+    )
+    group.addoption(
+        "--chaos-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run N consecutive seeds per chaos test, from its first seed",
+    )
+    group.addoption(
+        "--trace-dir",
+        default=None,
+        metavar="DIR",
+        help="keep every chaos run's trace under DIR (one run directory per test and seed)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
-                            "service='kv', **run_scenario_kwargs): a chaos run (see harness.pytest_plugin)")
+    config.addinivalue_line(
+        "markers",
+        "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
+        "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.harness.pytest_plugin)",
+    )
     runs = config.getoption("--chaos-runs")
     if runs is not None and runs < 1:
         raise pytest.UsageError(f"--chaos-runs must be at least 1, not {runs}")
@@ -121,9 +137,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _describe_run(item: pytest.Item, run: dict[str, Any]) -> str:
-    lines = [f"scenario {run['scenario']} seed {run['seed']} on {run['members']} members"
-             f"{' (simulator)' if run['sim'] else ''}: {run.get('error') or 'see the assertion'}",
-             f"  trace (kept): {run['trace_dir']}"]
+    lines = [
+        f"scenario {run['scenario']} seed {run['seed']} on {run['members']} members"
+        f"{' (simulator)' if run['sim'] else ''}: {run.get('error') or 'see the assertion'}",
+        f"  trace (kept): {run['trace_dir']}",
+    ]
     if run.get("rerun"):
         lines.append(f"  re-run: {run['rerun']}")
     lines.append(f"  re-run: .venv/bin/python -m pytest '{item.nodeid}' --chaos-seed {run['seed']}")
@@ -169,16 +187,22 @@ class ChaosRunner:
     def __call__(self, scenario: str, seed: int, **kwargs: Any) -> Any:
         import json
 
-        from chaos.runner import run_scenario
+        from clusterlab.chaos.runner import run_scenario
 
         if "duration" in kwargs:
             kwargs["duration_s"] = kwargs.pop("duration")
-        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + ("-broken" if kwargs.get(
-            "fault_ack_before_append") else "")
+        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + (
+            "-broken" if kwargs.get("fault_ack_before_append") else ""
+        )
         run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
         work = Path(tempfile.mkdtemp(prefix=f"work-{tag}-", dir=self.tmp_path))  # never kept under --trace-dir
-        info: dict[str, Any] = {"scenario": scenario, "seed": seed, "members": kwargs.get("members", 3),
-                                "sim": kwargs.get("sim", False), "trace_dir": run_dir}
+        info: dict[str, Any] = {
+            "scenario": scenario,
+            "seed": seed,
+            "members": kwargs.get("members", 3),
+            "sim": kwargs.get("sim", False),
+            "trace_dir": run_dir,
+        }
         self.request.node.stash.setdefault(_chaos_key, []).append(info)
         result = run_scenario(scenario, seed, directory=work, trace_dir=run_dir, **kwargs)
         info.update(error=result.error, rerun=result.rerun_command(), trace_dir=result.trace_dir)
@@ -224,12 +248,11 @@ def _cluster_params(request: pytest.FixtureRequest) -> dict[str, Any]:
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A started LocalCluster (3 members, kv, unless parametrised); every process gone afterwards."""
-    from harness.local import LocalCluster, pid_alive
+    from clusterlab.harness.local import LocalCluster, pid_alive
 
     params = _cluster_params(request)
     trace_dir, _ = _run_dir(request, tmp_path, "trace") if request.config.getoption("--trace-dir") else (None, 0)
-    c = LocalCluster(directory=tmp_path / "cluster", trace_dir=trace_dir, scenario=_safe(request.node.nodeid),
-                     **params)
+    c = LocalCluster(directory=tmp_path / "cluster", trace_dir=trace_dir, scenario=_safe(request.node.nodeid), **params)
     try:
         with c:
             yield c
@@ -244,13 +267,13 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A SimCluster (3 members, kv, seed 0, unless parametrised); recorded when --trace-dir is given."""
-    from harness.sim import SimCluster
+    from clusterlab.harness.sim import SimCluster
 
     params = _cluster_params(request)
     rec = None
     with SimCluster(directory=tmp_path / "sim", **params) as c:
         if request.config.getoption("--trace-dir"):
-            from harness.sim_recording import record_sim
+            from clusterlab.harness.sim_recording import record_sim
 
             run_dir, _ = _run_dir(request, tmp_path, "trace")
             rec = record_sim(c, run_dir, None, _safe(request.node.nodeid), params.get("seed", 0))
@@ -264,8 +287,8 @@ def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
 def _target(cluster: Any, seed: int = 0) -> Any:
     import random
 
-    from chaos.target import LocalTarget, SimTarget
-    from harness.sim import SimCluster
+    from clusterlab.chaos.target import LocalTarget, SimTarget
+    from clusterlab.harness.sim import SimCluster
 
     cls = SimTarget if isinstance(cluster, SimCluster) else LocalTarget
     return cls(cluster, random.Random(f"nemesis:{seed}"))
@@ -284,7 +307,7 @@ class NemesisKit:
         return self._targets[id(cluster)]
 
     def __call__(self, cluster: Any, nemesis: Any, **kwargs: Any) -> Any:
-        from chaos.nemesis import NEMESES
+        from clusterlab.chaos.nemesis import NEMESES
 
         if isinstance(nemesis, str):
             if nemesis not in NEMESES:
@@ -311,7 +334,7 @@ class NemesisKit:
 
 @pytest.fixture
 def nemesis() -> Iterator[NemesisKit]:
-    """Apply chaos.nemesis faults to a LocalCluster or SimCluster; what is left applied is healed."""
+    """Apply clusterlab.chaos.nemesis faults to a LocalCluster or SimCluster; what is left applied is healed."""
     kit = NemesisKit()
     yield kit
     with contextlib.suppress(Exception):  # the cluster may be closed already; its teardown reports
@@ -325,7 +348,7 @@ class WorkloadKit:
         self.workloads: list[Any] = []
 
     def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
-        from chaos.workload import make_workload
+        from clusterlab.chaos.workload import make_workload
 
         t = _target(cluster, seed)
         w = make_workload(t, service, seed, rate)
@@ -348,7 +371,7 @@ def _run_for(t: Any, w: Any) -> Callable[[float], None]:
 
 @pytest.fixture
 def workload() -> Iterator[WorkloadKit]:
-    """Drive a cluster with chaos.workload clients (model-checked replies); closed at teardown."""
+    """Drive a cluster with clusterlab.chaos.workload clients (model-checked replies); closed at teardown."""
     kit = WorkloadKit()
     yield kit
     kit.close()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from core.consensus.context import MS, SECOND, Role
-from harness.invariants import SafetyChecker
-from harness.sim import SimCluster
-from harness.simnet import NetworkConfig
-from harness.workload import KvWorkload
+from clusterlab.core.consensus.context import MS, SECOND, Role
+from clusterlab.harness.invariants import SafetyChecker
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.simnet import NetworkConfig
+from clusterlab.harness.workload import KvWorkload
 
 
 @dataclass
@@ -173,8 +173,8 @@ def run_random_schedule(
 
 def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: int) -> int:
     """The largest frame boundary <= position in a (down) member's log, read from its files."""
-    from core.archive.layout import log_dir
-    from core.archive.recording import RecordingStore
+    from clusterlab.core.archive.layout import log_dir
+    from clusterlab.core.archive.recording import RecordingStore
 
     store = RecordingStore.open(log_dir(cluster.member_dir(member_id)))
     try:

@@ -391,7 +391,7 @@ _PROMOTIONS: dict[int, _Promotion] | None = None
 
 
 def _build_promotions() -> dict[int, _Promotion]:
-    from core.codec.registry import REGISTRY
+    from clusterlab.core.codec.registry import REGISTRY
 
     table: dict[int, _Promotion] = {}
     for template_id, cls in REGISTRY.items():
@@ -418,7 +418,7 @@ def promote(payload: bytes) -> tuple[str, int | None, int | None]:
     n = len(payload)
     spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
     if spec is None:
-        from core.codec.registry import message_name
+        from clusterlab.core.codec.registry import message_name
 
         return message_name(payload), None, None
     name, term_at, position_at, start_at = spec
@@ -649,7 +649,7 @@ class ProcessRecorder:
         w.row_added(n)
 
     def applied(self, entry: Any, wall_ns: int | None = None) -> None:
-        """One applied log entry: ``entry`` is a core.service.agent.AppliedEntry (or anything with its
+        """One applied log entry: ``entry`` is a clusterlab.core.service.agent.AppliedEntry (or anything with its
         fields). Pass this method as the service agent's ``on_applied``."""
         w = self.writer("applied")
         w.append(
@@ -675,7 +675,7 @@ class ProcessRecorder:
         wall_ns: int | None = None,
         source: str | None = None,
     ) -> None:
-        """One event. The positional signature is core.consensus.context.EventSink, so a node passes
+        """One event. The positional signature is clusterlab.core.consensus.context.EventSink, so a node passes
         this method as ``ConsensusModuleContext.events``. ``source`` defaults to this process."""
         self.writer("events").append(
             self.wall_clock() if wall_ns is None else wall_ns,
@@ -817,9 +817,9 @@ class LogRow:
 
 def entry_type_name(frame_type: int, payload: bytes) -> str:
     """The ``applied.entry_type`` name of a log entry (``Padding`` for a pad frame)."""
-    from core.codec.framing import HDR_TYPE_PAD
-    from core.codec.registry import message_name
-    from core.service.agent import EntryType
+    from clusterlab.core.codec.framing import HDR_TYPE_PAD
+    from clusterlab.core.codec.registry import message_name
+    from clusterlab.core.service.agent import EntryType
 
     if frame_type == HDR_TYPE_PAD:
         return "Padding"
@@ -840,9 +840,9 @@ def entry_type_name(frame_type: int, payload: bytes) -> str:
 def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[LogRow], int]:
     """The whole frames of a member's log recording that end at or before ``up_to_position``, read-only
     (the segment files are read directly, never opened for repair). Returns (rows, end position)."""
-    from core.archive.layout import log_dir
-    from core.archive.recording import list_segments
-    from core.codec.framing import frame, walk_frames
+    from clusterlab.core.archive.layout import log_dir
+    from clusterlab.core.archive.recording import list_segments
+    from clusterlab.core.codec.framing import frame, walk_frames
 
     segments = list_segments(log_dir(member_dir))
     if not segments:
@@ -956,7 +956,7 @@ class RunRecorder:
         flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
         compression: str | None = None,
     ) -> None:
-        from core import __version__
+        from clusterlab.core import __version__
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -1054,7 +1054,7 @@ class RunRecorder:
 
 def highest_commit_in_trace(run_dir: Path | str) -> int:
     """The highest commit position the trace shows: ``commit`` events and CommitPosition messages."""
-    from harness.trace import open_run
+    from clusterlab.harness.trace import open_run
 
     run = open_run(run_dir)
     best = 0
@@ -1078,7 +1078,7 @@ def bench_message_rows(rows: int = 200_000, directory: Path | str | None = None)
     """Rows/s of :meth:`ProcessRecorder.message` with real clocks and real files, on a mix like a
     busy member's (AppendPosition, CommitPosition, a 3-entry LogBlock, a client SessionMessageHeader).
     Also returns bytes per row of the resulting file."""
-    from core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message, frame
+    from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message, frame
 
     entries = b"".join(frame(b"x" * 64, 32 * 4 * i, 3) for i in range(3))
     payloads = [

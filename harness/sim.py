@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from core.consensus.context import (
+from clusterlab.core.consensus.context import (
     NULL_VALUE,
     SECOND,
     Channel,
@@ -37,14 +37,14 @@ from core.consensus.context import (
     Role,
     Timeouts,
 )
-from harness.sim_parts import (
+from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
     SimClient,
     SimServiceHost,
     client_network_id,
     parse_client_channel,
 )
-from harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
+from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
 # scheduler calls it a livelock. Real work settles in a handful of rounds.
@@ -103,7 +103,7 @@ MemberFactory = Callable[[ConsensusModuleContext], Member]
 
 def consensus_module_factory(ctx: ConsensusModuleContext) -> Member:
     """The default member: the real ConsensusModule (imported lazily so fakes need no core)."""
-    from core.consensus.module import ConsensusModule
+    from clusterlab.core.consensus.module import ConsensusModule
 
     return ConsensusModule(ctx)
 
@@ -173,9 +173,7 @@ class SimCluster:
         self._factory: MemberFactory = member_factory or consensus_module_factory
         self._max_rounds = max_rounds_per_instant
         self._owns_directory = directory is None
-        self.directory = (
-            Path(tempfile.mkdtemp(prefix="simcluster-")) if directory is None else Path(directory)
-        )
+        self.directory = Path(tempfile.mkdtemp(prefix="simcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
         self.clock = VirtualClock(start_time_ns)
@@ -243,9 +241,7 @@ class SimCluster:
             return None
         top_term = max(m.leadership_term_id for m in live)
         leaders = [
-            m
-            for m in live
-            if m.role == Role.LEADER and m.election_state is None and m.leadership_term_id == top_term
+            m for m in live if m.role == Role.LEADER and m.election_state is None and m.leadership_term_id == top_term
         ]
         return leaders[0].member_id if len(leaders) == 1 else None
 
@@ -367,8 +363,7 @@ class SimCluster:
 
     def _raise_livelock(self, now: int) -> None:
         stuck = [
-            f"member {m.member_id} (incarnation {self._incarnations[m.member_id]}, "
-            f"deadline {m.next_deadline_ns()})"
+            f"member {m.member_id} (incarnation {self._incarnations[m.member_id]}, deadline {m.next_deadline_ns()})"
             for m in self._members
             if m is not None and m.next_deadline_ns() <= now
         ]
@@ -474,7 +469,7 @@ class SimCluster:
         self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
         member.on_start(self.clock.now_ns)
         if self.service_name:
-            from harness.services import SERVICES
+            from clusterlab.harness.services import SERVICES
 
             host = SimServiceHost(
                 member_id,
@@ -539,9 +534,9 @@ class SimCluster:
         if self.is_alive(member_id):
             raise SimError(f"truncate_recording({member_id}): member is running; kill or stop it first")
         try:
-            from core.archive.faults import truncate_at
+            from clusterlab.core.archive.faults import truncate_at
         except ImportError as e:
-            raise SimError(f"truncate_recording needs core.archive.faults.truncate_at: {e}") from e
+            raise SimError(f"truncate_recording needs clusterlab.core.archive.faults.truncate_at: {e}") from e
         truncate_at(self.member_dir(member_id), position)
         self._harness_event("truncate", member_id, log_position=position)
 
@@ -561,9 +556,7 @@ class SimCluster:
         """Add a client and wait until its session is open."""
         client = self.add_client(credentials)
         client.client.connect(self.clock.now_ns)
-        self.await_condition(
-            lambda: client.client.is_connected or bool(client.errors), timeout_ns, "client connected"
-        )
+        self.await_condition(lambda: client.client.is_connected or bool(client.errors), timeout_ns, "client connected")
         if client.errors:
             raise client.errors[0]
         return client
@@ -577,15 +570,16 @@ class SimCluster:
 
     def _applied_sink(self, member_id: int, incarnation: int) -> Callable[[Any], None]:
         def sink(entry: Any) -> None:
-            self.applied.append({"member_id": member_id, "incarnation": incarnation, "entry": entry,
-                                 "time_ns": self.clock.now_ns})
+            self.applied.append(
+                {"member_id": member_id, "incarnation": incarnation, "entry": entry, "time_ns": self.clock.now_ns}
+            )
 
         return sink
 
     def control(self, target: str) -> bool:
         """Cluster control through the leader's toggle (ClusterTool): ``snapshot``, ``suspend``,
         ``resume``, ``shutdown`` or ``abort``. False if there is no leader or the toggle is busy."""
-        from core.codec.enums import ToggleState
+        from clusterlab.core.codec.enums import ToggleState
 
         leader = self.leader_id()
         if leader is None:
@@ -647,9 +641,7 @@ class SimCluster:
         """Record a harness event (chaos nemeses record themselves here; source ``harness``)."""
         self._harness_event(kind, member_id, **detail)
 
-    def _harness_event(
-        self, kind: str, member_id: int, log_position: int | None = None, **detail: Any
-    ) -> None:
+    def _harness_event(self, kind: str, member_id: int, log_position: int | None = None, **detail: Any) -> None:
         self._emit(
             {
                 "time_ns": self.clock.now_ns,

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.client.client import ClusterClient, EgressMessage
-from core.codec.registry import decode
-from core.codec.service import JoinLog
-from core.codec.transport import LogBlock
-from core.consensus.cluster_work import MAX_LONG
-from core.consensus.context import Channel
-from core.consensus.recording_log import RecordingLog
-from core.service.agent import AppliedEntry, ClusteredServiceAgent
+from clusterlab.core.client.client import ClusterClient, EgressMessage
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.service import JoinLog
+from clusterlab.core.codec.transport import LogBlock
+from clusterlab.core.consensus.cluster_work import MAX_LONG
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.recording_log import RecordingLog
+from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
 
 CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
 
@@ -65,9 +65,9 @@ class SimServiceHost:
         on_applied: Callable[[AppliedEntry], None],
         log: Callable[[str], None],
     ) -> None:
-        from core.archive.catalogue import Catalogue
-        from core.archive.layout import archive_dir, snapshot_dir
-        from core.archive.snapshots import SnapshotStore
+        from clusterlab.core.archive.catalogue import Catalogue
+        from clusterlab.core.archive.layout import archive_dir, snapshot_dir
+        from clusterlab.core.archive.snapshots import SnapshotStore
 
         self.member_id = member_id
         self.to_node: deque[bytes] = deque()

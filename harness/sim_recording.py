@@ -1,4 +1,4 @@
-"""Recording a SimCluster run through the same recorder the runtime uses (harness.recorder).
+"""Recording a SimCluster run through the same recorder the runtime uses (clusterlab.harness.recorder).
 
 ``record_sim(cluster, run_dir, run_id, scenario, seed)`` attaches to the simulator's hooks and writes
 the trace tables of TRACE_SCHEMA.md, with the virtual time as both ``wall_ns`` and ``mono_ns``:
@@ -37,10 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.consensus.context import Channel
-from harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
-from harness.sim_parts import CLIENT_ID_BASE
-from harness.simnet import DROP_DOWN, Delivery
+from clusterlab.core.consensus.context import Channel
+from clusterlab.harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
+from clusterlab.harness.sim_parts import CLIENT_ID_BASE
+from clusterlab.harness.simnet import DROP_DOWN, Delivery
 
 _SESSION_MESSAGE_TEMPLATE_ID = 1  # SessionMessageHeader: egress sent by the service, not the node
 
@@ -395,7 +395,7 @@ class _WorkloadRecorder:
     """Wraps one KvWorkload instance's ``step`` and ``_drain`` to write its client's ops rows."""
 
     def __init__(self, recording: SimRecording, workload: Any) -> None:
-        from harness.services.kv import decode_reply
+        from clusterlab.harness.services.kv import decode_reply
 
         self._decode_reply = decode_reply
         self.recording = recording

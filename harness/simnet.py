@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from core.consensus.context import MS, Channel
+from clusterlab.core.consensus.context import MS, Channel
 
 NEVER_NS = (1 << 63) - 1  # "no deadline": later than any reachable virtual time
 

@@ -23,8 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-
-from harness.recorder import SCHEMAS, TABLES
+from clusterlab.harness.recorder import SCHEMAS, TABLES
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
@@ -364,8 +363,8 @@ def summarize(run: Run) -> Summary:
 
 def describe_payload(payload: bytes, entries: bool = True) -> list[str]:
     """The message's describe() line, and for a LogBlock/ReplayBlock one line per framed entry."""
-    from core.codec.errors import DecodeError
-    from core.codec.registry import decode, message_name
+    from clusterlab.core.codec.errors import DecodeError
+    from clusterlab.core.codec.registry import decode, message_name
 
     try:
         msg = decode(payload)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.services.kv import decode_reply, put
+from clusterlab.harness.services.kv import decode_reply, put
 
 
 @dataclass

@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from core.archive import layout
-from core.archive.catalogue import Catalogue
-from core.archive.errors import ArchiveError
-from core.archive.recording import DEFAULT_SEGMENT_LENGTH, RecordingStore, TailRepair
-from core.archive.snapshots import SnapshotStore
+from clusterlab.core.archive import layout
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.recording import DEFAULT_SEGMENT_LENGTH, RecordingStore, TailRepair
+from clusterlab.core.archive.snapshots import SnapshotStore
 
 
 class Archive:
-    """Opens (creating if needed) ``<member_dir>/archive``; see :mod:`core.archive.layout`."""
+    """Opens (creating if needed) ``<member_dir>/archive``; see :mod:`clusterlab.core.archive.layout`."""
 
     def __init__(
         self,
@@ -35,9 +35,7 @@ class Archive:
             file_sync=file_sync,
             log=log,
         )
-        self.snapshots = SnapshotStore(
-            layout.snapshot_dir(member_dir), self.catalogue, file_sync=file_sync, log=log
-        )
+        self.snapshots = SnapshotStore(layout.snapshot_dir(member_dir), self.catalogue, file_sync=file_sync, log=log)
         self.sync_catalogue()
 
     @property

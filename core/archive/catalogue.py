@@ -3,7 +3,7 @@
 Aeron's Archive keeps a binary ``archive.catalog`` of recording descriptors. Ours is a small JSON file,
 ``<member_dir>/archive/catalogue.json``, rewritten whole (temp file + rename, so a crash leaves the old or
 the new version, never a mix) on every change. It changes rarely: a snapshot, a truncation, a close. The log
-recording is id 0 by convention (:data:`core.archive.layout.LOG_RECORDING_ID`); snapshots get fresh ids
+recording is id 0 by convention (:data:`clusterlab.core.archive.layout.LOG_RECORDING_ID`); snapshots get fresh ids
 that are never reused, so a recording id in the recording log always names one recording.
 
 For the log recording the segment files are the truth about how much is recorded; its ``stop_position``
@@ -21,12 +21,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from core.archive.errors import ArchiveError
-from core.archive.layout import CATALOGUE_FILE_NAME, LOG_RECORDING_ID
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.layout import CATALOGUE_FILE_NAME, LOG_RECORDING_ID
 
 NULL_VALUE = (
     -1
-)  # same sentinel as core.consensus.context.NULL_VALUE (kept local: archive sits below consensus)
+)  # same sentinel as clusterlab.core.consensus.context.NULL_VALUE (kept local: archive sits below consensus)
 CATALOGUE_VERSION = 1
 
 
@@ -149,9 +149,7 @@ class Catalogue:
         self._save()
         return d
 
-    def ensure_log_recording(
-        self, directory: str, start_position: int, stop_position: int
-    ) -> RecordingDescriptor:
+    def ensure_log_recording(self, directory: str, start_position: int, stop_position: int) -> RecordingDescriptor:
         """Add the log recording (id 0) if missing, else refresh its extent."""
         existing = self._recordings.get(LOG_RECORDING_ID)
         if existing is None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from core.archive import layout
-from core.archive.errors import ArchiveError
-from core.archive.recording import list_segments
-from core.codec.framing import FRAME_HEADER_LENGTH, Frame, walk_frames
+from clusterlab.core.archive import layout
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.recording import list_segments
+from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, Frame, walk_frames
 
 # Header bytes the frame CRC protects, plus the CRC itself: flipping any bit here (or in the payload) is
 # detectable. The padding and the reserved field are not covered, so a flip there would go unnoticed.

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from core.archive.errors import ArchiveError
-from core.codec.errors import DecodeError
-from core.codec.framing import (
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.framing import (
     FRAME_ALIGNMENT,
     FRAME_HEADER_LENGTH,
     HDR_TYPE_DATA,
@@ -156,9 +156,7 @@ class RecordingStore:
 
         Raises ArchiveError if a segment other than the last is damaged (a gap, missing or extra bytes)."""
         if segment_length < FRAME_ALIGNMENT or segment_length % FRAME_ALIGNMENT:
-            raise ArchiveError(
-                f"segment_length {segment_length} must be a positive multiple of {FRAME_ALIGNMENT}"
-            )
+            raise ArchiveError(f"segment_length {segment_length} must be a positive multiple of {FRAME_ALIGNMENT}")
         log = log or _noop_log
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -288,9 +286,7 @@ class RecordingStore:
         self._check_open()
         stop = self.stop_position
         if start_position != stop:
-            raise ArchiveError(
-                f"recording {self.recording_id}: append at {start_position} but stop position is {stop}"
-            )
+            raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if not framed:
             return stop
         # One validating pass; its frames give the split points if the block crosses a segment boundary.
@@ -313,9 +309,7 @@ class RecordingStore:
         self._check_open()
         stop = self.stop_position
         if start_position != stop or not frames or frames[0].position != start_position:
-            raise ArchiveError(
-                f"recording {self.recording_id}: append at {start_position} but stop position is {stop}"
-            )
+            raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if frames[-1].end_position != start_position + len(framed):
             raise ArchiveError(
                 f"recording {self.recording_id}: block at {start_position} has {len(framed)} bytes but its frames "
@@ -498,13 +492,9 @@ class RecordingStore:
         self._check_open()
         start, stop = self.start_position, self.stop_position
         if not start <= from_position <= stop:
-            raise ArchiveError(
-                f"recording {self.recording_id}: read from {from_position} outside [{start}, {stop}]"
-            )
+            raise ArchiveError(f"recording {self.recording_id}: read from {from_position} outside [{start}, {stop}]")
         if to_position < from_position:
-            raise ArchiveError(
-                f"recording {self.recording_id}: read to {to_position} is before from {from_position}"
-            )
+            raise ArchiveError(f"recording {self.recording_id}: read to {to_position} is before from {from_position}")
         to = min(to_position, stop)
         if from_position == stop:
             return [b""], [], from_position
@@ -591,9 +581,7 @@ class RecordingStore:
         (header_position,) = _FRAME_POSITION.unpack_from(header, _FRAME_POSITION_OFFSET)
         if header_position != position or not FRAME_HEADER_LENGTH <= frame_length <= MAX_FRAME_LENGTH:
             raise ArchiveError(f"recording {self.recording_id}: position {position} is not a frame boundary")
-        data = header + self._pread(
-            seg, offset + FRAME_HEADER_LENGTH, align(frame_length) - FRAME_HEADER_LENGTH
-        )
+        data = header + self._pread(seg, offset + FRAME_HEADER_LENGTH, align(frame_length) - FRAME_HEADER_LENGTH)
         try:
             return unframe(data, 0, expected_position=position)
         except DecodeError as e:
@@ -649,9 +637,7 @@ class RecordingStore:
         self._check_open()
         start, stop = self.start_position, self.stop_position
         if not start <= position <= stop:
-            raise ArchiveError(
-                f"recording {self.recording_id}: truncate to {position} outside [{start}, {stop}]"
-            )
+            raise ArchiveError(f"recording {self.recording_id}: truncate to {position} outside [{start}, {stop}]")
         if position == stop:
             return
         if position != start and position not in self._bases:

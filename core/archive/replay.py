@@ -5,7 +5,7 @@ archive to archive (PROTOCOL e.13). Here both become "fetch range [from, to) in 
 
 * :class:`ReplaySession` is the sending side (the leader answering catch-up or a replication request, or a
   member replaying its own log locally): each :meth:`~ReplaySession.poll` reads the next chunk from a
-  :class:`~core.archive.recording.RecordingStore`.
+  :class:`~clusterlab.core.archive.recording.RecordingStore`.
 * :class:`Replicator` is the receiving side: it appends chunks that start exactly at the local stop
   position and says when a target position has been reached.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from core.archive.errors import ArchiveError
-from core.archive.recording import RecordingStore
-from core.codec.framing import walk_frames
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.recording import RecordingStore
+from clusterlab.core.codec.framing import walk_frames
 
 DEFAULT_REPLAY_CHUNK_BYTES = 64 * 1024
 
@@ -168,9 +168,7 @@ class Replicator:
         if self.stop_position is not None and stop + len(data) > self.stop_position:
             data = self._clip(data, stop, self.stop_position)
             if not data:
-                return self._reject(
-                    start_position, entries, f"first frame crosses target {self.stop_position}"
-                )
+                return self._reject(start_position, entries, f"first frame crosses target {self.stop_position}")
         try:
             self.store.append(data, stop)
         except ArchiveError as e:

@@ -14,10 +14,10 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from core.archive.catalogue import Catalogue, RecordingDescriptor, RecordingKind
-from core.archive.errors import ArchiveError
-from core.archive.layout import SNAPSHOT_DIR_NAME
-from core.codec.framing import frame, walk_frames
+from clusterlab.core.archive.catalogue import Catalogue, RecordingDescriptor, RecordingKind
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.layout import SNAPSHOT_DIR_NAME
+from clusterlab.core.codec.framing import frame, walk_frames
 
 SNAPSHOT_SUFFIX = ".snap"
 
@@ -103,9 +103,7 @@ class SnapshotStore:
         if d.kind is not RecordingKind.SNAPSHOT:
             raise ArchiveError(f"recording {recording_id} is a {d.kind.value} recording, not a snapshot")
         if not d.valid:
-            raise ArchiveError(
-                f"snapshot recording {recording_id} is marked invalid in {self.catalogue.path}"
-            )
+            raise ArchiveError(f"snapshot recording {recording_id} is marked invalid in {self.catalogue.path}")
         return d
 
     def read_snapshot(self, recording_id: int) -> list[bytes]:
@@ -125,8 +123,7 @@ class SnapshotStore:
             )
         if len(data) != expected:
             raise ArchiveError(
-                f"corrupt snapshot recording {recording_id}: {path} holds {len(data)} bytes, "
-                f"catalogue says {expected}"
+                f"corrupt snapshot recording {recording_id}: {path} holds {len(data)} bytes, catalogue says {expected}"
             )
         return [f.payload for f in result.frames]
 

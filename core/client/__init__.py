@@ -1,7 +1,7 @@
 """Cluster client (Aeron's ``AeronCluster``), sans-IO: connect with credentials, offer, poll egress,
 keep-alive, follow REDIRECT and NewLeaderEvent, close; clear exceptions for refusals and timeouts."""
 
-from core.client.client import (
+from clusterlab.core.client.client import (
     CONNECT_RETRY_INTERVAL_DEFAULT_NS,
     EGRESS_STREAM_ID_DEFAULT,
     KEEPALIVE_INTERVAL_DEFAULT_NS,
@@ -13,7 +13,7 @@ from core.client.client import (
     parse_ingress_endpoints,
     retry_on_leader_change,
 )
-from core.client.errors import (
+from clusterlab.core.client.errors import (
     ClientError,
     ClusterTimeoutError,
     ConnectError,

@@ -20,7 +20,7 @@ Session lifecycle (PROTOCOL.md b.12, c.2, e.9)::
 While CONNECTED, NewLeaderEvent moves ingress to the new leader and adopts its term; the session id
 stays the same (no re-authentication). A CLOSED client may ``connect()`` again for a new session.
 
-Errors: the cluster's refusals and timeouts raise (``core.client.errors``); malformed or stale egress
+Errors: the cluster's refusals and timeouts raise (``clusterlab.core.client.errors``); malformed or stale egress
 is never raised, it is dropped and counted in :attr:`ClusterClient.ignored` with the reason.
 """
 
@@ -32,20 +32,19 @@ from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
 import tenacity
-
-from core.client.errors import (
+from clusterlab.core.client.errors import (
     ClientError,
     ClusterTimeoutError,
     ConnectError,
     NotConnectedError,
     SessionClosedError,
 )
-from core.codec.enums import AdminRequestType, CloseReason, EventCode
-from core.codec.errors import DecodeError
-from core.codec.header import peek_template_id
-from core.codec.message import describe_bytes
-from core.codec.registry import decode
-from core.codec.session import (
+from clusterlab.core.codec.enums import AdminRequestType, CloseReason, EventCode
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.header import peek_template_id
+from clusterlab.core.codec.message import describe_bytes
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.session import (
     SESSION_HEADER_LENGTH,
     AdminRequest,
     AdminResponse,
@@ -61,7 +60,7 @@ from core.codec.session import (
     session_message_fields,
     unpack_session_message,
 )
-from core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE, SECOND
+from clusterlab.core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE, SECOND
 
 __all__ = [
     "CONNECT_RETRY_INTERVAL_DEFAULT_NS",
@@ -317,9 +316,7 @@ class ClusterClient:
         )
         self._refresh_keepalive(now_ns)
 
-    def send_admin_request(
-        self, request_type: AdminRequestType, now_ns: int, payload: bytes = b""
-    ) -> int:
+    def send_admin_request(self, request_type: AdminRequestType, now_ns: int, payload: bytes = b"") -> int:
         """Send an AdminRequest (e.g. SNAPSHOT) to the leader; returns its correlation id. The answer
         arrives as an AdminResponse in :attr:`admin_responses` under that id."""
         self._require_open(f"send an AdminRequest {AdminRequestType(request_type).name}")
@@ -629,7 +626,7 @@ def _no_sleep(seconds: float) -> None:
     """Core never sleeps: tenacity calls this with 0 between attempts when there is no wait."""
     if seconds > 0:
         raise ValueError(
-            f"retry_on_leader_change was asked to sleep {seconds} s but core.client never sleeps: "
+            f"retry_on_leader_change was asked to sleep {seconds} s but clusterlab.core.client never sleeps: "
             "pass sleep= (e.g. time.sleep, from the runtime) together with a non-zero wait="
         )
 

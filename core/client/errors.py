@@ -13,11 +13,11 @@ timeout"); SessionClosedError ~ using an ``AeronCluster`` after ``isClosed()``.
 
 from __future__ import annotations
 
-from core.codec.enums import EventCode
+from clusterlab.core.codec.enums import EventCode
 
 
 class ClientError(Exception):
-    """Base of every error raised by :mod:`core.client`."""
+    """Base of every error raised by :mod:`clusterlab.core.client`."""
 
 
 class ConnectError(ClientError):
@@ -36,8 +36,7 @@ class ConnectError(ClientError):
             )
         elif code == EventCode.CLOSED:
             advice = (
-                "the cluster dropped the session before it opened (e.g. the leader entered an election); "
-                "connect again"
+                "the cluster dropped the session before it opened (e.g. the leader entered an election); connect again"
             )
         else:
             advice = (
@@ -45,8 +44,7 @@ class ConnectError(ClientError):
                 "cluster's max sessions; a version error means the client and cluster protocol majors differ"
             )
         super().__init__(
-            f"client {client_id}: connect refused by member {member_id} with {code.name} "
-            f"(detail={detail!r}); {advice}"
+            f"client {client_id}: connect refused by member {member_id} with {code.name} (detail={detail!r}); {advice}"
         )
 
 

@@ -9,7 +9,7 @@ Nulls: an enum whose null PROTOCOL.md documents (CloseReason, ClusterTimeUnit) d
 its ``NULL_VAL`` member, as Aeron's Java codecs do; every other enum rejects undefined values.
 """
 
-from core.codec.consensus import (
+from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
     CatchupPosition,
@@ -21,7 +21,7 @@ from core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from core.codec.control import (
+from clusterlab.core.codec.control import (
     ClockOffset,
     ClusterControlRequest,
     ControlResponse,
@@ -32,7 +32,7 @@ from core.codec.control import (
     ServiceStatus,
     StatusRequest,
 )
-from core.codec.enums import (
+from clusterlab.core.codec.enums import (
     INT32_MIN,
     RECORDING_LOG_ENTRY_INVALID_FLAG,
     AdminRequestType,
@@ -52,8 +52,8 @@ from core.codec.enums import (
     SnapshotTypeId,
     ToggleState,
 )
-from core.codec.errors import DecodeError
-from core.codec.framing import (
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.framing import (
     FRAME_ALIGNMENT,
     FRAME_HEADER_LENGTH,
     HDR_TYPE_DATA,
@@ -68,8 +68,8 @@ from core.codec.framing import (
     unframe,
     walk_frames,
 )
-from core.codec.header import HEADER_LENGTH, SCHEMA_ID, SCHEMA_VERSION, MessageHeader, peek_template_id
-from core.codec.log_events import (
+from clusterlab.core.codec.header import HEADER_LENGTH, SCHEMA_ID, SCHEMA_VERSION, MessageHeader, peek_template_id
+from clusterlab.core.codec.log_events import (
     ClusterActionRequest,
     MembershipChangeEvent,
     NewLeadershipTermEvent,
@@ -77,9 +77,9 @@ from core.codec.log_events import (
     SessionOpenEvent,
     TimerEvent,
 )
-from core.codec.message import GroupEntry, Message, format_version
-from core.codec.registry import REGISTRY, decode, message_name
-from core.codec.service import (
+from clusterlab.core.codec.message import GroupEntry, Message, format_version
+from clusterlab.core.codec.registry import REGISTRY, decode, message_name
+from clusterlab.core.codec.service import (
     CancelTimer,
     CloseSession,
     ClusterMembersExtendedResponse,
@@ -92,7 +92,7 @@ from core.codec.service import (
     ServiceAck,
     ServiceTerminationPosition,
 )
-from core.codec.session import (
+from clusterlab.core.codec.session import (
     SESSION_HEADER_LENGTH,
     AdminRequest,
     AdminResponse,
@@ -107,7 +107,7 @@ from core.codec.session import (
     encode_session_message,
     unpack_session_message,
 )
-from core.codec.snapshot import (
+from clusterlab.core.codec.snapshot import (
     ClientSession,
     ClusterMembers,
     ClusterSession,
@@ -116,7 +116,7 @@ from core.codec.snapshot import (
     SnapshotMarker,
     Timer,
 )
-from core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
+from clusterlab.core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
 
 __all__ = [
     "FRAME_ALIGNMENT",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from core.codec.enums import BooleanType
-from core.codec.message import ENUM32, AsciiVar, Int32, Int64, Message, TimeT, UInt8, VersionT, codec
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.codec.message import ENUM32, AsciiVar, Int32, Int64, Message, TimeT, UInt8, VersionT, codec
 
 
 @codec

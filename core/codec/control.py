@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Annotated, ClassVar
 
-from core.codec.enums import ToggleState
-from core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
+from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
 
 NOT_STARTED = -1  # NodeStatus.module_state / role before the module started (tcp: awaiting members)
 NO_ELECTION = -1  # NodeStatus.election_state when no election runs

@@ -9,7 +9,7 @@ MILLIS). Every other enum is strict: decoding an undefined value, including INT3
 DecodeError.
 
 ``Cluster.Role`` (JoinLog.role, an int32 on the wire) and ``ConsensusModule.State`` live in
-:mod:`core.consensus.context` as ``Role`` and ``ConsensusModuleState``; the codec does not import the
+:mod:`clusterlab.core.consensus.context` as ``Role`` and ``ConsensusModuleState``; the codec does not import the
 consensus package, so they are not repeated here.
 """
 

@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core.codec.errors import DecodeError
+from clusterlab.core.codec.errors import DecodeError
 
 FRAME_HEADER_LENGTH = 32
 FRAME_ALIGNMENT = 32

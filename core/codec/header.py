@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from core.codec.errors import DecodeError
+from clusterlab.core.codec.errors import DecodeError
 
 SCHEMA_ID = 111
 SCHEMA_VERSION = 12

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from core.codec.enums import ChangeType, CloseReason, ClusterAction, ClusterTimeUnit
-from core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, TimeT, VersionT, codec
+from clusterlab.core.codec.enums import ChangeType, CloseReason, ClusterAction, ClusterTimeUnit
+from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, TimeT, VersionT, codec
 
 
 @codec

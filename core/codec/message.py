@@ -38,8 +38,8 @@ from enum import IntEnum
 from operator import attrgetter
 from typing import Annotated, Any, ClassVar, Self, TypeVar, get_args, get_origin, get_type_hints
 
-from core.codec.errors import DecodeError
-from core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, SCHEMA_VERSION
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, SCHEMA_VERSION
 
 U32 = struct.Struct("<I")
 GROUP_HEADER = struct.Struct("<HH")
@@ -286,9 +286,7 @@ class GroupEntry(_Encodable):
     __slots__ = ()
 
 
-def _encode_tails(
-    tails: tuple[tuple[str, str, Any], ...], values: tuple[Any, ...], parts: list[bytes]
-) -> None:
+def _encode_tails(tails: tuple[tuple[str, str, Any], ...], values: tuple[Any, ...], parts: list[bytes]) -> None:
     for (_name, kind, entry), value in zip(tails, values, strict=True):
         if kind is _DATA:
             parts.append(U32.pack(len(value)))
@@ -459,8 +457,7 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
         "        buf = bytes(buf)",
         "    n = len(buf)",
         f"    if n {'>=' if cls._TAILS else '=='} {size}:",
-        f"        {', '.join(['block_length', 'template_id', 'schema_id', '_version', *names])} = "
-        "_unpack(buf)",
+        f"        {', '.join(['block_length', 'template_id', 'schema_id', '_version', *names])} = _unpack(buf)",
         f"        if block_length == {cls.BLOCK_LENGTH} and template_id == {cls.TEMPLATE_ID} "
         f"and schema_id == {SCHEMA_ID}:",
     ]

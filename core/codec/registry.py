@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from core.codec import consensus, control, log_events, service, session, snapshot, transport
-from core.codec.errors import DecodeError
-from core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, peek_template_id
-from core.codec.message import Message
+from clusterlab.core.codec import consensus, control, log_events, service, session, snapshot, transport
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, peek_template_id
+from clusterlab.core.codec.message import Message
 
 __all__ = ["REGISTRY", "decode", "message_name", "peek_template_id"]
 
@@ -17,7 +17,7 @@ def _build() -> dict[int, type[Message]]:
             if cls.TEMPLATE_ID in registry:
                 other = registry[cls.TEMPLATE_ID].__name__
                 raise RuntimeError(f"template id {cls.TEMPLATE_ID} used by {other} and {cls.__name__}")
-            # 210-229 belong to the runtime's control messages (core.codec.control) and only to them.
+            # 210-229 belong to the runtime's control messages (clusterlab.core.codec.control) and only to them.
             if (cls.TEMPLATE_ID in transport.RESERVED_TEMPLATE_IDS) != (family is control):
                 raise RuntimeError(f"{cls.__name__}: template id {cls.TEMPLATE_ID} is outside its family's range")
             registry[cls.TEMPLATE_ID] = cls

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import typing
 
-from core.codec.registry import REGISTRY, decode
+from clusterlab.core.codec.registry import REGISTRY, decode
 
 
 def _default(tp: typing.Any) -> typing.Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from core.codec.enums import BooleanType
-from core.codec.message import ENUM32, AsciiVar, Group, GroupEntry, Int32, Int64, Message, TimeT, codec
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.codec.message import ENUM32, AsciiVar, Group, GroupEntry, Int32, Int64, Message, TimeT, codec
 
 
 @codec
@@ -84,7 +84,7 @@ class JoinLog(Message):
     log_session_id: Int32
     log_stream_id: Int32
     is_startup: Annotated[BooleanType, ENUM32]
-    role: Int32  # Cluster.Role (core.consensus.context.Role); a plain int32 in the schema
+    role: Int32  # Cluster.Role (clusterlab.core.consensus.context.Role); a plain int32 in the schema
     log_channel: AsciiVar
 
 

@@ -7,9 +7,9 @@ import struct
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from core.codec.enums import AdminRequestType, AdminResponseCode, EventCode
-from core.codec.header import HEADER_LENGTH, SCHEMA_ID
-from core.codec.message import (
+from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode, EventCode
+from clusterlab.core.codec.header import HEADER_LENGTH, SCHEMA_ID
+from clusterlab.core.codec.message import (
     ENUM32,
     AsciiVar,
     DataVar,
@@ -46,9 +46,7 @@ SESSION_TIMESTAMP = struct.Struct("<q")
 assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
 
 
-def encode_session_message(
-    leadership_term_id: int, cluster_session_id: int, timestamp: int, payload: bytes
-) -> bytes:
+def encode_session_message(leadership_term_id: int, cluster_session_id: int, timestamp: int, payload: bytes) -> bytes:
     """Encode a SessionMessageHeader without building the dataclass (the hot path).
 
     Raises ValueError if an int is out of int64 range."""
@@ -231,4 +229,3 @@ MESSAGES: tuple[type[Message], ...] = (
     AdminRequest,
     AdminResponse,
 )
-

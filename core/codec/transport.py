@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
-from core.codec.enums import ReplayBlockFlags, ReplayPurpose
-from core.codec.framing import WalkResult, walk_frames
-from core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
+from clusterlab.core.codec.enums import ReplayBlockFlags, ReplayPurpose
+from clusterlab.core.codec.framing import WalkResult, walk_frames
+from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
 
 
 @codec
 @dataclass(frozen=True, slots=True)
 class LogBlock(Message):
-    """Consecutive framed log entries (core.codec.framing) starting at ``start_position``.
+    """Consecutive framed log entries (clusterlab.core.codec.framing) starting at ``start_position``.
 
     A follower appends a block only if ``start_position`` equals its own append position."""
 

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.codec.enums import (
+from clusterlab.core.codec.enums import (
     AdminRequestType,
     AdminResponseCode,
     BooleanType,
@@ -29,9 +29,9 @@ from core.codec.enums import (
     SnapshotTypeId,
     ToggleState,
 )
-from core.codec.framing import Frame, framed_length
-from core.codec.log_events import ClusterActionRequest, SessionCloseEvent, SessionOpenEvent, TimerEvent
-from core.codec.service import (
+from clusterlab.core.codec.framing import Frame, framed_length
+from clusterlab.core.codec.log_events import ClusterActionRequest, SessionCloseEvent, SessionOpenEvent, TimerEvent
+from clusterlab.core.codec.service import (
     CancelTimer,
     CloseSession,
     ClusterMembersQuery,
@@ -41,7 +41,7 @@ from core.codec.service import (
     ServiceAck,
     ServiceTerminationPosition,
 )
-from core.codec.session import (
+from clusterlab.core.codec.session import (
     SESSION_HEADER_LENGTH,
     SESSION_TIMESTAMP,
     SESSION_TIMESTAMP_OFFSET,
@@ -59,16 +59,16 @@ from core.codec.session import (
     session_message_fields,
     session_message_ids,
 )
-from core.codec.snapshot import ClusterSession as ClusterSessionRecord
-from core.codec.snapshot import (
+from clusterlab.core.codec.snapshot import ClusterSession as ClusterSessionRecord
+from clusterlab.core.codec.snapshot import (
     ConsensusModuleSnapshot,
     PendingMessageTracker,
     SnapshotMarker,
 )
-from core.codec.snapshot import Timer as TimerRecord
-from core.codec.transport import LogBlock
-from core.consensus.authenticator import DefaultAuthenticator
-from core.consensus.context import (
+from clusterlab.core.codec.snapshot import Timer as TimerRecord
+from clusterlab.core.codec.transport import LogBlock
+from clusterlab.core.consensus.authenticator import DefaultAuthenticator
+from clusterlab.core.consensus.context import (
     APP_VERSION,
     CLIENT_PROTOCOL_VERSION,
     NULL_POSITION,
@@ -78,11 +78,11 @@ from core.consensus.context import (
     ConsensusModuleState,
     Role,
 )
-from core.consensus.sessions import ClusterSession, ClusterSessionState
-from core.consensus.timers import TimerService
+from clusterlab.core.consensus.sessions import ClusterSession, ClusterSessionState
+from clusterlab.core.consensus.timers import TimerService
 
 if TYPE_CHECKING:
-    from core.consensus.module import ConsensusModule
+    from clusterlab.core.consensus.module import ConsensusModule
 
 MAX_LONG = (1 << 63) - 1
 PENDING_SERVICE_MESSAGES_PER_CYCLE = 20
@@ -297,9 +297,7 @@ class ClusterWork:
         for payload in payloads:
             fields = (
                 session_message_fields(payload)
-                if self.election is None
-                and self.role == Role.LEADER
-                and self.state == ConsensusModuleState.ACTIVE
+                if self.election is None and self.role == Role.LEADER and self.state == ConsensusModuleState.ACTIVE
                 else None
             )
             if fields is not None:
@@ -314,9 +312,7 @@ class ClusterWork:
                 if not timestamp:
                     timestamp = SESSION_TIMESTAMP.pack(self.cluster_time_ms(now_ns))
                 # The client's message with the leader's timestamp (encode_session_message's bytes).
-                taken.append(
-                    b"".join((payload[:SESSION_TIMESTAMP_OFFSET], timestamp, payload[SESSION_HEADER_LENGTH:]))
-                )
+                taken.append(b"".join((payload[:SESSION_TIMESTAMP_OFFSET], timestamp, payload[SESSION_HEADER_LENGTH:])))
                 s.time_of_last_activity_ns = now_ns
                 continue
             if taken:
@@ -874,7 +870,7 @@ class ClusterWork:
 
     def load_snapshot(self: ConsensusModule, recording_id: int) -> int:
         """Restore sessions, timers, ids and pending service messages; returns the snapshot's position."""
-        from core.codec.registry import decode
+        from clusterlab.core.codec.registry import decode
 
         position = NULL_POSITION
         service_id = -1

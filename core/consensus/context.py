@@ -171,7 +171,7 @@ class ConsensusModuleContext:
     appointed_leader_id: int = NULL_VALUE
     service_count: int = 1
     events: EventSink = null_event_sink
-    authenticator: Any = None  # core.consensus.authenticator.Authenticator; None = accept all
+    authenticator: Any = None  # clusterlab.core.consensus.authenticator.Authenticator; None = accept all
     max_concurrent_sessions: int = 10
     # Aeron's AuthorisationService for admin requests; Aeron's default denies, ours allows so the
     # harness and tools can request snapshots (pass a stricter one in production-like tests).

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
-from core.codec.enums import BooleanType
-from core.consensus.context import (
+from clusterlab.core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.consensus.context import (
     APP_VERSION,
     NULL_POSITION,
     NULL_SESSION_ID,
@@ -27,7 +27,7 @@ from core.consensus.context import (
     ElectionState,
     Role,
 )
-from core.consensus.members import (
+from clusterlab.core.consensus.members import (
     MemberStatus,
     compare_log,
     has_quorum_at_position,
@@ -40,7 +40,7 @@ from core.consensus.members import (
 )
 
 if TYPE_CHECKING:
-    from core.consensus.module import ConsensusModule
+    from clusterlab.core.consensus.module import ConsensusModule
 
 FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first send in a state is immediate
 
@@ -48,7 +48,7 @@ FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first se
 E = ElectionState
 # PROTOCOL.md a.3 as data: (from, to) -> condition. ``_transition`` refuses anything else (an
 # assert: a transition outside the table is our bug, not a peer's), and docs/election.md is
-# generated from it (``python -m core.consensus.election``). Any state -> INIT on an error.
+# generated from it (``python -m clusterlab.core.consensus.election``). Any state -> INIT on an error.
 TRANSITIONS: dict[tuple[ElectionState, ElectionState], str] = {
     (E.INIT, E.CANVASS): "multi-member cluster, same cycle",
     (E.INIT, E.LEADER_LOG_REPLICATION): "single-member cluster",
@@ -844,5 +844,5 @@ class Election:
             self.log_leadership_term_id = max(self.log_leadership_term_id, leadership_term_id)
 
 
-if __name__ == "__main__":  # python -m core.consensus.election > docs/election.md (the body)
+if __name__ == "__main__":  # python -m clusterlab.core.consensus.election > docs/election.md (the body)
     print(transition_diagram(), end="")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from core.consensus.context import NULL_POSITION, NULL_VALUE, ClusterMember, quorum_threshold
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, ClusterMember, quorum_threshold
 
 
 @dataclass(slots=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core.archive.archive import Archive
-from core.archive.errors import ArchiveError as StoreError
-from core.archive.layout import LOG_RECORDING_ID
-from core.codec.consensus import (
+from clusterlab.core.archive.archive import Archive
+from clusterlab.core.archive.errors import ArchiveError as StoreError
+from clusterlab.core.archive.layout import LOG_RECORDING_ID
+from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
     CatchupPosition,
@@ -31,16 +31,16 @@ from core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit, ReplayPurpose
-from core.codec.errors import DecodeError
-from core.codec.framing import Frame, framed_length, walk_frames
-from core.codec.header import HEADER_LENGTH
-from core.codec.log_events import NewLeadershipTermEvent
-from core.codec.registry import decode, peek_template_id
-from core.codec.session import encode_session_message, session_message_fields
-from core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
-from core.consensus.cluster_work import MAX_LONG, ClusterWork
-from core.consensus.context import (
+from clusterlab.core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit, ReplayPurpose
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.framing import Frame, framed_length, walk_frames
+from clusterlab.core.codec.header import HEADER_LENGTH
+from clusterlab.core.codec.log_events import NewLeadershipTermEvent
+from clusterlab.core.codec.registry import decode, peek_template_id
+from clusterlab.core.codec.session import encode_session_message, session_message_fields
+from clusterlab.core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
+from clusterlab.core.consensus.cluster_work import MAX_LONG, ClusterWork
+from clusterlab.core.consensus.context import (
     APP_VERSION,
     NULL_POSITION,
     NULL_SESSION_ID,
@@ -52,11 +52,11 @@ from core.consensus.context import (
     ElectionState,
     Role,
 )
-from core.consensus.election import Election, ElectionError
-from core.consensus.members import MemberStatus, has_active_quorum, quorum_position
-from core.consensus.node_state import NodeState
-from core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
-from core.consensus.recording_log import EntryType, RecordingLog
+from clusterlab.core.consensus.election import Election, ElectionError
+from clusterlab.core.consensus.members import MemberStatus, has_active_quorum, quorum_position
+from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
+from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
 
 # Largest block of log bytes sent in one LogBlock / ReplayBlock (Aeron: MTU-sized fragments and
 # term-length windows; we only need a bound on message size and on bytes in flight).
@@ -185,8 +185,11 @@ class ConsensusModule(ClusterWork):
                 self.recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
                 self._event(
                     "snapshot_invalidated",
-                    {"recording_id": entry.recording_id, "service_id": entry.service_id,
-                     "reason": "log behind the snapshot is missing"},
+                    {
+                        "recording_id": entry.recording_id,
+                        "service_id": entry.service_id,
+                        "reason": "log behind the snapshot is missing",
+                    },
                     pos=entry.log_position,
                 )
         last = self.recording_log.find_last_term()

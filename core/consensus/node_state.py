@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-NULL_VALUE = -1  # core.consensus.context.NULL_VALUE
+NULL_VALUE = -1  # clusterlab.core.consensus.context.NULL_VALUE
 NODE_STATE_FILE_NAME = "node-state.dat"
 MAGIC = b"CLNS"
 FOOTER = b"SNLC"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from core.codec.consensus import (
+from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
     CatchupPosition,
@@ -15,8 +15,8 @@ from core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from core.codec.transport import LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
-from core.consensus.context import Channel, Outbox
+from clusterlab.core.codec.transport import LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
+from clusterlab.core.consensus.context import Channel, Outbox
 
 
 class ConsensusPublisher:

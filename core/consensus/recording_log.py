@@ -36,9 +36,9 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Protocol
 
-NULL_VALUE = -1  # core.consensus.context.NULL_VALUE
-NULL_POSITION = -1  # core.consensus.context.NULL_POSITION
-SERVICE_ID_CONSENSUS_MODULE = -1  # core.consensus.context.SERVICE_ID_CONSENSUS_MODULE
+NULL_VALUE = -1  # clusterlab.core.consensus.context.NULL_VALUE
+NULL_POSITION = -1  # clusterlab.core.consensus.context.NULL_POSITION
+SERVICE_ID_CONSENSUS_MODULE = -1  # clusterlab.core.consensus.context.SERVICE_ID_CONSENSUS_MODULE
 
 RECORDING_LOG_FILE_NAME = "recording.log"
 RECORD_ALIGNMENT = 64
@@ -284,9 +284,7 @@ class RecordingLog:
                     start = offset + ENDPOINT_OFFSET + 4
                     endpoint = data[start : start + n].decode("ascii", errors="replace")
             if entry_type is not None:
-                entry = Entry(
-                    rec_id, term, base, pos, ts, service, entry_type, index, valid, offset, endpoint
-                )
+                entry = Entry(rec_id, term, base, pos, ts, service, entry_type, index, valid, offset, endpoint)
                 if entry_type is EntryType.TERM:
                     self._check_term_recording_id(rec_id, f"record {index} at offset {offset}")
                     self._term_recording_id = rec_id
@@ -543,8 +541,7 @@ class RecordingLog:
                     break  # an earlier snapshot: the latest set is found
                 if e.leadership_term_id not in self._term_index:
                     raise RecordingLogError(
-                        f"{self.path}: no matching term for snapshot: "
-                        f"leadership_term_id={e.leadership_term_id}"
+                        f"{self.path}: no matching term for snapshot: leadership_term_id={e.leadership_term_id}"
                     )
                 if e.log_position > high:
                     indices.clear()
@@ -664,8 +661,7 @@ class RecordingLog:
             raise RecordingLogError(f"{self.path}: invalid recording_id={recording_id} ({where})")
         if self._term_recording_id not in (NULL_VALUE, recording_id):
             raise RecordingLogError(
-                f"{self.path}: invalid TERM recording_id={recording_id}, expected "
-                f"{self._term_recording_id} ({where})"
+                f"{self.path}: invalid TERM recording_id={recording_id}, expected {self._term_recording_id} ({where})"
             )
 
     def _append(

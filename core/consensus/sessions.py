@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from core.codec.enums import CloseReason
-from core.consensus.context import NULL_POSITION, NULL_VALUE
+from clusterlab.core.codec.enums import CloseReason
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE
 
 
 class ClusterSessionState(IntEnum):

@@ -6,8 +6,8 @@
 * ``runner``    the duty cycle (poll until the next deadline, drain, do_work), signals, process log
 * ``clock``     monotonic clock with a chaos offset
 * ``gate``      the chaos gate on every member-to-member send (loss, delay per directed link)
-* ``node``      ``python -m core.runtime.node``: a member's ConsensusModule and archive
-* ``service``   ``python -m core.runtime.service``: a member's ClusteredServiceAgent
+* ``node``      ``python -m clusterlab.core.runtime.node``: a member's ConsensusModule and archive
+* ``service``   ``python -m clusterlab.core.runtime.service``: a member's ClusteredServiceAgent
 * ``control``   the harness side of the control sockets (status, gate rules, cluster control)
 * ``client``    a ClusterClient on ZeroMQ sockets, driven by blocking calls
 * ``probe``     raw frames to a socket (tests, chaos)

@@ -22,13 +22,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import zmq
-
-from core.client.client import ClientState, ClusterClient, EgressMessage
-from core.consensus.context import SECOND, Channel
-from core.runtime.clock import Clock
-from core.runtime.config import ipc_path
-from core.runtime.runner import BATCH_LIMIT
-from core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, batch_header, bind, drain, header, parse_batch
+from clusterlab.core.client.client import ClientState, ClusterClient, EgressMessage
+from clusterlab.core.consensus.context import SECOND, Channel
+from clusterlab.core.runtime.clock import Clock
+from clusterlab.core.runtime.config import ipc_path
+from clusterlab.core.runtime.runner import BATCH_LIMIT
+from clusterlab.core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, batch_header, bind, drain, header, parse_batch
 
 FRESH_LINK_GRACE_NS = 300 * 1_000_000  # how long a refused send on a new link is retried
 RETRY_POLL_MS = 2

@@ -2,7 +2,7 @@
 
 One file describes the whole cluster: members and their endpoints, the service, the timeouts of
 PROTOCOL.md d, the seed. LocalCluster writes it; every node and service process reads it
-(``python -m core.runtime.node --dir D --member-id I``); clients and tools find the cluster by it.
+(``python -m clusterlab.core.runtime.node --dir D --member-id I``); clients and tools find the cluster by it.
 
 Endpoints (no fixed ports anywhere, so parallel clusters never collide):
 
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from core.consensus.context import NULL_VALUE, ClusterMember, Timeouts
+from clusterlab.core.consensus.context import NULL_VALUE, ClusterMember, Timeouts
 
 CONFIG_FILE_NAME = "cluster.json"
 CONFIG_VERSION = 1
@@ -156,8 +156,9 @@ class ClusterConfig:
         new = socket_root_for(self.directory)
         prefix_old, prefix_new = f"ipc://{old}/", f"ipc://{new}/"
         self.members = [
-            MemberConfig(**{k: (v.replace(prefix_old, prefix_new, 1) if isinstance(v, str) else v)
-                            for k, v in asdict(m).items()})
+            MemberConfig(
+                **{k: (v.replace(prefix_old, prefix_new, 1) if isinstance(v, str) else v) for k, v in asdict(m).items()}
+            )
             for m in self.members
         ]
         self.socket_root = str(new)

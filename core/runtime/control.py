@@ -10,12 +10,11 @@ import time
 from typing import TypeVar
 
 import zmq
-
-from core.codec.errors import DecodeError
-from core.codec.message import Message
-from core.codec.registry import decode
-from core.consensus.context import Channel
-from core.runtime.transport import NO_MEMBER, header, parse
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.runtime.transport import NO_MEMBER, header, parse
 
 M = TypeVar("M", bound=Message)
 

@@ -15,7 +15,7 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from core.consensus.context import Channel
+from clusterlab.core.consensus.context import Channel
 
 PPM = 1_000_000
 NEVER_NS = 2**63 - 1

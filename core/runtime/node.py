@@ -1,13 +1,13 @@
 """The node process of one member: its ConsensusModule (with its archive) on ZeroMQ sockets.
 
-    python -m core.runtime.node --dir CLUSTER_DIR --member-id I [--incarnation N]
+    python -m clusterlab.core.runtime.node --dir CLUSTER_DIR --member-id I [--incarnation N]
 
-reads ``CLUSTER_DIR/cluster.json`` (core.runtime.config) and serves until SIGTERM (clean close,
+reads ``CLUSTER_DIR/cluster.json`` (clusterlab.core.runtime.config) and serves until SIGTERM (clean close,
 exit 0), until the cluster terminates it (SHUTDOWN/ABORT, exit 0), or until its service process
 goes away (exit 3: a member is its node and its service together, fail-stop as in Aeron, where the
 consensus module terminates when its service stops heart-beating).
 
-Sockets (see core.runtime.transport for framing):
+Sockets (see clusterlab.core.runtime.transport for framing):
 
     bound    ingress (PULL)       clients -> leader: connect, messages, keep-alives, admin
              consensus, log, catchup, archive (PULL)   peers -> this member, one socket per channel
@@ -17,9 +17,9 @@ Sockets (see core.runtime.transport for framing):
              to-service (PUSH, unbounded: the service must see the committed log without gaps)
              egress (PUSH per client response channel, lazily, LRU-cached)
 
-Every member-to-member send passes the chaos gate (core.runtime.gate).
+Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate).
 
-Recording (harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
+Recording (clusterlab.harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
 sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason
 ``gate`` where the gate drops it, ``unreachable`` where the socket refuses it) and receives
 (``recv``), on every channel, and the module's events. Member-to-member messages then carry a
@@ -36,9 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
-
-from core.codec.control import (
+from clusterlab.core.codec.control import (
     NO_ELECTION,
     NOT_STARTED,
     ClockOffset,
@@ -50,22 +48,22 @@ from core.codec.control import (
     NodeStatus,
     StatusRequest,
 )
-from core.codec.enums import ToggleState
-from core.codec.errors import DecodeError
-from core.codec.message import Message
-from core.codec.registry import decode, message_name
-from core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
-from core.consensus.module import ConsensusModule
-from core.runtime.clock import Clock
-from core.runtime.config import (
+from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.runtime.clock import Clock
+from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
     parse_members,
 )
-from core.runtime.gate import PPM, ChaosGate, LinkRule
-from core.runtime.runner import (
+from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
+from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
     ProcessLog,
@@ -73,7 +71,7 @@ from core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
-from core.runtime.transport import (
+from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
     MEMBER_CHANNELS,
@@ -88,7 +86,8 @@ from core.runtime.transport import (
     parse_batch,
     remove_ipc_files,
 )
-from harness.recorder import DROP, RECV, SEND, NullRecorder, process_recorder
+from clusterlab.harness.recorder import DROP, RECV, SEND, NullRecorder, process_recorder
+from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -638,13 +637,18 @@ class Node:
         self.cycle.close()
         m = self.own_member
         remove_ipc_files(
-            m.ingress_endpoint, m.consensus_endpoint, m.log_endpoint, m.catchup_endpoint, m.archive_endpoint,
-            self.own.control, self.own.from_service if self.config.service else "",
+            m.ingress_endpoint,
+            m.consensus_endpoint,
+            m.log_endpoint,
+            m.catchup_endpoint,
+            m.archive_endpoint,
+            self.own.control,
+            self.own.from_service if self.config.service else "",
         )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = process_argument_parser("python -m core.runtime.node", __doc__.split("\n\n")[0])
+    parser = process_argument_parser("python -m clusterlab.core.runtime.node", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)

@@ -28,8 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import zmq
-
-from core.runtime.clock import Clock
+from clusterlab.core.runtime.clock import Clock
 
 MAX_IDLE_MS = 1000  # longest single poll; nothing relies on it, it only bounds a lost wake-up
 BATCH_LIMIT = 1024  # messages read from one socket before others get a turn
@@ -215,7 +214,10 @@ def process_argument_parser(prog: str, description: str) -> argparse.ArgumentPar
     parser.add_argument("--member-id", type=int, required=True)
     parser.add_argument("--incarnation", type=int, default=0, help="how many times this member started before")
     parser.add_argument(
-        "--exit-with-parent", type=int, default=None, metavar="PID",
+        "--exit-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
         help="stop (as on SIGTERM) when process PID, the one starting us, dies (LocalCluster passes this)",
     )
     parser.add_argument("--trace-dir", default=None, help="record this process's trace into this run directory")

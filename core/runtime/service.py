@@ -1,11 +1,11 @@
 """The service process of one member: a ClusteredServiceAgent hosting the user's service.
 
-    python -m core.runtime.service --dir CLUSTER_DIR --member-id I [--incarnation N]
+    python -m clusterlab.core.runtime.service --dir CLUSTER_DIR --member-id I [--incarnation N]
 
 Start it after its node answers a status request with a started module: like Aeron's service
 container, it reads its recovery plan (the latest service snapshot) from the recording log the
 node has just reconciled. The service is ``cluster.json``'s ``service``: a name of
-``harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
+``clusterlab.harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
 
 Sockets: ``to-service`` (PULL, bound; from its node: JoinLog, committed log blocks, termination;
 lossless), ``from-service`` (PUSH to the node: acks, timers, offers, lossless), ``service-control``
@@ -29,22 +29,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
-
-from core.archive.catalogue import Catalogue
-from core.archive.layout import archive_dir, snapshot_dir
-from core.archive.snapshots import SnapshotStore
-from core.codec.control import ServiceStatus, StatusRequest
-from core.codec.errors import DecodeError
-from core.codec.registry import decode, message_name
-from core.codec.service import JoinLog
-from core.codec.transport import LogBlock
-from core.consensus.cluster_work import MAX_LONG
-from core.consensus.context import Channel
-from core.consensus.recording_log import RecordingLog
-from core.runtime.clock import Clock
-from core.runtime.config import ClusterConfig, ConfigError
-from core.runtime.runner import (
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.layout import archive_dir, snapshot_dir
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec.control import ServiceStatus, StatusRequest
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.codec.service import JoinLog
+from clusterlab.core.codec.transport import LogBlock
+from clusterlab.core.consensus.cluster_work import MAX_LONG
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.recording_log import RecordingLog
+from clusterlab.core.runtime.clock import Clock
+from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
     ProcessLog,
@@ -52,10 +50,11 @@ from core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
-from core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
-from core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
-from core.service.api import ClusteredService
-from harness.recorder import RECV, SEND, NullRecorder, process_recorder
+from clusterlab.core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
+from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
+from clusterlab.core.service.api import ClusteredService
+from clusterlab.harness.recorder import RECV, SEND, NullRecorder, process_recorder
+from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -65,18 +64,18 @@ _HOUR_NS = 3600 * 1_000_000_000
 
 
 def service_snapshot_dir(member_dir: Any, service_id: int) -> Any:
-    """Where a member's service keeps its snapshots; the simulator's layout (harness.sim_parts)."""
-    from harness.sim_parts import service_snapshot_dir as sim_layout
+    """Where a member's service keeps its snapshots; the simulator's layout (clusterlab.harness.sim_parts)."""
+    from clusterlab.harness.sim_parts import service_snapshot_dir as sim_layout
 
     return sim_layout(member_dir, service_id)
 
 
 def load_service_factory(name: str) -> Callable[[], ClusteredService]:
-    """``kv`` / ``counter`` / ``echo`` (harness.services.SERVICES) or ``package.module:factory``."""
+    """``kv`` / ``counter`` / ``echo`` (clusterlab.harness.services.SERVICES) or ``package.module:factory``."""
     if ":" in name:
         module_name, _, attr = name.partition(":")
         return getattr(importlib.import_module(module_name), attr)
-    from harness.services import SERVICES
+    from clusterlab.harness.services import SERVICES
 
     try:
         return SERVICES[name]
@@ -334,7 +333,7 @@ class ServiceProcess:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = process_argument_parser("python -m core.runtime.service", __doc__.split("\n\n")[0])
+    parser = process_argument_parser("python -m clusterlab.core.runtime.service", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)

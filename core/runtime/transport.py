@@ -1,7 +1,7 @@
 """ZeroMQ plumbing shared by every clusterlab process: framing, socket options, links, the egress cache.
 
 Every message on every socket is two ZeroMQ frames: a 3-byte header ``[channel u8][src int16 LE]``
-and the encoded payload (a ``core.codec`` message). Client ingress and egress may batch several
+and the encoded payload (a ``clusterlab.core.codec`` message). Client ingress and egress may batch several
 messages (session messages, replies) into one: the header's channel code then has ``BATCH_FLAG``
 set and the payload frame is a sequence of records ``[length u32 LE][message]`` (1..MAX_BATCH).
 One ZeroMQ frame for the lot: pyzmq's per-frame cost (~1.7 us per message sent and received as
@@ -22,8 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import zmq
-
-from core.consensus.context import Channel
+from clusterlab.core.consensus.context import Channel
 
 HEADER = struct.Struct("<Bh")
 HEADER_LENGTH = HEADER.size
@@ -167,9 +166,7 @@ def parse_batch(
     return checked, out
 
 
-def _check_header(
-    head: bytes, channel: Channel, allowed_src: Callable[[int], bool], strip: int = 0
-) -> int | str:
+def _check_header(head: bytes, channel: Channel, allowed_src: Callable[[int], bool], strip: int = 0) -> int | str:
     """The source named by a header frame for ``channel``, or why the header is wrong."""
     if len(head) == HEADER_LENGTH:
         code, src = HEADER.unpack(head)

@@ -1,7 +1,7 @@
 """The clustered service side of a member: the user API (``api``), Aeron's ClusteredServiceAgent
 (``agent``) and the service snapshot format (``snapshot``)."""
 
-from core.service.agent import (
+from clusterlab.core.service.agent import (
     MAX_LOG_POSITION,
     AgentError,
     AppliedEntry,
@@ -11,8 +11,8 @@ from core.service.agent import (
     ServiceError,
     SnapshotError,
 )
-from core.service.api import ClientSession, Cluster, ClusteredService, ClusterError, Role
-from core.service.snapshot import SnapshotFormatError, SnapshotImage, SnapshotWriter
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, ClusterError, Role
+from clusterlab.core.service.snapshot import SnapshotFormatError, SnapshotImage, SnapshotWriter
 
 __all__ = [
     "MAX_LOG_POSITION",

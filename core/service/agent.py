@@ -32,8 +32,8 @@ from enum import StrEnum
 from functools import partial
 from typing import Any, NamedTuple
 
-from core.archive.snapshots import SnapshotStore
-from core.codec import (
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec import (
     HDR_TYPE_PAD,
     ClusterAction,
     ClusterActionRequest,
@@ -58,22 +58,22 @@ from core.codec import (
     TimerEvent,
     frame,
 )
-from core.codec import CancelTimer as CancelTimerMsg
-from core.codec import ClientSession as ClientSessionRecord
-from core.codec import CloseSession as CloseSessionMsg
-from core.codec import ScheduleTimer as ScheduleTimerMsg
-from core.codec.enums import BooleanType
-from core.codec.header import peek_template_id
-from core.codec.registry import decode, message_name
-from core.codec.session import (
+from clusterlab.core.codec import CancelTimer as CancelTimerMsg
+from clusterlab.core.codec import ClientSession as ClientSessionRecord
+from clusterlab.core.codec import CloseSession as CloseSessionMsg
+from clusterlab.core.codec import ScheduleTimer as ScheduleTimerMsg
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.codec.header import peek_template_id
+from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.codec.session import (
     SESSION_HEADER_LENGTH,
     encode_session_message,
     session_message_fields,
     unpack_session_message,
 )
-from core.consensus.context import APP_VERSION, Role
-from core.service.api import ClientSession, ClusteredService, ClusterError
-from core.service.snapshot import (
+from clusterlab.core.consensus.context import APP_VERSION, Role
+from clusterlab.core.service.api import ClientSession, ClusteredService, ClusterError
+from clusterlab.core.service.snapshot import (
     SnapshotFormatError,
     SnapshotImage,
     SnapshotWriter,
@@ -727,13 +727,13 @@ class ClusteredServiceAgent:
             return SnapshotError(end, entry_type, snapshot_failure[0])
         return None
 
-    def _failed_apply(self, saved: tuple[int, int, int, Any, int], e: Exception, end: int,
-                      entry_type: EntryType) -> ServiceError:
+    def _failed_apply(
+        self, saved: tuple[int, int, int, Any, int], e: Exception, end: int, entry_type: EntryType
+    ) -> ServiceError:
         """An entry's apply raised: drop what it held, restore the agent's position and clocks, and
         remember the failure (the agent applies nothing more)."""
         self._held = None
-        (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit,
-         self._next_ack_id) = saved
+        (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id) = saved
         failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
         self._failure = failure
         return failure

@@ -14,9 +14,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from core.codec import CloseReason, ClusterTimeUnit
-from core.consensus.context import Role
-from core.service.snapshot import SnapshotImage, SnapshotWriter
+from clusterlab.core.codec import CloseReason, ClusterTimeUnit
+from clusterlab.core.consensus.context import Role
+from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
 
 __all__ = [
     "ClientSession",

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from core.codec import ClientSession as ClientSessionRecord
-from core.codec import ClusterTimeUnit, DecodeError, SnapshotMark, SnapshotMarker, SnapshotTypeId
-from core.codec.registry import decode
+from clusterlab.core.codec import ClientSession as ClientSessionRecord
+from clusterlab.core.codec import ClusterTimeUnit, DecodeError, SnapshotMark, SnapshotMarker, SnapshotTypeId
+from clusterlab.core.codec.registry import decode
 
 
 class SnapshotWriter:

@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns
+from clusterlab.harness.recorder import SCHEMAS
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
-
-from golden.spark.source import find_runs, output_schema, run_id_of, select_columns
-from harness.recorder import SCHEMAS
 
 CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
 DEFAULT_LIMIT = 50
@@ -71,12 +70,16 @@ class CheckReport:
 
     def to_json(self, run_id: str | None = None) -> dict[str, Any]:
         """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
+
         def part(c: CheckResult) -> dict[str, Any]:
             if run_id is None:
                 return {"ok": c.ok, "count": c.count, "violations": c.violations}
             count = c.per_run.get(run_id, 0)
-            return {"ok": count == 0, "count": count,
-                    "violations": [v for v in c.violations if v.get("run_id") == run_id]}
+            return {
+                "ok": count == 0,
+                "count": count,
+                "violations": [v for v in c.violations if v.get("run_id") == run_id],
+            }
 
         checks = {name: part(c) for name, c in self.checks.items()}
         return {
@@ -148,10 +151,27 @@ def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = (
 # The columns each query reads (the source builds and ships only these).
 _POSITION_COLUMNS = ("run_id", "log_position", "entry_type", "entry_digest", "state_digest")
 _INCARNATION = ("run_id", "member_id", "service_id", "incarnation")
-_AROUND_COLUMNS = ("run_id", "process", "direction", "channel", "msg_type", "leadership_term_id", "log_position",
-                   "wall_ns")
-_EVENT_COLUMNS = ("run_id", "source", "member_id", "incarnation", "kind", "leadership_term_id", "log_position",
-                  "wall_ns", "seq")
+_AROUND_COLUMNS = (
+    "run_id",
+    "process",
+    "direction",
+    "channel",
+    "msg_type",
+    "leadership_term_id",
+    "log_position",
+    "wall_ns",
+)
+_EVENT_COLUMNS = (
+    "run_id",
+    "source",
+    "member_id",
+    "incarnation",
+    "kind",
+    "leadership_term_id",
+    "log_position",
+    "wall_ns",
+    "seq",
+)
 BROADCAST_ROWS = 200_000  # a side this small is sent to every task instead of shuffling the other side
 
 
@@ -184,25 +204,36 @@ def flag_positions(tables: Tables) -> DataFrame:
     # min != max finds a disagreement without distinct aggregates; exact counts are taken later for
     # the flagged positions only.
     per_position = applied.groupBy("run_id", "log_position").agg(
-        F.min(entry).alias("entry_min"), F.max(entry).alias("entry_max"),
-        F.min("state_digest").alias("state_min"), F.max("state_digest").alias("state_max"),
+        F.min(entry).alias("entry_min"),
+        F.max(entry).alias("entry_max"),
+        F.min("state_digest").alias("state_min"),
+        F.max("state_digest").alias("state_max"),
         F.count(F.when(is_entry, 1)).alias("entries"),
     )
     entry_differs = F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
     state_differs = F.coalesce(F.col("state_min") != F.col("state_max"), F.lit(False))
     if tables.log_runs:
         committed = tables.read("log", "run_id", "log_position", "entry_digest").withColumnRenamed(
-            "entry_digest", "log_digest")
+            "entry_digest", "log_digest"
+        )
         per_position = per_position.join(committed, ["run_id", "log_position"], "left")
         # As row by row: some applied entry here has no committed entry, or a different one.
-        lost = (F.col("run_id").isin(tables.log_runs) & (F.col("entries") > 0) & (
-            F.col("log_digest").isNull()
-            | F.coalesce(F.col("entry_min") != F.col("log_digest"), F.lit(False))
-            | F.coalesce(F.col("entry_max") != F.col("log_digest"), F.lit(False))))
+        lost = (
+            F.col("run_id").isin(tables.log_runs)
+            & (F.col("entries") > 0)
+            & (
+                F.col("log_digest").isNull()
+                | F.coalesce(F.col("entry_min") != F.col("log_digest"), F.lit(False))
+                | F.coalesce(F.col("entry_max") != F.col("log_digest"), F.lit(False))
+            )
+        )
     else:
         lost = F.lit(False)
     return per_position.select(
-        "run_id", "log_position", entry_differs.alias("entry_differs"), state_differs.alias("state_differs"),
+        "run_id",
+        "log_position",
+        entry_differs.alias("entry_differs"),
+        state_differs.alias("state_differs"),
         lost.alias("lost"),
     ).where(F.col("entry_differs") | F.col("state_differs") | F.col("lost"))
 
@@ -217,8 +248,16 @@ def check_agreement(tables: Tables, flagged: DataFrame, limit: int) -> CheckResu
         # Who reported what is gathered only for the first divergent positions, not for every position.
         first = bad.orderBy("run_id", "log_position").limit(limit)
         entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
-        who = tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type",
-                          "entry_digest", "state_digest").join(F.broadcast(first), ["run_id", "log_position"])
+        who = tables.read(
+            "applied",
+            "run_id",
+            "member_id",
+            "incarnation",
+            "log_position",
+            "entry_type",
+            "entry_digest",
+            "state_digest",
+        ).join(F.broadcast(first), ["run_id", "log_position"])
         members = who.groupBy("run_id", "log_position").agg(
             F.sort_array(
                 F.collect_set(
@@ -296,18 +335,25 @@ def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
 
 def check_durability(tables: Tables, limit: int) -> CheckResult:
     """Every acknowledged op is in the committed log; a retried copy left the state unchanged."""
-    acked = tables.read("ops", "run_id", "kind", "client_id", "op_id", "f", "key", "value").where(
-        F.col("kind") == "ok").drop("kind")
+    acked = (
+        tables.read("ops", "run_id", "kind", "client_id", "op_id", "f", "key", "value")
+        .where(F.col("kind") == "ok")
+        .drop("kind")
+    )
     # One JSON parse per request (the kv service's command: id, op, key, value).
     request = F.from_json(F.col("body").cast("string"), "id long, op string, key string, value string")
-    requests = tables.read("log", "run_id", "log_position", "body").where(F.col("body").isNotNull()).select(
-        "run_id", "log_position", request.alias("r")).select(
-        "run_id",
-        F.col("r.id").alias("op_id"),
-        F.col("r.op").alias("f"),
-        F.col("r.key").alias("key"),
-        F.col("r.value").alias("value"),
-        "log_position",
+    requests = (
+        tables.read("log", "run_id", "log_position", "body")
+        .where(F.col("body").isNotNull())
+        .select("run_id", "log_position", request.alias("r"))
+        .select(
+            "run_id",
+            F.col("r.id").alias("op_id"),
+            F.col("r.op").alias("f"),
+            F.col("r.key").alias("key"),
+            F.col("r.value").alias("value"),
+            "log_position",
+        )
     )
     # Each distinct request with the positions it is at (one shuffle of the log), then one join with
     # the acknowledged ops: no positions = not in the log; more than one = resent copies to look at.
@@ -322,23 +368,43 @@ def check_durability(tables: Tables, limit: int) -> CheckResult:
     # A copy after the first (a client's resend) must leave every member's state as it was: compare
     # the state after each copy with the state before it (the same incarnation's previous row). Only
     # the rows at copy positions and the rows just before them are looked at, never a whole-table sort.
-    copies = per_op.where(F.col("positions").isNotNull()).select(
-        "run_id", "client_id", "op_id", "f", "key", "value", "positions",
-        F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
-    ).cache()
+    copies = (
+        per_op.where(F.col("positions").isNotNull())
+        .select(
+            "run_id",
+            "client_id",
+            "op_id",
+            "f",
+            "key",
+            "value",
+            "positions",
+            F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
+        )
+        .cache()
+    )
     n_copies = copies.count()
     if n_copies:
         applied = tables.read("applied", *_INCARNATION, "seq", "log_position", "entry_type", "state_digest")
         copy_positions = copies.select("run_id", F.col("copy_position").alias("log_position")).distinct()
-        at_copy = applied.where(F.col("entry_type") == "SessionMessage").join(
-            F.broadcast(copy_positions) if n_copies <= BROADCAST_ROWS else copy_positions,
-            ["run_id", "log_position"], "left_semi",
-        ).select(*_INCARNATION, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after"))
+        at_copy = (
+            applied.where(F.col("entry_type") == "SessionMessage")
+            .join(
+                F.broadcast(copy_positions) if n_copies <= BROADCAST_ROWS else copy_positions,
+                ["run_id", "log_position"],
+                "left_semi",
+            )
+            .select(
+                *_INCARNATION, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after")
+            )
+        )
         before = applied.select(*_INCARNATION, "seq", F.col("state_digest").alias("before"))
         if n_copies <= BROADCAST_ROWS:  # one row per member at each copy: small, so the whole table is not shuffled
             at_copy = F.broadcast(at_copy)
-        state_change = before.join(at_copy, [*_INCARNATION, "seq"]).where(F.col("after") != F.col("before")).select(
-            "run_id", "log_position")
+        state_change = (
+            before.join(at_copy, [*_INCARNATION, "seq"])
+            .where(F.col("after") != F.col("before"))
+            .select("run_id", "log_position")
+        )
         twice = (
             copies.join(
                 state_change,
@@ -365,12 +431,15 @@ def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame
     lost_at = flagged.where(F.col("lost")).select("run_id", "log_position").cache()
     if lost_at.count():
         # Row by row, at the flagged positions only.
-        entries = tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type",
-                              "entry_digest").where(F.col("entry_type") != "Snapshot").join(
-            lost_at, ["run_id", "log_position"], "left_semi").select(
-            "run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest"))
+        entries = (
+            tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type", "entry_digest")
+            .where(F.col("entry_type") != "Snapshot")
+            .join(lost_at, ["run_id", "log_position"], "left_semi")
+            .select("run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest"))
+        )
         committed = tables.read("log", "run_id", "log_position", "entry_digest").select(
-            "run_id", "log_position", F.col("entry_digest").alias("log_digest"))
+            "run_id", "log_position", F.col("entry_digest").alias("log_digest")
+        )
         lost = (
             entries.join(committed, ["run_id", "log_position"], "left")
             .where(F.col("log_digest").isNull() | (F.col("log_digest") != F.col("applied_digest")))
@@ -403,8 +472,9 @@ def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame
         F.lit(None).cast("string").alias("log_digest"),
         F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
     )
-    bad = (back if lost is None else lost.unionByName(back)).select(*cols).orderBy("run_id", "log_position",
-                                                                                   "member_id")
+    bad = (
+        (back if lost is None else lost.unionByName(back)).select(*cols).orderBy("run_id", "log_position", "member_id")
+    )
     per_run = _per_run(bad)
     count = sum(per_run.values())
     result = CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
@@ -425,7 +495,7 @@ def check_runs(
 ) -> CheckReport:
     """Run every check over ``run_dirs`` (run directories, or parents of runs) in one Spark job set.
     With ``write_json``, each run directory gets ``check.json`` (the whole report)."""
-    from golden.spark.session import spark_session
+    from clusterlab.golden.spark.session import spark_session
 
     started = time.monotonic()
     runs = find_runs(",".join(str(p) for p in run_dirs))

@@ -16,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterlab.golden.spark.check import load
+from clusterlab.golden.spark.source import find_runs, trace_files
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-
-from golden.spark.check import load
-from golden.spark.source import find_runs, trace_files
 
 KINDS = ("entry", "state", "missing", "extra")
 _MESSAGE_KEY = ("process", "incarnation", "seq")
@@ -80,8 +79,11 @@ def _in_dir(column: str, directory_column: str) -> Any:
 
 def _pairs(spark: SparkSession, comparisons: list[Comparison]) -> DataFrame:
     rows = [(c.name, c.mode, c.golden_dir.rstrip("/"), c.actual_dir.rstrip("/"), c.messages) for c in comparisons]
-    return F.broadcast(spark.createDataFrame(
-        rows, "name string, mode string, golden_dir string, actual_dir string, with_messages boolean"))
+    return F.broadcast(
+        spark.createDataFrame(
+            rows, "name string, mode string, golden_dir string, actual_dir string, with_messages boolean"
+        )
+    )
 
 
 def _paths(dirs: list[str]) -> str:
@@ -89,20 +91,31 @@ def _paths(dirs: list[str]) -> str:
 
 
 _APPLIED_COLUMNS = ("log_position", "entry_type", "entry_digest", "state_digest")
-_APPLIED_TYPES = {"log_position": "bigint", "entry_type": "string", "entry_digest": "binary", "state_digest": "binary",
-                  "member_id": "smallint", "incarnation": "int"}
+_APPLIED_TYPES = {
+    "log_position": "bigint",
+    "entry_type": "string",
+    "entry_digest": "binary",
+    "state_digest": "binary",
+    "member_id": "smallint",
+    "incarnation": "int",
+}
 
 
 def _applied(spark: SparkSession, comparisons: list[Comparison], side: str, columns: tuple[str, ...]) -> DataFrame:
     """The ``applied`` rows of each comparison's ``side`` directory (golden_dir or actual_dir), tagged
     with its name and mode: one column-projected read per comparison, so no row carries its file path
     and no row is matched to a directory by a string condition."""
-    parts = [load(spark, getattr(c, side).rstrip("/"), "applied", columns).select(
-        F.lit(c.name).alias("name"), F.lit(c.mode).alias("mode"), *columns)
-        for c in comparisons if trace_files(find_runs(getattr(c, side)), "applied")]
+    parts = [
+        load(spark, getattr(c, side).rstrip("/"), "applied", columns).select(
+            F.lit(c.name).alias("name"), F.lit(c.mode).alias("mode"), *columns
+        )
+        for c in comparisons
+        if trace_files(find_runs(getattr(c, side)), "applied")
+    ]
     if not parts:  # no side has an applied file: no rows, as a join over them would give
-        return spark.createDataFrame([], ", ".join(["name string", "mode string",
-                                                    *(f"{c} {_APPLIED_TYPES[c]}" for c in columns)]))
+        return spark.createDataFrame(
+            [], ", ".join(["name string", "mode string", *(f"{c} {_APPLIED_TYPES[c]}" for c in columns)])
+        )
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
@@ -120,29 +133,52 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
     golden = (
         _applied(spark, comparisons, "golden_dir", _APPLIED_COLUMNS)
         .where(F.col("entry_type") != "Snapshot")
-        .select("name", "mode", "log_position", F.col("entry_type").alias("golden_entry_type"),
-                F.col("entry_digest").alias("golden_entry"), F.col("state_digest").alias("golden_state"))
+        .select(
+            "name",
+            "mode",
+            "log_position",
+            F.col("entry_type").alias("golden_entry_type"),
+            F.col("entry_digest").alias("golden_entry"),
+            F.col("state_digest").alias("golden_state"),
+        )
     )
     actual_rows = _applied(spark, comparisons, "actual_dir", _APPLIED_COLUMNS)
     entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
     actual = actual_rows.groupBy("name", "mode", "log_position").agg(
         F.count("*").alias("actual_rows"),
-        F.min(entry).alias("entry_min"), F.max(entry).alias("entry_max"),
-        F.min("state_digest").alias("state_min"), F.max("state_digest").alias("state_max"),
+        F.min(entry).alias("entry_min"),
+        F.max(entry).alias("entry_max"),
+        F.min("state_digest").alias("state_min"),
+        F.max("state_digest").alias("state_max"),
     )
     joined = golden.join(actual, ["name", "mode", "log_position"], "full_outer")
     kind = (
         F.when(F.col("golden_state").isNull(), F.lit("extra"))
         .when(F.col("actual_rows").isNull(), F.lit("missing"))
         # The actual members applied more than one entry here, or one that is not the golden's.
-        .when(F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
-              | F.coalesce(F.col("entry_min") != F.col("golden_entry"), F.lit(False)), F.lit("entry"))
+        .when(
+            F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
+            | F.coalesce(F.col("entry_min") != F.col("golden_entry"), F.lit(False)),
+            F.lit("entry"),
+        )
         # No state, more than one, or one that is not the golden's.
-        .when(F.col("state_min").isNull() | (F.col("state_min") != F.col("state_max"))
-              | F.coalesce(F.col("state_min") != F.col("golden_state"), F.lit(False)), F.lit("state"))
+        .when(
+            F.col("state_min").isNull()
+            | (F.col("state_min") != F.col("state_max"))
+            | F.coalesce(F.col("state_min") != F.col("golden_state"), F.lit(False)),
+            F.lit("state"),
+        )
     )
-    diffs = joined.select("name", "mode", "log_position", "golden_entry_type", "golden_entry", "golden_state",
-                          "actual_rows", kind.alias("kind")).cache()
+    diffs = joined.select(
+        "name",
+        "mode",
+        "log_position",
+        "golden_entry_type",
+        "golden_entry",
+        "golden_state",
+        "actual_rows",
+        kind.alias("kind"),
+    ).cache()
     try:
         agg = [
             F.count("golden_state").alias("golden_positions"),
@@ -155,21 +191,33 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
         out: dict[tuple[str, str], PositionDiff] = {}
         for r in summary.collect():
             out[(r["name"], r["mode"])] = PositionDiff(
-                r["name"], r["mode"], r["golden_positions"], r["actual_positions"], r["divergent"],
+                r["name"],
+                r["mode"],
+                r["golden_positions"],
+                r["actual_positions"],
+                r["divergent"],
                 {k: r[f"n_{k}"] for k in KINDS if r[f"n_{k}"]},
             )
-        firsts = F.broadcast(summary.where(F.col("first_position").isNotNull()).select(
-            "name", "mode", "first_position"))
+        firsts = F.broadcast(
+            summary.where(F.col("first_position").isNotNull()).select("name", "mode", "first_position")
+        )
         if out and any(d.divergent for d in out.values()):
             tail = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") >= F.col("first_position"))
-            for r in tail.groupBy("name", "mode").agg(
-                F.count("*").alias("from_first"),
-                F.count("kind").alias("divergent_from_first"),
-                F.min(F.when(F.col("kind").isNull(), F.col("log_position"))).alias("next_agreeing"),
-            ).collect():
+            for r in (
+                tail.groupBy("name", "mode")
+                .agg(
+                    F.count("*").alias("from_first"),
+                    F.count("kind").alias("divergent_from_first"),
+                    F.min(F.when(F.col("kind").isNull(), F.col("log_position"))).alias("next_agreeing"),
+                )
+                .collect()
+            ):
                 d = out[(r["name"], r["mode"])]
                 d.from_first, d.divergent_from_first, d.next_agreeing = (
-                    r["from_first"], r["divergent_from_first"], r["next_agreeing"])
+                    r["from_first"],
+                    r["divergent_from_first"],
+                    r["next_agreeing"],
+                )
             at_first = ["name", "mode", F.col("first_position").alias("log_position")]
             first_rows = diffs.join(firsts.select(*at_first), ["name", "mode", "log_position"])
             # Every actual member's entry and state at each first divergent position (a few rows).
@@ -198,15 +246,23 @@ def _members_at(spark: SparkSession, comparisons: list[Comparison], at: DataFram
     """What every actual member applied and reached at the positions ``at`` (name, mode, log_position):
     the distinct entries, the distinct states, the entry type, and each member's state."""
     rows = _applied(spark, comparisons, "actual_dir", (*_APPLIED_COLUMNS, "member_id", "incarnation")).join(
-        F.broadcast(at), ["name", "mode", "log_position"])
+        F.broadcast(at), ["name", "mode", "log_position"]
+    )
     entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
     return rows.groupBy("name", "mode", "log_position").agg(
         F.array_sort(F.collect_set(entry)).alias("entries"),
         F.array_sort(F.collect_set("state_digest")).alias("states"),
         F.first(F.when(F.col("entry_type") != "Snapshot", F.col("entry_type")), ignorenulls=True).alias("entry_type"),
-        F.array_sort(F.collect_set(F.struct(
-            F.col("member_id").alias("member"), F.col("incarnation"), F.col("entry_type"),
-            F.lower(F.hex("state_digest")).alias("state_digest")))).alias("members"),
+        F.array_sort(
+            F.collect_set(
+                F.struct(
+                    F.col("member_id").alias("member"),
+                    F.col("incarnation"),
+                    F.col("entry_type"),
+                    F.lower(F.hex("state_digest")).alias("state_digest"),
+                )
+            )
+        ).alias("members"),
     )
 
 
@@ -225,13 +281,15 @@ def diff_messages(spark: SparkSession, comparisons: list[Comparison]) -> dict[st
 
     def side(df: DataFrame, directory: str, prefix: str) -> DataFrame:
         return df.join(pairs.select("name", directory), _in_dir("file", directory)).select(
-            "name", *_MESSAGE_KEY,
+            "name",
+            *_MESSAGE_KEY,
             F.xxhash64(*[F.col(c) for c in compared]).alias(f"{prefix}_hash"),
             F.col("wall_ns").alias(f"{prefix}_wall_ns"),
             F.col("msg_type").alias(f"{prefix}_msg_type"),
             F.col("direction").alias(f"{prefix}_direction"),
             F.col("channel").alias(f"{prefix}_channel"),
-            F.col("peer_process").alias(f"{prefix}_peer_process") if "peer_process" in df.columns
+            F.col("peer_process").alias(f"{prefix}_peer_process")
+            if "peer_process" in df.columns
             else F.lit(None).cast("string").alias(f"{prefix}_peer_process"),
             F.col("log_position").alias(f"{prefix}_log_position"),
             F.col("payload").alias(f"{prefix}_payload"),
@@ -240,15 +298,22 @@ def diff_messages(spark: SparkSession, comparisons: list[Comparison]) -> dict[st
     g = side(golden_all, "golden_dir", "golden")
     a = side(load(spark, _paths([c.actual_dir for c in comparisons]), "messages"), "actual_dir", "actual")
     joined = g.join(a, ["name", *_MESSAGE_KEY], "full_outer").withColumn(
-        "differs", ~F.coalesce(F.col("golden_hash") == F.col("actual_hash"), F.lit(False)))
-    joined = joined.withColumn("order", F.struct(
-        F.coalesce("golden_wall_ns", "actual_wall_ns").alias("wall_ns"), *[F.col(k) for k in _MESSAGE_KEY]))
-    summary = joined.groupBy("name").agg(
-        F.count("golden_hash").alias("golden_rows"),
-        F.count("actual_hash").alias("actual_rows"),
-        F.sum(F.col("differs").cast("int")).alias("divergent"),
-        F.min(F.when(F.col("differs"), F.col("order"))).alias("first_order"),
-    ).cache()
+        "differs", ~F.coalesce(F.col("golden_hash") == F.col("actual_hash"), F.lit(False))
+    )
+    joined = joined.withColumn(
+        "order",
+        F.struct(F.coalesce("golden_wall_ns", "actual_wall_ns").alias("wall_ns"), *[F.col(k) for k in _MESSAGE_KEY]),
+    )
+    summary = (
+        joined.groupBy("name")
+        .agg(
+            F.count("golden_hash").alias("golden_rows"),
+            F.count("actual_hash").alias("actual_rows"),
+            F.sum(F.col("differs").cast("int")).alias("divergent"),
+            F.min(F.when(F.col("differs"), F.col("order"))).alias("first_order"),
+        )
+        .cache()
+    )
     out = {c.name: MessageDiff(c.name) for c in comparisons}
     for r in summary.collect():
         out[r["name"]] = MessageDiff(r["name"], r["golden_rows"], r["actual_rows"], int(r["divergent"] or 0))
@@ -256,11 +321,17 @@ def diff_messages(spark: SparkSession, comparisons: list[Comparison]) -> dict[st
     divergent = any(d.divergent for d in out.values())
     for r in joined.join(firsts, "name").where(F.col("order") == F.col("first_order")).collect() if divergent else []:
         out[r["name"]].first = {
-            "process": r["process"], "incarnation": r["incarnation"], "seq": r["seq"],
+            "process": r["process"],
+            "incarnation": r["incarnation"],
+            "seq": r["seq"],
             "wall_ns": r["golden_wall_ns"] if r["golden_wall_ns"] is not None else r["actual_wall_ns"],
-            **{f"{p}_{k}": r[f"{p}_{k}"] for p in ("golden", "actual")
-               for k in ("msg_type", "direction", "channel", "peer_process", "log_position")},
-            "golden_payload": _hex(r["golden_payload"]), "actual_payload": _hex(r["actual_payload"]),
+            **{
+                f"{p}_{k}": r[f"{p}_{k}"]
+                for p in ("golden", "actual")
+                for k in ("msg_type", "direction", "channel", "peer_process", "log_position")
+            },
+            "golden_payload": _hex(r["golden_payload"]),
+            "actual_payload": _hex(r["actual_payload"]),
         }
     summary.unpersist()
     return out

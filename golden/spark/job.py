@@ -6,7 +6,7 @@ inside the session spark-submit created, on whatever master it was given.
         golden/spark/job.py check /shared/runs/run-1 /shared/runs/run-2
 
 The driver needs clusterlab installed (it plans the jobs). Executors get the ``golden`` package with
-``--py-files`` and import only ``golden.spark.source`` from it (pyarrow and pyspark, nothing else);
+``--py-files`` and import only ``clusterlab.golden.spark.source`` from it (pyarrow and pyspark, nothing else);
 they read the trace files at the same paths, so put runs on a filesystem every node mounts.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.cli import main
+from clusterlab.harness.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

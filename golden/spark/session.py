@@ -9,9 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from clusterlab.golden.spark.source import ClusterTraceDataSource
 from pyspark.sql import SparkSession
-
-from golden.spark.source import ClusterTraceDataSource
 
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")

@@ -278,7 +278,8 @@ def _log_extras(entries: pa.Array, wanted: set[str]) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
     if "entry_digest" in wanted:
         out["entry_digest"] = pa.array(
-            [hashlib.blake2b(v, digest_size=_DIGEST_SIZE).digest() for v in values], pa.binary())
+            [hashlib.blake2b(v, digest_size=_DIGEST_SIZE).digest() for v in values], pa.binary()
+        )
     if wanted & {"cluster_session_id", "body"}:
         sessions, bodies = [], []
         for value in values:
@@ -324,7 +325,8 @@ def select_columns(schema: pa.Schema, columns: str | None) -> pa.Schema:
     unknown = [c for c in names if c not in schema.names]
     if unknown:
         raise TraceSourceError(
-            f"clustertrace: no column {', '.join(map(repr, unknown))}; columns are {', '.join(schema.names)}")
+            f"clustertrace: no column {', '.join(map(repr, unknown))}; columns are {', '.join(schema.names)}"
+        )
     if len(set(names)) != len(names):
         raise TraceSourceError(f"clustertrace: a column is named twice in {columns!r}")
     return pa.schema([schema.field(c) for c in names])
@@ -365,8 +367,11 @@ class ClusterTraceReader(DataSourceReader):
             if self.table == FILES:
                 yield pa.RecordBatch.from_pylist([file_row(part, read_batches(part.path))], schema=FILES_SCHEMA)
                 continue
-            batches = (read_batches(part.path).batches if partition.stripes == 1
-                       else read_stripe(part.path, partition.stripe, partition.stripes))
+            batches = (
+                read_batches(part.path).batches
+                if partition.stripes == 1
+                else read_stripe(part.path, partition.stripe, partition.stripes)
+            )
             for batch in batches:
                 if batch.num_rows:
                     yield conform(batch, part, self.arrow_schema)

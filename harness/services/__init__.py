@@ -4,10 +4,10 @@ does not depend on the state's size, and snapshots and restores its whole state.
 
 from collections.abc import Callable
 
-from core.service.api import ClusteredService
-from harness.services.counter import CounterService
-from harness.services.echo import EchoService
-from harness.services.kv import KeyValueService
+from clusterlab.core.service.api import ClusteredService
+from clusterlab.harness.services.counter import CounterService
+from clusterlab.harness.services.echo import EchoService
+from clusterlab.harness.services.kv import KeyValueService
 
 SERVICES: dict[str, Callable[[], ClusteredService]] = {
     "kv": KeyValueService,

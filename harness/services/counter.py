@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.codec import CloseReason
-from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from harness.services.digest import MultisetDigest
+from clusterlab.core.codec import CloseReason
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.digest import MultisetDigest
 
 DOMAIN = b"clusterlab-ctr"
 
@@ -120,4 +120,3 @@ class CounterService(ClusteredService):
 
     def on_terminate(self, cluster: Cluster) -> None:
         pass
-

@@ -69,8 +69,18 @@ def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) 
     vb = value.encode("utf-8")
     nb = str(number).encode("ascii")
     data = b"".join(
-        (tag, b"S", len(kb).to_bytes(4, "little"), kb, b"S", len(vb).to_bytes(4, "little"), vb,
-         b"I", len(nb).to_bytes(4, "little"), nb)
+        (
+            tag,
+            b"S",
+            len(kb).to_bytes(4, "little"),
+            kb,
+            b"S",
+            len(vb).to_bytes(4, "little"),
+            vb,
+            b"I",
+            len(nb).to_bytes(4, "little"),
+            nb,
+        )
     )
     h = hasher(domain)
     h.update(data)

@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.codec import CloseReason, ClusterTimeUnit
-from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from harness.services.digest import MultisetDigest
+from clusterlab.core.codec import CloseReason, ClusterTimeUnit
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.digest import MultisetDigest
 
 DOMAIN = b"clusterlab-echo"
 _UNITS_PER_MS = {ClusterTimeUnit.MILLIS: 1, ClusterTimeUnit.MICROS: 1_000, ClusterTimeUnit.NANOS: 1_000_000}
@@ -175,4 +175,3 @@ class EchoService(ClusteredService):
 
     def on_terminate(self, cluster: Cluster) -> None:
         pass
-

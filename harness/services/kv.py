@@ -41,10 +41,9 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import orjson
-
-from core.codec import CloseReason
-from core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from harness.services.digest import MODULUS, MultisetDigest, encode_field, hasher, item_hash, str_item_hash
+from clusterlab.core.codec import CloseReason
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.digest import MODULUS, MultisetDigest, encode_field, hasher, item_hash, str_item_hash
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
@@ -243,8 +242,12 @@ class KeyValueService(ClusteredService):
         if type(request_id) is int and type(key) is str and type(value) is str and type(prev) is bool:
             previous = self.entries.get(key) if prev else None
             self._set(key, value)
-            return {"id": request_id, "ok": True, "value": None if previous is None else previous[0],
-                    "revision": self.revision}
+            return {
+                "id": request_id,
+                "ok": True,
+                "value": None if previous is None else previous[0],
+                "revision": self.revision,
+            }
         return None
 
     def _execute(self, command: Any) -> dict[str, Any]:
@@ -309,9 +312,7 @@ class KeyValueService(ClusteredService):
             for record in snapshot.records[1:]:
                 for key, value, mod_revision in json.loads(record):
                     self.entries[key] = (value, mod_revision)
-        self._entry_hashes = {
-            k: item_hash(DOMAIN, "entry", k, v, rev) for k, (v, rev) in self.entries.items()
-        }
+        self._entry_hashes = {k: item_hash(DOMAIN, "entry", k, v, rev) for k, (v, rev) in self.entries.items()}
         self._entries_sum = sum(self._entry_hashes.values()) % MODULUS
         self._dirty = set()
 
@@ -343,4 +344,3 @@ class KeyValueService(ClusteredService):
 
     def on_terminate(self, cluster: Cluster) -> None:
         pass
-

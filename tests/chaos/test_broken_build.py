@@ -31,8 +31,9 @@ pytestmark = pytest.mark.chaos
         ("leader-isolation", "log matching", {"committed_prefix"}),
     ],
 )
-def test_broken_build_is_caught_in_the_simulator(chaos_runner: Any, scenario: str, online: str,
-                                                 checks: set[str]) -> None:
+def test_broken_build_is_caught_in_the_simulator(
+    chaos_runner: Any, scenario: str, online: str, checks: set[str]
+) -> None:
     broken = chaos_runner(scenario, 1, sim=True, fault_ack_before_append=True)
     assert not broken.ok
     assert broken.error is not None and "SafetyViolation" in broken.error and online in broken.error, broken.error
@@ -44,8 +45,7 @@ def test_broken_build_is_caught_in_the_simulator(chaos_runner: Any, scenario: st
 
 @pytest.mark.sim
 def test_broken_build_without_a_leader_fault_fails_progress_not_safety(chaos_runner: Any) -> None:
-    broken = chaos_runner("follower-restart", 1, sim=True, duration=3.0, settle_s=5.0,
-                          fault_ack_before_append=True)
+    broken = chaos_runner("follower-restart", 1, sim=True, duration=3.0, settle_s=5.0, fault_ack_before_append=True)
     assert broken.error is not None and broken.error.startswith("ChaosTimeout"), broken.error
     assert broken.verdict is not None and broken.verdict.ok
 

@@ -7,16 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-from chaos.runner import run_scenario
-from harness.cli import main
-from harness.trace import open_run
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.harness.cli import main
+from clusterlab.harness.trace import open_run
 
 pytestmark = pytest.mark.chaos
 
 
 def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    from chaos.scenarios import SCENARIOS
+    from clusterlab.chaos.scenarios import SCENARIOS
 
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
@@ -42,8 +41,23 @@ def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str, capsy
 @pytest.mark.sim
 def test_run_in_the_simulator_passes_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summary = tmp_path / "run.json"
-    assert main(["run", "leader-kill", "--sim", "--seed", "2", "--no-spark", "--dir", str(tmp_path / "run"),
-                 "--json", str(summary)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "leader-kill",
+                "--sim",
+                "--seed",
+                "2",
+                "--no-spark",
+                "--dir",
+                str(tmp_path / "run"),
+                "--json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "local verdict (pyarrow): PASS" in out and "PASS" in out.splitlines()[-1]
     assert "re-run: clusterlab run leader-kill --seed 2 --members 3 --duration 6 --sim" in out
@@ -55,8 +69,10 @@ def test_run_in_the_simulator_passes_and_reports(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.sim
 def test_run_exits_1_on_a_violation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "leader-kill", "--sim", "--no-spark", "--fault-ack-before-append",
-                 "--dir", str(tmp_path / "run")]) == 1
+    assert (
+        main(["run", "leader-kill", "--sim", "--no-spark", "--fault-ack-before-append", "--dir", str(tmp_path / "run")])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "acknowledged write is missing" in out and "FAIL" in out.splitlines()[-1]
 
@@ -80,8 +96,18 @@ def test_same_seed_same_simulated_run(tmp_path: Path, service: str) -> None:
 @pytest.mark.slow
 def test_spark_check_agrees_with_the_local_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summary = tmp_path / "run.json"
-    code = main(["run", "leader-kill", "--sim", "--fault-ack-before-append", "--dir", str(tmp_path / "run"),
-                 "--json", str(summary)])
+    code = main(
+        [
+            "run",
+            "leader-kill",
+            "--sim",
+            "--fault-ack-before-append",
+            "--dir",
+            str(tmp_path / "run"),
+            "--json",
+            str(summary),
+        ]
+    )
     assert code == 1
     data = json.loads(summary.read_text())
     spark_failed = {name for name, c in data["spark"]["checks"].items() if not c["ok"]}

@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from chaos.nemesis import NEMESES, DiskFault, Kill, Partition
-from chaos.scenarios import SCENARIOS, scenario
-from chaos.schedule import random_schedule
-from chaos.workload import Model, Op
-from core.runtime.client import ClusterConnection
-from harness.invariants import SafetyViolation
+from clusterlab.chaos.nemesis import NEMESES, DiskFault, Kill, Partition
+from clusterlab.chaos.scenarios import SCENARIOS, scenario
+from clusterlab.chaos.schedule import random_schedule
+from clusterlab.chaos.workload import Model, Op
+from clusterlab.core.runtime.client import ClusterConnection
+from clusterlab.harness.invariants import SafetyViolation
 
 
 def _op(op_id: int, f: str, key: str | None = "k0", value: str | None = None, **kw: object) -> Op:
@@ -93,7 +92,7 @@ def test_every_scenario_is_named_sized_and_builds() -> None:
 
 def test_nemeses_on_the_simulator_record_themselves(sim_cluster, nemesis) -> None:  # type: ignore[no-untyped-def]
     """The plugin's fixtures: faults on a SimCluster, each recorded as chaos_apply / chaos_heal."""
-    from core.consensus.context import SECOND
+    from clusterlab.core.consensus.context import SECOND
 
     leader = sim_cluster.await_leader(5 * SECOND)
     iso = nemesis(sim_cluster, Partition(shape="isolate-leader"))
@@ -128,7 +127,7 @@ def test_a_timed_out_connect_can_be_retried(tmp_path: Path) -> None:
 def test_simulated_kills_leak_no_file_descriptors(tmp_path: Path) -> None:
     """Regression: a SimCluster kill dropped the member with its files open (two descriptors per
     kill); a pytest worker running the chaos suite reached fd 1024 and select() failed elsewhere."""
-    from chaos.runner import run_scenario
+    from clusterlab.chaos.runner import run_scenario
 
     fds = Path("/proc/self/fd")
     run_scenario("rolling-restart", 1, sim=True, duration_s=3.0, directory=tmp_path / "warm")  # imports, caches
@@ -143,8 +142,15 @@ def test_simulated_runs_of_different_sizes_have_different_run_ids(tmp_path: Path
     (what Spark checks in one job) mixed the 3- and 5-member runs of a seed into one run."""
     import json
 
-    from chaos.runner import run_scenario
+    from clusterlab.chaos.runner import run_scenario
 
-    ids = {json.loads((run_scenario("bridge", 1, members=n, sim=True, duration_s=2.0, directory=tmp_path / str(n))
-                       .trace_dir / "run.json").read_text())["run_id"] for n in (3, 5)}
+    ids = {
+        json.loads(
+            (
+                run_scenario("bridge", 1, members=n, sim=True, duration_s=2.0, directory=tmp_path / str(n)).trace_dir
+                / "run.json"
+            ).read_text()
+        )["run_id"]
+        for n in (3, 5)
+    }
     assert len(ids) == 2, ids

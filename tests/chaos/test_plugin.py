@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterlab.core.consensus.context import Role
 
-from core.consensus.context import Role
-
-USER_SUITE = '''
+USER_SUITE = """
 import pytest
 
 @pytest.mark.chaos(scenario="leader-kill", sim=True, seed=[3, 4], duration=3.0)
@@ -24,13 +23,18 @@ def test_survives(chaos_run):
 @pytest.mark.chaos(scenario="leader-kill", sim=True, seed=1, duration=3.0, fault_ack_before_append=True)
 def test_broken(chaos_run):
     assert chaos_run.ok, chaos_run.failure_message()
-'''
+"""
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_user.py").write_text(USER_SUITE)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.mark.chaos
@@ -84,6 +88,9 @@ def test_cluster_nemesis_and_workload_fixtures(cluster: Any, nemesis: Any, workl
         if w.acked > before:
             break
     assert w.acked > before and w.model.checked > 0
-    cluster.await_condition(lambda: cluster.status(leader) is not None
-                            and cluster.status(leader).role == Role.FOLLOWER, 15.0, "old leader follows")
+    cluster.await_condition(
+        lambda: cluster.status(leader) is not None and cluster.status(leader).role == Role.FOLLOWER,
+        15.0,
+        "old leader follows",
+    )
     assert new_leader != leader

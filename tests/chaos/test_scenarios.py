@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from chaos.scenarios import SCENARIOS
-from harness.pytest_plugin import chaos_seeds
-from harness.trace import open_run
+from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.harness.pytest_plugin import chaos_seeds
+from clusterlab.harness.trace import open_run
 
 REAL_SEEDS = (1, 2)
 REAL_SEEDS_5 = (1,)

@@ -1,4 +1,4 @@
-"""chaos.summary: grouping kept runs and their failover/recovery figures."""
+"""clusterlab.chaos.summary: grouping kept runs and their failover/recovery figures."""
 
 from __future__ import annotations
 
@@ -6,13 +6,22 @@ import json
 from pathlib import Path
 
 import pytest
-
-from chaos.summary import load_runs, main, summarize
+from clusterlab.chaos.summary import load_runs, main, summarize
 
 
 def _run(root: Path, name: str, **kw: object) -> None:
-    base = {"scenario": "leader-kill", "seed": 1, "members": 3, "sim": False, "ok": True, "acked": 10,
-            "failovers_s": [], "elections_s": [], "recoveries_s": [], "recovery_s": None}
+    base = {
+        "scenario": "leader-kill",
+        "seed": 1,
+        "members": 3,
+        "sim": False,
+        "ok": True,
+        "acked": 10,
+        "failovers_s": [],
+        "elections_s": [],
+        "recoveries_s": [],
+        "recovery_s": None,
+    }
     (root / name).mkdir()
     (root / name / "chaos.json").write_text(json.dumps({**base, **kw}))
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.local import LocalCluster, pid_alive
+from clusterlab.harness.local import LocalCluster, pid_alive
 
 # Generous bounds for a loaded 2-core CI machine; a healthy run takes a fraction of each.
 CATCH_UP_S = 15.0

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from clusterlab.core.consensus.context import Role
+from clusterlab.core.runtime.config import ClusterConfig, remove_socket_root
+from clusterlab.harness.local import LocalCluster, pid_alive, wait_until
+from clusterlab.harness.services import kv
 
-from core.consensus.context import Role
-from core.runtime.config import ClusterConfig, remove_socket_root
-from harness.local import LocalCluster, pid_alive, wait_until
-from harness.services import kv
 from tests.cluster.helpers import assert_services_agree, await_caught_up, running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
@@ -82,7 +82,7 @@ def test_members_stop_when_their_harness_is_killed_outright(tmp_path: Path) -> N
     directory = tmp_path / "cluster"
     script = (
         "import sys\n"
-        "from harness.local import LocalCluster\n"
+        "from clusterlab.harness.local import LocalCluster\n"
         f"with LocalCluster(directory={str(directory)!r}) as c:\n"
         "    print('ready', flush=True)\n"
         "    sys.stdin.read()\n"

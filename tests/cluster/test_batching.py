@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import zmq
+from clusterlab.core.codec.session import encode_session_message
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.runtime.transport import MAX_BATCH, NO_MEMBER, batch_header, pack_batch
+from clusterlab.harness.services import kv
 
-from core.codec.session import encode_session_message
-from core.consensus.context import Channel
-from core.runtime.transport import MAX_BATCH, NO_MEMBER, batch_header, pack_batch
-from harness.services import kv
 from tests.cluster.helpers import assert_services_agree, await_caught_up, running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

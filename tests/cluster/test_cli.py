@@ -1,4 +1,4 @@
-"""``clusterlab cluster start``, ``client`` and ``tool`` (run as ``python -m harness.cli_cluster``, the
+"""``clusterlab cluster start``, ``client`` and ``tool`` (run as ``python -m clusterlab.harness.cli_cluster``, the
 same functions ``clusterlab`` registers)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from clusterlab.harness.local import LocalCluster, pid_alive, wait_until
 
-from harness.local import LocalCluster, pid_alive, wait_until
 from tests.cluster.helpers import running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "harness.cli_cluster", *args],
+        [sys.executable, "-m", "clusterlab.harness.cli_cluster", *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -104,11 +104,12 @@ def test_cluster_start_runs_in_the_foreground_and_ctrl_c_stops_it_cleanly(tmp_pa
     directory = tmp_path / "cli-cluster"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli_cluster", "cluster", "start", "--members", "3", "--dir", str(directory),
-         "--refresh", "0.2"],
+        [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--members", "3",
+         "--dir", str(directory), "--refresh", "0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
     try:
+
         def has_leader() -> bool:
             assert proc.poll() is None, proc.communicate()
             listed = cli("tool", str(directory), "list-members", "--timeout", "0.5")

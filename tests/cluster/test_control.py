@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clusterlab.core.consensus.context import ConsensusModuleState
+from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
+from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.services import kv
 
-from core.consensus.context import ConsensusModuleState
-from core.consensus.recording_log import EntryType, RecordingLog
-from harness.local import LocalCluster
-from harness.services import kv
 from tests.cluster.helpers import (
     assert_no_process_outlives,
     assert_services_agree,

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from clusterlab.core.consensus.context import Role
+from clusterlab.harness.services import kv
 
-from core.consensus.context import Role
-from harness.services import kv
 from tests.cluster.helpers import (
     LEADER_S,
     assert_services_agree,

@@ -10,13 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from clusterlab.core.codec.consensus import Vote
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.runtime.probe import send_raw
+from clusterlab.core.runtime.transport import HEADER, MAX_MESSAGE_BYTES, header
+from clusterlab.harness.local import LocalCluster
 
-from core.codec.consensus import Vote
-from core.codec.enums import BooleanType
-from core.consensus.context import Channel
-from core.runtime.probe import send_raw
-from core.runtime.transport import HEADER, MAX_MESSAGE_BYTES, header
-from harness.local import LocalCluster
 from tests.cluster.helpers import assert_services_agree, await_caught_up, node_log, running_cluster, service_log
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from harness.local import LocalCluster
-from harness.trace import (
+from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.trace import (
     Run,
     applied_by_incarnation,
     contiguity_violations,

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The worker's local Spark session (scratch directories are per process: workers never collide)."""
-    from golden.spark.session import spark_session
+    from clusterlab.golden.spark.session import spark_session
 
     session = spark_session("local[2]", app_name="clusterlab-tests")
     yield session
@@ -22,7 +22,7 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean simulator leader-kill trace (seed 1). Read-only: copy it before planting."""
-    from chaos.runner import run_scenario
+    from clusterlab.chaos.runner import run_scenario
 
     r = run_scenario("leader-kill", seed=1, sim=True, directory=tmp_path_factory.mktemp("sim-leader-kill"))
     assert r.ok, r.failure_message()

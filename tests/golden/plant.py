@@ -41,8 +41,9 @@ def copy_run(src: Path, dst: Path, run_id: str) -> Path:
         table = read_file(path)
         if "run_id" in table.column_names:
             i = table.schema.get_field_index("run_id")
-            write_file(path, table.set_column(i, table.schema.field(i), pa.array([run_id] * table.num_rows,
-                                                                                  pa.string())))
+            write_file(
+                path, table.set_column(i, table.schema.field(i), pa.array([run_id] * table.num_rows, pa.string()))
+            )
     for stale in ("check.json", "report.html"):
         (dst / stale).unlink(missing_ok=True)
     return dst
@@ -60,6 +61,7 @@ def middle_entry(run: Path, member: int) -> dict[str, Any]:
 
 def plant_state_digest(run: Path, member: int, position: int) -> None:
     """Member ``member`` reports a different state digest at ``position`` only."""
+
     def change(rows: Rows) -> Rows:
         for r in rows:
             if r["log_position"] == position:
@@ -73,7 +75,7 @@ def plant_gap(run: Path, member: int, position: int) -> int:
     """Drop the applied row at ``position``; returns the position of the row after it (where the gap shows)."""
     rows = read_file(applied_file(run, member)).to_pylist()
     i = next(i for i, r in enumerate(rows) if r["log_position"] == position)
-    rewrite(applied_file(run, member), lambda rs: rs[:i] + rs[i + 1:])
+    rewrite(applied_file(run, member), lambda rs: rs[:i] + rs[i + 1 :])
     return rows[i + 1]["log_position"]
 
 
@@ -82,8 +84,9 @@ def plant_second_leader(run: Path, member: int, term: int) -> None:
     path = run / "events" / f"node-{member}-i0.arrow"
 
     def change(rows: Rows) -> Rows:
-        extra = dict(rows[-1], kind="leader", leadership_term_id=term, log_position=0, detail="{}",
-                     seq=rows[-1]["seq"] + 1)
+        extra = dict(
+            rows[-1], kind="leader", leadership_term_id=term, log_position=0, detail="{}", seq=rows[-1]["seq"] + 1
+        )
         return [*rows, extra]
 
     rewrite(path, change)
@@ -95,8 +98,9 @@ def plant_acked_op(run: Path, op_id: int) -> None:
 
     def change(rows: Rows) -> Rows:
         last = rows[-1]
-        invoke = dict(last, op_id=op_id, kind="invoke", f="put", key="ghost", value="never", result=None,
-                      seq=last["seq"] + 1)
+        invoke = dict(
+            last, op_id=op_id, kind="invoke", f="put", key="ghost", value="never", result=None, seq=last["seq"] + 1
+        )
         ok = dict(invoke, kind="ok", result="null", seq=last["seq"] + 2)
         return [*rows, invoke, ok]
 

@@ -1,5 +1,5 @@
 """``clusterlab check``: each Spark check fails on a violation planted in a copy of a real trace, at
-the planted position, and agrees with the local pyarrow verdict (chaos.verify) on every run."""
+the planted position, and agrees with the local pyarrow verdict (clusterlab.chaos.verify) on every run."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterlab.chaos.verify import verify_run
+from clusterlab.golden.spark.check import CHECKS, check_runs
+from clusterlab.harness.cli import main
+from clusterlab.harness.trace import open_run
 
-from chaos.verify import verify_run
-from golden.spark.check import CHECKS, check_runs
-from harness.cli import main
-from harness.trace import open_run
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark
@@ -81,8 +81,13 @@ def test_violations_are_at_the_planted_positions(report: Any, planted: dict[str,
     gap = _of(report, "contiguity", "gap")
     assert gap[0]["log_position"] == planted["gap"]["position"] and gap[0]["member_id"] == 2
     leaders = _of(report, "election_safety", "leaders")
-    assert leaders == [{"run_id": "leaders", "leadership_term_id": planted["leaders"]["term"],
-                        "members": sorted(leaders[0]["members"])}]
+    assert leaders == [
+        {
+            "run_id": "leaders",
+            "leadership_term_id": planted["leaders"]["term"],
+            "members": sorted(leaders[0]["members"]),
+        }
+    ]
     assert len(leaders[0]["members"]) == 2
     acked = _of(report, "durability", "acked")
     assert [(v["op_id"], v["problem"]) for v in acked] == [(999_999, "acknowledged op not in the log")]
@@ -101,8 +106,9 @@ def test_spark_and_pyarrow_verdicts_agree(report: Any, planted: dict[str, Any]) 
         assert set(local.failed()) == spark_failed, run_id
 
 
-def test_check_cli_writes_check_json_and_exit_codes(spark, planted: dict[str, Any], tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_cli_writes_check_json_and_exit_codes(
+    spark, planted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     clean, bad = planted["clean"]["dir"], planted["state"]["dir"]
     assert main(["check", str(clean), "--json", str(tmp_path / "out.json")]) == 0
     doc = json.loads((clean / "check.json").read_text())
@@ -114,7 +120,7 @@ def test_check_cli_writes_check_json_and_exit_codes(spark, planted: dict[str, An
     out = capsys.readouterr().out
     assert "FAIL" in out and "agreement" in out
     # The report takes the Spark verdict from check.json, with the divergent members' digests.
-    from golden.report import write_report
+    from clusterlab.golden.report import write_report
 
     page = write_report(bad).read_text()
     assert "Spark check (check.json)" in page

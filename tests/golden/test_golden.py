@@ -9,14 +9,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from clusterlab.golden.regenerate import regenerate
+from clusterlab.golden.replay import replay_log
+from clusterlab.golden.spark.diff import Comparison, diff_positions
+from clusterlab.golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
+from clusterlab.golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
+from clusterlab.harness.cli import main
+from clusterlab.harness.trace import open_run
 
-from golden.regenerate import regenerate
-from golden.replay import replay_log
-from golden.spark.diff import Comparison, diff_positions
-from golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
-from golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
-from harness.cli import main
-from harness.trace import open_run
 from tests.golden import plant, variants
 
 
@@ -47,16 +47,20 @@ def test_bless_stores_log_digests_messages_and_recipe(traces: Path, sim_run: Pat
     assert g.driver == "sim" and g.info["scenario"] == "leader-kill" and g.info["seed"] == 1
     assert g.info["git_commit"] and g.info["clusterlab_version"] and g.info["source_run_id"] == run.meta["run_id"]
     assert g.log.equals(run.log)
-    assert g.applied.num_rows == g.info["positions"] == len({r["log_position"] for r in run.applied.to_pylist()
-                                                              if r["entry_type"] != "Snapshot"})
+    assert (
+        g.applied.num_rows
+        == g.info["positions"]
+        == len({r["log_position"] for r in run.applied.to_pylist() if r["entry_type"] != "Snapshot"})
+    )
     assert g.messages is not None and g.messages.num_rows == run.messages.num_rows
     assert set(g.applied.column("member_id").to_pylist()) == {-1}
     recipes = {r.name: r for r in load_manifest(traces / "goldens.json")}
     assert recipes["g-sim"] == Recipe("g-sim", "sim", "leader-kill", 1, 3, None, "test golden")
 
 
-def test_bless_refuses_what_cannot_be_a_golden(traces: Path, sim_run: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bless_refuses_what_cannot_be_a_golden(
+    traces: Path, sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(GoldenError, match="not a clusterlab run"):
         bless(tmp_path / "empty", "x", traces=traces)
@@ -85,8 +89,7 @@ def test_verify_passes_clean_and_names_a_planted_message(spark, traces: Path) ->
     assert planted.messages is not None and planted.messages.divergent == 1
     first = planted.messages.first
     assert first is not None
-    assert {k: first[k] for k in ("process", "incarnation", "seq")} == json.loads(
-        (traces / "planted.json").read_text())
+    assert {k: first[k] for k in ("process", "incarnation", "seq")} == json.loads((traces / "planted.json").read_text())
     assert first["golden_msg_type"] == first["actual_msg_type"] == "AppendPosition"
     assert any("first divergent message" in line for line in report.details())
 
@@ -94,8 +97,9 @@ def test_verify_passes_clean_and_names_a_planted_message(spark, traces: Path) ->
 @pytest.mark.spark
 def test_verify_reports_a_one_off_wrong_digest_at_exactly_its_position(spark, traces: Path, sim_run: Path) -> None:
     p = _session_message_position(sim_run)
-    report = verify_goldens(["g-sim"], traces=traces, spark=spark, rerun=False,
-                            service_factory=variants.wrong_digest_once(p))
+    report = verify_goldens(
+        ["g-sim"], traces=traces, spark=spark, rerun=False, service_factory=variants.wrong_digest_once(p)
+    )
     [v] = report.verdicts
     assert not v.ok and not report.ok
     d = v.replay
@@ -110,8 +114,9 @@ def test_verify_reports_a_one_off_wrong_digest_at_exactly_its_position(spark, tr
 
 
 @pytest.mark.spark
-def test_diff_tells_a_wrong_update_from_a_changed_digest_function(spark, traces: Path, sim_run: Path,
-                                                                   tmp_path: Path) -> None:
+def test_diff_tells_a_wrong_update_from_a_changed_digest_function(
+    spark, traces: Path, sim_run: Path, tmp_path: Path
+) -> None:
     g = load_golden("g-sim", traces)
     p = _session_message_position(sim_run, 0.3)
     comparisons = []
@@ -133,8 +138,9 @@ def test_diff_tells_a_wrong_update_from_a_changed_digest_function(spark, traces:
     assert f"{changed.divergent - 1} more divergent positions" in lines[3]
 
 
-def test_a_corrupt_golden_fails_with_a_clear_error(traces: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_corrupt_golden_fails_with_a_clear_error(
+    traces: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import shutil
 
     broken = tmp_path / "traces"
@@ -181,8 +187,13 @@ def test_ci_golden_script_fails_on_a_planted_divergence(traces: Path, tmp_path: 
     rows[len(rows) // 2]["state_digest"] = bytes(16)
     plant.write_file(path, pa.Table.from_pylist(rows, schema=plant.read_file(path).schema))
     env = dict(os.environ, PYTHON=sys.executable)
-    done = subprocess.run([str(root / "ci" / "golden"), "--traces", str(tmp_path), "--no-rerun"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(root / "ci" / "golden"), "--traces", str(tmp_path), "--no-rerun"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"first divergent position {p} (state)" in done.stdout
     assert "0 more divergent positions" in done.stdout and "g-clean" in done.stdout

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from golden.replay import describe_entry, replay_log
-from harness.services import SERVICES
-from harness.trace import open_run
+from clusterlab.golden.replay import describe_entry, replay_log
+from clusterlab.harness.services import SERVICES
+from clusterlab.harness.trace import open_run
 
 
 def test_replay_reproduces_every_recorded_state(sim_run: Path) -> None:
@@ -50,4 +50,5 @@ def test_describe_entry_decodes_the_framed_bytes(sim_run: Path) -> None:
     rows = open_run(sim_run).log.to_pylist()
     first = rows[0]
     assert describe_entry(first["entry"], first["log_position"] - len(first["entry"])).startswith(
-        "NewLeadershipTermEvent")
+        "NewLeadershipTermEvent"
+    )

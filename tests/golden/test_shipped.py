@@ -3,7 +3,7 @@ the commit it was blessed from (``ci/golden`` verifies them against today's code
 
 from __future__ import annotations
 
-from golden.store import MANIFEST, TRACES, golden_names, load_golden, load_manifest
+from clusterlab.golden.store import MANIFEST, TRACES, golden_names, load_golden, load_manifest
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -17,8 +17,12 @@ def test_every_golden_has_a_recipe_and_loads() -> None:
     assert {"leader-kill", "truncate-follower-tail"} <= real and any("partition" in s for s in real)
     for name, r in recipes.items():
         g = load_golden(name)
-        assert (g.driver, g.info["scenario"], g.info["seed"], g.info["members"]) == (r.driver, r.scenario, r.seed,
-                                                                                    r.members)
+        assert (g.driver, g.info["scenario"], g.info["seed"], g.info["members"]) == (
+            r.driver,
+            r.scenario,
+            r.seed,
+            r.members,
+        )
         assert g.info["git_commit"] and g.info["clusterlab_version"]
         assert g.applied.num_rows == g.info["positions"] > 100
         assert (g.messages is not None) == (r.driver == "sim")

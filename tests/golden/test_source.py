@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from clusterlab.golden.spark.source import TraceSourceError, find_runs
+from clusterlab.harness.recorder import SCHEMAS, TABLES
+from clusterlab.harness.trace import open_run, read_stream
 from pyspark.sql import functions as F
 
-from golden.spark.source import TraceSourceError, find_runs
-from harness.recorder import SCHEMAS, TABLES
-from harness.trace import open_run, read_stream
 from tests.golden.plant import copy_run, tear
 
 pytestmark = pytest.mark.spark
@@ -20,8 +20,13 @@ pytestmark = pytest.mark.spark
 def _spark_type(t: pa.DataType) -> str:
     if pa.types.is_fixed_size_binary(t) or pa.types.is_binary(t):
         return "binary"
-    return {pa.string(): "string", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint",
-            pa.bool_(): "boolean"}[t]
+    return {
+        pa.string(): "string",
+        pa.int16(): "smallint",
+        pa.int32(): "int",
+        pa.int64(): "bigint",
+        pa.bool_(): "boolean",
+    }[t]
 
 
 def test_every_table_has_the_contract_columns_and_types(spark, sim_run: Path) -> None:
@@ -36,8 +41,9 @@ def test_every_table_has_the_contract_columns_and_types(spark, sim_run: Path) ->
     assert {"entry_digest", "cluster_session_id", "body"} <= set(log.columns)
     # The log's entry digest is the one the services record in `applied`.
     applied = spark.read.format("clustertrace").option("table", "applied").load(str(sim_run))
-    joined = applied.where("entry_type != 'Snapshot'").join(log.select("log_position", "entry_digest"),
-                                                            ["log_position", "entry_digest"], "left_anti")
+    joined = applied.where("entry_type != 'Snapshot'").join(
+        log.select("log_position", "entry_digest"), ["log_position", "entry_digest"], "left_anti"
+    )
     assert joined.count() == 0
 
 
@@ -92,8 +98,12 @@ def test_large_files_are_split_into_stripes_of_batches(spark, sim_run: Path) -> 
     """With a small maxPartitionBytes every file is striped by record batch; every row is read once."""
     biggest = max((sim_run / "messages").glob("*.arrow"), key=lambda p: p.stat().st_size)
     size = biggest.stat().st_size
-    df = (spark.read.format("clustertrace").option("table", "messages").option("maxPartitionBytes", size // 4)
-          .load(str(sim_run)))
+    df = (
+        spark.read.format("clustertrace")
+        .option("table", "messages")
+        .option("maxPartitionBytes", size // 4)
+        .load(str(sim_run))
+    )
     assert df.rdd.getNumPartitions() > len(list((sim_run / "messages").glob("*.arrow")))
     run = open_run(sim_run)
     assert df.count() == run.messages.num_rows
@@ -104,13 +114,16 @@ def test_large_files_are_split_into_stripes_of_batches(spark, sim_run: Path) -> 
 def test_columns_option_projects_at_the_source(spark, sim_run: Path) -> None:
     """``columns`` gives exactly those columns, in that order, with the same values as a full read."""
     full = spark.read.format("clustertrace").option("table", "log").load(str(sim_run))
-    narrow = (spark.read.format("clustertrace").option("table", "log").option("columns", "log_position, entry_digest")
-              .load(str(sim_run)))
+    narrow = (
+        spark.read.format("clustertrace")
+        .option("table", "log")
+        .option("columns", "log_position, entry_digest")
+        .load(str(sim_run))
+    )
     assert narrow.columns == ["log_position", "entry_digest"]
     assert narrow.exceptAll(full.select("log_position", "entry_digest")).count() == 0
     assert narrow.count() == full.count() == open_run(sim_run).tables["log"].num_rows
-    body = (spark.read.format("clustertrace").option("table", "log").option("columns", "run_id,body")
-            .load(str(sim_run)))
+    body = spark.read.format("clustertrace").option("table", "log").option("columns", "run_id,body").load(str(sim_run))
     assert body.where(F.col("body").isNotNull()).count() == full.where(F.col("body").isNotNull()).count() > 0
     with pytest.raises(Exception, match="no column 'nope'"):
         spark.read.format("clustertrace").option("table", "applied").option("columns", "seq,nope").load(str(sim_run))

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from core.service.api import ClientSession
-from harness.services.kv import KeyValueService
+from clusterlab.core.service.api import ClientSession
+from clusterlab.harness.services.kv import KeyValueService
 
 
 def _position(service: KeyValueService) -> int:

@@ -1,6 +1,6 @@
 """Fixtures for simulator tests: clusters in the test's tmp_path with a safety checker attached.
 
-``sim.cluster(...)`` builds a SimCluster whose every event feeds a harness.invariants.SafetyChecker
+``sim.cluster(...)`` builds a SimCluster whose every event feeds a clusterlab.harness.invariants.SafetyChecker
 (election safety and monotonic commit are checked as they happen); ``sim.check(c)`` checks log
 matching of the live members now, and ``sim.converge(c)`` waits for one leader whose whole log every
 live member has committed, then checks log matching and durability."""
@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
-from core.codec.message import Message
-from core.codec.registry import decode, peek_template_id
-from core.consensus.context import SECOND, ElectionState
-from harness.invariants import SafetyChecker
-from harness.random_schedule import converged
-from harness.sim import SimCluster
-from harness.simnet import Delivery
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode, peek_template_id
+from clusterlab.core.consensus.context import SECOND, ElectionState
+from clusterlab.harness.invariants import SafetyChecker
+from clusterlab.harness.random_schedule import converged
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.simnet import Delivery
 
 M = TypeVar("M", bound=Message)
 
@@ -34,8 +33,9 @@ class SimKit:
         self._sends: dict[int, list[Delivery]] = {}
 
     def cluster(self, members: int = 3, seed: int = 0, **kwargs: Any) -> SimCluster:
-        c = SimCluster(members=members, seed=seed, directory=self._directory / f"cluster-{len(self._clusters)}",
-                       **kwargs)
+        c = SimCluster(
+            members=members, seed=seed, directory=self._directory / f"cluster-{len(self._clusters)}", **kwargs
+        )
         checker = SafetyChecker()
         for event in c.events:  # what the members emitted while starting
             checker.on_event(event)
@@ -64,8 +64,9 @@ class SimKit:
         assert leader is not None
         return leader
 
-    def sent(self, c: SimCluster, cls: type[M], src: int | None = None, dst: int | None = None) -> list[
-            tuple[Delivery, M]]:
+    def sent(
+        self, c: SimCluster, cls: type[M], src: int | None = None, dst: int | None = None
+    ) -> list[tuple[Delivery, M]]:
         """Every ``cls`` message the members sent (dropped ones included), decoded, in send order."""
         out: list[tuple[Delivery, M]] = []
         for d in self._sends[id(c)]:
@@ -80,8 +81,9 @@ class SimKit:
 
     # ------------------------------------------------------------------ reading the event log
     @staticmethod
-    def events(c: SimCluster, kind: str, member_id: int | None = None,
-               incarnation: int | None = None) -> list[dict[str, Any]]:
+    def events(
+        c: SimCluster, kind: str, member_id: int | None = None, incarnation: int | None = None
+    ) -> list[dict[str, Any]]:
         """Events a member emitted (source ``node-N``), optionally of one incarnation."""
         return [
             e

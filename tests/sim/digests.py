@@ -14,12 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from core.codec.framing import HDR_TYPE_PAD
-from core.codec.message import Message
-from core.codec.registry import decode
-from core.consensus.context import SECOND
-from core.service.agent import AppliedEntry, EntryType
-from harness.sim import SimCluster
+from clusterlab.core.codec.framing import HDR_TYPE_PAD
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.consensus.context import SECOND
+from clusterlab.core.service.agent import AppliedEntry, EntryType
+from clusterlab.harness.sim import SimCluster
 
 M = TypeVar("M", bound=Message)
 
@@ -64,14 +64,12 @@ def assert_digests_agree_at_every_position(c: SimCluster) -> dict[int, bytes]:
     for position in sorted(by_position):
         seen = by_position[position]
         state_digests = {e.state_digest for _, _, e in seen}
-        assert len(state_digests) == 1, (
-            f"state digests differ at log position {position}: "
-            + "; ".join(f"member {m}/{i}: {e.describe()}" for m, i, e in seen)
+        assert len(state_digests) == 1, f"state digests differ at log position {position}: " + "; ".join(
+            f"member {m}/{i}: {e.describe()}" for m, i, e in seen
         )
         entry_digests = {e.entry_digest for _, _, e in seen if e.entry_type != EntryType.SNAPSHOT}
-        assert len(entry_digests) <= 1, (
-            f"different entries applied at log position {position}: "
-            + "; ".join(f"member {m}/{i}: {e.describe()}" for m, i, e in seen)
+        assert len(entry_digests) <= 1, f"different entries applied at log position {position}: " + "; ".join(
+            f"member {m}/{i}: {e.describe()}" for m, i, e in seen
         )
         states[position] = state_digests.pop()
     return states
@@ -88,8 +86,7 @@ def assert_contiguous(c: SimCluster) -> None:
                 continue
             start = e.log_position - e.length
             assert start == end, (
-                f"member {member_id}/{incarnation} applied {e.describe()} starting at {start}, "
-                f"expected {end}"
+                f"member {member_id}/{incarnation} applied {e.describe()} starting at {start}, expected {end}"
             )
             end = e.log_position
 
@@ -108,8 +105,9 @@ def assert_services_agree(c: SimCluster, members: Iterable[int] | None = None) -
     return c.service(members[0]).service.state_digest()
 
 
-def await_services_at(c: SimCluster, position: int, members: Iterable[int] | None = None,
-                      timeout_ns: int = 5 * SECOND) -> None:
+def await_services_at(
+    c: SimCluster, position: int, members: Iterable[int] | None = None, timeout_ns: int = 5 * SECOND
+) -> None:
     """Wait until the live (or given) members' services have applied the log up to ``position``."""
     members = list(c.members_alive() if members is None else members)
     c.await_condition(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.codec.consensus import (
+from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
     CommitPosition,
@@ -33,12 +33,12 @@ from core.codec.consensus import (
     RequestVote,
     Vote,
 )
-from core.codec.enums import BooleanType
-from core.codec.message import Message
-from core.codec.registry import decode
-from core.codec.session import encode_session_message
-from core.codec.transport import LogBlock
-from core.consensus.context import (
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.session import encode_session_message
+from clusterlab.core.codec.transport import LogBlock
+from clusterlab.core.consensus.context import (
     APP_VERSION,
     NULL_POSITION,
     NULL_VALUE,
@@ -50,8 +50,8 @@ from core.consensus.context import (
     Role,
     Timeouts,
 )
-from core.consensus.module import ConsensusModule
-from core.consensus.node_state import NODE_STATE_FILE_NAME, _decode
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.consensus.node_state import NODE_STATE_FILE_NAME, _decode
 
 M = TypeVar("M", bound=Message)
 
@@ -223,9 +223,7 @@ class Probe:
         return [
             s.msg
             for s in self.outbox.sent[since:]
-            if isinstance(s.msg, cls)
-            and (dst is None or s.dst == dst)
-            and (channel is None or s.channel == channel)
+            if isinstance(s.msg, cls) and (dst is None or s.dst == dst) and (channel is None or s.channel == channel)
         ]
 
     def sends(self, cls: type[Message] | None = None, since: int = 0) -> list[Sent]:
@@ -248,8 +246,13 @@ class Probe:
         return term
 
     # ------------------------------------------------------------------ messages from peers
-    def canvass(self, src: int, log_leadership_term_id: int = NULL_VALUE, log_position: int = 0,
-                leadership_term_id: int | None = None) -> CanvassPosition:
+    def canvass(
+        self,
+        src: int,
+        log_leadership_term_id: int = NULL_VALUE,
+        log_position: int = 0,
+        leadership_term_id: int | None = None,
+    ) -> CanvassPosition:
         return CanvassPosition(
             log_leadership_term_id=log_leadership_term_id,
             log_position=log_position,
@@ -258,8 +261,9 @@ class Probe:
             protocol_version=PROTOCOL_VERSION,
         )
 
-    def request_vote(self, src: int, candidate_term_id: int, log_leadership_term_id: int = NULL_VALUE,
-                     log_position: int = 0) -> RequestVote:
+    def request_vote(
+        self, src: int, candidate_term_id: int, log_leadership_term_id: int = NULL_VALUE, log_position: int = 0
+    ) -> RequestVote:
         return RequestVote(
             log_leadership_term_id=log_leadership_term_id,
             log_position=log_position,
@@ -268,8 +272,15 @@ class Probe:
             protocol_version=PROTOCOL_VERSION,
         )
 
-    def vote(self, src: int, yes: bool, candidate_term_id: int | None = None, candidate_member_id: int | None = None,
-             log_leadership_term_id: int = NULL_VALUE, log_position: int = 0) -> Vote:
+    def vote(
+        self,
+        src: int,
+        yes: bool,
+        candidate_term_id: int | None = None,
+        candidate_member_id: int | None = None,
+        log_leadership_term_id: int = NULL_VALUE,
+        log_position: int = 0,
+    ) -> Vote:
         """A peer's Vote for this member's current candidate term (unless told otherwise)."""
         return Vote(
             candidate_term_id=self.election.candidate_term_id if candidate_term_id is None else candidate_term_id,
@@ -323,12 +334,17 @@ class Probe:
 
     @staticmethod
     def commit_position(leader: int, leadership_term_id: int, log_position: int) -> CommitPosition:
-        return CommitPosition(leadership_term_id=leadership_term_id, log_position=log_position,
-                              leader_member_id=leader)
+        return CommitPosition(leadership_term_id=leadership_term_id, log_position=log_position, leader_member_id=leader)
 
     @staticmethod
-    def log_block(leader: int, leadership_term_id: int, start_position: int, entries: bytes,
-                  commit_position: int = 0, log_session_id: int = 7_777) -> LogBlock:
+    def log_block(
+        leader: int,
+        leadership_term_id: int,
+        start_position: int,
+        entries: bytes,
+        commit_position: int = 0,
+        log_session_id: int = 7_777,
+    ) -> LogBlock:
         return LogBlock(
             leadership_term_id=leadership_term_id,
             start_position=start_position,
@@ -367,8 +383,9 @@ class Probe:
         """Win unanimously, quorum holds the whole log -> LEADER_READY; returns the new term."""
         self.to_candidate_ballot(log_leadership_term_id, log_position)
         for p in self.peers:
-            self.deliver(p, self.vote(p, yes=True, log_leadership_term_id=log_leadership_term_id,
-                                      log_position=log_position))
+            self.deliver(
+                p, self.vote(p, yes=True, log_leadership_term_id=log_leadership_term_id, log_position=log_position)
+            )
         self.run_for(self.timeouts.election_timeout_ns, lambda: self.state == ElectionState.LEADER_READY)
         assert self.state == ElectionState.LEADER_READY, self.cm.describe()
         return self.election.leadership_term_id
@@ -408,7 +425,7 @@ class Probe:
 
 def session_entries(start_position: int, leadership_term_id: int, payloads: list[bytes]) -> list[bytes]:
     """Framed log entries (one per payload, application messages) laid end to end from ``start_position``."""
-    from core.codec.framing import frame
+    from clusterlab.core.codec.framing import frame
 
     out = []
     position = start_position
@@ -440,7 +457,7 @@ def scripted_backoffs(
 ) -> Callable[[ConsensusModuleContext], Any]:
     """A SimCluster ``member_factory``: member ``m``'s first nomination back-offs are ``backoffs_ns[m]``
     (in its first incarnation only)."""
-    from harness.sim import consensus_module_factory
+    from clusterlab.harness.sim import consensus_module_factory
 
     election_timeout_ns = (timeouts or Timeouts.fast()).election_timeout_ns
     started: set[int] = set()

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from core.consensus.context import MS, SECOND, ElectionState
-from harness.invariants import SafetyChecker
-from harness.random_schedule import converged
-from harness.sim import SimCluster
+from clusterlab.core.consensus.context import MS, SECOND, ElectionState
+from clusterlab.harness.invariants import SafetyChecker
+from clusterlab.harness.random_schedule import converged
+from clusterlab.harness.sim import SimCluster
 
 pytestmark = pytest.mark.sim
 

@@ -9,8 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
-
-from core.codec.consensus import (
+from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
     CatchupPosition,
@@ -21,12 +20,12 @@ from core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from core.codec.enums import AppendPositionFlags, BooleanType, ReplayBlockFlags, ReplayPurpose
-from core.codec.framing import walk_frames
-from core.codec.log_events import NewLeadershipTermEvent
-from core.codec.session import SessionEvent
-from core.codec.transport import LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
-from core.consensus.context import (
+from clusterlab.core.codec.enums import AppendPositionFlags, BooleanType, ReplayBlockFlags, ReplayPurpose
+from clusterlab.core.codec.framing import walk_frames
+from clusterlab.core.codec.log_events import NewLeadershipTermEvent
+from clusterlab.core.codec.session import SessionEvent
+from clusterlab.core.codec.transport import LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
+from clusterlab.core.consensus.context import (
     MS,
     NULL_POSITION,
     NULL_VALUE,
@@ -37,8 +36,9 @@ from core.consensus.context import (
     Role,
     Timeouts,
 )
-from core.consensus.node_state import NodeState
-from harness.simnet import NetworkConfig
+from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.harness.simnet import NetworkConfig
+
 from tests.sim.conftest import SimKit
 from tests.sim.probe import Probe, Sent, scripted_backoffs, session_entries
 
@@ -153,8 +153,12 @@ def test_first_send_of_a_state_is_immediate_after_entering_it(tmp_path: Path) ->
 def test_request_vote_reaches_a_peer_whose_backoff_ends_later_than_the_network_latency(sim: SimKit) -> None:
     # Latency 1 ms; member 0 stands at once, member 1 6 ms later, member 2 much later. Member 0's
     # RequestVote reaches member 1 while it is still in NOMINATE, so member 1 votes instead of standing.
-    c = sim.cluster(members=3, seed=1, network=NetworkConfig(min_latency_ns=1 * MS, max_latency_ns=1 * MS),
-                    member_factory=scripted_backoffs({0: [0], 1: [6 * MS], 2: [100 * MS]}))
+    c = sim.cluster(
+        members=3,
+        seed=1,
+        network=NetworkConfig(min_latency_ns=1 * MS, max_latency_ns=1 * MS),
+        member_factory=scripted_backoffs({0: [0], 1: [6 * MS], 2: [100 * MS]}),
+    )
     assert c.await_leader(2 * SECOND) == 0
     assert {e["source"] for e in sim.entries(c, ES.CANDIDATE_BALLOT)} == {"node-0"}
     assert set(sim.safety(c).leaders_by_term) == {0}
@@ -284,8 +288,14 @@ def test_request_vote_with_stale_candidate_term_gets_no(tmp_path: Path) -> None:
         mark = probe.mark()
         probe.deliver(1, probe.request_vote(1, candidate_term_id=stale))
         assert probe.sent(Vote, since=mark) == [
-            Vote(candidate_term_id=stale, log_leadership_term_id=NULL_VALUE, log_position=0,
-                 candidate_member_id=1, follower_member_id=0, vote=BooleanType.FALSE)
+            Vote(
+                candidate_term_id=stale,
+                log_leadership_term_id=NULL_VALUE,
+                log_position=0,
+                candidate_member_id=1,
+                follower_member_id=0,
+                vote=BooleanType.FALSE,
+            )
         ]
         assert probe.state == ES.CANVASS
     assert probe.candidate_term_on_disk() == 5
@@ -317,21 +327,29 @@ def test_request_vote_from_less_recent_log_gets_no_and_persists_candidate_term(t
     probe.to_canvass()
     assert probe.candidate_term_on_disk() == 0
     at_send: list[int] = []
-    probe.outbox.on_send.append(lambda s: at_send.append(probe.candidate_term_on_disk()) if isinstance(
-        s.msg, Vote) else None)
+    probe.outbox.on_send.append(
+        lambda s: at_send.append(probe.candidate_term_on_disk()) if isinstance(s.msg, Vote) else None
+    )
 
     # Same log term, shorter log.
     probe.deliver(1, probe.request_vote(1, candidate_term_id=3, log_leadership_term_id=log_term, log_position=96))
     [vote] = probe.sent(Vote)
-    assert vote == Vote(candidate_term_id=3, log_leadership_term_id=log_term, log_position=append,
-                        candidate_member_id=1, follower_member_id=0, vote=BooleanType.FALSE)
+    assert vote == Vote(
+        candidate_term_id=3,
+        log_leadership_term_id=log_term,
+        log_position=append,
+        candidate_member_id=1,
+        follower_member_id=0,
+        vote=BooleanType.FALSE,
+    )
     assert at_send == [3], "candidate term persisted before the NO left"
     assert probe.election.candidate_term_id == 3
     assert probe.state == ES.CANVASS
 
     # An older log term, however long.
-    probe.deliver(2, probe.request_vote(2, candidate_term_id=4, log_leadership_term_id=NULL_VALUE,
-                                        log_position=10 * append))
+    probe.deliver(
+        2, probe.request_vote(2, candidate_term_id=4, log_leadership_term_id=NULL_VALUE, log_position=10 * append)
+    )
     assert probe.sent(Vote, dst=2)[0].vote == BooleanType.FALSE
     assert probe.candidate_term_on_disk() == 4
     assert probe.state == ES.CANVASS
@@ -343,8 +361,9 @@ def test_request_vote_from_less_recent_log_to_a_new_leader_also_gets_a_tailored_
     probe = Probe(tmp_path)
     term = probe.to_leader_ready()
     mark = probe.mark()
-    probe.deliver(1, probe.request_vote(1, candidate_term_id=term + 1, log_leadership_term_id=NULL_VALUE,
-                                        log_position=0))
+    probe.deliver(
+        1, probe.request_vote(1, candidate_term_id=term + 1, log_leadership_term_id=NULL_VALUE, log_position=0)
+    )
     [vote] = probe.sent(Vote, since=mark)
     assert vote.vote == BooleanType.FALSE
     [nlt] = probe.sent(NewLeadershipTerm, dst=1, since=mark)
@@ -381,8 +400,17 @@ def test_request_vote_granted_moves_to_follower_ballot_and_vote_is_persisted_bef
     probe.deliver(1, probe.request_vote(1, candidate_term_id=candidate_term))
 
     assert at_send == [
-        (Vote(candidate_term_id=candidate_term, log_leadership_term_id=NULL_VALUE, log_position=0,
-              candidate_member_id=1, follower_member_id=0, vote=BooleanType.TRUE), candidate_term)
+        (
+            Vote(
+                candidate_term_id=candidate_term,
+                log_leadership_term_id=NULL_VALUE,
+                log_position=0,
+                candidate_member_id=1,
+                follower_member_id=0,
+                vote=BooleanType.TRUE,
+            ),
+            candidate_term,
+        )
     ]
     assert probe.state == ES.FOLLOWER_BALLOT
     # a.1: FOLLOWER_BALLOT has no entry action on the role (a candidate stays CANDIDATE until CANVASS or
@@ -552,8 +580,14 @@ def test_new_leadership_term_truncates_uncommitted_entries_then_init(tmp_path: P
     assert probe.cm.commit_position == 0 and append > 96
 
     # The new leader's history says our term ended at 96: everything after it was never committed.
-    nlt = probe.new_leadership_term(1, 1, log_leadership_term_id=log_term, next_leadership_term_id=1,
-                                    next_term_base_log_position=96, term_base_log_position=96)
+    nlt = probe.new_leadership_term(
+        1,
+        1,
+        log_leadership_term_id=log_term,
+        next_leadership_term_id=1,
+        next_term_base_log_position=96,
+        term_base_log_position=96,
+    )
     probe.deliver(1, nlt)
 
     assert probe.state == ES.INIT
@@ -580,8 +614,16 @@ def test_new_leadership_term_truncates_uncommitted_entries_then_init(tmp_path: P
 def test_new_leadership_term_without_next_term_for_a_lagging_log_is_an_error(tmp_path: Path) -> None:
     probe = Probe(tmp_path)
     probe.to_canvass()
-    probe.deliver(1, probe.new_leadership_term(1, 2, term_base_log_position=960, next_leadership_term_id=NULL_VALUE,
-                                               next_term_base_log_position=NULL_POSITION))
+    probe.deliver(
+        1,
+        probe.new_leadership_term(
+            1,
+            2,
+            term_base_log_position=960,
+            next_leadership_term_id=NULL_VALUE,
+            next_term_base_log_position=NULL_POSITION,
+        ),
+    )
     assert probe.state == ES.INIT
     assert probe.events_of("error")[-1]["detail"]["where"] == "CANVASS"
 
@@ -590,9 +632,18 @@ def test_new_leadership_term_for_a_missing_term_goes_to_follower_log_replication
     probe = Probe(tmp_path)
     probe.to_canvass()
     # Our log is empty (term -1); the leader's term 0 ran from 0 to 640 and term 1 started there.
-    probe.deliver(1, probe.new_leadership_term(1, 1, log_leadership_term_id=NULL_VALUE, next_leadership_term_id=0,
-                                               next_term_base_log_position=0, next_log_position=640,
-                                               term_base_log_position=640))
+    probe.deliver(
+        1,
+        probe.new_leadership_term(
+            1,
+            1,
+            log_leadership_term_id=NULL_VALUE,
+            next_leadership_term_id=0,
+            next_term_base_log_position=0,
+            next_log_position=640,
+            term_base_log_position=640,
+        ),
+    )
     assert probe.state == ES.FOLLOWER_LOG_REPLICATION
     assert (probe.election.replication_leadership_term_id, probe.election.replication_stop_position) == (0, 640)
     assert probe.cm.role == Role.FOLLOWER
@@ -616,16 +667,32 @@ def _to_follower_log_replication(probe: Probe, entries: list[bytes]) -> int:
     FOLLOWER_LOG_REPLICATION of term 0. Returns the end of term 0."""
     end = sum(len(e) for e in entries)
     probe.to_canvass()
-    probe.deliver(1, probe.new_leadership_term(1, 1, next_leadership_term_id=0, next_term_base_log_position=0,
-                                               next_log_position=end, term_base_log_position=end))
+    probe.deliver(
+        1,
+        probe.new_leadership_term(
+            1,
+            1,
+            next_leadership_term_id=0,
+            next_term_base_log_position=0,
+            next_log_position=end,
+            term_base_log_position=end,
+        ),
+    )
     assert probe.state == ES.FOLLOWER_LOG_REPLICATION
     return end
 
 
 def _replay_block(start: int, entries: bytes) -> ReplayBlock:
-    return ReplayBlock(correlation_id=1, recording_id=0, start_position=start,
-                       recording_stop_position=start + len(entries), leadership_term_id=1,
-                       purpose=ReplayPurpose.REPLICATION, flags=ReplayBlockFlags.LAST, entries=entries)
+    return ReplayBlock(
+        correlation_id=1,
+        recording_id=0,
+        start_position=start,
+        recording_stop_position=start + len(entries),
+        leadership_term_id=1,
+        purpose=ReplayPurpose.REPLICATION,
+        flags=ReplayBlockFlags.LAST,
+        entries=entries,
+    )
 
 
 def test_follower_log_replication_copies_the_missing_term_and_canvasses_once_the_leader_commits_it(
@@ -677,8 +744,14 @@ def test_new_leadership_term_from_the_leader_during_log_replication_extends_the_
 ) -> None:
     probe = Probe(tmp_path)
     probe.to_canvass()
-    nlt = probe.new_leadership_term(1, 1, next_leadership_term_id=0, next_term_base_log_position=0,
-                                    next_log_position=640, term_base_log_position=640)
+    nlt = probe.new_leadership_term(
+        1,
+        1,
+        next_leadership_term_id=0,
+        next_term_base_log_position=0,
+        next_log_position=640,
+        term_base_log_position=640,
+    )
     probe.deliver(1, nlt)
     assert probe.state == ES.FOLLOWER_LOG_REPLICATION
     probe.settle()
@@ -711,7 +784,10 @@ def test_leader_log_replication_waits_for_quorum_of_whole_log(tmp_path: Path) ->
     nlts = probe.sent(NewLeadershipTerm, dst=1, since=mark)
     assert nlts and nlts[-1].leadership_term_id == new_term
     assert (nlts[-1].log_leadership_term_id, nlts[-1].term_base_log_position, nlts[-1].log_position) == (
-        log_term, append, append)
+        log_term,
+        append,
+        append,
+    )
 
     # A follower part of the way there is not enough, nor is a report in the old term, nor a canvass
     # of a log as long as ours that ends in an older term (it does not hold our bytes).
@@ -742,7 +818,11 @@ def test_leader_ready_waits_for_voters_then_appends_new_leadership_term_event(tm
     [f] = probe.cm.archive.read_frames(0, probe.cm.append_position)
     event = NewLeadershipTermEvent.decode(f.payload)
     assert (event.leadership_term_id, event.term_base_log_position, event.log_position, event.leader_member_id) == (
-        term, 0, f.end_position, 0)
+        term,
+        0,
+        f.end_position,
+        0,
+    )
 
 
 def test_leader_ready_without_every_voter_completes_with_a_quorum_after_heartbeat_timeout(tmp_path: Path) -> None:
@@ -778,7 +858,10 @@ def test_leader_ready_appends_new_leadership_term_event_as_first_entry_of_term(s
             frame = c.member(m).archive.frame_at(entry.term_base_log_position)
             event = NewLeadershipTermEvent.decode(frame.payload)
             assert (event.leadership_term_id, event.term_base_log_position, event.leader_member_id) == (
-                term, entry.term_base_log_position, leader)
+                term,
+                entry.term_base_log_position,
+                leader,
+            )
             assert event.log_position == frame.end_position
 
 
@@ -827,13 +910,27 @@ def test_canvass_position_to_steady_leader_gets_tailored_new_leadership_term(tmp
 
     [older] = probe.sent(NewLeadershipTerm, dst=1, since=mark)
     assert older == NewLeadershipTerm(
-        log_leadership_term_id=NULL_VALUE, next_leadership_term_id=term, next_term_base_log_position=0,
-        next_log_position=stop, leadership_term_id=term, term_base_log_position=0, log_position=stop,
-        leader_recording_id=probe.cm.log_recording_id, timestamp=older.timestamp, leader_member_id=0,
-        log_session_id=probe.cm.log_session_id, app_version=older.app_version, is_startup=BooleanType.FALSE)
+        log_leadership_term_id=NULL_VALUE,
+        next_leadership_term_id=term,
+        next_term_base_log_position=0,
+        next_log_position=stop,
+        leadership_term_id=term,
+        term_base_log_position=0,
+        log_position=stop,
+        leader_recording_id=probe.cm.log_recording_id,
+        timestamp=older.timestamp,
+        leader_member_id=0,
+        log_session_id=probe.cm.log_session_id,
+        app_version=older.app_version,
+        is_startup=BooleanType.FALSE,
+    )
     [same] = probe.sent(NewLeadershipTerm, dst=2, since=mark)
-    assert (same.log_leadership_term_id, same.next_leadership_term_id, same.next_term_base_log_position,
-            same.next_log_position) == (term, NULL_VALUE, NULL_POSITION, NULL_POSITION)
+    assert (
+        same.log_leadership_term_id,
+        same.next_leadership_term_id,
+        same.next_term_base_log_position,
+        same.next_log_position,
+    ) == (term, NULL_VALUE, NULL_POSITION, NULL_POSITION)
     assert (same.leadership_term_id, same.log_position) == (term, stop)
 
 
@@ -914,8 +1011,9 @@ def test_commit_position_is_quorum_position_capped_by_leader_position(tmp_path: 
     probe.deliver(2, probe.append_position(2, term, ends[0]))
     probe.settle()
     assert probe.cm.commit_position == ends[1], "the 2nd highest of (leader, 1, 2)"
-    assert {(m.log_position, m.leadership_term_id, m.leader_member_id) for m in probe.sent(
-        CommitPosition, since=mark)} >= {(ends[1], term, 0)}
+    assert {
+        (m.log_position, m.leadership_term_id, m.leader_member_id) for m in probe.sent(CommitPosition, since=mark)
+    } >= {(ends[1], term, 0)}
 
     # Followers claiming more than the leader holds cannot push commit past the leader's own log.
     probe.deliver(1, probe.append_position(1, term, leader_position + 4096))
@@ -1014,9 +1112,18 @@ def test_election_error_restarts_at_init_with_log_position_at_commit(tmp_path: P
     log_term, append = probe.with_uncommitted_log(entries=2)
     probe.to_canvass()
     # The leader's log is ahead of ours in our own term: replay, then ask for a catch-up.
-    probe.deliver(1, probe.new_leadership_term(1, 1, log_leadership_term_id=log_term, next_leadership_term_id=1,
-                                               next_term_base_log_position=append, term_base_log_position=append,
-                                               log_position=append + 320))
+    probe.deliver(
+        1,
+        probe.new_leadership_term(
+            1,
+            1,
+            log_leadership_term_id=log_term,
+            next_leadership_term_id=1,
+            next_term_base_log_position=append,
+            term_base_log_position=append,
+            log_position=append + 320,
+        ),
+    )
     probe.run_for(T.leader_heartbeat_interval_ns, lambda: probe.state == ES.FOLLOWER_CATCHUP_AWAIT)
     assert probe.state == ES.FOLLOWER_CATCHUP_AWAIT
     assert probe.election.log_position == append != probe.cm.commit_position == 0
@@ -1047,8 +1154,10 @@ def test_catchup_position_starts_catchup_and_stop_catchup_sent_when_follower_rea
     top = probe.cm.append_position
     mark = probe.mark()
 
-    probe.deliver(1, CatchupPosition(leadership_term_id=term, log_position=base, follower_member_id=1,
-                                     catchup_endpoint="catchup-1"))
+    probe.deliver(
+        1,
+        CatchupPosition(leadership_term_id=term, log_position=base, follower_member_id=1, catchup_endpoint="catchup-1"),
+    )
     probe.settle()
     assert probe.cm.status(1).catchup_active
     blocks = [s for s in probe.sends(LogBlock, since=mark) if s.dst == 1]
@@ -1058,8 +1167,9 @@ def test_catchup_position_starts_catchup_and_stop_catchup_sent_when_follower_rea
     assert b"".join(s.msg.entries for s in blocks) == probe.cm.archive.read(base, top)
 
     # A second CatchupPosition while one runs is ignored.
-    probe.deliver(1, CatchupPosition(leadership_term_id=term, log_position=0, follower_member_id=1,
-                                     catchup_endpoint="catchup-1"))
+    probe.deliver(
+        1, CatchupPosition(leadership_term_id=term, log_position=0, follower_member_id=1, catchup_endpoint="catchup-1")
+    )
     assert probe.cm.status(1).log_send_position == top
 
     probe.deliver(1, probe.append_position(1, term, top - 32, flags=AppendPositionFlags.CATCHUP))
@@ -1089,9 +1199,13 @@ def test_follower_behind_in_current_term_catches_up_and_is_stopped_by_the_leader
     sim.converge(c)
 
     states = sim.states(c, follower, incarnation=1)
-    assert states[states.index(ES.FOLLOWER_CATCHUP_INIT):] == [
-        ES.FOLLOWER_CATCHUP_INIT, ES.FOLLOWER_CATCHUP_AWAIT, ES.FOLLOWER_CATCHUP, ES.FOLLOWER_LOG_INIT,
-        ES.FOLLOWER_READY, ES.CLOSED,
+    assert states[states.index(ES.FOLLOWER_CATCHUP_INIT) :] == [
+        ES.FOLLOWER_CATCHUP_INIT,
+        ES.FOLLOWER_CATCHUP_AWAIT,
+        ES.FOLLOWER_CATCHUP,
+        ES.FOLLOWER_LOG_INIT,
+        ES.FOLLOWER_READY,
+        ES.CLOSED,
     ]
     assert [m for _, m in sim.sent(c, CatchupPosition, src=follower, dst=leader)]
     stops = [m for _, m in sim.sent(c, StopCatchup, src=leader, dst=follower)]

@@ -1,7 +1,7 @@
-"""Seeded random fault schedules (harness.random_schedule) must never break safety, and must recover.
+"""Seeded random fault schedules (clusterlab.harness.random_schedule) must never break safety, and must recover.
 
 Each seed runs a cluster of 3 or 5 members through kills, restarts, partitions, an isolated leader,
-truncated and wiped disks and a lossy network, with harness.invariants.SafetyChecker sampling after
+truncated and wiped disks and a lossy network, with clusterlab.harness.invariants.SafetyChecker sampling after
 every phase, then heals everything and requires convergence. The default seeds are split into
 chunks so pytest-xdist spreads them over workers.
 
@@ -16,9 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from harness.pytest_plugin import parse_seeds
-from harness.random_schedule import ScheduleResult, run_random_schedule
+from clusterlab.harness.pytest_plugin import parse_seeds
+from clusterlab.harness.random_schedule import ScheduleResult, run_random_schedule
 
 pytestmark = pytest.mark.sim
 

@@ -2,7 +2,7 @@
 the cluster to recover, check the logs.
 
 Every scenario ends with ``sim.converge(c)``: one leader, every live member has committed the leader's
-whole log, and harness.invariants.SafetyChecker finds log matching and durability intact (it also
+whole log, and clusterlab.harness.invariants.SafetyChecker finds log matching and durability intact (it also
 watched every leader and commit event as it happened)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import random
 from typing import Any
 
 import pytest
+from clusterlab.core.archive.faults import flip_bits_in_tail, tear_last_frame
+from clusterlab.core.consensus.context import MS, SECOND, ElectionState, Role, Timeouts
+from clusterlab.core.consensus.recording_log import EntryType
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.simnet import NetworkConfig
 
-from core.archive.faults import flip_bits_in_tail, tear_last_frame
-from core.consensus.context import MS, SECOND, ElectionState, Role, Timeouts
-from core.consensus.recording_log import EntryType
-from harness.sim import SimCluster
-from harness.simnet import NetworkConfig
 from tests.sim.conftest import SimKit
 from tests.sim.probe import scripted_backoffs
 
@@ -102,8 +102,12 @@ def test_appointed_leader_is_elected_in_a_five_member_cluster(sim: SimKit) -> No
 def test_split_vote_resolves_on_retry(sim: SimKit, seed: int) -> None:
     # Every member hears every canvass at the same instant and nominates at once: three candidates
     # for term 0, each refusing the others.
-    c = sim.cluster(members=3, seed=seed, member_factory=scripted_backoffs({m: [0] for m in range(3)}),
-                    network=NetworkConfig(min_latency_ns=1 * MS, max_latency_ns=1 * MS))
+    c = sim.cluster(
+        members=3,
+        seed=seed,
+        member_factory=scripted_backoffs({m: [0] for m in range(3)}),
+        network=NetworkConfig(min_latency_ns=1 * MS, max_latency_ns=1 * MS),
+    )
 
     leader = c.await_leader(3 * SECOND)
 
@@ -183,8 +187,11 @@ def _change_leader(c: SimCluster, sim: SimKit, how: str) -> int:
         c.isolate(old)
         new = await_new_leader(c, old, 5 * SECOND)
         c.heal()
-    c.await_condition(lambda: c.leader_id() == new and old in c.members_alive()
-                      and c.member(old).election_state is None, 5 * SECOND, f"{old} rejoined")
+    c.await_condition(
+        lambda: c.leader_id() == new and old in c.members_alive() and c.member(old).election_state is None,
+        5 * SECOND,
+        f"{old} rejoined",
+    )
     return new
 
 
@@ -212,7 +219,7 @@ def test_follower_several_terms_behind_recovers_through_log_replication_replay_a
 
     states = sim.states(c, behind, incarnation=1)
     assert ES.FOLLOWER_LOG_REPLICATION in states, states
-    after_replication = states[len(states) - 1 - states[::-1].index(ES.FOLLOWER_LOG_REPLICATION):]
+    after_replication = states[len(states) - 1 - states[::-1].index(ES.FOLLOWER_LOG_REPLICATION) :]
     assert ES.FOLLOWER_REPLAY in after_replication and ES.FOLLOWER_CATCHUP in after_replication, states
     assert states[-1] == ES.CLOSED
     assert c.member(behind).leadership_term_id == leader_term
@@ -328,8 +335,11 @@ def test_damaged_recording_tail_is_repaired_on_open_and_refilled_from_leader(sim
 
 
 def _lossy_run(sim: SimKit, seed: int) -> tuple[str, list[tuple[Any, ...]]]:
-    c = sim.cluster(members=3, seed=seed, network=NetworkConfig(
-        loss_probability=0.02, duplicate_probability=0.02, reorder_probability=0.05))
+    c = sim.cluster(
+        members=3,
+        seed=seed,
+        network=NetworkConfig(loss_probability=0.02, duplicate_probability=0.02, reorder_probability=0.05),
+    )
     leader = c.await_leader(5 * SECOND)
     offer_burst(c, "lossy", count=10)
     c.kill(leader)
@@ -337,8 +347,10 @@ def _lossy_run(sim: SimKit, seed: int) -> tuple[str, list[tuple[Any, ...]]]:
     offer_burst(c, "after-kill", count=5)
     c.restart(leader)
     sim.converge(c, 10 * SECOND)
-    trace = [(e["time_ns"], e["source"], e["kind"], e["leadership_term_id"], e["log_position"], repr(e["detail"]))
-             for e in c.events]
+    trace = [
+        (e["time_ns"], e["source"], e["kind"], e["leadership_term_id"], e["log_position"], repr(e["detail"]))
+        for e in c.events
+    ]
     return c.message_digest(), trace
 
 

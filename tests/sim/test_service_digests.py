@@ -10,18 +10,18 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
+from clusterlab.core.codec.framing import HDR_TYPE_PAD
+from clusterlab.core.codec.log_events import NewLeadershipTermEvent
+from clusterlab.core.codec.service import ClusterMembersResponse
+from clusterlab.core.codec.session import SessionMessageHeader
+from clusterlab.core.consensus.context import MS, SECOND, Role, Timeouts
+from clusterlab.core.service.agent import EntryType, ServiceError
+from clusterlab.core.service.api import ClientSession
+from clusterlab.harness.services import SERVICES, counter, kv
+from clusterlab.harness.services.kv import KeyValueService
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_parts import SimClient
 
-from core.codec.framing import HDR_TYPE_PAD
-from core.codec.log_events import NewLeadershipTermEvent
-from core.codec.service import ClusterMembersResponse
-from core.codec.session import SessionMessageHeader
-from core.consensus.context import MS, SECOND, Role, Timeouts
-from core.service.agent import EntryType, ServiceError
-from core.service.api import ClientSession
-from harness.services import SERVICES, counter, kv
-from harness.services.kv import KeyValueService
-from harness.sim import SimCluster
-from harness.sim_parts import SimClient
 from tests.sim.conftest import SimKit
 from tests.sim.digests import (
     assert_contiguous,
@@ -182,8 +182,11 @@ def service_offers_in_the_log(c: SimCluster) -> tuple[list[bytes], list[bytes]]:
     """(what clients asked the echo service to offer, what services offered into the log), from the
     committed log every live member agrees on."""
     messages = [msg for _, msg in logged_everywhere(c, SessionMessageHeader)]
-    asked = [m.payload.removeprefix(b"offer ") for m in messages if m.cluster_session_id > 0
-             and m.payload.startswith(b"offer ")]
+    asked = [
+        m.payload.removeprefix(b"offer ")
+        for m in messages
+        if m.cluster_session_id > 0 and m.payload.startswith(b"offer ")
+    ]
     offered = [m.payload for m in messages if m.cluster_session_id < 0]
     return asked, offered
 
@@ -202,8 +205,11 @@ def test_service_originated_messages_are_appended_exactly_once_across_a_leader_c
     c.await_condition(lambda: client.client.leader_member_id == new_leader, 5 * SECOND, "client follows")
     for i in range(3):
         client.client.offer(f"offer after-{i}".encode(), c.now_ns)
-    c.await_condition(lambda: sum(m.payload.startswith(b"broadcast after") for m in client.received) == 3,
-                      2 * SECOND, "the after-offers broadcast")
+    c.await_condition(
+        lambda: sum(m.payload.startswith(b"broadcast after") for m in client.received) == 3,
+        2 * SECOND,
+        "the after-offers broadcast",
+    )
     await_services_caught_up(c)
     sim.converge(c)
 
@@ -231,8 +237,11 @@ def test_a_member_that_replays_service_offers_does_not_append_them_again(sim: Si
         c.await_condition(lambda: all(c.member(m).snapshot_count == 1 for m in range(3)), 2 * SECOND, "snapshot")
     for i in range(3):
         client.client.offer(f"offer before-{i}".encode(), c.now_ns)
-    c.await_condition(lambda: sum(m.payload.startswith(b"broadcast") for m in client.received) == 3,
-                      2 * SECOND, "the offers broadcast")
+    c.await_condition(
+        lambda: sum(m.payload.startswith(b"broadcast") for m in client.received) == 3,
+        2 * SECOND,
+        "the offers broadcast",
+    )
     await_services_caught_up(c)
     asked, offered = service_offers_in_the_log(c)
     assert offered == asked, "exactly once before the restart"

@@ -12,25 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
-from core.client.client import ClusterClient
-from core.client.errors import ConnectError
-from core.codec.enums import CloseReason, EventCode
-from core.codec.log_events import NewLeadershipTermEvent, SessionCloseEvent, SessionOpenEvent
-from core.codec.session import (
+from clusterlab.core.client.client import ClusterClient
+from clusterlab.core.client.errors import ConnectError
+from clusterlab.core.codec.enums import CloseReason, EventCode
+from clusterlab.core.codec.log_events import NewLeadershipTermEvent, SessionCloseEvent, SessionOpenEvent
+from clusterlab.core.codec.session import (
     Challenge,
     NewLeaderEvent,
     SessionEvent,
     SessionKeepAlive,
     SessionMessageHeader,
 )
-from core.consensus.authenticator import CredentialsAuthenticator
-from core.consensus.context import MS, SECOND, Channel, ConsensusModuleContext, Timeouts
-from core.consensus.module import ConsensusModule
-from core.service.agent import EntryType
-from harness.services import kv
-from harness.sim import SimCluster
-from harness.sim_parts import SimClient, client_response_channel
+from clusterlab.core.consensus.authenticator import CredentialsAuthenticator
+from clusterlab.core.consensus.context import MS, SECOND, Channel, ConsensusModuleContext, Timeouts
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.service.agent import EntryType
+from clusterlab.harness.services import kv
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_parts import SimClient, client_response_channel
+
 from tests.sim.conftest import SimKit
 from tests.sim.digests import (
     assert_contiguous,
@@ -73,8 +73,9 @@ def close_events(c: SimCluster, cluster_session_id: int) -> list[SessionCloseEve
     return [ev for _, ev in logged_everywhere(c, SessionCloseEvent) if ev.cluster_session_id == cluster_session_id]
 
 
-def kv_request(c: SimCluster, client: SimClient, payload: bytes, request_id: int,
-               timeout_ns: int = 2 * SECOND) -> dict[str, object]:
+def kv_request(
+    c: SimCluster, client: SimClient, payload: bytes, request_id: int, timeout_ns: int = 2 * SECOND
+) -> dict[str, object]:
     """Offer a kv command and wait for its reply."""
     client.client.offer(payload, c.now_ns)
     replies: list[dict[str, object]] = []
@@ -234,7 +235,8 @@ def test_service_closing_a_session_appends_service_action_and_the_client_sees_cl
 
     assert client.client.close_reason == CloseReason.SERVICE_ACTION
     closed_by_leader = [
-        msg for _, msg in sim.sent(c, SessionEvent, src=leader)
+        msg
+        for _, msg in sim.sent(c, SessionEvent, src=leader)
         if msg.code == EventCode.CLOSED and msg.cluster_session_id == session_id
     ]
     assert [msg.detail for msg in closed_by_leader] == ["SERVICE_ACTION"]
@@ -421,8 +423,9 @@ def test_credentials_authenticator_rejects_wrong_credentials(sim: SimKit, user: 
     assert len(client.errors) == 1 and isinstance(client.errors[0], ConnectError), client.errors
     assert client.errors[0].code == EventCode.AUTHENTICATION_REJECTED
     assert client.client.is_closed
-    rejected = [msg for _, msg in sim.sent(c, SessionEvent, src=leader)
-                if msg.code == EventCode.AUTHENTICATION_REJECTED]
+    rejected = [
+        msg for _, msg in sim.sent(c, SessionEvent, src=leader) if msg.code == EventCode.AUTHENTICATION_REJECTED
+    ]
     assert len(rejected) == 1
     # A known user is challenged first; an unknown one is rejected at once.
     assert len(sim.sent(c, Challenge, src=leader)) == (1 if user in USERS else 0)
@@ -482,8 +485,8 @@ def test_client_follows_a_new_leader_without_losing_an_acknowledged_put(sim: Sim
 
 
 def test_unexpected_message_on_leader_ingress_is_ignored_with_a_counted_reason(sim: SimKit) -> None:
-    from core.codec.consensus import CommitPosition
-    from core.consensus.context import Channel
+    from clusterlab.core.codec.consensus import CommitPosition
+    from clusterlab.core.consensus.context import Channel
 
     c = sim.cluster(members=3, seed=4, service="kv")
     leader = c.await_leader()

@@ -1,4 +1,4 @@
-"""A recorded simulator run (harness.sim_recording): 3 members with the kv service and a client, a
+"""A recorded simulator run (clusterlab.harness.sim_recording): 3 members with the kv service and a client, a
 leader kill, a restart and a partition. The trace must account for every message (sent once,
 received or dropped once, or stranded by a kill), every service's applied rows must be contiguous per
 incarnation and agree across members, the committed log must match what the services applied, and
@@ -18,16 +18,23 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
+from clusterlab.core.consensus.context import MS, SECOND, Channel
+from clusterlab.harness import cli_trace
+from clusterlab.harness.random_schedule import converged
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_recording import record_sim
+from clusterlab.harness.simnet import DROP_DOWN, NetworkConfig
+from clusterlab.harness.trace import (
+    Run,
+    applied_by_incarnation,
+    contiguity_violations,
+    match_messages,
+    open_run,
+    summarize,
+)
+from clusterlab.harness.workload import KvWorkload
 from rich.console import Console
 
-from core.consensus.context import MS, SECOND, Channel
-from harness import cli_trace
-from harness.random_schedule import converged
-from harness.sim import SimCluster
-from harness.sim_recording import record_sim
-from harness.simnet import DROP_DOWN, NetworkConfig
-from harness.trace import Run, applied_by_incarnation, contiguity_violations, match_messages, open_run, summarize
-from harness.workload import KvWorkload
 from tests.unit.test_recorder import contract_columns
 
 pytestmark = pytest.mark.sim

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from core.consensus.context import (
+from clusterlab.core.consensus.context import (
     MS,
     SECOND,
     Channel,
@@ -25,8 +24,8 @@ from core.consensus.context import (
     ElectionState,
     Role,
 )
-from harness.sim import Member, SimCluster, SimError, SimTimeout
-from harness.simnet import (
+from clusterlab.harness.sim import Member, SimCluster, SimError, SimTimeout
+from clusterlab.harness.simnet import (
     DROP_BLOCKED,
     DROP_DOWN,
     DROP_ISOLATED,
@@ -403,7 +402,8 @@ def test_digest_is_stable_across_processes() -> None:
     # A fresh interpreter with a different hash seed must reproduce the run: catches iteration
     # over sets/hashes of str leaking into scheduling order.
     script = (
-        "import tempfile; from harness.sim import SimCluster; from harness.simnet import NetworkConfig; "
+        "import tempfile; from clusterlab.harness.sim import SimCluster; "
+        "from clusterlab.harness.simnet import NetworkConfig; "
         "from tests.sim.test_simnet import ToyMember; "
         "c = SimCluster(seed=21, directory=tempfile.mkdtemp(), member_factory=ToyMember, "
         "network=NetworkConfig(loss_probability=0.1, reorder_probability=0.1)); "

@@ -11,16 +11,16 @@ every log position.
 from __future__ import annotations
 
 import pytest
+from clusterlab.core.codec.enums import ClusterAction
+from clusterlab.core.codec.log_events import ClusterActionRequest
+from clusterlab.core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE
+from clusterlab.core.consensus.recording_log import EntryType as RecordingEntryType
+from clusterlab.core.consensus.recording_log import RecordingLog
+from clusterlab.core.service.agent import AppliedEntry, EntryType
+from clusterlab.harness.services import kv
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_parts import SimClient
 
-from core.codec.enums import ClusterAction
-from core.codec.log_events import ClusterActionRequest
-from core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE
-from core.consensus.recording_log import EntryType as RecordingEntryType
-from core.consensus.recording_log import RecordingLog
-from core.service.agent import AppliedEntry, EntryType
-from harness.services import kv
-from harness.sim import SimCluster
-from harness.sim_parts import SimClient
 from tests.sim.conftest import SimKit
 from tests.sim.digests import (
     assert_contiguous,

@@ -13,11 +13,10 @@ position on every member.
 from __future__ import annotations
 
 import pytest
-
-from core.codec.enums import AdminRequestType, AdminResponseCode, ClusterAction, ToggleState
-from core.codec.log_events import ClusterActionRequest, TimerEvent
-from core.codec.session import SessionMessageHeader
-from core.consensus.context import (
+from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode, ClusterAction, ToggleState
+from clusterlab.core.codec.log_events import ClusterActionRequest, TimerEvent
+from clusterlab.core.codec.session import SessionMessageHeader
+from clusterlab.core.consensus.context import (
     MS,
     SECOND,
     SERVICE_ID_CONSENSUS_MODULE,
@@ -26,12 +25,13 @@ from core.consensus.context import (
     Role,
     Timeouts,
 )
-from core.consensus.module import ConsensusModule
-from core.consensus.recording_log import EntryType as RecordingEntryType
-from core.service.agent import EntryType
-from harness.services import kv
-from harness.sim import SimCluster
-from harness.sim_parts import SimClient
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.consensus.recording_log import EntryType as RecordingEntryType
+from clusterlab.core.service.agent import EntryType
+from clusterlab.harness.services import kv
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_parts import SimClient
+
 from tests.sim.conftest import SimKit
 from tests.sim.digests import (
     assert_contiguous,
@@ -51,8 +51,9 @@ T = Timeouts.fast()
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def echo_request(c: SimCluster, client: SimClient, command: str, expect_prefix: str,
-                 timeout_ns: int = 2 * SECOND) -> str:
+def echo_request(
+    c: SimCluster, client: SimClient, command: str, expect_prefix: str, timeout_ns: int = 2 * SECOND
+) -> str:
     """Offer an echo command and wait for the reply starting with ``expect_prefix``."""
     client.client.offer(command.encode(), c.now_ns)
     return await_reply(c, client, expect_prefix, timeout_ns)

@@ -7,13 +7,12 @@ import random
 from pathlib import Path
 
 import pytest
-
-from core.archive import faults, layout
-from core.archive.archive import Archive
-from core.archive.catalogue import Catalogue, RecordingKind
-from core.archive.errors import ArchiveError
-from core.archive.snapshots import SnapshotStore
-from core.codec.framing import FRAME_HEADER_LENGTH, framed_length
+from clusterlab.core.archive import faults, layout
+from clusterlab.core.archive.archive import Archive
+from clusterlab.core.archive.catalogue import Catalogue, RecordingKind
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, framed_length
 
 
 def test_catalogue_persists_across_reopen(tmp_path: Path) -> None:

@@ -9,13 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from clusterlab.core.archive import faults
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.recording import RecordingStore, list_segments, segment_file_name
+from clusterlab.core.codec.framing import frame, framed_length, walk_frames
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from core.archive import faults
-from core.archive.errors import ArchiveError
-from core.archive.recording import RecordingStore, list_segments, segment_file_name
-from core.codec.framing import frame, framed_length, walk_frames
 
 SEGMENT = 256  # tiny segments so a handful of entries crosses several boundaries
 
@@ -85,9 +84,7 @@ def test_round_trip_across_segment_boundaries_and_reopen(log_dir: Path) -> None:
         assert [f.position for f in frames] == starts
         assert [f.payload for f in frames] == [payload(i) for i in range(40)]
         # Reads starting in a later segment, and spanning several.
-        assert [f.payload for f in store.read_frames(starts[17], starts[33])] == [
-            payload(i) for i in range(17, 33)
-        ]
+        assert [f.payload for f in store.read_frames(starts[17], starts[33])] == [payload(i) for i in range(17, 33)]
         # Appending continues where it left off.
         assert store.append_entry(b"more", 1) == stop + framed_length(4)
 
@@ -262,9 +259,7 @@ def test_torn_tail_cut_mid_frame_is_repaired_on_reopen(log_dir: Path, segment_le
         assert starts[-1] < store.repair.from_position < stop
         assert "torn" in store.repair.reason
         assert any("tail repaired" in line for line in lines)
-        assert [f.payload for f in store.read_frames(0, store.stop_position)] == [
-            payload(i) for i in range(24)
-        ]
+        assert [f.payload for f in store.read_frames(0, store.stop_position)] == [payload(i) for i in range(24)]
         # And the recording is usable again at its new stop.
         store.append_entry(b"after repair", 1)
     with RecordingStore.open(log_dir, segment_length=segment_length) as store:
@@ -376,7 +371,7 @@ def test_appended_data_survives_sigkill(log_dir: Path) -> None:
     code = textwrap.dedent(
         f"""
         import os, signal
-        from core.archive.recording import RecordingStore
+        from clusterlab.core.archive.recording import RecordingStore
         store = RecordingStore.open({str(log_dir)!r}, segment_length={SEGMENT})
         for i in range(50):
             store.append_entry(bytes([i]) * i, 2)
@@ -473,7 +468,7 @@ def _ranges(rng: random.Random, stop: int, starts: list[int]) -> list[tuple[int,
 def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache (what this store appended) answers exactly as the segment files do, whatever the
     range, the byte limit, and after it has been trimmed."""
-    import core.archive.recording as recording
+    import clusterlab.core.archive.recording as recording
 
     monkeypatch.setattr(recording, "TAIL_CACHE_BYTES", 2048)  # trimmed many times below
     rng = random.Random(5)

@@ -6,11 +6,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-
-from core.archive.errors import ArchiveError
-from core.archive.recording import RecordingStore
-from core.archive.replay import ReplaySession, Replicator
-from core.codec.framing import frame, walk_frames
+from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.recording import RecordingStore
+from clusterlab.core.archive.replay import ReplaySession, Replicator
+from clusterlab.core.codec.framing import frame, walk_frames
 
 
 def filled(directory: Path, n: int, segment_length: int = 512) -> tuple[RecordingStore, list[int]]:

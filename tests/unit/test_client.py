@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import tenacity
-
-from core.client import (
+from clusterlab.core.client import (
     ClientError,
     ClientState,
     ClusterClient,
@@ -23,10 +22,10 @@ from core.client import (
     parse_ingress_endpoints,
     retry_on_leader_change,
 )
-from core.codec.enums import AdminRequestType, AdminResponseCode, CloseReason, EventCode
-from core.codec.message import Message
-from core.codec.registry import decode
-from core.codec.session import (
+from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode, CloseReason, EventCode
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.session import (
     AdminRequest,
     AdminResponse,
     Challenge,
@@ -39,7 +38,7 @@ from core.codec.session import (
     SessionMessageHeader,
     encode_session_message,
 )
-from core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE
+from clusterlab.core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALUE
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -130,7 +129,11 @@ def dead(msg: Message) -> list[bytes]:
 
 def make_client(cluster: FakeCluster, endpoints: dict[int, str] | None = None, **kwargs: object) -> ClusterClient:
     return ClusterClient(
-        7, "ipc://client-7", ENDPOINTS if endpoints is None else endpoints, cluster.send, **kwargs  # type: ignore[arg-type]
+        7,
+        "ipc://client-7",
+        ENDPOINTS if endpoints is None else endpoints,
+        cluster.send,
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -543,9 +546,7 @@ def test_admin_request_and_response_are_correlated() -> None:
     assert cluster.last() == (0, AdminRequest(TERM, SESSION, correlation_id, AdminRequestType.SNAPSHOT, b""))
 
     def response(session: int, correlation: int) -> bytes:
-        return AdminResponse(
-            session, correlation, AdminRequestType.SNAPSHOT, AdminResponseCode.OK, "", b""
-        ).encode()
+        return AdminResponse(session, correlation, AdminRequestType.SNAPSHOT, AdminResponseCode.OK, "", b"").encode()
 
     client.on_egress(response(SESSION, correlation_id + 1), 2 * S)  # not a request of ours
     client.on_egress(response(SESSION + 1, correlation_id), 2 * S)  # another session's

@@ -7,10 +7,9 @@ import dataclasses
 import struct
 from typing import ClassVar
 
+import clusterlab.core.codec as codec
 import pytest
-
-import core.codec as codec
-from core.codec import (
+from clusterlab.core.codec import (
     REGISTRY,
     BooleanType,
     CloseReason,
@@ -24,8 +23,8 @@ from core.codec import (
     peek_template_id,
     unpack_session_message,
 )
-from core.codec.message import Int32, Int64, Message
-from core.codec.message import codec as codec_decorator
+from clusterlab.core.codec.message import Int32, Int64, Message
+from clusterlab.core.codec.message import codec as codec_decorator
 
 
 def member(member_id: int) -> MemberDetails:

@@ -7,12 +7,12 @@ import random
 import struct
 from typing import Any
 
+import clusterlab.core.codec as codec
 import pytest
+from clusterlab.core.codec import REGISTRY, DecodeError, SessionMessageHeader, decode, message_name
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import core.codec as codec
-from core.codec import REGISTRY, DecodeError, SessionMessageHeader, decode, message_name
 from tests.unit.test_codec_roundtrip import CLASSES, random_message
 
 SEED = 20240611  # fixed: the loops below are deterministic; change it locally to explore

@@ -12,12 +12,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+import clusterlab.core.codec as codec
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-import core.codec as codec
-from core.codec import (
+from clusterlab.core.codec import (
     REGISTRY,
     AdminRequestType,
     AdminResponseCode,
@@ -33,7 +30,9 @@ from core.codec import (
     ToggleState,
     control,
 )
-from core.codec.message import Message
+from clusterlab.core.codec.message import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 # --- field types ------------------------------------------------------------------------------------
 
@@ -129,15 +128,11 @@ class GroupOf:
     spec: tuple[tuple[str, Any], ...]
 
     def strategy(self) -> st.SearchStrategy[Any]:
-        entry = st.fixed_dictionaries({name: ft.strategy() for name, ft in self.spec}).map(
-            lambda kw: self.entry(**kw)
-        )
+        entry = st.fixed_dictionaries({name: ft.strategy() for name, ft in self.spec}).map(lambda kw: self.entry(**kw))
         return st.lists(entry, max_size=3).map(tuple)
 
     def rand(self, rng: random.Random) -> tuple[Any, ...]:
-        return tuple(
-            self.entry(**{name: ft.rand(rng) for name, ft in self.spec}) for _ in range(rng.randrange(3))
-        )
+        return tuple(self.entry(**{name: ft.rand(rng) for name, ft in self.spec}) for _ in range(rng.randrange(3)))
 
     def expected(self, value: Any) -> bytes:
         out = struct.pack("<HH", block_length(self.spec), len(value))

@@ -13,8 +13,7 @@ import struct
 from pathlib import Path
 
 import pytest
-
-from core.codec import REGISTRY, GroupEntry, Message
+from clusterlab.core.codec import REGISTRY, GroupEntry, Message
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2].parent / "shared" / "PROTOCOL.md"
 
@@ -73,12 +72,22 @@ EXPECTED: dict[str, tuple[str, int, int]] = {
 EXCLUDED = {"RemoveMember"}
 SECTIONS = ("c.2", "c.3", "c.4", "c.5", "c.7")
 TRANSPORT = {
-    "LogBlock": 200, "LogEndOfStream": 201, "ReplayRequest": 202, "ReplayBlock": 203, "ArchiveError": 204,
+    "LogBlock": 200,
+    "LogEndOfStream": 201,
+    "ReplayRequest": 202,
+    "ReplayBlock": 203,
+    "ArchiveError": 204,
 }
 # The runtime's control messages (core/codec/control.py) own 210-229.
 CONTROL = {
-    "StatusRequest": 210, "NodeStatus": 211, "ServiceStatus": 212, "GateRule": 213, "ClockOffset": 214,
-    "ClusterControlRequest": 215, "ControlResponse": 216, "MembersConfig": 217,
+    "StatusRequest": 210,
+    "NodeStatus": 211,
+    "ServiceStatus": 212,
+    "GateRule": 213,
+    "ClockOffset": 214,
+    "ClusterControlRequest": 215,
+    "ControlResponse": 216,
+    "MembersConfig": 217,
 }
 
 HEADING = re.compile(r"^#### (\w+) \(templateId (\d+), blockLength (\d+)(?:, ([^)]*))?\)\s*$")
@@ -150,9 +159,7 @@ def documented() -> dict[str, dict]:
 
 
 def test_protocol_headings_match_inline_list(documented: dict[str, dict]) -> None:
-    parsed = {
-        name: (m["template_id"], m["block_length"]) for name, m in documented.items() if name not in EXCLUDED
-    }
+    parsed = {name: (m["template_id"], m["block_length"]) for name, m in documented.items() if name not in EXCLUDED}
     inline = {name: (t, b) for name, (_c, t, b) in EXPECTED.items()}
     assert parsed == inline
 
@@ -184,8 +191,6 @@ def test_fields_match_protocol_tables(documented: dict[str, dict], doc_name: str
             continue
         group_rows = [r for r in rows if r[0] and snake(r[1].split(".")[0]) == group_name]
         entry_fixed, entry_tail = _layout(entry)
-        doc_entry_fixed = [
-            (snake(f.split(".")[1]), int(o), int(s)) for _g, f, _k, o, s in group_rows if o.isdigit()
-        ]
+        doc_entry_fixed = [(snake(f.split(".")[1]), int(o), int(s)) for _g, f, _k, o, s in group_rows if o.isdigit()]
         assert entry_fixed == doc_entry_fixed
         assert entry_tail == [snake(f.split(".")[1]) for _g, f, _k, o, _s in group_rows if not o.isdigit()]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from core.consensus.context import ElectionState
-from core.consensus.election import TRANSITIONS
+from clusterlab.core.consensus.context import ElectionState
+from clusterlab.core.consensus.election import TRANSITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,7 @@ import random
 import struct
 
 import pytest
-
-from core.codec import (
+from clusterlab.core.codec import (
     FRAME_ALIGNMENT,
     FRAME_HEADER_LENGTH,
     HDR_TYPE_DATA,

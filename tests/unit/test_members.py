@@ -6,9 +6,8 @@ means "not reported"."""
 from __future__ import annotations
 
 import pytest
-
-from core.consensus.context import NULL_POSITION, NULL_VALUE, ClusterMember, quorum_threshold
-from core.consensus.members import (
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, ClusterMember, quorum_threshold
+from clusterlab.core.consensus.members import (
     MemberStatus,
     compare_log,
     has_active_quorum,
@@ -48,9 +47,7 @@ def v(
 # ----------------------------------------------------------------------------- quorum_threshold
 
 
-@pytest.mark.parametrize(
-    ("members", "threshold"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4), (9, 5)]
-)
+@pytest.mark.parametrize(("members", "threshold"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4), (9, 5)])
 def test_quorum_threshold_is_floor_half_plus_one(members: int, threshold: int) -> None:
     assert quorum_threshold(members) == threshold
 
@@ -248,16 +245,31 @@ POS = 960
     ("statuses", "expected", "why"),
     [
         ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, POS + 32, vote=True)], True, "all there"),
-        ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM - 1, POS, vote=True)], False,
-         "a voter still reports the old term"),
-        ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, POS - 32, vote=True)], False,
-         "a voter is behind the position"),
-        ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=False), v(2, TERM, POS, vote=True)], True,
-         "a NO voter that joined counts as joined"),
-        ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, 0, vote=False)], False,
-         "a NO voter is a voter too: it must join"),
-        ([v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2)], True,
-         "a member that did not vote is not waited for"),
+        (
+            [v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM - 1, POS, vote=True)],
+            False,
+            "a voter still reports the old term",
+        ),
+        (
+            [v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, POS - 32, vote=True)],
+            False,
+            "a voter is behind the position",
+        ),
+        (
+            [v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=False), v(2, TERM, POS, vote=True)],
+            True,
+            "a NO voter that joined counts as joined",
+        ),
+        (
+            [v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, 0, vote=False)],
+            False,
+            "a NO voter is a voter too: it must join",
+        ),
+        (
+            [v(0, TERM, POS, vote=True), v(1, TERM, POS, vote=True), v(2)],
+            True,
+            "a member that did not vote is not waited for",
+        ),
         ([v(0, N, NP, vote=True), v(1, TERM, POS, vote=True), v(2, TERM, POS, vote=True)], True, "self is not checked"),
     ],
 )

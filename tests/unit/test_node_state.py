@@ -7,8 +7,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-
-from core.consensus.node_state import FILE_LENGTH, NODE_STATE_FILE_NAME, NodeState, NodeStateError
+from clusterlab.core.consensus.node_state import FILE_LENGTH, NODE_STATE_FILE_NAME, NodeState, NodeStateError
 
 
 def test_fresh_node_state_starts_at_minus_one_and_is_written(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The trace recorder (harness.recorder) and reader (harness.trace): the schema is the contract of
+"""The trace recorder (clusterlab.harness.recorder) and reader (clusterlab.harness.trace): the schema is the contract of
 TRACE_SCHEMA.md column for column, promoted columns come from the header and fixed block, batches are
 flushed by size, by age and on close, a torn tail is read up to its last whole batch and reported, and
 a process killed with SIGKILL while recording leaves a file whose complete batches read back."""
@@ -17,8 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-
-from core.codec import (
+from clusterlab.core.codec import (
     AppendPosition,
     CanvassPosition,
     CommitPosition,
@@ -33,10 +32,10 @@ from core.codec import (
     encode_session_message,
     frame,
 )
-from core.codec.enums import BooleanType, ReplayPurpose
-from core.codec.session import SessionConnectRequest
-from core.service.agent import AppliedEntry, EntryType
-from harness.recorder import (
+from clusterlab.core.codec.enums import BooleanType, ReplayPurpose
+from clusterlab.core.codec.session import SessionConnectRequest
+from clusterlab.core.service.agent import AppliedEntry, EntryType
+from clusterlab.harness.recorder import (
     SCHEMAS,
     NullRecorder,
     ProcessRecorder,
@@ -45,7 +44,7 @@ from harness.recorder import (
     bench_message_rows,
     promote,
 )
-from harness.trace import open_run, read_stream
+from clusterlab.harness.trace import open_run, read_stream
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_SCHEMA = REPO.parent / "shared" / "TRACE_SCHEMA.md"
@@ -412,8 +411,8 @@ def test_unclosed_file_ending_on_a_batch_boundary_is_whole(tmp_path: Path) -> No
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from core.codec import CommitPosition
-    from harness.recorder import ProcessRecorder
+    from clusterlab.core.codec import CommitPosition
+    from clusterlab.harness.recorder import ProcessRecorder
 
     run_dir, mode = sys.argv[1], sys.argv[2]
     rec = ProcessRecorder(run_dir, "killed", "node-1", 1, 0, max_rows=int(sys.argv[3]))
@@ -498,7 +497,7 @@ def test_sigkilled_idle_process_lost_nothing_older_than_the_flush_interval(tmp_p
 
 
 def test_message_benchmark_runs(tmp_path: Path) -> None:
-    """A smoke run of the benchmark (figures: ``python -m harness.recorder``)."""
+    """A smoke run of the benchmark (figures: ``python -m clusterlab.harness.recorder``)."""
     result = bench_message_rows(2_000, tmp_path)
     assert result["rows"] == 2_000 and result["rows_per_s"] > 0 and result["file_bytes_per_row"] > 0
 
@@ -515,7 +514,7 @@ def test_compressed_streams_read_back(tmp_path: Path, compression: str) -> None:
 
 
 def test_trace_cli_refuses_a_missing_or_foreign_directory(tmp_path: Path, capsys) -> None:
-    from harness.cli import main
+    from clusterlab.harness.cli import main
 
     assert main(["trace", "summary", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err
@@ -526,12 +525,10 @@ def test_trace_cli_refuses_a_missing_or_foreign_directory(tmp_path: Path, capsys
 
 def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
     import pyarrow as pa
-
-    from harness.trace import contiguity_violations
+    from clusterlab.harness.trace import contiguity_violations
 
     def row(seq: int, end: int, length: int = 32, kind: str = "SessionMessage") -> dict[str, object]:
-        return {"member_id": 1, "incarnation": 0, "seq": seq, "log_position": end, "length": length,
-                "entry_type": kind}
+        return {"member_id": 1, "incarnation": 0, "seq": seq, "log_position": end, "length": length, "entry_type": kind}
 
     good = pa.Table.from_pylist([row(0, 64, 0, "Snapshot"), row(1, 96), row(2, 128)])
     assert contiguity_violations(good) == []

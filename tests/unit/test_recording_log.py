@@ -6,9 +6,8 @@ import struct
 from pathlib import Path
 
 import pytest
-
-from core.archive.recording import RecordingStore
-from core.consensus.recording_log import (
+from clusterlab.core.archive.recording import RecordingStore
+from clusterlab.core.consensus.recording_log import (
     ENTRY_TYPE_INVALID_FLAG,
     RECORD_ALIGNMENT,
     RECORDING_LOG_FILE_NAME,
@@ -42,9 +41,7 @@ def extent(stop: int, start: int = 0):
     return lambda recording_id: (start, stop)
 
 
-def snapshot_set(
-    rl: RecordingLog, term: int, base: int, pos: int, ts: int, first_id: int, services: int
-) -> None:
+def snapshot_set(rl: RecordingLog, term: int, base: int, pos: int, ts: int, first_id: int, services: int) -> None:
     """Append a set the way the CM does (e.4): services highest id first, then the CM."""
     for service_id in range(services - 1, -1, -1):
         rl.append_snapshot(first_id + service_id + 1, term, base, pos, ts, service_id)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from core.consensus.context import Channel
-from core.runtime.transport import (
+from clusterlab.core.consensus.context import Channel
+from clusterlab.core.runtime.transport import (
     HEADER,
     MAX_BATCH,
     NO_MEMBER,

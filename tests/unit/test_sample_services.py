@@ -7,12 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from core.archive.catalogue import Catalogue
-from core.archive.snapshots import SnapshotStore
-from core.codec import (
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec import (
     BooleanType,
     CloseReason,
     ClusterAction,
@@ -30,10 +27,19 @@ from core.codec import (
     framed_length,
     unframe,
 )
-from core.codec.header import HEADER_LENGTH
-from core.service import AppliedEntry, ClientSession, ClusteredServiceAgent, Role, SnapshotImage, SnapshotWriter
-from harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv
-from harness.services.digest import MultisetDigest, item_hash
+from clusterlab.core.codec.header import HEADER_LENGTH
+from clusterlab.core.service import (
+    AppliedEntry,
+    ClientSession,
+    ClusteredServiceAgent,
+    Role,
+    SnapshotImage,
+    SnapshotWriter,
+)
+from clusterlab.harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv
+from clusterlab.harness.services.digest import MultisetDigest, item_hash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class FakeCluster:
@@ -502,7 +508,7 @@ def test_sample_service_through_the_agent_snapshot_and_restore(name: str, tmp_pa
 def test_kv_applies_a_resent_request_once_and_snapshots_the_memory() -> None:
     """A request naming its client is applied once; a resend gets the first reply, also after a
     snapshot restore (members restored from a snapshot must deduplicate like the others)."""
-    from harness.services import kv as kvmod
+    from clusterlab.harness.services import kv as kvmod
 
     service = kvmod.KeyValueService()
     first = service.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}')
@@ -553,7 +559,8 @@ def test_kv_formatted_commands_and_replies_are_the_json_bytes(
     compact json.dumps gives (so digests and traces do not depend on which path ran)."""
     assert kv.put(request_id, key, value) == kv._dumps({"id": request_id, "op": "put", "key": key, "value": value})
     assert kv.put(request_id, key, value, prev=False) == kv._dumps(
-        {"id": request_id, "op": "put", "key": key, "value": value, "prev": False})
+        {"id": request_id, "op": "put", "key": key, "value": value, "prev": False}
+    )
     reply = {"id": request_id, "ok": ok, "value": previous, "revision": revision}
     encoded = kv.encode_reply(reply)
     assert encoded == kv._dumps(reply)
@@ -592,8 +599,10 @@ def test_kv_put_without_prev_replies_without_the_previous_value_and_writes_the_s
     assert with_prev.execute(kv.put(9, "k", "y"))["value"] == "x"
     assert without.execute(kv.put(9, "k", "y", prev=True))["value"] == "x"
     assert with_prev.entries == without.entries and with_prev.state_digest() == without.state_digest()
-    for bad in (b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": 0}',
-                b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": "no"}'):
+    for bad in (
+        b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": 0}',
+        b'{"id": 5, "op": "put", "key": "k", "value": "z", "prev": "no"}',
+    ):
         assert without.execute(bad)["error"] == "bad request: 'prev' must be true or false"
     assert without.revision == 4 and without.state_digest() == without.recompute_digest()
 

@@ -6,10 +6,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
-from core.archive.catalogue import Catalogue
-from core.archive.snapshots import SnapshotStore
-from core.codec import (
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.codec import (
     BooleanType,
     CancelTimer,
     CloseReason,
@@ -36,10 +35,10 @@ from core.codec import (
     framed_length,
     unframe,
 )
-from core.codec.header import HEADER_LENGTH
-from core.codec.message import Message
-from core.consensus.context import APP_VERSION
-from core.service import (
+from clusterlab.core.codec.header import HEADER_LENGTH
+from clusterlab.core.codec.message import Message
+from clusterlab.core.consensus.context import APP_VERSION
+from clusterlab.core.service import (
     MAX_LOG_POSITION,
     AgentError,
     AppliedEntry,
@@ -710,11 +709,11 @@ def test_the_agent_is_a_cluster_handle(tmp_path: Path) -> None:
 
 
 def test_corrupt_log_block_is_ignored_with_a_counted_reason_and_applies_nothing() -> None:
-    from core.codec.framing import frame
-    from core.codec.session import encode_session_message
-    from core.codec.transport import LogBlock
-    from core.service.agent import ClusteredServiceAgent
-    from harness.services.kv import KeyValueService, put
+    from clusterlab.core.codec.framing import frame
+    from clusterlab.core.codec.session import encode_session_message
+    from clusterlab.core.codec.transport import LogBlock
+    from clusterlab.core.service.agent import ClusteredServiceAgent
+    from clusterlab.harness.services.kv import KeyValueService, put
 
     acks: list[bytes] = []
     agent = ClusteredServiceAgent(0, 0, KeyValueService(), acks.append, lambda *_: None, None)
@@ -722,8 +721,14 @@ def test_corrupt_log_block_is_ignored_with_a_counted_reason_and_applies_nothing(
     good = frame(encode_session_message(0, -1, 1, put(1, "k", "v")), 0, 0)
     damaged = bytearray(good)
     damaged[40] ^= 0xFF  # inside the payload: the frame checksum no longer matches
-    block = LogBlock(leadership_term_id=0, start_position=0, commit_position=len(good), leader_member_id=0,
-                     log_session_id=1, entries=bytes(damaged)).encode()
+    block = LogBlock(
+        leadership_term_id=0,
+        start_position=0,
+        commit_position=len(good),
+        leader_member_id=0,
+        log_session_id=1,
+        entries=bytes(damaged),
+    ).encode()
     agent.on_service_message(block)
     assert agent.ignored["corrupt log block"] == 1
     assert agent.log_position == 0
@@ -733,9 +738,9 @@ def test_corrupt_log_block_is_ignored_with_a_counted_reason_and_applies_nothing(
 def test_entry_digests_from_the_block_bytes_equal_digests_of_the_reframed_entries() -> None:
     """A runtime that hands the agent the block's bytes gets the same applied rows (the entry digest
     read from the bytes rather than framed again), including for entries buffered across blocks."""
-    from core.codec.framing import frame, walk_frames
-    from core.codec.session import encode_session_message
-    from harness.services.kv import KeyValueService, put
+    from clusterlab.core.codec.framing import frame, walk_frames
+    from clusterlab.core.codec.session import encode_session_message
+    from clusterlab.harness.services.kv import KeyValueService, put
 
     rows: dict[str, list[AppliedEntry]] = {"plain": [], "block": []}
     agents = {}

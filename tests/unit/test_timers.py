@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from clusterlab.core.consensus.timers import POLL_LIMIT, TimerService
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from core.consensus.timers import POLL_LIMIT, TimerService
 
 
 def test_poll_fires_expired_timers_in_deadline_then_correlation_id_order() -> None:

@@ -1,0 +1,14 @@
+"""clusterlab: the Aeron Cluster protocol in Python over ZeroMQ, with a record-replay chaos harness.
+
+The repository keeps one top-level folder per layer; installed, they are subpackages of this one
+(setup.py maps ``clusterlab.core`` to ``core/`` and so on), so nothing named ``core`` or ``harness``
+lands in site-packages:
+
+* ``clusterlab.core``     the sans-IO protocol (codec, consensus, archive, service, client) and the
+                          ZeroMQ runtime that runs it as processes
+* ``clusterlab.harness``  LocalCluster, SimCluster, the recorder and trace readers, sample services, CLI
+* ``clusterlab.chaos``    nemeses, schedules, scenarios, workloads, online checker, pytest plugin targets
+* ``clusterlab.golden``   the Spark checks and golden-trace regression, the HTML report
+"""
+
+__version__ = "0.1.0"
