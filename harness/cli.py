@@ -51,15 +51,9 @@ _COMMAND_MODULES = ("cli_cluster", "cli_trace", "cli_run", "cli_check", "cli_gol
 
 
 def _register(sub: argparse._SubParsersAction, name: str) -> None:
-    import importlib
+    import importlib  # the subcommand modules are imported when the parser is built (see above)
 
-    try:
-        module = importlib.import_module(f"harness.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"harness.{name}":
-            raise
-        return  # a command whose module is not in this tree yet
-    module.register(sub)
+    importlib.import_module(f"clusterlab.harness.{name}").register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
