@@ -244,12 +244,20 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- client
+EXIT_UNKNOWN = 3  # no reply: the request may or may not be applied
+STATUS_BUDGET_S = 1.0  # at most this much of --timeout goes to asking the members why there was no reply
+
+
 def cmd_client(args: argparse.Namespace) -> int:
+    """One KV request; ``--timeout`` bounds the whole command. Exit 0: a reply with ``ok`` (or no ``ok``
+    field); 1: ``ok: false``, an error, or no session (the request was not sent); 3: sent but no reply,
+    outcome unknown."""
     from clusterlab.harness.local import LocalClient, LocalClientTimeout
     from clusterlab.harness.services import kv
 
+    started = time.monotonic()
     config = _load(args.dir)
-    if args.timeout <= 0:
+    if not args.timeout > 0:
         raise CommandError(f"--timeout must be > 0, got {args.timeout}")
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")
@@ -259,23 +267,60 @@ def cmd_client(args: argparse.Namespace) -> int:
         "cas": lambda rid: kv.cas(rid, args.key, args.expected, args.value),
         "delete": lambda rid: kv.delete(rid, args.key),
     }
+    deadline = started + args.timeout
+    # Keep part of the bound for asking the members why, if no reply comes.
+    request_deadline = deadline - min(STATUS_BUDGET_S, 0.2 * args.timeout)
     client = LocalClient(config, request_timeout_s=args.timeout)
+    client.connect_timeout_s = args.timeout
     try:
-        deadline = time.monotonic() + args.timeout
         try:
-            client.connect(args.timeout)
-            reply = client.request(builders[args.op], max(0.1, deadline - time.monotonic()))
+            client.connect(max(0.05, request_deadline - time.monotonic()))
         except LocalClientTimeout:
+            why = _why_no_answer(config, deadline)
             raise CommandError(
-                f"no answer from the cluster at {config.directory} within {args.timeout:g} s "
-                "(is it running? `clusterlab tool DIR list-members` shows its members)"
+                f"no session with the cluster at {config.directory} within {args.timeout:g} s, "
+                f"the request was not sent{why}"
             ) from None
         except Exception as e:  # ConnectError and friends: the cluster said no
             raise CommandError(f"{type(e).__name__}: {e}") from None
+        try:
+            reply = client.request(builders[args.op], max(0.05, request_deadline - time.monotonic()))
+        except LocalClientTimeout:
+            why = _why_no_answer(config, deadline)
+            print(
+                f"clusterlab client: outcome unknown (the request may still be applied): no reply from the cluster "
+                f"at {config.directory} within {args.timeout:g} s{why}",
+                file=sys.stderr,
+            )
+            return EXIT_UNKNOWN
     finally:
         client.close()
     print(json.dumps(reply, sort_keys=True))
-    return EXIT_OK
+    return EXIT_FAILED if reply.get("ok") is False or "error" in reply else EXIT_OK
+
+
+def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
+    """What the members' control sockets say, within what is left of the command's bound: a
+    suspended cluster, no leader, or nothing (no member answered)."""
+    from clusterlab.core.consensus.context import ConsensusModuleState
+    from clusterlab.harness.local import MemberStatus
+
+    remaining = deadline - time.monotonic()
+    if remaining <= 0.01:
+        return ""
+    tool = ClusterTool(config)
+    try:
+        statuses = tool.statuses(remaining / max(1, len(config.members)))
+    finally:
+        tool.close()
+    answered = {i: MemberStatus.of(s) for i, s in statuses.items() if s is not None}
+    if not answered:
+        return "; no member answered its control socket either"
+    if any(m.module_state == ConsensusModuleState.SUSPENDED for m in answered.values()):
+        return f"; the cluster is suspended (`clusterlab tool {config.directory} resume` resumes it)"
+    if _leader(statuses) is None:
+        return "; the cluster has no leader now (an election may be running, or a majority is unreachable)"
+    return ""
 
 
 # ---------------------------------------------------------------------------------- tool
