@@ -72,6 +72,7 @@ def register(subparsers: Any) -> None:
     start.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 with OS-assigned ports, not ipc")
     start.add_argument("--seed", type=int, default=0)
     start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
+    start.add_argument("--no-record", action="store_true", help="no trace recording (nothing written under DIR/trace)")
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
 
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
@@ -177,11 +178,12 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 def cmd_cluster_start(args: argparse.Namespace) -> int:
     from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
     from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
 
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
+    check_member_limits(args.members)
+    if not args.refresh > 0:
+        raise CommandError(f"--refresh must be > 0 seconds, got {args.refresh}")
     service = None if args.service == "none" else args.service
     if service is not None and ":" not in service:
         from clusterlab.harness.services import SERVICES
@@ -195,7 +197,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    console = Console(stderr=False)
+    # Without a terminal (background, CI) rich would wrap at 80 columns and draw boxes: plain lines.
+    console = Console(stderr=False) if sys.stdout.isatty() else Console(stderr=False, width=10_000, no_color=True)
     try:
         cluster = LocalCluster(
             members=None if existing else args.members,
@@ -204,43 +207,115 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             tcp=args.tcp,
             seed=args.seed,
             keep_directory=True,
+            record=not args.no_record,
         )
     except (ConfigError, LocalClusterError) as e:
         raise CommandError(str(e)) from None
     try:
         console.print(
             f"{'restarting' if existing else 'starting'} a {cluster.member_count}-member cluster "
-            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}); Ctrl-C stops it"
+            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}"
+            f"{'' if cluster.trace_dir is not None else ', not recorded'}); Ctrl-C or SIGTERM stops it"
         )
         try:
-            cluster.__enter__()
-        except (LocalTimeout, LocalClusterError) as e:
-            raise CommandError(str(e).splitlines()[0]) from None
-
-        def table() -> Table:
-            t = Table(title=f"clusterlab cluster {cluster.directory}")
-            for column in COLUMNS:
-                t.add_column(column)
-            for i, s in cluster.statuses().items():
-                if s is not None:
-                    t.add_row(str(i), *_status_cells(s))
-                else:
-                    state = "paused" if cluster.is_paused(i) else ("no answer" if cluster.is_alive(i) else "down")
-                    t.add_row(str(i), state, *[""] * (len(COLUMNS) - 2))
-            return t
-
-        try:
-            with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
-                while cluster.members_alive():
-                    time.sleep(args.refresh)  # the display's refresh interval, not synchronisation
-                    live.update(table())
+            try:
+                cluster.__enter__()
+            except (LocalTimeout, LocalClusterError) as e:
+                raise CommandError(str(e).splitlines()[0]) from None
+            if console.is_terminal:
+                _watch_live(cluster, console, args.refresh)
+            else:
+                _watch_plain(cluster, args.refresh)
             console.print("every member has stopped (shutdown or abort): exiting")
         except KeyboardInterrupt:
-            console.print("\nstopping the cluster ...")
+            console.print(("\n" if console.is_terminal else "") + "stopping the cluster ...")  # after ^C
     finally:
         cluster.close()
     console.print(f"stopped; the cluster's files are in {cluster.directory}")
     return EXIT_OK
+
+
+# Open files a member process needs for an N-member cluster (measured: 59 at 3 members, 85 at 5;
+# ZeroMQ links to every peer on four channels), with headroom.
+def files_per_member(members: int) -> int:
+    """Open files one member process of an ``members``-member cluster needs (an estimate with headroom)."""
+    return 16 * members + 32
+
+
+def check_member_limits(members: int) -> None:
+    """Refuse, before starting anything, a cluster the open-file or process limits cannot hold."""
+    import os
+    import resource
+
+    files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = files_per_member(members)
+    if files != resource.RLIM_INFINITY and need > files:
+        raise CommandError(
+            f"--members {members} needs about {need} open files per member process, but the limit is {files} "
+            f"(ulimit -n); at most {max(1, (files - 32) // 16)} members fit"
+        )
+    procs, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if procs != resource.RLIM_INFINITY:
+        uid = os.getuid()
+        running = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    running += entry.stat().st_uid == uid
+                except OSError:
+                    continue
+        if running + 2 * members > procs:
+            raise CommandError(
+                f"--members {members} starts {2 * members} processes, but only {max(0, procs - running)} more "
+                f"are allowed (ulimit -u {procs}, {running} running)"
+            )
+
+
+def _watch_live(cluster: Any, console: Any, refresh_s: float) -> None:
+    """On a terminal: a live status table until every member has stopped."""
+    from rich.live import Live
+    from rich.table import Table
+
+    def table() -> Table:
+        t = Table(title=f"clusterlab cluster {cluster.directory}")
+        for column in COLUMNS:
+            t.add_column(column)
+        for i, s in cluster.statuses().items():
+            if s is not None:
+                t.add_row(str(i), *_status_cells(s))
+            else:
+                t.add_row(str(i), _member_state(cluster, i), *[""] * (len(COLUMNS) - 2))
+        return t
+
+    with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
+        while cluster.members_alive():
+            time.sleep(refresh_s)  # the display's refresh interval, not synchronisation
+            live.update(table())
+
+
+def _watch_plain(cluster: Any, refresh_s: float) -> None:
+    """Without a terminal: one plain line each time the members' status changes, until they stop."""
+    last = ""
+    while cluster.members_alive():
+        line = plain_status(cluster)
+        if line != last:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+            last = line
+        time.sleep(refresh_s)  # the status poll interval, not synchronisation
+
+
+def plain_status(cluster: Any) -> str:
+    """The members' status on one line: ``0:LEADER term=1 ... | 1:FOLLOWER ...``."""
+    parts = []
+    for i, s in cluster.statuses().items():
+        parts.append(s.describe() if s is not None else f"{i}:{_member_state(cluster, i)}")
+    return " | ".join(parts)
+
+
+def _member_state(cluster: Any, member_id: int) -> str:
+    if cluster.is_paused(member_id):
+        return "paused"
+    return "no answer" if cluster.is_alive(member_id) else "down"
 
 
 # ---------------------------------------------------------------------------------- client
