@@ -4,32 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-
-
-def json_output_error(path: str) -> str | None:
-    """Why ``--json PATH`` could not be written, or None: checked before a run, not after it."""
-    target = Path(path)
-    if target.is_dir():
-        return f"--json {path}: is a directory; give a file path"
-    parent = target.parent
-    if not parent.is_dir():
-        return (
-            f"--json {path}: directory {parent} does not exist"
-            if not parent.exists()
-            else (f"--json {path}: {parent} is not a directory")
-        )
-    if target.exists() and not os.access(target, os.W_OK):
-        return f"--json {path}: file is not writable"
-    if not target.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        return f"--json {path}: directory {parent} is not writable"
-    return None
 
 
 def runs_table(report: Any) -> Table:
@@ -52,11 +32,16 @@ def runs_table(report: Any) -> Table:
 def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs with Spark; print the verdict tables; exit 0 (pass), 1 (violations), 2 (bad input)."""
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
+    from clusterlab.harness.cli_paths import directory_error, output_file_error
 
     if args.limit < 1:
         print(f"clusterlab check: --limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
-    if args.json is not None and (error := json_output_error(args.json)) is not None:
+    for run in args.runs:
+        if (error := directory_error("RUN", run)) is not None:
+            print(f"clusterlab check: {error}", file=sys.stderr)
+            return 2
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         print(f"clusterlab check: {error}", file=sys.stderr)
         return 2
     try:

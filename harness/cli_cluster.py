@@ -102,6 +102,10 @@ def register(subparsers: Any) -> None:
 
 # ---------------------------------------------------------------------------------- helpers
 def _load(directory: Path) -> ClusterConfig:
+    from clusterlab.harness.cli_paths import directory_error
+
+    if directory.is_file():
+        raise CommandError(directory_error("the cluster directory", directory))
     try:
         return ClusterConfig.load(directory)
     except ConfigError as e:
@@ -182,14 +186,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
     check_member_limits(args.members)
-    if not args.refresh > 0:
-        raise CommandError(f"--refresh must be > 0 seconds, got {args.refresh}")
+    check_start_arguments(args)
     service = None if args.service == "none" else args.service
-    if service is not None and ":" not in service:
-        from clusterlab.harness.services import SERVICES
-
-        if service not in SERVICES:
-            raise CommandError(f"unknown service {service!r}: use one of {sorted(SERVICES)}, module:factory or none")
     directory = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="clusterlab-"))
     existing = (directory / "cluster.json").exists()
 
@@ -233,6 +231,35 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
         cluster.close()
     console.print(f"stopped; the cluster's files are in {cluster.directory}")
     return EXIT_OK
+
+
+def check_start_arguments(args: argparse.Namespace) -> None:
+    """``cluster start``'s --refresh, --dir and --service, before anything starts."""
+    import importlib.util
+
+    from clusterlab.harness.cli_paths import positive_error, writable_directory_error
+
+    if (error := positive_error("--refresh", args.refresh)) is not None:
+        raise CommandError(error)
+    if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
+        raise CommandError(error)
+    if args.service == "none":
+        return
+    if ":" not in args.service:
+        from clusterlab.harness.services import SERVICES
+
+        if args.service not in SERVICES:
+            raise CommandError(
+                f"unknown service {args.service!r}: use one of {sorted(SERVICES)}, module:factory or none"
+            )
+        return
+    module, _, factory = args.service.partition(":")
+    try:
+        found = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not factory.isidentifier():
+        raise CommandError(f"--service {args.service}: no module {module!r} to import, or no factory name after ':'")
 
 
 # Open files a member process needs for an N-member cluster (measured: 59 at 3 members, 85 at 5;
@@ -327,13 +354,14 @@ def cmd_client(args: argparse.Namespace) -> int:
     """One KV request; ``--timeout`` bounds the whole command. Exit 0: a reply with ``ok`` (or no ``ok``
     field); 1: ``ok: false``, an error, or no session (the request was not sent); 3: sent but no reply,
     outcome unknown."""
+    from clusterlab.harness.cli_paths import positive_error
     from clusterlab.harness.local import LocalClient, LocalClientTimeout
     from clusterlab.harness.services import kv
 
     started = time.monotonic()
+    if (error := positive_error("--timeout", args.timeout)) is not None:
+        raise CommandError(error)
     config = _load(args.dir)
-    if not args.timeout > 0:
-        raise CommandError(f"--timeout must be > 0, got {args.timeout}")
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")
     builders = {
@@ -400,8 +428,11 @@ def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
+    from clusterlab.harness.cli_paths import positive_error
     from clusterlab.harness.local import MemberStatus
 
+    if (error := positive_error("--timeout", args.timeout)) is not None:
+        raise CommandError(error)
     config = _load(args.dir)
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")

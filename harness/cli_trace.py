@@ -105,7 +105,11 @@ def _open(path: str) -> Run | None:
         return open_run(resolve_run_dir(path))
     except TraceError as e:
         print(f"clusterlab trace: {e}", file=sys.stderr)
-        return None
+    except ValueError as e:  # run.json that is not JSON
+        print(f"clusterlab trace: {path}: run.json is not valid JSON ({e})", file=sys.stderr)
+    except OSError as e:
+        print(f"clusterlab trace: {path}: {e.strerror or e}", file=sys.stderr)
+    return None
 
 
 def cmd_summary(args: argparse.Namespace, console: Console | None = None) -> int:
