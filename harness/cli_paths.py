@@ -17,10 +17,11 @@ def output_file_error(option: str, path: str | Path) -> str | None:
     if target.is_dir():
         return f"{option} {path}: is a directory; give a file path"
     parent = target.parent
-    if not parent.exists():
-        return f"{option} {path}: directory {parent} does not exist"
     if not parent.is_dir():
-        return f"{option} {path}: {parent} is not a directory"
+        existing = next((p for p in parent.parents if p.exists()), None) if not parent.exists() else parent
+        if existing is not None and not existing.is_dir():
+            return f"{option} {path}: {existing} is a file, not a directory"
+        return f"{option} {path}: directory {parent} does not exist"
     existed = target.exists()
     try:
         with open(target, "a"):
