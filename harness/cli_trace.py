@@ -86,7 +86,7 @@ def resolve_run_dir(path: Path | str) -> Path:
     make). Raises TraceError naming what was found when it is neither, or when several runs are there."""
     directory = Path(path)
     if not directory.exists():
-        raise TraceError(f"{directory}: no such directory")
+        raise TraceError(f"{directory}: no such run directory")
     if not directory.is_dir():
         raise TraceError(f"{directory}: not a directory (give a run directory, or the trace/ inside it)")
     if (directory / "run.json").is_file() or any((directory / name).is_dir() for name in TABLES):

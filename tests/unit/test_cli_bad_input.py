@@ -70,7 +70,7 @@ TABLE: list[tuple[str, int, str]] = [
     ("tool {CLUSTER} suspend", 1, "is not running (no control sockets)"),
     # trace
     ("trace summary", 2, "the following arguments are required: run"),
-    ("trace summary {MISSING}", 2, "{MISSING}: no such directory"),
+    ("trace summary {MISSING}", 2, "{MISSING}: no such run directory"),
     ("trace summary {FILE}", 2, "{FILE}: not a directory"),
     ("trace summary {EMPTY}", 2, "{EMPTY}: not a clusterlab run"),
     ("trace summary {TWO_RUNS}", 2, "holds 2 runs; give one of"),
@@ -80,7 +80,7 @@ TABLE: list[tuple[str, int, str]] = [
     ("trace show {RUN} --member x --from 0", 2, "invalid int value: 'x'"),
     ("trace show {RUN} --member 9 --from 0", 2, "--member 9: no messages of member 9 in {RUN}; members recorded: 0, 1"),
     ("trace show {RUN} --member 0 --from 0 --channel bogus", 2, "channels recorded: consensus, log"),
-    ("trace show {MISSING} --member 0 --from 0", 2, "no such directory"),
+    ("trace show {MISSING} --member 0 --from 0", 2, "no such run directory"),
     # run
     ("run", 2, "the following arguments are required: SCENARIO"),
     ("run nosuch", 2, "unknown scenario 'nosuch'; known: leader-kill"),
