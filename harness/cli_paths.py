@@ -33,14 +33,14 @@ def output_file_error(option: str, path: str | Path) -> str | None:
     return None
 
 
-def directory_error(option: str, path: str | Path, *, must_exist: bool = True) -> str | None:
-    """Why ``path`` (given as ``option``) is not a usable directory: missing (when ``must_exist``),
-    a file, or below a file."""
+def directory_error(option: str, path: str | Path, *, must_exist: bool = True, what: str = "directory") -> str | None:
+    """Why ``path`` (given as ``option``) is not a usable directory (``what``, for the message):
+    missing (when ``must_exist``), a file, or below a file."""
     target = Path(path)
     if target.exists():
         return None if target.is_dir() else f"{option} {path}: is a file, not a directory"
     if must_exist:
-        return f"{option} {path}: no such directory"
+        return f"{option} {path}: no such {what}"
     for parent in target.parents:
         if parent.exists():
             return None if parent.is_dir() else f"{option} {path}: {parent} is a file, not a directory"

@@ -13,7 +13,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from clusterlab.golden.report import ReportError, write_report
     from clusterlab.harness.cli_paths import directory_error, output_file_error
 
-    error = directory_error("RUN", args.run)
+    error = directory_error("RUN", args.run, what="run directory")
     if error is None and args.out is not None:
         error = output_file_error("--out", args.out)
     if error is not None:

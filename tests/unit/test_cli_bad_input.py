@@ -113,7 +113,7 @@ TABLE: list[tuple[str, int, str]] = [
     ("golden verify --json {MISSING}/g.json", 2, "directory {MISSING} does not exist"),
     # report
     ("report", 2, "the following arguments are required: RUN"),
-    ("report {MISSING}", 2, "RUN {MISSING}: no such directory"),
+    ("report {MISSING}", 2, "RUN {MISSING}: no such run directory"),
     ("report {FILE}", 2, "RUN {FILE}: is a file, not a directory"),
     ("report {RUN} --out {EMPTY}", 2, "--out {EMPTY}: is a directory"),
     ("report {RUN} --out {MISSING}/r.html", 2, "directory {MISSING} does not exist"),
