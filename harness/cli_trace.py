@@ -135,12 +135,10 @@ def _check_selection(run: Run, member: int, channel: str | None) -> str | None:
 
 
 def run_start_ns(run: Run) -> int:
-    """The run's start on the wall clock (run.json's start_wall_ns, else its first message)."""
-    start = run.meta.get("start_wall_ns")
-    if isinstance(start, int):
-        return start
-    walls = run.messages.column("wall_ns")
-    return int(pc.min(walls).as_py() or 0) if len(walls) else 0
+    """The run's start on its trace's clock: the first event or message recorded (run.json's
+    start_wall_ns is the harness's real clock, which a simulator's virtual clock is not)."""
+    firsts = [pc.min(t.column("wall_ns")).as_py() for t in (run.events, run.messages) if t.num_rows]
+    return int(min(firsts)) if firsts else 0
 
 
 def cmd_show(args: argparse.Namespace, console: Console | None = None) -> int:
