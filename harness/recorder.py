@@ -1293,6 +1293,10 @@ class RunRecorder:
         self.finished = True
         for rec in self.processes:
             rec.close()
+        # Reservations of processes that were killed (no clean close): every process has stopped now.
+        for stale in sorted((self.run_dir / INCOMPLETE_DIR / RESERVE_DIR).glob("*")):
+            if stale != self._meta_reserve:
+                release_reserve(stale)
         log_meta: dict[str, Any] = {"written": False}
         if member_dirs:
             if commit_position is None:

@@ -141,3 +141,16 @@ def test_a_full_tmpfs_stops_recording_and_the_marker_still_fits(tmp_path: Path) 
         assert m.keys() >= MARKER_KEYS
         run = open_run(disk)  # what was written reads back: whole batches, a torn tail at most
         assert 0 < run.tables["messages"].num_rows < 20_000
+
+
+def test_a_killed_process_leaves_no_reservation_after_the_run(tmp_path: Path) -> None:
+    """A SIGKILLed process never releases its reserved page; the run's finish does (every process of
+    the run has stopped by then), so a run with kills has no incomplete/ directory."""
+    clock = FakeClock()
+    run = RunRecorder(tmp_path, "r", clock=clock, wall_clock=clock)
+    killed = ProcessRecorder(tmp_path, "r", "node-0", 0, 0, clock, wall_clock=clock)  # another process's
+    fill(killed, clock, 30)
+    killed.flush()  # written, never closed: as a SIGKILL leaves it
+    assert any((tmp_path / INCOMPLETE_DIR).rglob("node-0-i0"))
+    run.finish("ok")
+    assert not (tmp_path / INCOMPLETE_DIR).exists()
