@@ -396,6 +396,12 @@ def cmd_client(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_UNKNOWN
+        except Exception as e:  # the session failed after the request went out (ConnectError, ...)
+            print(
+                f"clusterlab client: outcome unknown (the request may still be applied): {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
+            return EXIT_UNKNOWN
     finally:
         client.close()
     print(json.dumps(reply, sort_keys=True))
