@@ -109,12 +109,17 @@ TABLE: list[tuple[str, int, str]] = [
     # golden
     ("golden frob", 2, "invalid choice: 'frob'"),
     ("golden bless {RUN}", 2, "the following arguments are required: --name"),
+    ("golden bless {MISSING} --name x", 2, "{MISSING}: no such run directory"),
+    ("golden bless {EMPTY} --name x", 2, "not a clusterlab run"),
+    ("golden verify no-such-golden", 2, "no golden named 'no-such-golden'"),
+    ("golden regenerate no-such-golden", 2, "no recipe named no-such-golden"),
     ("golden verify --json /proc/clusterlab-out.json", 2, "cannot be written"),
     ("golden verify --json {MISSING}/g.json", 2, "directory {MISSING} does not exist"),
     # report
     ("report", 2, "the following arguments are required: RUN"),
     ("report {MISSING}", 2, "RUN {MISSING}: no such run directory"),
     ("report {FILE}", 2, "RUN {FILE}: is a file, not a directory"),
+    ("report {EMPTY}", 2, "not a clusterlab run"),
     ("report {RUN} --out {EMPTY}", 2, "--out {EMPTY}: is a directory"),
     ("report {RUN} --out {MISSING}/r.html", 2, "directory {MISSING} does not exist"),
 ]
