@@ -75,32 +75,41 @@ def _followers(t: Target) -> list[int]:
 # ------------------------------------------------------------------------------------- network
 
 
+# Partition shapes, named as the scenarios that use them (clusterlab scenarios).
+PARTITION_SHAPES = ("leader-isolation", "isolate", "minority-partition", "majority-ring", "bridge")
+
+
 @dataclass
 class Partition(Nemesis):
-    """Cut the cluster into groups. ``shape``: ``isolate-leader``, ``isolate`` (a random member),
-    ``halves`` (a random minority | majority), ``bridge`` (two sides and one member seeing both),
-    ``ring`` (every member sees only its neighbours: overlapping majorities)."""
+    """Cut the cluster into groups. ``shape`` (:data:`PARTITION_SHAPES`): ``leader-isolation``,
+    ``isolate`` (a random member), ``minority-partition`` (a random minority | majority), ``bridge``
+    (two sides and one member seeing both), ``majority-ring`` (every member sees only its
+    neighbours: overlapping majorities)."""
 
     name: str = "partition"
-    shape: str = "isolate-leader"
+    shape: str = "leader-isolation"
     groups: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.shape not in PARTITION_SHAPES:
+            raise ValueError(f"unknown partition shape {self.shape!r}; valid shapes: {', '.join(PARTITION_SHAPES)}")
 
     def detail(self) -> dict[str, Any]:
         return {"shape": self.shape, "groups": self.groups}
 
     @property
     def leader_fault(self) -> bool:
-        return self.shape == "isolate-leader"
+        return self.shape == "leader-isolation"
 
     def _apply(self, t: Target) -> None:
         members = t.members
         n = len(members)
-        if self.shape in ("isolate-leader", "isolate"):
-            victim = _leader_or_any(t) if self.shape == "isolate-leader" else t.rng.choice(members)
+        if self.shape in ("leader-isolation", "isolate"):
+            victim = _leader_or_any(t) if self.shape == "leader-isolation" else t.rng.choice(members)
             self.victims = [victim]
             self.groups = [[victim], [m for m in members if m != victim]]
             t.partition(self.groups)
-        elif self.shape == "halves":
+        elif self.shape == "minority-partition":
             shuffled = members[:]
             t.rng.shuffle(shuffled)
             minority = sorted(shuffled[: (n - 1) // 2])
@@ -119,7 +128,7 @@ class Partition(Nemesis):
                 for y in b:
                     t.block(x, y)
                     t.block(y, x)
-        elif self.shape == "ring":
+        elif self.shape == "majority-ring":
             order = members[:]
             t.rng.shuffle(order)
             self.victims = order

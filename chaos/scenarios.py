@@ -79,19 +79,19 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "leader-isolation",
             "the leader is cut off; the majority elects, the old leader steps down",
-            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="isolate-leader"), d * 0.4), quiet(d * 0.3)],
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="leader-isolation"), d * 0.4), quiet(d * 0.3)],
             sizes=(3, 5),
         ),
         Scenario(
             "minority-partition",
             "a random minority is cut off from the majority",
-            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="halves"), d * 0.4), quiet(d * 0.3)],
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="minority-partition"), d * 0.4), quiet(d * 0.3)],
             sizes=(3, 5),
         ),
         Scenario(
             "majority-ring",
             "each member sees only its ring neighbours (overlapping majorities)",
-            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="ring"), d * 0.4), quiet(d * 0.3)],
+            lambda d, n: [quiet(d * 0.3), fault(Partition(shape="majority-ring"), d * 0.4), quiet(d * 0.3)],
             sizes=(3, 5),
         ),
         Scenario(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -216,7 +217,7 @@ def first_divergence(verdict: dict[str, Any]) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------------------------- svg
 
 
-def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
+def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, Any] | None = None) -> str:
     events = run.events.to_pylist()
     spans = role_spans(events, members, axis.t1)
     faults = fault_spans(events, axis.t1)
@@ -252,6 +253,7 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
                 f'height="{LANE - 4}" fill="{ROLE_COLOURS.get(s.label, "#bbb")}"><title>member {m} '
                 f"{_esc(s.label)} {axis.seconds(s.start):.2f}s..{axis.seconds(s.end):.2f}s</title></rect>"
             )
+    parts += _partition_marks(partition_spans(events, axis.t1), axis, members)
     for e in events:
         if e["kind"] == "leader" and e["leadership_term_id"] is not None:
             m = _member_of_source(e["source"])
@@ -272,14 +274,8 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
         pts = " ".join(
             f"{axis.x(t):.1f},{commit_top + commit_h - commit_h * p / top_pos:.1f}" for t, p in _thin(series)
         )
-        colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
-        parts.append(
-            f'<polyline class="commit" points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5">'
-            f"<title>member {m} incarnation {incarnation} commit position</title></polyline>"
-        )
-    for m in members:
-        colour = MEMBER_COLOURS[m % len(MEMBER_COLOURS)]
-        parts.append(f'<text x="8" y="{commit_top + 14 + 14 * members.index(m)}" fill="{colour}">member {m}</text>')
+        parts.append(_commit_line(m, incarnation, pts))
+    parts += _commit_legend(members, commit_top)
     # Client op latency.
     top_lat = max([lat for _, lat, _, _ in lats] + [10.0])
     low, high = math.log10(LATENCY_FLOOR_MS), math.log10(top_lat)
@@ -309,6 +305,7 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
         )
     for i, (kind, colour) in enumerate(OP_COLOURS.items()):
         parts.append(f'<text x="8" y="{lat_top + 14 + 14 * i}" fill="{colour}">{kind}</text>')
+    parts += _failing_op_marks(failing_ops(verdict or {}, run.ops.to_pylist()), axis, 20, height - 40)
     # Time axis.
     y = height - 20
     total = axis.seconds(axis.t1)
@@ -323,6 +320,156 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int]) -> str:
         k += 1
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+# Each member's commit line is told apart by its dash pattern as well as its colour, and drawn a pixel
+# or two below the previous member's: members that agree would otherwise hide each other's line.
+COMMIT_DASHES = ["", "7 3", "2 2", "9 3 2 3", "1 3"]
+COMMIT_OFFSET_PX = 2.0
+
+
+def _commit_style(m: int) -> tuple[str, str, float]:
+    """(colour, dash pattern, vertical offset in px) of member ``m``'s commit line."""
+    return MEMBER_COLOURS[m % len(MEMBER_COLOURS)], COMMIT_DASHES[m % len(COMMIT_DASHES)], COMMIT_OFFSET_PX * m
+
+
+def _commit_line(m: int, incarnation: int, points: str) -> str:
+    colour, dash, offset = _commit_style(m)
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    return (
+        f'<polyline class="commit" data-member="{m}" points="{points}" fill="none" stroke="{colour}" '
+        f'stroke-width="1.5"{dash_attr} transform="translate(0 {offset:g})">'
+        f"<title>member {m} incarnation {incarnation} commit position</title></polyline>"
+    )
+
+
+def _commit_legend(members: list[int], commit_top: int) -> list[str]:
+    """Per member: a sample of its line (colour and dashes) and its name."""
+    out = []
+    for i, m in enumerate(members):
+        colour, dash, _ = _commit_style(m)
+        y = commit_top + 14 + 14 * i
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(
+            f'<line class="commit-key" x1="8" y1="{y - 4}" x2="36" y2="{y - 4}" stroke="{colour}" '
+            f'stroke-width="2"{dash_attr}/><text x="40" y="{y}" fill="{colour}">member {m}</text>'
+        )
+    return out
+
+
+@dataclass
+class PartitionSpan:
+    start: int
+    end: int
+    groups: list[list[int]]
+
+    def cut_off(self) -> list[int]:
+        """The members outside the largest group (with no majority side: all but the first largest)."""
+        if not self.groups:
+            return []
+        largest = max(self.groups, key=len)
+        return sorted({m for g in self.groups if g is not largest for m in g} - set(largest))
+
+
+def partition_spans(events: list[dict[str, Any]], t_end: int) -> list[PartitionSpan]:
+    """Each network partition (a harness ``partition`` with its groups, or a ``chaos_apply`` that
+    carries groups) until the next ``heal``/``chaos_heal`` (or the end of the run)."""
+    out: list[PartitionSpan] = []
+    open_span: PartitionSpan | None = None
+    for e in sorted(events, key=lambda e: e["wall_ns"]):
+        if e["source"] not in ("harness", "chaos"):
+            continue
+        groups = _detail(e).get("groups")
+        if e["kind"] in ("partition", "chaos_apply") and isinstance(groups, list) and groups:
+            groups = [sorted(map(int, g)) for g in groups]
+            if open_span is not None and open_span.groups == groups:
+                continue  # the nemesis's chaos_apply and the cluster's own partition event: one cut
+            if open_span is not None:
+                open_span.end = e["wall_ns"]
+                out.append(open_span)
+            open_span = PartitionSpan(e["wall_ns"], t_end, groups)
+        elif e["kind"] in ("heal", "chaos_heal") and open_span is not None:
+            open_span.end = e["wall_ns"]
+            out.append(open_span)
+            open_span = None
+    if open_span is not None:
+        out.append(open_span)
+    return out
+
+
+def _partition_marks(spans: list[PartitionSpan], axis: _Axis, members: list[int]) -> list[str]:
+    """A hatched band on the lane of each member cut off by a partition, for as long as it lasts."""
+    out = [
+        '<defs><pattern id="cut" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="2" height="6" fill="#b30000" fill-opacity="0.55"/>'
+        "</pattern></defs>"
+    ]
+    for span in spans:
+        sides = " | ".join(",".join(map(str, g)) for g in span.groups)
+        x0, x1 = axis.x(span.start), axis.x(span.end)
+        for m in span.cut_off():
+            if m not in members:
+                continue
+            y = 30 + members.index(m) * LANE
+            out.append(
+                f'<rect class="partitioned" data-member="{m}" x="{x0:.1f}" y="{y + 2}" '
+                f'width="{max(x1 - x0, 2):.1f}" height="{LANE - 4}" fill="url(#cut)" stroke="#b30000">'
+                f"<title>member {m} partitioned off ({_esc(sides)}) {axis.seconds(span.start):.2f}s.."
+                f"{axis.seconds(span.end):.2f}s</title></rect>"
+            )
+    return out
+
+
+_OP_IN_TEXT = re.compile(r"client (\d+) op (\d+)")
+
+
+def failing_ops(verdict: dict[str, Any], ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The client operations the verdict's violations name (Spark rows carry client_id/op_id, the
+    local verdict's lines say ``client C op N``), each with its invoke and completion times."""
+    named: list[tuple[int, int, str]] = []
+    for check, result in (verdict.get("checks") or {}).items():
+        for v in result.get("violations") or []:
+            if isinstance(v, dict) and v.get("op_id") is not None and v.get("client_id") is not None:
+                named.append((int(v["client_id"]), int(v["op_id"]), check))
+            elif isinstance(v, str) and (match := _OP_IN_TEXT.search(v)):
+                named.append((int(match[1]), int(match[2]), check))
+    out = []
+    seen = set()
+    for client_id, op_id, check in named:
+        if (client_id, op_id) in seen:
+            continue
+        seen.add((client_id, op_id))
+        rows = sorted(
+            (o for o in ops if o["client_id"] == client_id and o["op_id"] == op_id), key=lambda o: o["wall_ns"]
+        )
+        if rows:
+            last = rows[-1]
+            out.append(
+                {
+                    "client_id": client_id,
+                    "op_id": op_id,
+                    "check": check,
+                    "start": rows[0]["wall_ns"],
+                    "end": last["wall_ns"],
+                    "label": f"client {client_id} op {op_id} {last['f']} {last.get('key') or ''} -> {last['kind']}",
+                }
+            )
+    return out
+
+
+def _failing_op_marks(ops: list[dict[str, Any]], axis: _Axis, top: float, height: float) -> list[str]:
+    """A red band from invoke to completion of each op a violation names, across every panel."""
+    out = []
+    for op in ops:
+        x0, x1 = axis.x(op["start"]), axis.x(op["end"])
+        out.append(
+            f'<rect class="failing-op" x="{x0:.1f}" y="{top}" width="{max(x1 - x0, 2):.1f}" height="{height}" '
+            f'fill="none" stroke="#c62828" stroke-width="2" stroke-dasharray="5 3">'
+            f"<title>failing op ({_esc(op['check'])}): {_esc(op['label'])}</title></rect>"
+            f'<text x="{x0 + 3:.1f}" y="{top + height - 4}" fill="#c62828" font-weight="bold">'
+            f"&#9888; {_esc(op['label'])} ({_esc(op['check'])})</text>"
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- html
@@ -420,7 +567,7 @@ def render(run_dir: Path | str) -> str:
         | {m for m in run.applied.column("member_id").to_pylist() if m >= 0}
         | {m for m in map(_member_of_source, run.events.column("source").to_pylist()) if m is not None}
     )
-    svg = _timeline_svg(run, axis, members)
+    svg = _timeline_svg(run, axis, members, verdict)
     head = ", ".join(
         f"{k} <b>{_esc(meta.get(k))}</b>"
         for k in ("run_id", "scenario", "seed", "outcome", "git_commit")

@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from clusterlab.core import __version__
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """The README's main job: a seeded chaos scenario on a simulated 3-member cluster, checked."""
+    from clusterlab.harness.cli_paths import writable_directory_error
     from clusterlab.harness.demo import run_demo
+
+    if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
+        print(f"clusterlab demo: {error}", file=sys.stderr)
+        return 2
 
     return run_demo(seed=args.seed, members=args.members, directory=args.dir)
 
@@ -23,8 +29,17 @@ def _cmd_codec_selfcheck(args: argparse.Namespace) -> int:
     return run_selfcheck()
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints its usage and the error; this prints the error alone, on one line, exit 2. The
+    subcommands' parsers are of this class too (argparse makes them of their parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clusterlab",
         description="Aeron Cluster in Python over ZeroMQ, with a record-replay chaos harness.",
     )
@@ -63,7 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("clusterlab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def register(subparsers: Any) -> None:
     start.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 with OS-assigned ports, not ipc")
     start.add_argument("--seed", type=int, default=0)
     start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
+    start.add_argument("--no-record", action="store_true", help="no trace recording (nothing written under DIR/trace)")
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
 
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
@@ -101,6 +102,10 @@ def register(subparsers: Any) -> None:
 
 # ---------------------------------------------------------------------------------- helpers
 def _load(directory: Path) -> ClusterConfig:
+    from clusterlab.harness.cli_paths import directory_error
+
+    if directory.is_file():
+        raise CommandError(directory_error("the cluster directory", directory))
     try:
         return ClusterConfig.load(directory)
     except ConfigError as e:
@@ -177,17 +182,12 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 def cmd_cluster_start(args: argparse.Namespace) -> int:
     from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
     from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
 
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
+    check_member_limits(args.members)
+    check_start_arguments(args)
     service = None if args.service == "none" else args.service
-    if service is not None and ":" not in service:
-        from clusterlab.harness.services import SERVICES
-
-        if service not in SERVICES:
-            raise CommandError(f"unknown service {service!r}: use one of {sorted(SERVICES)}, module:factory or none")
     directory = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="clusterlab-"))
     existing = (directory / "cluster.json").exists()
 
@@ -195,7 +195,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    console = Console(stderr=False)
+    # Without a terminal (background, CI) rich would wrap at 80 columns and draw boxes: plain lines.
+    console = Console(stderr=False) if sys.stdout.isatty() else Console(stderr=False, width=10_000, no_color=True)
     try:
         cluster = LocalCluster(
             members=None if existing else args.members,
@@ -204,53 +205,163 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             tcp=args.tcp,
             seed=args.seed,
             keep_directory=True,
+            record=not args.no_record,
         )
     except (ConfigError, LocalClusterError) as e:
         raise CommandError(str(e)) from None
     try:
         console.print(
             f"{'restarting' if existing else 'starting'} a {cluster.member_count}-member cluster "
-            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}); Ctrl-C stops it"
+            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}"
+            f"{'' if cluster.trace_dir is not None else ', not recorded'}); Ctrl-C or SIGTERM stops it"
         )
         try:
-            cluster.__enter__()
-        except (LocalTimeout, LocalClusterError) as e:
-            raise CommandError(str(e).splitlines()[0]) from None
-
-        def table() -> Table:
-            t = Table(title=f"clusterlab cluster {cluster.directory}")
-            for column in COLUMNS:
-                t.add_column(column)
-            for i, s in cluster.statuses().items():
-                if s is not None:
-                    t.add_row(str(i), *_status_cells(s))
-                else:
-                    state = "paused" if cluster.is_paused(i) else ("no answer" if cluster.is_alive(i) else "down")
-                    t.add_row(str(i), state, *[""] * (len(COLUMNS) - 2))
-            return t
-
-        try:
-            with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
-                while cluster.members_alive():
-                    time.sleep(args.refresh)  # the display's refresh interval, not synchronisation
-                    live.update(table())
+            try:
+                cluster.__enter__()
+            except (LocalTimeout, LocalClusterError) as e:
+                raise CommandError(str(e).splitlines()[0]) from None
+            if console.is_terminal:
+                _watch_live(cluster, console, args.refresh)
+            else:
+                _watch_plain(cluster, args.refresh)
             console.print("every member has stopped (shutdown or abort): exiting")
         except KeyboardInterrupt:
-            console.print("\nstopping the cluster ...")
+            console.print(("\n" if console.is_terminal else "") + "stopping the cluster ...")  # after ^C
     finally:
         cluster.close()
     console.print(f"stopped; the cluster's files are in {cluster.directory}")
     return EXIT_OK
 
 
+def check_start_arguments(args: argparse.Namespace) -> None:
+    """``cluster start``'s --refresh, --dir and --service, before anything starts."""
+    import importlib.util
+
+    from clusterlab.harness.cli_paths import positive_error, writable_directory_error
+
+    if (error := positive_error("--refresh", args.refresh)) is not None:
+        raise CommandError(error)
+    if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
+        raise CommandError(error)
+    if args.service == "none":
+        return
+    if ":" not in args.service:
+        from clusterlab.harness.services import SERVICES
+
+        if args.service not in SERVICES:
+            raise CommandError(
+                f"unknown service {args.service!r}: use one of {sorted(SERVICES)}, module:factory or none"
+            )
+        return
+    module, _, factory = args.service.partition(":")
+    try:
+        found = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not factory.isidentifier():
+        raise CommandError(f"--service {args.service}: no module {module!r} to import, or no factory name after ':'")
+
+
+# Open files a member process needs for an N-member cluster (measured: 59 at 3 members, 85 at 5;
+# ZeroMQ links to every peer on four channels), with headroom.
+def files_per_member(members: int) -> int:
+    """Open files one member process of an ``members``-member cluster needs (an estimate with headroom)."""
+    return 16 * members + 32
+
+
+def check_member_limits(members: int) -> None:
+    """Refuse, before starting anything, a cluster the open-file or process limits cannot hold."""
+    import os
+    import resource
+
+    files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = files_per_member(members)
+    if files != resource.RLIM_INFINITY and need > files:
+        raise CommandError(
+            f"--members {members} needs about {need} open files per member process, but the limit is {files} "
+            f"(ulimit -n); at most {max(1, (files - 32) // 16)} members fit"
+        )
+    procs, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if procs != resource.RLIM_INFINITY:
+        uid = os.getuid()
+        running = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    running += entry.stat().st_uid == uid
+                except OSError:
+                    continue
+        if running + 2 * members > procs:
+            raise CommandError(
+                f"--members {members} starts {2 * members} processes, but only {max(0, procs - running)} more "
+                f"are allowed (ulimit -u {procs}, {running} running)"
+            )
+
+
+def _watch_live(cluster: Any, console: Any, refresh_s: float) -> None:
+    """On a terminal: a live status table until every member has stopped."""
+    from rich.live import Live
+    from rich.table import Table
+
+    def table() -> Table:
+        t = Table(title=f"clusterlab cluster {cluster.directory}")
+        for column in COLUMNS:
+            t.add_column(column)
+        for i, s in cluster.statuses().items():
+            if s is not None:
+                t.add_row(str(i), *_status_cells(s))
+            else:
+                t.add_row(str(i), _member_state(cluster, i), *[""] * (len(COLUMNS) - 2))
+        return t
+
+    with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
+        while cluster.members_alive():
+            time.sleep(refresh_s)  # the display's refresh interval, not synchronisation
+            live.update(table())
+
+
+def _watch_plain(cluster: Any, refresh_s: float) -> None:
+    """Without a terminal: one plain line each time the members' status changes, until they stop."""
+    last = ""
+    while cluster.members_alive():
+        line = plain_status(cluster)
+        if line != last:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+            last = line
+        time.sleep(refresh_s)  # the status poll interval, not synchronisation
+
+
+def plain_status(cluster: Any) -> str:
+    """The members' status on one line: ``0:LEADER term=1 ... | 1:FOLLOWER ...``."""
+    parts = []
+    for i, s in cluster.statuses().items():
+        parts.append(s.describe() if s is not None else f"{i}:{_member_state(cluster, i)}")
+    return " | ".join(parts)
+
+
+def _member_state(cluster: Any, member_id: int) -> str:
+    if cluster.is_paused(member_id):
+        return "paused"
+    return "no answer" if cluster.is_alive(member_id) else "down"
+
+
 # ---------------------------------------------------------------------------------- client
+EXIT_UNKNOWN = 3  # no reply: the request may or may not be applied
+STATUS_BUDGET_S = 1.0  # at most this much of --timeout goes to asking the members why there was no reply
+
+
 def cmd_client(args: argparse.Namespace) -> int:
+    """One KV request; ``--timeout`` bounds the whole command. Exit 0: a reply with ``ok`` (or no ``ok``
+    field); 1: ``ok: false``, an error, or no session (the request was not sent); 3: sent but no reply,
+    outcome unknown."""
+    from clusterlab.harness.cli_paths import positive_error
     from clusterlab.harness.local import LocalClient, LocalClientTimeout
     from clusterlab.harness.services import kv
 
+    started = time.monotonic()
+    if (error := positive_error("--timeout", args.timeout)) is not None:
+        raise CommandError(error)
     config = _load(args.dir)
-    if args.timeout <= 0:
-        raise CommandError(f"--timeout must be > 0, got {args.timeout}")
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")
     builders = {
@@ -259,29 +370,75 @@ def cmd_client(args: argparse.Namespace) -> int:
         "cas": lambda rid: kv.cas(rid, args.key, args.expected, args.value),
         "delete": lambda rid: kv.delete(rid, args.key),
     }
+    deadline = started + args.timeout
+    # Keep part of the bound for asking the members why, if no reply comes.
+    request_deadline = deadline - min(STATUS_BUDGET_S, 0.2 * args.timeout)
     client = LocalClient(config, request_timeout_s=args.timeout)
+    client.connect_timeout_s = args.timeout
     try:
-        deadline = time.monotonic() + args.timeout
         try:
-            client.connect(args.timeout)
-            reply = client.request(builders[args.op], max(0.1, deadline - time.monotonic()))
+            client.connect(max(0.05, request_deadline - time.monotonic()))
         except LocalClientTimeout:
+            why = _why_no_answer(config, deadline)
             raise CommandError(
-                f"no answer from the cluster at {config.directory} within {args.timeout:g} s "
-                "(is it running? `clusterlab tool DIR list-members` shows its members)"
+                f"no session with the cluster at {config.directory} within {args.timeout:g} s, "
+                f"the request was not sent{why}"
             ) from None
         except Exception as e:  # ConnectError and friends: the cluster said no
             raise CommandError(f"{type(e).__name__}: {e}") from None
+        try:
+            reply = client.request(builders[args.op], max(0.05, request_deadline - time.monotonic()))
+        except LocalClientTimeout:
+            why = _why_no_answer(config, deadline)
+            print(
+                f"clusterlab client: outcome unknown (the request may still be applied): no reply from the cluster "
+                f"at {config.directory} within {args.timeout:g} s{why}",
+                file=sys.stderr,
+            )
+            return EXIT_UNKNOWN
+        except Exception as e:  # the session failed after the request went out (ConnectError, ...)
+            print(
+                f"clusterlab client: outcome unknown (the request may still be applied): {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
+            return EXIT_UNKNOWN
     finally:
         client.close()
     print(json.dumps(reply, sort_keys=True))
-    return EXIT_OK
+    return EXIT_FAILED if reply.get("ok") is False or "error" in reply else EXIT_OK
+
+
+def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
+    """What the members' control sockets say, within what is left of the command's bound: a
+    suspended cluster, no leader, or nothing (no member answered)."""
+    from clusterlab.core.consensus.context import ConsensusModuleState
+    from clusterlab.harness.local import MemberStatus
+
+    remaining = deadline - time.monotonic()
+    if remaining <= 0.01:
+        return ""
+    tool = ClusterTool(config)
+    try:
+        statuses = tool.statuses(remaining / max(1, len(config.members)))
+    finally:
+        tool.close()
+    answered = {i: MemberStatus.of(s) for i, s in statuses.items() if s is not None}
+    if not answered:
+        return "; no member answered its control socket either"
+    if any(m.module_state == ConsensusModuleState.SUSPENDED for m in answered.values()):
+        return f"; the cluster is suspended (`clusterlab tool {config.directory} resume` resumes it)"
+    if _leader(statuses) is None:
+        return "; the cluster has no leader now (an election may be running, or a majority is unreachable)"
+    return ""
 
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
+    from clusterlab.harness.cli_paths import positive_error
     from clusterlab.harness.local import MemberStatus
 
+    if (error := positive_error("--timeout", args.timeout)) is not None:
+        raise CommandError(error)
     config = _load(args.dir)
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")

@@ -41,7 +41,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     """Replay every golden (and re-run the simulator ones); diff with Spark."""
     from clusterlab.golden.store import TRACES, GoldenError
     from clusterlab.golden.verify import print_report, verify_goldens
+    from clusterlab.harness.cli_paths import output_file_error
 
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        return _err(error)  # checked before the replays, not after
     traces = Path(args.traces) if args.traces else TRACES
     err = Console(stderr=True, highlight=False)
     try:

@@ -11,7 +11,14 @@ from rich.console import Console
 def _cmd_report(args: argparse.Namespace) -> int:
     """Write the report; print its path. Exit 2 for a path that is not a run."""
     from clusterlab.golden.report import ReportError, write_report
+    from clusterlab.harness.cli_paths import directory_error, output_file_error
 
+    error = directory_error("RUN", args.run, what="run directory")
+    if error is None and args.out is not None:
+        error = output_file_error("--out", args.out)
+    if error is not None:
+        print(f"clusterlab report: {error}", file=sys.stderr)
+        return 2
     try:
         path = write_report(args.run, args.out)
     except ReportError as e:

@@ -49,6 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments."""
     from clusterlab.chaos.runner import run_scenario
     from clusterlab.chaos.scenarios import SCENARIOS
+    from clusterlab.harness.cli_paths import output_file_error, positive_error, writable_directory_error
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
@@ -59,12 +60,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"scenario {spec.name} runs on {sizes} members, not {args.members}")
     if args.sim and spec.real_only:
         return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
-    if args.duration is not None and args.duration <= 0:
-        return _bad(err, f"--duration must be positive, not {args.duration}")
-    if args.rate is not None and args.rate <= 0:
-        return _bad(err, f"--rate must be positive, not {args.rate}")
-    if args.dir is not None and Path(args.dir).exists() and any(Path(args.dir).iterdir()):
-        return _bad(err, f"--dir {args.dir} is not empty; give a new or empty directory")
+    for option, value in (("--duration", args.duration), ("--rate", args.rate)):
+        if (error := positive_error(option, value)) is not None:
+            return _bad(err, error)
+    if args.dir is not None:
+        if (error := writable_directory_error("--dir", args.dir)) is not None:
+            return _bad(err, error)
+        if Path(args.dir).is_dir() and any(Path(args.dir).iterdir()):
+            return _bad(err, f"--dir {args.dir} is not empty; give a new or empty directory")
+    # Checked now, not after a run of minutes.
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        return _bad(err, error)
 
     where = "simulator" if args.sim else "local processes"
     out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")

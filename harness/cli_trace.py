@@ -1,5 +1,8 @@
 """``clusterlab trace summary RUN`` and ``clusterlab trace show RUN --member M --from POS``.
 
+RUN is a trace directory or the directory holding one (``clusterlab run --dir D`` and ``cluster start
+--dir D`` record into ``D/trace``). ``show`` prints each row's time in seconds from the run's start.
+
 ``register(subparsers)`` adds the ``trace`` command to the clusterlab parser; ``python -m
 clusterlab.harness.cli_trace ...`` runs the same commands on their own.
 """
@@ -9,9 +12,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from clusterlab.harness.trace import Summary, TraceError, describe_payload, open_run, select_messages, summarize
+import pyarrow.compute as pc
+from clusterlab.harness.recorder import TABLES
+from clusterlab.harness.trace import (
+    Run,
+    Summary,
+    TraceError,
+    describe_payload,
+    open_run,
+    select_messages,
+    summarize,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -66,32 +80,86 @@ def print_summary(summary: Summary, meta: dict[str, Any], console: Console) -> N
             console.print(f"  {p.parent.name}/{p.name}")
 
 
-def cmd_summary(args: argparse.Namespace, console: Console | None = None) -> int:
-    console = console or Console(soft_wrap=True)
+def resolve_run_dir(path: Path | str) -> Path:
+    """The trace directory ``path`` means: a run directory itself (run.json or table folders), or a
+    directory holding one ``trace*`` run (what ``clusterlab run --dir`` and ``cluster start --dir``
+    make). Raises TraceError naming what was found when it is neither, or when several runs are there."""
+    directory = Path(path)
+    if not directory.exists():
+        raise TraceError(f"{directory}: no such run directory")
+    if not directory.is_dir():
+        raise TraceError(f"{directory}: not a directory (give a run directory, or the trace/ inside it)")
+    if (directory / "run.json").is_file() or any((directory / name).is_dir() for name in TABLES):
+        return directory
+    runs = sorted(p for p in directory.glob("trace*") if p.is_dir() and (p / "run.json").is_file())
+    if len(runs) == 1:
+        return runs[0]
+    if runs:
+        names = ", ".join(str(p) for p in runs)
+        raise TraceError(f"{directory} holds {len(runs)} runs; give one of: {names}")
+    raise TraceError(f"{directory}: not a clusterlab run (no run.json, none of {', '.join(TABLES)}, no trace/ inside)")
+
+
+def _open(path: str) -> Run | None:
     try:
-        run = open_run(args.run)
+        return open_run(resolve_run_dir(path))
     except TraceError as e:
         print(f"clusterlab trace: {e}", file=sys.stderr)
+    except ValueError as e:  # run.json that is not JSON
+        print(f"clusterlab trace: {path}: run.json is not valid JSON ({e})", file=sys.stderr)
+    except OSError as e:
+        print(f"clusterlab trace: {path}: {e.strerror or e}", file=sys.stderr)
+    return None
+
+
+def cmd_summary(args: argparse.Namespace, console: Console | None = None) -> int:
+    console = console or Console(soft_wrap=True)
+    run = _open(args.run)
+    if run is None:
         return 2
     print_summary(summarize(run), run.meta, console)
     return 0
 
 
+def _check_selection(run: Run, member: int, channel: str | None) -> str | None:
+    """An error naming what the trace holds, if ``member``/``channel`` are not in it."""
+    members = sorted(set(run.messages.column("member_id").to_pylist()))
+    if member not in members:
+        listed = ", ".join(map(str, members)) or "none (no messages recorded)"
+        return f"--member {member}: no messages of member {member} in {run.directory}; members recorded: {listed}"
+    if channel is not None:
+        channels = sorted(set(run.messages.column("channel").to_pylist()))
+        if channel not in channels:
+            return f"--channel {channel}: no such channel in {run.directory}; channels recorded: {', '.join(channels)}"
+    return None
+
+
+def run_start_ns(run: Run) -> int:
+    """The run's start on its trace's clock: the first event or message recorded (run.json's
+    start_wall_ns is the harness's real clock, which a simulator's virtual clock is not)."""
+    firsts = [pc.min(t.column("wall_ns")).as_py() for t in (run.events, run.messages) if t.num_rows]
+    return int(min(firsts)) if firsts else 0
+
+
 def cmd_show(args: argparse.Namespace, console: Console | None = None) -> int:
     console = console or Console(highlight=False, soft_wrap=True)
-    try:
-        run = open_run(args.run)
-    except TraceError as e:
-        print(f"clusterlab trace: {e}", file=sys.stderr)
+    run = _open(args.run)
+    if run is None:
         return 2
+    error = _check_selection(run, args.member, args.channel)
+    if error is not None:
+        print(f"clusterlab trace: {error}", file=sys.stderr)
+        return 2
+    start_ns = run_start_ns(run)
     rows = select_messages(run, args.member, args.from_position, args.to_position, args.channel)
     for r in rows:
         peer = r.get("peer_process") or r["peer"]
         arrow = {"send": "->", "recv": "<-", "drop": "x-"}.get(r["direction"], "?")
         reason = f" ({r['reason']})" if r.get("reason") else ""
         console.print(
-            f"{r['wall_ns']:>15} {r['process']}/i{r['incarnation']} #{r['seq']} {r['direction']}{reason} "
-            f"{arrow} {peer} [{r['channel']}] term={r['leadership_term_id']} pos={r['log_position']}",
+            f"{(r['wall_ns'] - start_ns) / 1e9:+12.6f}s {r['process']}/i{r['incarnation']} #{r['seq']} "
+            f"{r['direction']}{reason} {arrow} {peer} [{r['channel']}] term={r['leadership_term_id']} "
+            f"pos={r['log_position']}",
             markup=False,
         )
         for line in describe_payload(r["payload"], entries=not args.no_entries):
@@ -110,11 +178,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     trace.set_defaults(func=lambda args: (trace.print_help(), 2)[1])
 
     summary = sub.add_parser("summary", help="counts per table/channel/type, members, terms, positions, torn files")
-    summary.add_argument("run", help="the run directory (holds run.json and messages/, applied/, ...)")
+    summary.add_argument(
+        "run", help="the run directory (holds run.json and messages/, applied/, ...), or the directory holding it"
+    )
     summary.set_defaults(func=cmd_summary)
 
     show = sub.add_parser("show", help="one member's messages from a log position, decoded (describe())")
-    show.add_argument("run", help="the run directory")
+    show.add_argument("run", help="the run directory, or the directory holding it (times are from the run's start)")
     show.add_argument("--member", type=int, required=True, help="member id whose processes recorded the rows")
     show.add_argument("--from", dest="from_position", type=int, required=True, help="lowest log position")
     show.add_argument("--to", dest="to_position", type=int, default=None, help="highest log position")

@@ -1043,13 +1043,14 @@ class LocalClient:
             cluster_session_id=self.conn.client.cluster_session_id,
         )
 
-    def _offer(self, payload: bytes) -> None:
+    def _offer(self, payload: bytes, timeout_s: float | None = None) -> None:
+        connect_s = self.connect_timeout_s if timeout_s is None else min(self.connect_timeout_s, timeout_s)
         if not self.conn.client.is_connected:
-            self.connect(self.connect_timeout_s)
+            self.connect(connect_s)
         try:
             self.conn.offer(payload)
         except (SessionClosedError, ClientError):
-            self.connect(self.connect_timeout_s)
+            self.connect(connect_s)
             self.conn.offer(payload)
 
     def wait(self, request_ids: Iterable[int], timeout_s: float) -> dict[int, dict[str, Any]]:
@@ -1082,7 +1083,7 @@ class LocalClient:
                     # Two attempts unanswered: our session may be gone with the old leader.
                     self.reconnects += 1
                     self.conn.client.close(self.conn.clock.now_ns())
-                self._offer(payload)
+                self._offer(payload, max(0.05, deadline - time.monotonic()))  # a reconnect ends by the deadline too
             except (ClientError, LocalClientTimeout):
                 pass
             got = self.wait([rid], min(self.attempt_timeout_s, max(0.0, deadline - time.monotonic())))

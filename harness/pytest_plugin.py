@@ -33,7 +33,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,7 +146,9 @@ def _describe_run(item: pytest.Item, run: dict[str, Any]) -> str:
     ]
     if run.get("rerun"):
         lines.append(f"  re-run: {run['rerun']}")
-    lines.append(f"  re-run: .venv/bin/python -m pytest '{item.nodeid}' --chaos-seed {run['seed']}")
+    # The interpreter running this pytest (a user's suite need not live in a .venv of its own).
+    rerun = [sys.executable, "-m", "pytest", item.nodeid, "--chaos-seed", str(run["seed"])]
+    lines.append(f"  re-run: {shlex.join(rerun)}")
     return "\n".join(lines)
 
 
@@ -266,7 +270,8 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A SimCluster (3 members, kv, seed 0, unless parametrised); recorded when --trace-dir is given."""
+    """A SimCluster (3 members, kv, seed 0, unless parametrised) with a leader elected, as ``cluster``;
+    recorded when --trace-dir is given."""
     from clusterlab.harness.sim import SimCluster
 
     params = _cluster_params(request)
@@ -278,6 +283,7 @@ def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
             run_dir, _ = _run_dir(request, tmp_path, "trace")
             rec = record_sim(c, run_dir, None, _safe(request.node.nodeid), params.get("seed", 0))
         try:
+            c.await_leader()
             yield c
         finally:
             if rec is not None:
@@ -295,7 +301,7 @@ def _target(cluster: Any, seed: int = 0) -> Any:
 
 
 class NemesisKit:
-    """``kit(cluster, "partition", shape="halves")`` applies a nemesis; ``kit.heal_all()`` heals them."""
+    """``kit(cluster, "partition", shape="minority-partition")`` applies a nemesis; ``kit.heal_all()`` heals them."""
 
     def __init__(self) -> None:
         self.applied: list[tuple[Any, Any]] = []  # (nemesis, target)

@@ -68,11 +68,14 @@ from __future__ import annotations
 
 import array
 import atexit
+import contextlib
+import errno
 import itertools
 import json
 import os
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -88,6 +91,12 @@ import pyarrow.ipc as ipc
 # ---------------------------------------------------------------------------------------------- schemas
 
 TABLES = ("messages", "applied", "events", "ops", "log")
+# A process whose recording stopped on a disk fault writes RUN/incomplete/<process>.json (the
+# contract with the trace readers, which then call the run INCOMPLETE); the page it needs is set
+# aside in incomplete/.reserve/ when recording starts and released at a clean close.
+INCOMPLETE_DIR = "incomplete"
+RESERVE_DIR = ".reserve"
+MARKER_RESERVE_BYTES = 4096
 DIGEST_SIZE = 16
 DEFAULT_FLUSH_INTERVAL_NS = 100_000_000  # 100 ms: the most a SIGKILL may lose
 DEFAULT_MAX_ROWS = 4096
@@ -225,6 +234,55 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
     return pa.array(values, type=type_)
 
 
+# A test hook for disk faults the machine cannot make on demand: ``ERRNO[,after=N][,process=PREFIX]
+# [,table=TABLE]`` makes every trace write (of TABLE only, if given) of a process whose name starts
+# with PREFIX raise OSError(ERRNO) once N writes (file opens and batches) of the process have
+# succeeded, e.g. ``ENOSPC,after=20,process=node-``.
+TRACE_WRITE_FAULT_ENV = "CLUSTERLAB_TRACE_WRITE_FAULT"
+
+
+class WriteFault:
+    """An injected disk fault shared by the writers of one process (see :data:`TRACE_WRITE_FAULT_ENV`)."""
+
+    def __init__(self, error: int, after: int = 0, table: str | None = None) -> None:
+        self.error = error
+        self.after = after
+        self.table = table
+        self.writes = 0
+
+    @classmethod
+    def from_env(cls, process: str, environ: Mapping[str, str] = os.environ) -> WriteFault | None:
+        """The fault the environment asks for in ``process``, or None."""
+        spec = environ.get(TRACE_WRITE_FAULT_ENV, "").strip()
+        if not spec:
+            return None
+        name, *options = (part.strip() for part in spec.split(","))
+        code = getattr(errno, name, None)
+        if not isinstance(code, int) or not name.startswith("E"):
+            raise ValueError(f"{TRACE_WRITE_FAULT_ENV}={spec!r}: {name!r} is not an errno name such as ENOSPC or EIO")
+        after, prefix, table = 0, "", None
+        for option in options:
+            key, _, value = option.partition("=")
+            if key == "after" and value.isdigit():
+                after = int(value)
+            elif key == "process":
+                prefix = value
+            elif key == "table" and value in TABLES:
+                table = value
+            else:
+                raise ValueError(
+                    f"{TRACE_WRITE_FAULT_ENV}={spec!r}: unknown option {option!r} "
+                    "(use after=N, process=PREFIX, table=TABLE)"
+                )
+        return cls(code, after, table) if process.startswith(prefix) else None
+
+    def check(self, table: str) -> None:
+        """Count one write to ``table``; raise the fault once ``after`` writes have passed."""
+        self.writes += 1
+        if self.writes > self.after and self.table in (None, table):
+            raise OSError(self.error, f"{os.strerror(self.error)} (injected by {TRACE_WRITE_FAULT_ENV})")
+
+
 class TableWriter:
     """One Arrow IPC stream file of one table; see the module docstring.
 
@@ -244,6 +302,8 @@ class TableWriter:
         max_rows: int = DEFAULT_MAX_ROWS,
         flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
         compression: str | None = None,
+        on_error: Callable[[TableWriter, OSError], None] | None = None,
+        fault: WriteFault | None = None,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -277,6 +337,11 @@ class TableWriter:
         self._sink: pa.NativeFile | None = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
         self.closed = False
+        # Disk faults: with ``on_error`` a write's OSError (ENOSPC, EIO, ...) stops this writer
+        # (rows are discarded from then on) and is reported there instead of raised.
+        self.on_error = on_error
+        self.failed: OSError | None = None
+        self._fault = fault
 
     @property
     def next_seq(self) -> int:
@@ -293,6 +358,9 @@ class TableWriter:
         """Count ``count`` rows appended straight into :attr:`columns`; flush if the buffer is full or old."""
         if self.closed:
             raise ValueError(f"{self.path} is closed")
+        if self.failed is not None:
+            self._discard()
+            return
         self.buffered += count
         if self.buffered >= self.max_rows:
             self.flush()
@@ -317,7 +385,31 @@ class TableWriter:
         """When :meth:`poll` must next be called (None: nothing buffered)."""
         return self._deadline_ns
 
+    def _discard(self) -> None:
+        for column in self.columns:
+            column.clear()
+        self.buffered = 0
+        self._deadline_ns = None
+
+    def stop(self, error: OSError) -> None:
+        """Stop writing for good (a disk fault): buffered and later rows are discarded, the file is
+        closed as it is (its last whole batch is what readers get)."""
+        if self.failed is not None:
+            return
+        self.failed = error
+        self._discard()
+        writer, sink = self._writer, self._sink
+        self._writer = self._sink = None
+        with contextlib.suppress(Exception):  # the end-of-stream marker may not fit either
+            if writer is not None:
+                writer.close()
+        with contextlib.suppress(Exception):
+            if sink is not None:
+                sink.close()
+
     def _open(self) -> None:
+        if self._fault is not None:
+            self._fault.check(self.path.parent.name)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             raise FileExistsError(f"trace file {self.path} exists: one file per process incarnation")
@@ -327,7 +419,20 @@ class TableWriter:
         self._writer = ipc.new_stream(self._sink, self.schema, options=self._options)
 
     def flush(self) -> None:
-        """Write the buffered rows as one record batch (opening the file on the first one)."""
+        """Write the buffered rows as one record batch (opening the file on the first one). A write
+        error stops the writer when it has ``on_error`` (which is then called), else it is raised."""
+        if self.failed is not None:
+            self._discard()
+            return
+        try:
+            self._flush()
+        except OSError as e:
+            if self.on_error is None:
+                raise
+            self.stop(e)
+            self.on_error(self, e)
+
+    def _flush(self) -> None:
         n = self.buffered
         self._deadline_ns = None
         if n == 0:
@@ -349,6 +454,8 @@ class TableWriter:
                 arrays.append(_to_arrow(range(self.rows_written, self.rows_written + n), field.type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         assert self._writer is not None
+        if self._fault is not None:
+            self._fault.check(self.path.parent.name)
         self._writer.write_batch(batch)
         for column in self.columns:
             column.clear()
@@ -367,7 +474,13 @@ class TableWriter:
         finally:
             self.closed = True
             if self._writer is not None:
-                self._writer.close()
+                try:
+                    self._writer.close()
+                except OSError as e:  # the end-of-stream marker did not fit
+                    if self.on_error is None:
+                        raise
+                    self.stop(e)
+                    self.on_error(self, e)
             if self._sink is not None:
                 self.bytes_written = self._sink.tell()
                 self._sink.close()
@@ -490,6 +603,7 @@ class ProcessRecorder:
         flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
         compression: str | None = None,
         close_at_exit: bool = False,
+        degrade: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
@@ -507,6 +621,12 @@ class ProcessRecorder:
         # Hot path of message(): the writer and its columns' bound append methods, once opened.
         self._messages: TableWriter | None = None
         self._msg_appends: tuple[Callable[[Any], None], ...] = ()
+        # Disk faults degrade (``degrade``): the first write error stops all recording of this
+        # process, which keeps running; ``stopped`` then says why (the incomplete/ marker's content).
+        self.degrade = degrade
+        self.stopped: dict[str, Any] | None = None
+        self._fault = WriteFault.from_env(process)
+        self._reserve: Path | None = None
         if close_at_exit:
             atexit.register(self.close)
 
@@ -531,6 +651,8 @@ class ProcessRecorder:
                 constants.update(incarnation=self.incarnation)
             elif table == "log":
                 constants = {}
+            if self.degrade and self._reserve is None and self.stopped is None:
+                self._reserve_marker()
             w = TableWriter(
                 self.path(table),
                 SCHEMAS[table],
@@ -539,9 +661,77 @@ class ProcessRecorder:
                 max_rows=self.max_rows,
                 flush_interval_ns=self.flush_interval_ns,
                 compression=self.compression,
+                on_error=self._write_failed if self.degrade else None,
+                fault=self._fault,
             )
+            if self.stopped is not None:
+                w.stop(OSError(self.stopped["reason"]))
             self._writers[table] = w
         return w
+
+    # ------------------------------------------------------------------------------------- disk faults
+
+    def marker_path(self) -> Path:
+        """``RUN/incomplete/<process>.json``: written when this process's recording stopped early."""
+        return self.run_dir / INCOMPLETE_DIR / f"{self.process}.json"
+
+    def _reserve_marker(self) -> None:
+        """Set aside a page for the marker while the disk has room, so a full disk can still say so."""
+        path = self.run_dir / INCOMPLETE_DIR / RESERVE_DIR / f"{self.process}-i{self.incarnation}"
+        for _ in range(2):  # another process may remove the empty directory in between
+            if reserve_space(path, MARKER_RESERVE_BYTES):
+                self._reserve = path
+                return
+
+    def _release_marker(self) -> None:
+        reserve, self._reserve = self._reserve, None
+        release_reserve(reserve)
+
+    def _write_failed(self, writer: TableWriter, error: OSError) -> None:
+        """A table's write failed: stop recording this process, say so (an event, the marker, stderr)."""
+        if self.stopped is not None:
+            return
+        code = errno.errorcode.get(error.errno or 0, type(error).__name__)
+        table = writer.path.parent.name
+        self.stopped = {
+            "process": self.process,
+            "incarnation": self.incarnation,
+            "member_id": self.member_id,
+            "reason": f"{code}: {error.strerror or error}",
+            "at_ns": self.wall_clock(),
+            "table": table,
+        }
+        print(
+            f"{self.process}: trace recording stopped ({self.stopped['reason']}, writing {table}); "
+            "the process keeps running without recording",
+            file=sys.stderr,
+            flush=True,
+        )
+        events = self._writers.get("events") if table != "events" else None
+        if events is not None and events.failed is None:
+            with contextlib.suppress(Exception):
+                self.event("recording_stopped", self.member_id, detail=self.stopped)
+                events.flush()
+        for w in self._writers.values():
+            w.stop(error)
+        self._write_marker()
+
+    def _write_marker(self) -> None:
+        assert self.stopped is not None
+        path = self.marker_path()
+        if path.exists():
+            self._release_marker()
+            return  # an earlier incarnation stopped first: the trace is incomplete from then
+        data = (json.dumps(self.stopped, sort_keys=True) + "\n").encode()
+        reserve, self._reserve = self._reserve, None
+        if reserve is not None and replace_from_reserve(reserve, path, data):
+            release_reserve(reserve)  # the emptied .reserve/ directory
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomically(path, data)
+        except OSError:
+            pass  # no room and no reservation: stderr said it
 
     # ------------------------------------------------------------------------------------- rows
 
@@ -745,6 +935,8 @@ class ProcessRecorder:
                 w.close()
             except Exception as e:  # close the others, then report
                 errors.append(e)
+        if self.stopped is None:
+            self._release_marker()
         if errors:
             raise errors[0]
 
@@ -763,6 +955,7 @@ class NullRecorder:
     """Recording turned off: the ProcessRecorder API, doing nothing."""
 
     closed = False
+    stopped = None
 
     def message(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -920,6 +1113,56 @@ def new_run_id(scenario: str = "run") -> str:
     return f"{scenario or 'run'}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
+def write_bytes_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, whole or not at all (a temp file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def reserve_space(path: Path, size: int) -> bool:
+    """Write ``size`` bytes to ``path`` while the disk has room (see :func:`replace_from_reserve`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(b" " * size)
+        return True
+    except OSError:
+        return False
+
+
+def release_reserve(reserve: Path | None) -> None:
+    """Remove a reservation of :func:`reserve_space` in ``incomplete/.reserve/`` and the directories
+    if they are left empty (a marker or another process's reservation keeps them)."""
+    if reserve is None:
+        return
+    with contextlib.suppress(OSError):
+        reserve.unlink()
+    for directory in (reserve.parent, reserve.parent.parent):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def replace_from_reserve(reserve: Path, path: Path, data: bytes) -> bool:
+    """Put ``data`` at ``path`` on a full disk: overwrite the reserved file in place (its blocks are
+    allocated already), then rename it over ``path``. False if it does not fit or fails."""
+    try:
+        if len(data) > reserve.stat().st_size:
+            return False
+        with open(reserve, "r+b") as f:
+            f.write(data)
+            f.truncate(len(data))
+        os.replace(reserve, path)
+        return True
+    except OSError:
+        return False
+
+
 def write_json_atomically(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -984,9 +1227,31 @@ class RunRecorder:
         self.harness = self.process("harness")
         self.finished = False
         self.write_meta()
+        # Room for the final run.json even if the trace fills the disk (released at a clean finish).
+        self._meta_reserve: Path | None = self.run_dir / INCOMPLETE_DIR / RESERVE_DIR / "run.json"
+        if not reserve_space(self._meta_reserve, max(16384, 4 * (self.run_dir / "run.json").stat().st_size)):
+            self._meta_reserve = None
 
-    def write_meta(self) -> None:
-        write_json_atomically(self.run_dir / "run.json", self.meta)
+    def write_meta(self, *, degrade: bool = False) -> None:
+        """Write run.json. With ``degrade`` a disk fault does not raise: the file is overwritten in
+        place (it needs no new block when it does not grow past its last page), else left as it was."""
+        path = self.run_dir / "run.json"
+        data = (json.dumps(self.meta, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+        try:
+            write_bytes_atomically(path, data)
+        except OSError as e:
+            if not degrade:
+                raise
+            reserve, self._meta_reserve = self._meta_reserve, None
+            if reserve is None or not replace_from_reserve(reserve, path, data):
+                print(f"run.json of {self.run_dir} not rewritten: {e}", file=sys.stderr, flush=True)
+            release_reserve(reserve)
+        if self.finished:
+            self._release_meta_reserve()
+
+    def _release_meta_reserve(self) -> None:
+        reserve, self._meta_reserve = getattr(self, "_meta_reserve", None), None
+        release_reserve(reserve)
 
     def process(self, process: str, member_id: int = -1, incarnation: int = 0, **kwargs: Any) -> ProcessRecorder:
         """A ProcessRecorder in this run on this recorder's clocks (closed by :meth:`finish`)."""
@@ -1028,13 +1293,16 @@ class RunRecorder:
         self.finished = True
         for rec in self.processes:
             rec.close()
+        # Reservations of processes that were killed (no clean close): every process has stopped now.
+        for stale in sorted((self.run_dir / INCOMPLETE_DIR / RESERVE_DIR).glob("*")):
+            if stale != self._meta_reserve:
+                release_reserve(stale)
         log_meta: dict[str, Any] = {"written": False}
         if member_dirs:
             if commit_position is None:
                 commit_position = highest_commit_in_trace(self.run_dir)
             existing = {m: d for m, d in member_dirs.items() if Path(d).is_dir()}
             rows, source = committed_log(existing, commit_position) if existing else ([], None)
-            self.write_log(rows)
             end = rows[-1].log_position if rows else 0
             log_meta = {
                 "written": True,
@@ -1044,12 +1312,32 @@ class RunRecorder:
                 "from_member": source,
                 "complete": end == commit_position,
             }
+            try:
+                self.write_log(rows)
+            except OSError as e:  # a full disk: the run.json below still says what is missing
+                log_meta.update(written=False, error=f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e}")
         self.meta["committed_log"] = log_meta
         self.meta["outcome"] = outcome
         self.meta["end_wall_ns"] = time.time_ns()
+        stopped = recording_stopped(self.run_dir)
+        if stopped:
+            self.meta["recording_stopped"] = stopped
         self.meta.update(extra or {})
-        self.write_meta()
+        self.write_meta(degrade=True)
         return self.meta
+
+
+def recording_stopped(run_dir: Path | str) -> list[dict[str, Any]]:
+    """The markers of processes whose recording stopped on a disk fault (``incomplete/*.json``), by time."""
+    found = []
+    for path in sorted((Path(run_dir) / INCOMPLETE_DIR).glob("*.json")):
+        try:
+            marker = json.loads(path.read_text())
+        except (OSError, ValueError):
+            marker = {"process": path.stem, "reason": "unreadable marker"}
+        if isinstance(marker, dict):
+            found.append(marker)
+    return sorted(found, key=lambda m: (m.get("at_ns") or 0, str(m.get("process"))))
 
 
 def highest_commit_in_trace(run_dir: Path | str) -> int:

@@ -28,8 +28,8 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
         (["run", "nope"], "unknown scenario 'nope'; known: leader-kill"),
         (["run", "bridge", "--members", "4"], "scenario bridge runs on 3 or 5 members, not 4"),
         (["run", "pause-leader", "--sim"], "needs real processes"),
-        (["run", "leader-kill", "--duration", "-1"], "--duration must be positive"),
-        (["run", "leader-kill", "--rate", "0"], "--rate must be positive"),
+        (["run", "leader-kill", "--duration", "-1"], "--duration must be a finite number > 0, got -1"),
+        (["run", "leader-kill", "--rate", "0"], "--rate must be a finite number > 0, got 0"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

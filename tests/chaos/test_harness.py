@@ -95,7 +95,7 @@ def test_nemeses_on_the_simulator_record_themselves(sim_cluster, nemesis) -> Non
     from clusterlab.core.consensus.context import SECOND
 
     leader = sim_cluster.await_leader(5 * SECOND)
-    iso = nemesis(sim_cluster, Partition(shape="isolate-leader"))
+    iso = nemesis(sim_cluster, Partition(shape="leader-isolation"))
     assert iso.victims == [leader] and iso.leader_fault
     sim_cluster.await_condition(lambda: sim_cluster.leader_id() not in (None, leader), 5 * SECOND, "new leader")
     nemesis.heal(iso)

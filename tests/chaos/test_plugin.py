@@ -48,7 +48,8 @@ def test_marker_seeds_trace_dir_and_failure_report_under_xdist(tmp_path: Path) -
     assert "test_survives[seed3]" not in out.split("short test summary")[-1]
     assert "scenario leader-kill seed 1 on 3 members (simulator)" in out, out
     assert "re-run: clusterlab run leader-kill --seed 1 --members 3 --duration 3 --sim --fault-ack-before-append" in out
-    assert "re-run: .venv/bin/python -m pytest 'test_user.py::test_broken[seed1]' --chaos-seed 1" in out
+    # The interpreter that ran pytest, not a guessed .venv/bin/python.
+    assert f"re-run: {sys.executable} -m pytest 'test_user.py::test_broken[seed1]' --chaos-seed 1" in out
     assert f"trace (kept): {traces}" in out
     runs = sorted(p.parent for p in traces.glob("*/run.json"))
     assert len(runs) == 3, list(traces.iterdir())  # one run directory per test and seed, side by side

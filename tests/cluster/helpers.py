@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from clusterlab.harness.local import LocalCluster, pid_alive
 
 # Generous bounds for a loaded 2-core CI machine; a healthy run takes a fraction of each.
@@ -96,3 +98,17 @@ def node_log(cluster: LocalCluster, member_id: int, incarnation: int | None = No
 def service_log(cluster: LocalCluster, member_id: int, incarnation: int | None = None) -> str:
     inc = cluster.incarnation(member_id) if incarnation is None else incarnation
     return (cluster.config.log_dir / f"member-{member_id}-service-{inc}.log").read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path``, for a real ENOSPC (skips the test where mounting is
+    not allowed; the injected-fault tests still run there); unmounted on exit."""
+    path.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -1,0 +1,65 @@
+"""Checks of the paths and numbers given on the ``clusterlab`` command line, made before a command
+starts any work: each returns None when the argument is usable, else one line naming the option, the
+value and what is wrong with it (the command prints it and exits 2)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+
+def output_file_error(option: str, path: str | Path) -> str | None:
+    """Why the file ``path`` (given as ``option``) could not be written. The check creates the file
+    (and removes it again if it did not exist): permission bits alone say nothing for root, a
+    read-only mount or /proc."""
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path}: is a directory; give a file path"
+    parent = target.parent
+    if not parent.is_dir():
+        existing = next((p for p in parent.parents if p.exists()), None) if not parent.exists() else parent
+        if existing is not None and not existing.is_dir():
+            return f"{option} {path}: {existing} is a file, not a directory"
+        return f"{option} {path}: directory {parent} does not exist"
+    existed = target.exists()
+    try:
+        with open(target, "a"):
+            pass
+    except OSError as e:
+        return f"{option} {path}: cannot be written ({e.strerror or e})"
+    if not existed:
+        target.unlink(missing_ok=True)
+    return None
+
+
+def directory_error(option: str, path: str | Path, *, must_exist: bool = True, what: str = "directory") -> str | None:
+    """Why ``path`` (given as ``option``) is not a usable directory (``what``, for the message):
+    missing (when ``must_exist``), a file, or below a file."""
+    target = Path(path)
+    if target.exists():
+        return None if target.is_dir() else f"{option} {path}: is a file, not a directory"
+    if must_exist:
+        return f"{option} {path}: no such {what}"
+    for parent in target.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{option} {path}: {parent} is a file, not a directory"
+    return None
+
+
+def positive_error(option: str, value: float | None) -> str | None:
+    """Why ``value`` is not a finite number > 0 (None: not given, fine)."""
+    if value is None or (math.isfinite(value) and value > 0):
+        return None
+    return f"{option} must be a finite number > 0, got {value:g}"
+
+
+def writable_directory_error(option: str, path: str | Path) -> str | None:
+    """Why files could not be created in the (existing or to-be-created) directory ``path``."""
+    error = directory_error(option, path, must_exist=False)
+    if error is not None:
+        return error
+    existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        return f"{option} {path}: {existing} is not writable"
+    return None

@@ -1,0 +1,218 @@
+"""Bad input to every ``clusterlab`` command gives one line on stderr naming what is wrong, a non-zero
+exit code and never a Python traceback (issue 20, item 5): nonexistent and non-directory paths, a
+file where a directory is expected, output files that cannot be written (checked before a run, not
+after it), numbers out of range, unknown names. The table runs in-process through ``main([...])``
+(cheap); a sample also runs as the real ``clusterlab`` console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clusterlab.core.runtime.config import ClusterConfig
+from clusterlab.harness.cli import main
+from clusterlab.harness.recorder import RunRecorder
+
+# (arguments with {PLACEHOLDERS}, exit code, text the one stderr line must contain)
+TABLE: list[tuple[str, int, str]] = [
+    # the top level
+    ("bogus", 2, "invalid choice: 'bogus'"),
+    ("--no-such-option", 2, "unrecognized arguments: --no-such-option"),
+    ("codec-selfcheck extra", 2, "unrecognized arguments: extra"),
+    # demo
+    ("demo --members 4", 2, "invalid choice: 4"),
+    ("demo --seed x", 2, "invalid int value: 'x'"),
+    ("demo --dir {FILE}", 2, "--dir {FILE}: is a file, not a directory"),
+    ("demo --dir {UNDER_FILE}", 2, "--dir {UNDER_FILE}: {FILE} is a file, not a directory"),
+    # cluster start
+    ("cluster", 2, "the following arguments are required: ACTION"),
+    ("cluster stop", 2, "invalid choice: 'stop'"),
+    ("cluster start --members x", 2, "invalid int value: 'x'"),
+    ("cluster start --members 0", 1, "--members must be >= 1, got 0"),
+    ("cluster start --members -3", 1, "--members must be >= 1, got -3"),
+    ("cluster start --seed 1.5", 2, "invalid int value: '1.5'"),
+    ("cluster start --refresh 0", 1, "--refresh must be a finite number > 0, got 0"),
+    ("cluster start --refresh nan", 1, "--refresh must be a finite number > 0, got nan"),
+    ("cluster start --service nosuch", 1, "unknown service 'nosuch'"),
+    ("cluster start --service no_such_module:make", 1, "--service no_such_module:make: no module 'no_such_module'"),
+    ("cluster start --service json:", 1, "no factory name after ':'"),
+    ("cluster start --dir {FILE}", 1, "--dir {FILE}: is a file, not a directory"),
+    ("cluster start --dir {UNDER_FILE}", 1, "--dir {UNDER_FILE}: {FILE} is a file, not a directory"),
+    ("cluster start --dir {BAD_CLUSTER}", 1, "is not a valid cluster configuration"),
+    ("cluster start --dir {NOT_JSON_CLUSTER}", 1, "cannot read {NOT_JSON_CLUSTER}/cluster.json"),
+    # client
+    ("client get k", 2, "the following arguments are required: --dir"),
+    ("client --dir {CLUSTER}", 2, "the following arguments are required: OP"),
+    ("client --dir {CLUSTER} frob k", 2, "invalid choice: 'frob'"),
+    ("client --dir {CLUSTER} put k", 2, "the following arguments are required: value"),
+    ("client --dir {CLUSTER} get", 2, "the following arguments are required: key"),
+    ("client --dir {CLUSTER} --timeout x get k", 2, "invalid float value: 'x'"),
+    ("client --dir {CLUSTER} --timeout 0 get k", 1, "--timeout must be a finite number > 0, got 0"),
+    ("client --dir {CLUSTER} --timeout -2 get k", 1, "--timeout must be a finite number > 0, got -2"),
+    ("client --dir {CLUSTER} --timeout inf get k", 1, "--timeout must be a finite number > 0, got inf"),
+    ("client --dir {MISSING} get k", 1, "no cluster directory {MISSING}"),
+    ("client --dir {FILE} get k", 1, "{FILE}: is a file, not a directory"),
+    ("client --dir {EMPTY} get k", 1, "{EMPTY} is not a cluster directory: cluster.json not found"),
+    ("client --dir {CLUSTER} get k", 1, "the cluster at {CLUSTER} is not running (no control sockets)"),
+    ("client --dir {BAD_CLUSTER} get k", 1, "is not a valid cluster configuration"),
+    # tool
+    ("tool", 2, "the following arguments are required: dir, action"),
+    ("tool {CLUSTER} explode", 2, "invalid choice: 'explode'"),
+    ("tool {CLUSTER} list-members --timeout 0", 1, "--timeout must be a finite number > 0, got 0"),
+    ("tool {MISSING} list-members", 1, "no cluster directory {MISSING}"),
+    ("tool {FILE} list-members", 1, "{FILE}: is a file, not a directory"),
+    ("tool {EMPTY} snapshot", 1, "is not a cluster directory"),
+    ("tool {CLUSTER} suspend", 1, "is not running (no control sockets)"),
+    # trace
+    ("trace summary", 2, "the following arguments are required: run"),
+    ("trace summary {MISSING}", 2, "{MISSING}: no such run directory"),
+    ("trace summary {FILE}", 2, "{FILE}: not a directory"),
+    ("trace summary {EMPTY}", 2, "{EMPTY}: not a clusterlab run"),
+    ("trace summary {TWO_RUNS}", 2, "holds 2 runs; give one of"),
+    ("trace summary {BAD_JSON_RUN}", 2, "run.json is not valid JSON"),
+    ("trace show {RUN} --from 0", 2, "the following arguments are required: --member"),
+    ("trace show {RUN} --member 0", 2, "the following arguments are required: --from"),
+    ("trace show {RUN} --member x --from 0", 2, "invalid int value: 'x'"),
+    ("trace show {RUN} --member 9 --from 0", 2, "--member 9: no messages of member 9 in {RUN}; members recorded: 0, 1"),
+    ("trace show {RUN} --member 0 --from 0 --channel bogus", 2, "channels recorded: consensus, log"),
+    ("trace show {MISSING} --member 0 --from 0", 2, "no such run directory"),
+    # run
+    ("run", 2, "the following arguments are required: SCENARIO"),
+    ("run nosuch", 2, "unknown scenario 'nosuch'; known: leader-kill"),
+    ("run leader-isolation --members 4", 2, "runs on 3 or 5 members, not 4"),
+    ("run leader-kill --seed x", 2, "invalid int value: 'x'"),
+    ("run leader-kill --duration 0", 2, "--duration must be a finite number > 0, got 0"),
+    ("run leader-kill --duration nan", 2, "--duration must be a finite number > 0, got nan"),
+    ("run leader-kill --rate -1", 2, "--rate must be a finite number > 0, got -1"),
+    ("run leader-kill --service nosuch", 2, "argument --service: invalid choice: 'nosuch'"),
+    ("run leader-kill --dir {NON_EMPTY}", 2, "--dir {NON_EMPTY} is not empty"),
+    ("run leader-kill --dir {FILE}", 2, "--dir {FILE}: is a file, not a directory"),
+    ("run leader-kill --json {MISSING}/out.json", 2, "--json {MISSING}/out.json: directory {MISSING} does not exist"),
+    ("run leader-kill --json {EMPTY}", 2, "--json {EMPTY}: is a directory"),
+    ("run leader-kill --json {UNDER_FILE}/x.json", 2, "--json {UNDER_FILE}/x.json: {FILE} is a file, not a directory"),
+    ("report {RUN} --out {FILE}/r.html", 2, "--out {FILE}/r.html: {FILE} is a file, not a directory"),
+    ("run leader-kill --json /proc/clusterlab-out.json", 2, "--json /proc/clusterlab-out.json: cannot be written"),
+    # check
+    ("check", 2, "the following arguments are required: RUN"),
+    ("check {MISSING}", 2, "RUN {MISSING}: no such directory"),
+    ("check {FILE}", 2, "RUN {FILE}: is a file, not a directory"),
+    ("check {EMPTY}", 2, "not a run directory"),
+    ("check {RUN} {MISSING}", 2, "RUN {MISSING}: no such directory"),
+    ("check {RUN} --limit 0", 2, "--limit must be >= 1, got 0"),
+    ("check {RUN} --json /proc/clusterlab-out.json", 2, "cannot be written"),
+    ("check {RUN} --json {EMPTY}", 2, "--json {EMPTY}: is a directory"),
+    # golden
+    ("golden frob", 2, "invalid choice: 'frob'"),
+    ("golden bless {RUN}", 2, "the following arguments are required: --name"),
+    ("golden bless {MISSING} --name x", 2, "{MISSING}: no such run directory"),
+    ("golden bless {EMPTY} --name x", 2, "not a clusterlab run"),
+    ("golden verify no-such-golden", 2, "no golden named 'no-such-golden'"),
+    ("golden regenerate no-such-golden", 2, "no recipe named no-such-golden"),
+    ("golden verify --json /proc/clusterlab-out.json", 2, "cannot be written"),
+    ("golden verify --json {MISSING}/g.json", 2, "directory {MISSING} does not exist"),
+    # report
+    ("report", 2, "the following arguments are required: RUN"),
+    ("report {MISSING}", 2, "RUN {MISSING}: no such run directory"),
+    ("report {FILE}", 2, "RUN {FILE}: is a file, not a directory"),
+    ("report {EMPTY}", 2, "not a clusterlab run"),
+    ("report {RUN} --out {EMPTY}", 2, "--out {EMPTY}: is a directory"),
+    ("report {RUN} --out {MISSING}/r.html", 2, "directory {MISSING} does not exist"),
+]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("bad-input")
+    (root / "file.txt").write_text("not a directory\n")
+    (root / "empty").mkdir()
+    (root / "non-empty").mkdir()
+    (root / "non-empty" / "x").write_text("x")
+    (root / "bad-cluster").mkdir()
+    (root / "bad-cluster" / "cluster.json").write_text("[1, 2]")
+    (root / "not-json-cluster").mkdir()
+    (root / "not-json-cluster" / "cluster.json").write_text("{members: 3")
+    ClusterConfig.create(root / "cluster", 3).save()
+    run = RunRecorder(root / "run", "bad-input-run")
+    for member in (0, 1):
+        rec = run.process(f"node-{member}", member)
+        rec.message("send", "consensus", 1 - member, b"\x00" * 16)
+        rec.message("send", "log", 1 - member, b"\x00" * 16)
+    run.finish("ok")
+    for name in ("trace", "trace-second"):
+        RunRecorder(root / "two-runs" / name, name).finish("ok")
+    shutil.copytree(root / "run", root / "bad-json-run")
+    (root / "bad-json-run" / "run.json").write_text("{not json")
+    return {
+        "FILE": str(root / "file.txt"),
+        "UNDER_FILE": str(root / "file.txt" / "sub"),
+        "EMPTY": str(root / "empty"),
+        "NON_EMPTY": str(root / "non-empty"),
+        "MISSING": str(root / "missing"),
+        "CLUSTER": str(root / "cluster"),
+        "BAD_CLUSTER": str(root / "bad-cluster"),
+        "NOT_JSON_CLUSTER": str(root / "not-json-cluster"),
+        "RUN": str(root / "run"),
+        "TWO_RUNS": str(root / "two-runs"),
+        "BAD_JSON_RUN": str(root / "bad-json-run"),
+    }
+
+
+def _fill(template: str, paths: dict[str, str]) -> str:
+    for key, value in paths.items():
+        template = template.replace("{" + key + "}", value)
+    return template
+
+
+def run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse
+        return int(e.code or 0)
+
+
+@pytest.mark.parametrize(("args", "code", "message"), TABLE, ids=[t[0] for t in TABLE])
+def test_bad_input_gives_one_line_and_no_traceback(
+    args: str, code: int, message: str, paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [_fill(a, paths) for a in args.split()]
+    before = set(os.listdir(paths["EMPTY"]))
+    got = run_main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert got == code, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert _fill(message, paths) in lines[0]
+    assert set(os.listdir(paths["EMPTY"])) == before  # nothing was created by a refused command
+    assert not Path(paths["MISSING"]).exists()
+
+
+SUBPROCESS_SAMPLE = [
+    "cluster start --dir {FILE}",
+    "client --dir {MISSING} get k",
+    "trace show {RUN} --member 9 --from 0",
+    "run leader-kill --json /proc/clusterlab-out.json",
+    "check {FILE}",
+]
+
+
+@pytest.mark.parametrize("args", SUBPROCESS_SAMPLE)
+def test_the_console_script_gives_the_same_one_line(args: str, paths: dict[str, str]) -> None:
+    argv = [_fill(a, paths) for a in args.split()]
+    done = subprocess.run(
+        [sys.executable, "-m", "clusterlab.harness.cli", *argv], capture_output=True, text=True, timeout=120
+    )
+    expected = next(_fill(m, paths) for a, _, m in TABLE if a == args)
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr + done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr, done.stderr
+
+
+def test_the_trace_of_the_table_is_a_run(paths: dict[str, str]) -> None:
+    """The table's RUN really is a recorded run (so its errors are about the arguments, not the run)."""
+    meta = json.loads((Path(paths["RUN"]) / "run.json").read_text())
+    assert meta["outcome"] == "ok" and run_main(["trace", "summary", paths["RUN"]]) == 0
