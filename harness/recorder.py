@@ -84,6 +84,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -977,6 +978,7 @@ class RunRecorder:
             "start_wall_ns": time.time_ns(),
             "end_wall_ns": None,
             "outcome": "running",
+            "schema_version": SCHEMA_VERSION,
             "trace_format": {"tables": list(TABLES), "file": "<table>/<process>-i<incarnation>.arrow"},
         }
         self.meta.update(extra or {})
@@ -1048,6 +1050,9 @@ class RunRecorder:
         self.meta["outcome"] = outcome
         self.meta["end_wall_ns"] = time.time_ns()
         self.meta.update(extra or {})
+        # Last: what every file holds now (every process has stopped), so readers can tell a file lost,
+        # cut short or changed later from one a SIGKILL tore (docs/trace-schema.md, "Completeness").
+        self.meta.update(manifest(self.run_dir, TABLES))
         self.write_meta()
         return self.meta
 
