@@ -11,8 +11,11 @@ from rich.console import Console
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Check runs with Spark; print the verdict table; exit 0 (pass), 1 (violations), 2 (bad input)."""
+    """Check runs with Spark; print the verdict table; exit 0 (PASS), 1 (FAIL: a violation in a complete
+    run), 2 (bad input), 3 (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's
+    bytes changed; not judged)."""
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
+    from clusterlab.harness.completeness import SchemaVersionError
 
     try:
         find_runs(",".join(args.runs))
@@ -21,7 +24,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 2
     from clusterlab.golden.spark.check import check_runs
 
-    report = check_runs(args.runs, master=args.master, limit=args.limit)
+    try:
+        report = check_runs(args.runs, master=args.master, limit=args.limit)
+    except SchemaVersionError as e:
+        print(f"clusterlab check: {e}", file=sys.stderr)
+        return 2
     Console().print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str))
@@ -29,12 +36,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"{sum(report.rows.values())} rows, {report.torn} torn file(s), {report.elapsed_s:.1f} s; "
         f"JSON: {args.json or 'RUN/check.json'}"
     )
-    return 0 if report.ok else 1
+    Console().print(f"[bold {'green' if report.ok else 'red'}]{report.status}[/]")
+    return report.exit_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``check`` to the CLI."""
-    p = sub.add_parser("check", help="check recorded runs with Spark (agreement, durability, ...)")
+    p = sub.add_parser(
+        "check",
+        help="check recorded runs with Spark (agreement, durability, ...)",
+        description=_cmd_check.__doc__,
+    )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or directories of runs)")
     p.add_argument("--master", default=None, help="Spark master (default local[*]; e.g. spark://host:7077)")
     p.add_argument("--json", default=None, help="also write the report here (each RUN gets check.json)")
