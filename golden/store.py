@@ -253,8 +253,8 @@ def bless(
     verdict = verify_run(run_dir)
     if verdict.status != "PASS":
         raise GoldenError(
-            f"{run_dir}: the run is {verdict.status} ({', '.join(verdict.failed())}), not PASS; "
-            "a golden must be a correct run",
+            f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}): it is {verdict.status}, "
+            "not PASS; a golden must be a correct run",
             verdict.status,
         )
     config = meta.get("config") or {}
