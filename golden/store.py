@@ -1,7 +1,7 @@
 """Golden traces on disk: blessing a run into ``golden/traces/NAME/``, reading one back, and the recipe
 manifest ``golden/traces/goldens.json`` from which every golden can be re-created with one command.
 
-A golden is itself a trace directory (TRACE_SCHEMA.md), readable by ``clustertrace`` and pyarrow:
+A golden is itself a trace directory (docs/trace-schema.md), readable by ``clustertrace`` and pyarrow:
 
     golden/traces/NAME/
       run.json                 run_id "golden-NAME" and a ``golden`` object: the recipe (driver sim|real,

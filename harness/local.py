@@ -24,7 +24,7 @@ finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused)
 SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
 bounded polls of a condition (``wait_until``, tenacity).
 
-Recording (clusterlab.harness.recorder, TRACE_SCHEMA.md) is on by default (``record=False`` turns it off): the
+Recording (clusterlab.harness.recorder, docs/trace-schema.md) is on by default (``record=False`` turns it off): the
 run directory is ``trace_dir`` (default ``<dir>/trace``; ``<dir>/trace-<run id>`` when that already
 holds a run), with run.json written at start and at ``close()`` (with the committed ``log`` table),
 the harness's lifecycle and fault events, and every node's and service's own recording (the

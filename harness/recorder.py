@@ -1,6 +1,6 @@
 """The trace recorder: every message, every applied entry, every event and client op, as Arrow IPC streams.
 
-The format is the contract in ``../shared/TRACE_SCHEMA.md`` (columns are added here, never changed):
+The format is the contract in ``docs/trace-schema.md`` (columns are added here, never changed):
 
 ```
 RUN_DIR/run.json                  RunRecorder: metadata, written at start (outcome "running") and at finish

@@ -1,4 +1,4 @@
-"""Reading a trace directory (TRACE_SCHEMA.md): ``open_run(dir)`` -> :class:`Run` with one pyarrow Table
+"""Reading a trace directory (docs/trace-schema.md): ``open_run(dir)`` -> :class:`Run` with one pyarrow Table
 per table, the run's metadata, and a report of torn files instead of an exception.
 
 A file of a process killed with SIGKILL may end inside a record batch: every complete batch is read,

@@ -1,4 +1,4 @@
-"""``clustertrace``: a PySpark Python data source reading clusterlab traces (TRACE_SCHEMA.md) directly.
+"""``clustertrace``: a PySpark Python data source reading clusterlab traces (docs/trace-schema.md) directly.
 
     spark.dataSource.register(ClusterTraceDataSource)
     df = spark.read.format("clustertrace").option("table", "applied").load("runs/a,runs/b")
