@@ -263,7 +263,7 @@ def read_sidecars(run_dir: Path | str) -> list[Finding]:
 
 def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]:
     """(member, ``node``|``service``) pairs SIGKILLed according to the run's events: a harness or chaos
-    ``kill`` event kills a member's node and service, or only its service when its detail says so."""
+    ``kill`` event kills a member's node and service, or only the one its detail's ``process`` names."""
     out: set[tuple[int, str]] = set()
     for r in rows:
         if r.get("kind") != "kill" or r.get("source") not in ("harness", "chaos"):
@@ -276,7 +276,7 @@ def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]
         except ValueError:
             detail = {}
         which = detail.get("process") if isinstance(detail, dict) else None
-        out.update((member, k) for k in (("service",) if which == "service" else ("node", "service")))
+        out.update((member, k) for k in ((which,) if which in ("node", "service") else ("node", "service")))
     return out
 
 
