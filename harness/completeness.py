@@ -396,10 +396,10 @@ def judge(
     golden = meta.get("golden") if meta is not None else None
     if isinstance(golden, dict):
         # A golden declares its tables by their row counts (docs/trace-schema.md, "Goldens").
-        declared = {"log": golden.get("log_entries"), "applied": golden.get("positions")}
+        counts: dict[str, Any] = {"log": golden.get("log_entries"), "applied": golden.get("positions")}
         if golden.get("driver") == "sim":
-            declared["messages"] = golden.get("messages")
-        for table, want in declared.items():
+            counts["messages"] = golden.get("messages")
+        for table, want in counts.items():
             rows = sum(f.rows for f in facts if f.table == table)
             if isinstance(want, int) and rows < want:
                 c.findings.append(

@@ -135,7 +135,7 @@ def open_run(run_dir: Path | str) -> Run:
     for name in TABLES:
         paths = sorted((directory / name).glob("*.arrow"))
         files[name] = paths
-        parts = []
+        parts: list[pa.Table] = []
         for path in paths:
             raw = arrow_stream.read_stream(str(path))
             facts.append(FileFacts.of(f"{name}/{path.name}", name, raw))

@@ -308,7 +308,7 @@ def select_columns(schema: pa.Schema, columns: str | None) -> pa.Schema:
     return pa.schema([schema.field(c) for c in names])
 
 
-def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
+def file_row(part: TraceFile, got: StreamRead) -> dict[str, Any]:
     """The ``files`` table's row for one file."""
     return {
         "run_id": part.run_id,
