@@ -1,5 +1,8 @@
 """Reading a trace directory (docs/trace-schema.md): ``open_run(dir)`` -> :class:`Run` with one pyarrow Table
-per table, the run's metadata, and a report of torn files instead of an exception.
+per table, the run's metadata, a report of torn files instead of an exception, and ``run.completeness``
+(:mod:`clusterlab.harness.completeness`): whether the trace holds what the run declares — judge that
+before judging the protocol. Files are read with the one torn-stream reader,
+:func:`clusterlab.harness.arrow_stream.read_stream`.
 
 A file of a process killed with SIGKILL may end inside a record batch: every complete batch is read,
 and the file, the batches kept and the bytes ignored go to ``run.torn``. A file without the stream's
