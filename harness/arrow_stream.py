@@ -53,17 +53,21 @@ class StreamRead:
         return pa.Table.from_batches(self.batches, schema=self.schema)
 
 
-def read_stream(path: str) -> StreamRead:
+def read_stream(path: str, *, memory_map: bool = False) -> StreamRead:
     """Every complete record batch of an Arrow IPC stream file; never raises on a torn or garbled tail.
 
-    The file is read once into memory: the batches point into that buffer (no further copy), and the
-    CRC of each message is taken over the same bytes."""
-    with open(path, "rb") as f:
-        data = f.read()
+    The file is read once: into memory by default, or memory-mapped (``memory_map``: no copy at all,
+    what the Spark executors use; the batches then point into the map, so the file must not shrink
+    while they live). The CRC of each message is taken over the same bytes the batches come from."""
+    if memory_map:
+        data: pa.Buffer | bytes = pa.memory_map(path).read_buffer()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
     size = len(data)
-    closed = size >= len(EOS) and data.endswith(EOS)
-    source = pa.BufferReader(data)
     view = memoryview(data)
+    closed = size >= len(EOS) and bytes(view[size - len(EOS) :]) == EOS
+    source = pa.BufferReader(data)
     chunks: list[tuple[int, int]] = []
     try:
         reader = ipc.open_stream(source)

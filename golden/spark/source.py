@@ -185,8 +185,10 @@ StreamBatches = StreamRead  # the shared reader's result (complete batches, how 
 
 def read_batches(path: str) -> StreamRead:
     """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises
-    (:func:`clusterlab.harness.arrow_stream.read_stream`, the one torn-stream reader)."""
-    return read_stream(path)
+    (:func:`clusterlab.harness.arrow_stream.read_stream`, the one torn-stream reader). The file is
+    memory-mapped, not read: the batches point into the map, so counting a large file's rows copies
+    nothing."""
+    return read_stream(path, memory_map=True)
 
 
 def read_schema(path: str) -> pa.Schema | None:
