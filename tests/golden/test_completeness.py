@@ -20,6 +20,7 @@ from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.report import render
 from clusterlab.golden.spark.check import check_runs
 from clusterlab.golden.store import GoldenError, bless
+from clusterlab.golden.verify import verify_goldens
 from clusterlab.harness.cli import main as cli_main
 from clusterlab.harness.completeness import (
     EXIT_CORRUPT,
@@ -32,6 +33,7 @@ from clusterlab.harness.completeness import (
 from clusterlab.harness.recorder import TABLES, RunRecorder
 from clusterlab.harness.trace import TraceError, open_run
 
+from tests.golden import plant
 from tests.golden.plant import copy_run
 
 # ------------------------------------------------------------------------------------------- damage
@@ -300,3 +302,35 @@ def test_a_missing_schema_version_is_version_1_judged_from_the_files(sim_run: Pa
     assert (c.schema_version, c.status) == (1, Status.COMPLETE)
     shutil.rmtree(run / "applied")
     assert [f.file for f in assess(run, TABLES).findings] == ["applied/"]
+
+
+# ------------------------------------------------------------------------------------------ goldens
+
+
+def _drop_last_log_rows(golden: Path) -> str:
+    path = golden / "log" / "committed.arrow"
+    table = plant.read_file(path)
+    plant.write_file(path, table.slice(0, table.num_rows - 3))
+    return "log/committed.arrow has"
+
+
+def _garble_messages(golden: Path) -> str:
+    (golden / "messages" / "golden.arrow").write_bytes(b"not an arrow stream at all")
+    return "CORRUPT golden file"
+
+
+def _delete_applied(golden: Path) -> str:
+    (golden / "applied" / "golden.arrow").unlink()
+    return "INCOMPLETE golden"
+
+
+@pytest.mark.parametrize("damage", [_drop_last_log_rows, _garble_messages, _delete_applied])
+def test_golden_verify_refuses_a_damaged_golden(sim_run: Path, tmp_path: Path, damage) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    g = bless(sim_run, "g", traces=traces, manifest=tmp_path / "goldens.json")
+    said = damage(g.directory)
+    report = verify_goldens(["g"], traces=traces, rerun=False)
+    assert not report.ok
+    [error] = report.verdicts[0].errors
+    assert said in error and ("INCOMPLETE" in error or "CORRUPT" in error), error
