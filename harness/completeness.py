@@ -123,12 +123,13 @@ class FileFacts:
 
 
 def scan(run_dir: Path | str, tables: Iterable[str]) -> list[FileFacts]:
-    """The facts of every ``<table>/*.arrow`` file of a run, read with the shared torn-stream reader."""
+    """The facts of every ``<table>/*.arrow`` file of a run, read with the shared torn-stream reader
+    (memory-mapped: only the facts are kept, never the batches)."""
     directory = Path(run_dir)
     out = []
     for table in tables:
         for path in sorted((directory / table).glob("*.arrow")):
-            out.append(FileFacts.of(f"{table}/{path.name}", table, read_stream(str(path))))
+            out.append(FileFacts.of(f"{table}/{path.name}", table, read_stream(str(path), memory_map=True)))
     return out
 
 
