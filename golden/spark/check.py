@@ -554,12 +554,12 @@ def check_runs(
     started = time.monotonic()
     all_runs = find_runs(",".join(str(p) for p in run_dirs))
     spark = spark or spark_session(master)
-    completeness = establish_completeness(spark, all_runs)
+    # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
+    completeness, all_files = establish_completeness(spark, all_runs)
     run_ids = sorted({run_id_of(r) for r in all_runs})
     runs = [r for r in all_runs if completeness[r].ok]  # complete or not judged
     paths = ",".join(runs)
-    # One row per file (rows, torn tail): small, so it is collected once and summed here.
-    files = load(spark, paths, "files").drop("error").collect() if runs and trace_files(runs, "files") else []
+    files = [f for r in runs for f in all_files.get(r, [])]
     rows: dict[str, int] = {}
     run_rows: dict[str, dict[str, int]] = {}
     run_torn: dict[str, int] = {}
@@ -628,18 +628,23 @@ def _report(
     return report
 
 
-def establish_completeness(spark: SparkSession, runs: Sequence[str]) -> dict[str, Completeness]:
+def establish_completeness(
+    spark: SparkSession, runs: Sequence[str]
+) -> tuple[dict[str, Completeness], dict[str, list[Any]]]:
     """Each run's completeness (run directory -> verdict), judged as the local verdict judges it
     (:func:`clusterlab.harness.completeness.judge`) from facts the executors gather: the ``files``
-    table (rows, torn tail, CRC of every stream message) and the ``kill`` events. Raises
-    SchemaVersionError for a run of a newer trace schema."""
+    table (rows, torn tail, CRC of every stream message) and, when a file needs explaining, the
+    ``kill`` events. Also returns the ``files`` rows by run directory. Raises SchemaVersionError for a
+    run of a newer trace schema."""
     paths = ",".join(runs)
     facts: dict[str, list[FileFacts]] = {r: [] for r in runs}
+    rows: dict[str, list[Any]] = {r: [] for r in runs}
     kills: dict[str, list[dict[str, Any]]] = {}
     if trace_files(list(runs), "files"):
         by_dir = {os.path.normpath(r): r for r in runs}
         for f in load(spark, paths, "files").collect():
             run = by_dir[os.path.normpath(os.path.dirname(os.path.dirname(f["file"])))]
+            rows[run].append(f)
             facts[run].append(
                 FileFacts(
                     f"{f['table']}/{os.path.basename(f['file'])}",
@@ -653,7 +658,8 @@ def establish_completeness(spark: SparkSession, runs: Sequence[str]) -> dict[str
                     bool(f["chunk_ends"]),
                 )
             )
-        if trace_files(list(runs), "events"):
+        unclosed = any(not f.closed or f.torn for fs in facts.values() for f in fs)
+        if unclosed and trace_files(list(runs), "events"):  # only a torn or unclosed file needs a kill
             events = load(spark, paths, "events", ("source", "kind", "member_id", "detail", "file"))
             for e in events.where(F.col("kind") == "kill").collect():
                 run = by_dir[os.path.normpath(os.path.dirname(os.path.dirname(e["file"])))]
@@ -669,4 +675,4 @@ def establish_completeness(spark: SparkSession, runs: Sequence[str]) -> dict[str
             meta_finding=meta_finding,
             sidecars=read_sidecars(run),
         )
-    return out
+    return out, rows
