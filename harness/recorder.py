@@ -4,6 +4,7 @@ The format is the contract in ``docs/trace-schema.md`` (columns are added here, 
 
 ```
 RUN_DIR/run.json                  RunRecorder: metadata, written at start (outcome "running") and at finish
+                                  with schema_version and the manifest of every file (harness/completeness.py)
 RUN_DIR/<table>/<process>-i<incarnation>.arrow   one Arrow IPC stream per process incarnation and table
 RUN_DIR/log/committed.arrow       RunRecorder.finish: the committed log
 ```
