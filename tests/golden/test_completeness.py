@@ -334,3 +334,11 @@ def test_golden_verify_refuses_a_damaged_golden(sim_run: Path, tmp_path: Path, d
     assert not report.ok
     [error] = report.verdicts[0].errors
     assert said in error and ("INCOMPLETE" in error or "CORRUPT" in error), error
+
+
+def test_cli_bless_exits_3_for_incomplete_and_4_for_corrupt(damaged, tmp_path: Path, capsys) -> None:
+    for name, code in (("delete-applied", EXIT_INCOMPLETE), ("flip-log-bytes", EXIT_CORRUPT)):
+        run, file, _ = damaged[name]
+        assert cli_main(["golden", "bless", str(run), "--name", "x", "--traces", str(tmp_path)]) == code
+        err = capsys.readouterr().err
+        assert file in err and "not PASS" in err and len(err.strip().splitlines()) == 1
