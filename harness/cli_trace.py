@@ -88,7 +88,7 @@ def print_completeness(run: Any, console: Console) -> int:
     colour = "green" if c.ok else "red"
     console.print(
         f"completeness: [{colour}]{c.status}[/] (trace schema version {c.schema_version or '-'}; "
-        f"{len(c.findings)} problem(s), {len(c.notes)} torn tail(s) a SIGKILL explains)"
+        f"{len(c.findings)} problem(s), {len(c.notes)} file(s) a SIGKILL ended (acceptable))"
     )
     for line in c.lines():
         console.print(f"  {line}", markup=False, highlight=False)
