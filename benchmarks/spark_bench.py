@@ -1,7 +1,7 @@
 """Spark trace jobs at scale: the check job and the golden diff job over a generated trace set, and the
 same checks in DuckDB on one core (reading the files with pyarrow) as the single-machine reference.
 
-Two data sets are generated on disk as real Arrow IPC stream files per TRACE_SCHEMA.md:
+Two data sets are generated on disk as real Arrow IPC stream files per docs/trace-schema.md:
 
 - **big**: one run of ``members`` members, each applying ``rows`` log entries (``applied`` rows), with
   the committed log, commit/leader events, a client op per ten entries, and a few messages; one

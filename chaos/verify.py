@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.harness.completeness import Completeness, Status
 from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
 
@@ -29,20 +30,45 @@ class Verdict:
     rows: dict[str, int] = field(default_factory=dict)
     torn: int = 0
     elections_s: list[float] = field(default_factory=list)  # per leader fault: until another member led
+    completeness: Completeness | None = None  # judged first; an incomplete run's checks are not run
+
+    @property
+    def complete(self) -> bool:
+        return self.completeness is None or self.completeness.ok
 
     @property
     def ok(self) -> bool:
-        return not any(self.violations.values())
+        return self.complete and not any(self.violations.values())
+
+    @property
+    def status(self) -> str:
+        """``PASS``, ``FAIL`` (a violation), ``INCOMPLETE`` or ``CORRUPT`` (not judged)."""
+        if not self.complete:
+            assert self.completeness is not None
+            return str(self.completeness.status)
+        return "FAIL" if any(self.violations.values()) else "PASS"
 
     def failed(self) -> list[str]:
+        """The checks that failed; ``completeness`` alone when the run was not judged."""
+        if not self.complete:
+            return ["completeness"]
         return [c for c, v in self.violations.items() if v]
 
     def table(self, title: str = "local verdict (pyarrow)") -> Table:
-        t = Table(title=f"{title}: {'PASS' if self.ok else 'FAIL'}")
+        t = Table(title=f"{title}: {self.status}")
         t.add_column("check")
         t.add_column("verdict")
         t.add_column("violations", justify="right")
         t.add_column("first", overflow="fold")
+        if self.completeness is not None:
+            c = self.completeness
+            first = c.findings[0].describe() if c.findings else (c.notes[0].describe() if c.notes else "")
+            color = "green" if c.ok else "red"
+            t.add_row("completeness", f"[{color}]{c.status}[/]", str(len(c.findings)), first)
+            if not c.ok:
+                for f in c.findings[1:]:
+                    t.add_row("", "", "", f.describe())
+                return t  # not judged: the protocol checks would judge missing data
         for c, v in self.violations.items():
             t.add_row(c, "[red]FAIL[/]" if v else "[green]ok[/]", str(len(v)), v[0] if v else "")
         return t
@@ -84,7 +110,14 @@ def election_times(events: list[dict[str, Any]]) -> list[float]:
 def verify_run(trace_dir: Path | str) -> Verdict:
     """Agreement, contiguity, election safety, durability and the committed prefix of one run."""
     run = open_run(trace_dir)
-    v = Verdict(Path(trace_dir), rows={k: t.num_rows for k, t in run.tables.items()}, torn=len(run.torn))
+    v = Verdict(
+        Path(trace_dir),
+        rows={k: t.num_rows for k, t in run.tables.items()},
+        torn=len(run.torn),
+        completeness=run.completeness,
+    )
+    if run.completeness is not None and run.completeness.status is not Status.COMPLETE:
+        return v  # complete or not judged
     applied = run.applied.to_pylist()
 
     entries: dict[int, set[bytes]] = defaultdict(set)

@@ -16,7 +16,7 @@ def election_md() -> str:
     """docs/election.md: the election state diagram from TRANSITIONS."""
     return (
         "# Election state diagram\n\n"
-        "Generated from `clusterlab.core.consensus.election.TRANSITIONS` (PROTOCOL.md a.3); regenerate with\n"
+        "Generated from `clusterlab.core.consensus.election.TRANSITIONS` (docs/protocol.md a.3); regenerate with\n"
         "`python docs/gen.py` after changing the table. `tests/unit/test_docs.py` fails when this file is stale.\n\n"
         "```mermaid\n" + transition_diagram() + "```\n"
     )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterlab.harness.completeness import Completeness
 from clusterlab.harness.trace import Run, TraceError, open_run
 
 WIDTH = 1100
@@ -199,6 +200,7 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
     return {
         "source": "local verdict (pyarrow)",
         "ok": v.ok,
+        "status": v.status,
         "rows": v.rows,
         "torn": v.torn,
         "checks": {
@@ -485,8 +487,41 @@ code, pre { font-family: monospace; font-size: 12px; } pre { background: #f6f8fa
 """
 
 
+def _completeness_html(completeness: Completeness | None) -> str:
+    """The completeness verdict: red with every finding (file, rows lost, offset) when the trace is
+    INCOMPLETE or CORRUPT; the torn tails a SIGKILL explains are listed either way."""
+    if completeness is None:
+        return ""
+    rows = "".join(
+        f'<tr><td class="{"pass" if f.status == "COMPLETE" else "fail"}">'
+        f"{'ok' if f.status == 'COMPLETE' else _esc(f.status)}</td><td><code>{_esc(f.file)}</code></td>"
+        f"<td>{_esc(f.problem)}</td><td>{'' if f.rows_lost is None else f.rows_lost}</td>"
+        f"<td>{'' if f.offset is None else f.offset}</td></tr>"
+        for f in [*completeness.findings, *completeness.notes]
+    )
+    status = completeness.status
+    head = (
+        f'<p>Completeness: <span class="{"pass" if completeness.ok else "fail"}">{_esc(status)}</span>'
+        + (
+            " (the trace lacks or changed data the run declares: not judged)"
+            if not completeness.ok
+            else " (every table and file the run declares is here, as it left them)"
+        )
+        + "</p>"
+    )
+    if not rows:
+        return head
+    return (
+        head
+        + "<table><tr><th>verdict</th><th>file</th><th>what</th><th>rows lost</th><th>offset</th></tr>"
+        + rows
+        + "</table>"
+    )
+
+
 def _verdict_html(verdict: dict[str, Any]) -> str:
     ok = verdict.get("ok")
+    status = verdict.get("status") or ("PASS" if ok else "FAIL")
     rows = []
     for name, c in verdict.get("checks", {}).items():
         first = c.get("violations", [None])[0] if c.get("violations") else ""
@@ -501,7 +536,7 @@ def _verdict_html(verdict: dict[str, Any]) -> str:
             f"<td><code>{_esc(first_text)}</code></td></tr>"
         )
     return (
-        f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span> '
+        f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{_esc(status)}</span> '
         f"({_esc(verdict.get('source', ''))}; rows {_esc(verdict.get('rows', {}))}; "
         f"torn files {_esc(verdict.get('torn', 0))})</p>"
         "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>first violation</th></tr>"
@@ -554,7 +589,19 @@ def render(run_dir: Path | str) -> str:
     except TraceError as e:
         raise ReportError(str(e)) from e
     meta = run.meta
-    verdict = verdict_of(directory)
+    completeness = run.completeness
+    if completeness is not None and not completeness.ok:
+        # Judged from the files as they are now (a check.json written before the damage would say PASS).
+        verdict: dict[str, Any] = {
+            "source": "completeness, read before any check",
+            "ok": False,
+            "status": str(completeness.status),
+            "rows": {k: t.num_rows for k, t in run.tables.items()},
+            "torn": len(run.torn),
+            "checks": {},
+        }
+    else:
+        verdict = verdict_of(directory)
     times = [
         t
         for table in (run.events, run.ops, run.applied)
@@ -583,12 +630,13 @@ def render(run_dir: Path | str) -> str:
 {run.ops.num_rows} client op rows; run directory <code>{_esc(directory.resolve())}</code>;
 report written {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}</p>
 <h2>Verdict</h2>
+{_completeness_html(completeness)}
 {_verdict_html(verdict)}
 <h2>Timeline</h2>
 <p class="legend">{legend} (hover for details; time in seconds from the first event)</p>
 {svg}
 <h2>First divergence</h2>
-{_divergence_html(first_divergence(verdict))}
+{_divergence_html(first_divergence(verdict)) if verdict.get("checks") else "<p>Not judged.</p>"}
 </body></html>
 """
 

@@ -1,7 +1,7 @@
 """Golden traces on disk: blessing a run into ``golden/traces/NAME/``, reading one back, and the recipe
 manifest ``golden/traces/goldens.json`` from which every golden can be re-created with one command.
 
-A golden is itself a trace directory (TRACE_SCHEMA.md), readable by ``clustertrace`` and pyarrow:
+A golden is itself a trace directory (docs/trace-schema.md), readable by ``clustertrace`` and pyarrow:
 
     golden/traces/NAME/
       run.json                 run_id "golden-NAME" and a ``golden`` object: the recipe (driver sim|real,
@@ -34,6 +34,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from clusterlab.core import __version__
 from clusterlab.golden.replay import Replay, replay_log
+from clusterlab.harness.arrow_stream import read_stream
+from clusterlab.harness.completeness import SchemaVersionError, schema_version_of
 from clusterlab.harness.recorder import SCHEMAS, git_commit
 from clusterlab.harness.trace import TraceError, open_run
 
@@ -46,7 +48,12 @@ DRIVERS = ("sim", "real")
 
 
 class GoldenError(Exception):
-    """A golden or a run that cannot be blessed/verified: the message says which and why."""
+    """A golden or a run that cannot be blessed/verified: the message says which and why. ``status`` is
+    ``INCOMPLETE``/``CORRUPT``/``FAIL`` when that is the reason (the CLI's exit code follows it)."""
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -137,13 +144,24 @@ def write_stream(path: Path, table: pa.Table, compression: str | None = COMPRESS
 
 def read_stream_whole(path: Path) -> pa.Table:
     """A golden's file, whole: a golden with a torn or unreadable file is corrupt, not tolerated."""
-    try:
-        # Read, not mapped: a golden re-blessed while mapped would fault the reader.
-        return ipc.open_stream(pa.BufferReader(path.read_bytes())).read_all()
-    except (OSError, pa.ArrowInvalid) as e:
+    if not path.is_file():
         raise GoldenError(
-            f"{path}: corrupt golden file ({e}); re-bless it (python -m clusterlab.golden.regenerate)"
-        ) from e
+            f"INCOMPLETE golden: {path} is missing; re-bless it (python -m clusterlab.golden.regenerate)", "INCOMPLETE"
+        )
+    got = read_stream(str(path))  # read, not mapped: a golden re-blessed while mapped would fault the reader
+    if got.schema is None:
+        raise GoldenError(
+            f"CORRUPT golden file {path} at byte 0: {got.error}; re-bless it (python -m clusterlab.golden.regenerate)",
+            "CORRUPT",
+        )
+    if got.error is not None or not got.closed:
+        raise GoldenError(
+            f"INCOMPLETE golden file {path}: {got.rows} rows readable, {got.bytes_ignored} B after byte "
+            f"{got.bytes_read} unreadable ({got.error or 'no end-of-stream marker'}); re-bless it "
+            "(python -m clusterlab.golden.regenerate)",
+            "INCOMPLETE",
+        )
+    return got.table()
 
 
 def applied_table(run_id: str, replay: Replay) -> pa.Table:
@@ -221,14 +239,23 @@ def bless(
     except TraceError as e:
         raise GoldenError(str(e)) from e
     meta = run.meta
+    if run.completeness is not None and not run.completeness.ok:
+        c = run.completeness
+        raise GoldenError(
+            f"{run_dir}: the run is {c.status}, not PASS; only a PASS can be blessed: "
+            + "; ".join(f.describe() for f in c.findings[:5]),
+            str(c.status),
+        )
     if run.log.num_rows == 0:
         raise GoldenError(f"{run_dir}: the run has no committed log (log/*.arrow); only finished runs can be blessed")
     if run.torn and any(t.table == "log" for t in run.torn):
         raise GoldenError(f"{run_dir}: the committed log file is torn")
     verdict = verify_run(run_dir)
-    if not verdict.ok:
+    if verdict.status != "PASS":
         raise GoldenError(
-            f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}); a golden must be a correct run"
+            f"{run_dir}: the run fails its checks ({', '.join(verdict.failed())}): it is {verdict.status}, "
+            "not PASS; a golden must be a correct run",
+            verdict.status,
         )
     config = meta.get("config") or {}
     service = config.get("service", "kv")
@@ -327,10 +354,13 @@ def load_golden(name: str, traces: Path = TRACES) -> Golden:
         raise GoldenError(f"no golden named {name!r} in {traces} (known: {known})")
     try:
         meta = json.loads((directory / "run.json").read_text())
+        schema_version_of(meta)  # a golden without one is version 1, the format goldens were blessed in
         info = meta["golden"]
         missing = [k for k in ("driver", "scenario", "seed", "members", "service", "git_commit") if k not in info]
         if missing:
             raise KeyError(", ".join(missing))
+    except SchemaVersionError as e:
+        raise GoldenError(f"golden {name}: {e}") from e
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise GoldenError(
             f"golden {name}: {directory / 'run.json'} is missing or corrupt "
@@ -345,8 +375,18 @@ def load_golden(name: str, traces: Path = TRACES) -> Golden:
     messages = None
     if info["driver"] == "sim":
         messages = read_stream_whole(directory / "messages" / "golden.arrow")
-    if applied.num_rows != info.get("positions", applied.num_rows):
-        raise GoldenError(f"golden {name}: applied has {applied.num_rows} rows, run.json says {info['positions']}")
+    # Complete or not judged: every table holds the rows the golden's run.json declares.
+    counts = [("applied/golden.arrow", applied, "positions"), ("log/committed.arrow", log, "log_entries")]
+    if messages is not None:
+        counts.append(("messages/golden.arrow", messages, "messages"))
+    for file, table, key in counts:
+        want = info.get(key)
+        if isinstance(want, int) and table.num_rows != want:
+            raise GoldenError(
+                f"INCOMPLETE golden {name}: {file} has {table.num_rows} rows, run.json declares {want} "
+                f"({want - table.num_rows} rows lost)",
+                "INCOMPLETE",
+            )
     return Golden(name, directory, meta, log, applied, messages)
 
 

@@ -30,9 +30,12 @@ def runs_table(report: Any) -> Table:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Check runs with Spark; print the verdict tables; exit 0 (pass), 1 (violations), 2 (bad input)."""
+    """Check runs with Spark; print the verdict tables; exit 0 (PASS), 1 (FAIL: a violation in a complete
+    run), 2 (bad input), 3 (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's
+    bytes changed; not judged)."""
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
     from clusterlab.harness.cli_paths import directory_error, output_file_error
+    from clusterlab.harness.completeness import SchemaVersionError
 
     if args.limit < 1:
         print(f"clusterlab check: --limit must be >= 1, got {args.limit}", file=sys.stderr)
@@ -51,7 +54,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 2
     from clusterlab.golden.spark.check import check_runs
 
-    report = check_runs(args.runs, master=args.master, limit=args.limit)
+    try:
+        report = check_runs(args.runs, master=args.master, limit=args.limit)
+    except SchemaVersionError as e:
+        print(f"clusterlab check: {e}", file=sys.stderr)
+        return 2
     console = Console()
     console.print(report.table())
     if len(report.run_dirs) > 1 or not report.ok:
@@ -63,12 +70,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"{sum(report.rows.values())} rows, {report.torn} torn file(s), {report.elapsed_s:.1f} s", highlight=False
     )
     console.print(f"JSON: {', '.join(written)}" + (f"; all runs: {args.json}" if args.json else ""), highlight=False)
-    return 0 if report.ok else 1
+    console.print(f"[bold {'green' if report.ok else 'red'}]{report.status}[/]")
+    return report.exit_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``check`` to the CLI."""
-    p = sub.add_parser("check", help="check recorded runs with Spark (agreement, durability, ...)")
+    p = sub.add_parser(
+        "check",
+        help="check recorded runs with Spark (agreement, durability, ...)",
+        description=_cmd_check.__doc__,
+    )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or directories of runs)")
     p.add_argument("--master", default=None, help="Spark master (default local[*]; e.g. spark://host:7077)")
     p.add_argument("--json", default=None, help="also write the whole report here (each RUN gets its check.json)")

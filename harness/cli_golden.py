@@ -1,7 +1,8 @@
 """``clusterlab golden bless|verify|regenerate|list``: golden traces (golden/traces/).
 
 Exit codes: 0 pass, 1 a divergence (verify) or a failed recipe (regenerate), 2 bad input (no such run
-or golden, a run that cannot be blessed, a corrupt manifest).
+or golden, a corrupt manifest); ``bless`` refuses anything but a PASS: 1 for a run that fails its
+checks, 3 for an INCOMPLETE run, 4 for a CORRUPT one (docs/trace-schema.md, "Verdicts").
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE
 from rich.console import Console
 from rich.table import Table
 
@@ -28,7 +30,8 @@ def _cmd_bless(args: argparse.Namespace) -> int:
     try:
         g = bless(args.run, args.name, traces=traces, duration_s=args.duration, summary=args.summary, force=args.force)
     except GoldenError as e:
-        return _err(str(e))
+        code = _err(str(e))
+        return {"FAIL": EXIT_FAIL, "INCOMPLETE": EXIT_INCOMPLETE, "CORRUPT": EXIT_CORRUPT}.get(e.status or "", code)
     size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
     Console().print(
         f"blessed {g.name} ({g.driver}, {g.info['scenario']} seed {g.info['seed']}): "

@@ -4,7 +4,8 @@
 scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
 verifies the recorded trace: the local pyarrow verdict at once, then the Spark check of the same five
 properties and the HTML report RUN/report.html (``--no-spark`` skips both). Exit 0: every check
-passed; 1: a violation (or no progress); 2: bad arguments."""
+passed; 1: a violation (or no progress); 2: bad arguments; 3: the trace is INCOMPLETE, 4: CORRUPT
+(not judged; docs/trace-schema.md, "Verdicts")."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -46,7 +48,8 @@ def _metrics_table(result: Any) -> Table:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments."""
+    """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments /
+    3 INCOMPLETE trace / 4 CORRUPT trace (not judged)."""
     from clusterlab.chaos.runner import run_scenario
     from clusterlab.chaos.scenarios import SCENARIOS
     from clusterlab.harness.cli_paths import output_file_error, positive_error, writable_directory_error
@@ -108,6 +111,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if result.verdict is not None:
         out.print(result.verdict.table())
     ok = result.ok
+    # A run error (no progress, a crash) is a FAIL; an unjudged trace is INCOMPLETE/CORRUPT (exit 3/4).
+    statuses = ["FAIL" if result.error or result.verdict is None else result.verdict.status]
     spark: dict[str, Any] | None = None
     if not args.no_spark and result.trace_dir.is_dir():
         from clusterlab.golden.finish import check_and_report
@@ -116,12 +121,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
         spark = report.to_json()
         ok = ok and report.ok
+        statuses.append(report.status)
     out.print(f"trace: {result.trace_dir}")
     out.print(f"re-run: {result.rerun_command()}", highlight=False)
     if args.json:
         Path(args.json).write_text(json.dumps({**result.summary(), "spark": spark}, indent=2, default=str) + "\n")
-    out.print(f"[bold {'green' if ok else 'red'}]{'PASS' if ok else 'FAIL'}[/]")
-    return 0 if ok else 1
+    code = exit_code(statuses) if not ok else EXIT_PASS
+    if not ok and code == EXIT_PASS:
+        code = EXIT_FAIL
+    verdict = ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[code]
+    out.print(f"[bold {'green' if ok else 'red'}]{verdict}[/]")
+    return code
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:

@@ -118,7 +118,25 @@ def cmd_summary(args: argparse.Namespace, console: Console | None = None) -> int
     if run is None:
         return 2
     print_summary(summarize(run), run.meta, console)
-    return 0
+    return print_completeness(run, console)
+
+
+def print_completeness(run: Any, console: Console) -> int:
+    """The run's completeness verdict, every finding and acceptable torn tail; the exit code
+    (0 complete, 3 INCOMPLETE, 4 CORRUPT)."""
+    from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_INCOMPLETE, Status
+
+    c = run.completeness
+    if c is None:
+        return 0
+    colour = "green" if c.ok else "red"
+    console.print(
+        f"completeness: [{colour}]{c.status}[/] (trace schema version {c.schema_version or '-'}; "
+        f"{len(c.findings)} problem(s), {len(c.notes)} file(s) a SIGKILL ended (acceptable))"
+    )
+    for line in c.lines():
+        console.print(f"  {line}", markup=False, highlight=False)
+    return {Status.COMPLETE: 0, Status.INCOMPLETE: EXIT_INCOMPLETE, Status.CORRUPT: EXIT_CORRUPT}[c.status]
 
 
 def _check_selection(run: Run, member: int, channel: str | None) -> str | None:

@@ -24,7 +24,7 @@ finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused)
 SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
 bounded polls of a condition (``wait_until``, tenacity).
 
-Recording (clusterlab.harness.recorder, TRACE_SCHEMA.md) is on by default (``record=False`` turns it off): the
+Recording (clusterlab.harness.recorder, docs/trace-schema.md) is on by default (``record=False`` turns it off): the
 run directory is ``trace_dir`` (default ``<dir>/trace``; ``<dir>/trace-<run id>`` when that already
 holds a run), with run.json written at start and at ``close()`` (with the committed ``log`` table),
 the harness's lifecycle and fault events, and every node's and service's own recording (the
@@ -211,8 +211,10 @@ class _Process:
         return self.popen.poll() is None
 
 
-def _stop_processes(processes: list[_Process], timeout_s: float) -> None:
-    """SIGTERM (+SIGCONT) every running process, wait up to ``timeout_s``, SIGKILL the rest; reap all."""
+def _stop_processes(processes: list[_Process], timeout_s: float) -> list[_Process]:
+    """SIGTERM (+SIGCONT) every running process, wait up to ``timeout_s``, SIGKILL the rest; reap all.
+    Returns the processes it had to SIGKILL (their trace files may end torn: the caller records it)."""
+    killed: list[_Process] = []
     running = [p for p in processes if p.running()]
     for p in running:
         with contextlib.suppress(ProcessLookupError):
@@ -226,6 +228,8 @@ def _stop_processes(processes: list[_Process], timeout_s: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGKILL)
             p.popen.wait()
+            killed.append(p)
+    return killed
 
 
 def _kill_all(processes: list[_Process]) -> None:
@@ -382,8 +386,10 @@ class LocalCluster:
             for client in self.clients:
                 with contextlib.suppress(Exception):
                     client.close()
-            _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
-            _stop_processes(list(self._current.values()), self.stop_timeout_s)
+            killed = _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
+            killed += _stop_processes(list(self._current.values()), self.stop_timeout_s)
+            for p in killed:  # explains the torn trace file to readers (docs/trace-schema.md, "Completeness")
+                self._event("kill", p.member_id, process=p.kind, at="stop timeout")
             _kill_all(self._all)  # earlier incarnations are reaped already; this is belt and braces
             if self.recorder is not None:
                 for i in range(self.member_count):  # what was in flight to a member when it stopped
@@ -708,7 +714,8 @@ class LocalCluster:
         for kind in (NODE, SERVICE):
             p = self._process(member_id, kind)
             if p is not None:
-                _stop_processes([p], self.stop_timeout_s)
+                for k in _stop_processes([p], self.stop_timeout_s):
+                    self._event("kill", k.member_id, process=k.kind, at="stop timeout")
         self._paused.discard(member_id)
         self._event("stop", member_id)
 

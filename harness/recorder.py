@@ -1,9 +1,10 @@
 """The trace recorder: every message, every applied entry, every event and client op, as Arrow IPC streams.
 
-The format is the contract in ``../shared/TRACE_SCHEMA.md`` (columns are added here, never changed):
+The format is the contract in ``docs/trace-schema.md`` (columns are added here, never changed):
 
 ```
 RUN_DIR/run.json                  RunRecorder: metadata, written at start (outcome "running") and at finish
+                                  with schema_version and the manifest of every file (harness/completeness.py)
 RUN_DIR/<table>/<process>-i<incarnation>.arrow   one Arrow IPC stream per process incarnation and table
 RUN_DIR/log/committed.arrow       RunRecorder.finish: the committed log
 ```
@@ -87,6 +88,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -1220,6 +1222,7 @@ class RunRecorder:
             "start_wall_ns": time.time_ns(),
             "end_wall_ns": None,
             "outcome": "running",
+            "schema_version": SCHEMA_VERSION,
             "trace_format": {"tables": list(TABLES), "file": "<table>/<process>-i<incarnation>.arrow"},
         }
         self.meta.update(extra or {})
@@ -1323,6 +1326,9 @@ class RunRecorder:
         if stopped:
             self.meta["recording_stopped"] = stopped
         self.meta.update(extra or {})
+        # Last: what every file holds now (every process has stopped), so readers can tell a file lost,
+        # cut short or changed later from one a SIGKILL tore (docs/trace-schema.md, "Completeness").
+        self.meta.update(manifest(self.run_dir, TABLES))
         self.write_meta(degrade=True)
         return self.meta
 

@@ -1,7 +1,7 @@
 """Recording a SimCluster run through the same recorder the runtime uses (clusterlab.harness.recorder).
 
 ``record_sim(cluster, run_dir, run_id, scenario, seed)`` attaches to the simulator's hooks and writes
-the trace tables of TRACE_SCHEMA.md, with the virtual time as both ``wall_ns`` and ``mono_ns``:
+the trace tables of docs/trace-schema.md, with the virtual time as both ``wall_ns`` and ``mono_ns``:
 
 - every network message: a ``send`` row at the sender (``node-<i>``, or ``service-<i>`` for the
   service's egress replies, or ``client-<k>``) and a ``recv`` row at the receiver; ``msg_id`` is the

@@ -1,5 +1,8 @@
-"""Reading a trace directory (TRACE_SCHEMA.md): ``open_run(dir)`` -> :class:`Run` with one pyarrow Table
-per table, the run's metadata, and a report of torn files instead of an exception.
+"""Reading a trace directory (docs/trace-schema.md): ``open_run(dir)`` -> :class:`Run` with one pyarrow Table
+per table, the run's metadata, a report of torn files instead of an exception, and ``run.completeness``
+(:mod:`clusterlab.harness.completeness`): whether the trace holds what the run declares — judge that
+before judging the protocol. Files are read with the one torn-stream reader,
+:func:`clusterlab.harness.arrow_stream.read_stream`.
 
 A file of a process killed with SIGKILL may end inside a record batch: every complete batch is read,
 and the file, the batches kept and the bytes ignored go to ``run.torn``. A file without the stream's
@@ -14,7 +17,6 @@ received: in flight when their receiver was killed or stopped, or in flight at t
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +24,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
+from clusterlab.harness import arrow_stream
+from clusterlab.harness.completeness import (
+    Completeness,
+    FileFacts,
+    SchemaVersionError,
+    judge,
+    kills_from_events,
+    read_meta,
+    read_sidecars,
+)
 from clusterlab.harness.recorder import SCHEMAS, TABLES
-
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,31 +74,13 @@ class StreamRead:
 
 def read_stream(path: Path | str, schema: pa.Schema | None = None) -> StreamRead:
     """Every complete record batch of one Arrow IPC stream file; never raises on a torn tail. A file too
-    short to hold its schema gives an empty table of ``schema`` (if given)."""
-    path = Path(path)
-    data = path.read_bytes()
-    source = pa.BufferReader(data)
-    batches: list[pa.RecordBatch] = []
-    error: str | None = None
-    try:
-        reader = ipc.open_stream(source)
-    except (pa.ArrowInvalid, OSError) as e:
-        empty = (schema or pa.schema([])).empty_table()
-        return StreamRead(empty, 0, 0, len(data), False, f"no readable schema: {e}")
-    consumed = source.tell()
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            consumed = source.tell()
-            break
-        except (pa.ArrowInvalid, OSError) as e:
-            error = str(e)
-            break
-        batches.append(batch)
-        consumed = source.tell()
-    table = pa.Table.from_batches(batches, schema=reader.schema)
-    return StreamRead(table, len(batches), consumed, len(data), data.endswith(_EOS), error)
+    short to hold its schema gives an empty table of ``schema`` (if given). The reading itself is
+    :func:`clusterlab.harness.arrow_stream.read_stream`, shared with the Spark source."""
+    return _stream_read(arrow_stream.read_stream(str(path)), schema)
+
+
+def _stream_read(got: arrow_stream.StreamRead, schema: pa.Schema | None) -> StreamRead:
+    return StreamRead(got.table(schema), len(got.batches), got.bytes_read, got.size, got.closed, got.error)
 
 
 @dataclass
@@ -103,6 +94,8 @@ class Run:
     files: dict[str, list[Path]] = field(default_factory=dict)
     torn: list[TornFile] = field(default_factory=list)
     unclosed: list[Path] = field(default_factory=list)
+    facts: list[FileFacts] = field(default_factory=list)
+    completeness: Completeness | None = None  # set by open_run: judge it before judging the protocol
 
     @property
     def messages(self) -> pa.Table:
@@ -136,18 +129,20 @@ def open_run(run_dir: Path | str) -> Run:
         raise TraceError(f"{directory}: no such run directory (expected RUN_DIR with run.json and table folders)")
     if not (directory / "run.json").is_file() and not any((directory / name).is_dir() for name in TABLES):
         raise TraceError(f"{directory}: not a clusterlab run (no run.json and none of {', '.join(TABLES)})")
-    meta_path = directory / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta, meta_finding = read_meta(directory)
     tables: dict[str, pa.Table] = {}
     files: dict[str, list[Path]] = {}
     torn: list[TornFile] = []
     unclosed: list[Path] = []
+    facts: list[FileFacts] = []
     for name in TABLES:
         paths = sorted((directory / name).glob("*.arrow"))
         files[name] = paths
-        parts = []
+        parts: list[pa.Table] = []
         for path in paths:
-            got = read_stream(path, SCHEMAS[name])
+            raw = arrow_stream.read_stream(str(path))
+            facts.append(FileFacts.of(f"{name}/{path.name}", name, raw))
+            got = _stream_read(raw, SCHEMAS[name])
             if got.error is not None:
                 torn.append(
                     TornFile(path, name, got.batches, got.table.num_rows, got.bytes_read, got.bytes_ignored, got.error)
@@ -159,8 +154,23 @@ def open_run(run_dir: Path | str) -> Run:
         if not parts:
             tables[name] = SCHEMAS[name].empty_table()
         else:
-            tables[name] = pa.concat_tables(parts, promote_options="default")
-    return Run(directory, meta, tables, files, torn, unclosed)
+            try:
+                tables[name] = pa.concat_tables(parts, promote_options="default")
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a garbled schema: judged below, not read
+                tables[name] = SCHEMAS[name].empty_table()
+                facts.append(FileFacts(f"{name}/", name, 0, 0, 0, True, f"schemas do not agree: {e}", (), False))
+    events = tables["events"]
+    kills = kills_from_events(
+        events.select(["source", "kind", "member_id", "detail"]).to_pylist() if events.num_rows else []
+    )
+    try:
+        completeness = judge(
+            directory, meta, facts, kills, meta_finding=meta_finding, sidecars=read_sidecars(directory)
+        )
+    except SchemaVersionError as e:
+        raise TraceError(f"{directory}: {e}") from None
+    run = Run(directory, meta or {}, tables, files, torn, unclosed, facts, completeness)
+    return run
 
 
 # ---------------------------------------------------------------------------------------------- matching

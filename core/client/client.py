@@ -9,7 +9,7 @@ The caller (the ZeroMQ runtime, the simulator, a test) owns the sockets and the 
 * :meth:`ClusterClient.do_work` is called at :meth:`ClusterClient.next_deadline_ns` (or more often)
   for connect resends, the connect timeout and keep-alives.
 
-Session lifecycle (PROTOCOL.md b.12, c.2, e.9)::
+Session lifecycle (docs/protocol.md b.12, c.2, e.9)::
 
     INIT --connect()--> CONNECTING --SessionEvent OK--> CONNECTED --close() / SessionEvent CLOSED--> CLOSED
                           |  REDIRECT: resend the connect to the named leader

@@ -5,7 +5,7 @@ our transport's additions (template ids 200+), and the log frame format.
 ``decode(buf)`` and ``describe()``. Malformed bytes raise :class:`DecodeError`; building a message
 with values that do not fit the wire raises ValueError/TypeError.
 
-Nulls: an enum whose null PROTOCOL.md documents (CloseReason, ClusterTimeUnit) decodes INT32_MIN to
+Nulls: an enum whose null docs/protocol.md documents (CloseReason, ClusterTimeUnit) decodes INT32_MIN to
 its ``NULL_VAL`` member, as Aeron's Java codecs do; every other enum rejects undefined values.
 """
 

@@ -1,4 +1,4 @@
-"""Consensus messages between members (PROTOCOL.md c.5)."""
+"""Consensus messages between members (docs/protocol.md c.5)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class Vote(Message):
 @codec
 @dataclass(frozen=True, slots=True)
 class NewLeadershipTerm(Message):
-    """The leader announces its term and guides a follower's log forward (PROTOCOL.md b.4)."""
+    """The leader announces its term and guides a follower's log forward (docs/protocol.md b.4)."""
 
     TEMPLATE_ID: ClassVar[int] = 53
     BLOCK_LENGTH: ClassVar[int] = 88

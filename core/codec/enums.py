@@ -1,9 +1,9 @@
-"""Enums of PROTOCOL.md c.1 (schema 111) plus the ones our ZeroMQ transport adds.
+"""Enums of docs/protocol.md c.1 (schema 111) plus the ones our ZeroMQ transport adds.
 
 All are encoded as int32 unless noted. Names and values are Aeron's.
 
 Nulls: SBE gives every enum a null value (INT32_MIN for int32 enums); Aeron's Java codecs expose it as
-a ``NULL_VAL`` constant. Where PROTOCOL.md documents the null as meaningful we do the same:
+a ``NULL_VAL`` constant. Where docs/protocol.md documents the null as meaningful we do the same:
 ``CloseReason.NULL_VAL`` ("not closing") and ``ClusterTimeUnit.NULL_VAL`` (receivers treat it as
 MILLIS). Every other enum is strict: decoding an undefined value, including INT32_MIN, is a
 DecodeError.

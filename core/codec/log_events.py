@@ -1,4 +1,4 @@
-"""Messages the consensus module writes into the replicated log (PROTOCOL.md c.3)."""
+"""Messages the consensus module writes into the replicated log (docs/protocol.md c.3)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The machinery every message shares: a field's wire type is declared in its annotation, and
 :func:`codec` turns a frozen dataclass into an SBE-style encoder/decoder.
 
-Layout of a message (PROTOCOL.md c.0): 8-byte header, fixed block (fields in declaration order,
+Layout of a message (docs/protocol.md c.0): 8-byte header, fixed block (fields in declaration order,
 little-endian, no padding), then the repeating groups and variable fields in declaration order.
 A variable field is a u32 length followed by that many bytes; a group is {u16 block_length,
 u16 num_in_group} followed by the entries, each a fixed block and its own variable fields.

@@ -1,4 +1,4 @@
-"""Service <-> consensus module control messages (PROTOCOL.md c.4)."""
+"""Service <-> consensus module control messages (docs/protocol.md c.4)."""
 
 from __future__ import annotations
 

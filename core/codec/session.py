@@ -1,4 +1,4 @@
-"""Client session protocol (PROTOCOL.md c.2): ingress, egress, and the session message that also
+"""Client session protocol (docs/protocol.md c.2): ingress, egress, and the session message that also
 travels in the log and from services to the consensus module."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Records of consensus-module and service snapshots (PROTOCOL.md c.7, contents per c.12)."""
+"""Records of consensus-module and service snapshots (docs/protocol.md c.7, contents per c.12)."""
 
 from __future__ import annotations
 

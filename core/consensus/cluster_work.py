@@ -3,7 +3,7 @@ cluster control, snapshots and termination (the parts of Aeron's ``ConsensusModu
 are not elections or log replication). ``ConsensusModule`` inherits this; it is split out only so
 each file stays readable. Everything here is sans-IO like the rest of the module.
 
-Which side does what (PROTOCOL.md b.12-b.15, e.7-e.11):
+Which side does what (docs/protocol.md b.12-b.15, e.7-e.11):
 - the leader turns ingress, timer expiry, service offers and control toggles into log entries
   and applies their effect when it appends them;
 - every member (leader included, when replaying) applies committed log entries through
@@ -831,7 +831,7 @@ class ClusterWork:
                     cluster_session_id=s.cluster_session_id,
                     correlation_id=s.correlation_id,
                     opened_log_position=s.opened_log_position,
-                    time_of_last_activity=NULL_VALUE,  # as Aeron writes it (PROTOCOL.md g)
+                    time_of_last_activity=NULL_VALUE,  # as Aeron writes it (docs/protocol.md g)
                     close_reason=s.close_reason if s.state == ClusterSessionState.CLOSING else CloseReason.NULL_VAL,
                     response_stream_id=s.response_stream_id,
                     response_channel=s.response_channel,

@@ -23,7 +23,7 @@ SECOND = 1_000_000_000
 
 
 class Channel(StrEnum):
-    """The channels of ARCHITECTURE.md; values are the trace's ``channel`` column."""
+    """The channels of docs/architecture.md; values are the trace's ``channel`` column."""
 
     CONSENSUS = "consensus"
     LOG = "log"
@@ -106,7 +106,7 @@ def quorum_threshold(member_count: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """PROTOCOL.md d, in nanoseconds. Defaults are Aeron's; harnesses pass test-friendly values."""
+    """docs/protocol.md d, in nanoseconds. Defaults are Aeron's; harnesses pass test-friendly values."""
 
     election_timeout_ns: int = 1 * SECOND
     election_status_interval_ns: int = 100 * MS
@@ -118,7 +118,7 @@ class Timeouts:
 
     @classmethod
     def fast(cls) -> Timeouts:
-        """Test-friendly values (ARCHITECTURE/issue 5: heartbeat timeout ~1 s, interval ~100 ms)."""
+        """Test-friendly values (docs/architecture.md, issue 5: heartbeat timeout ~1 s, interval ~100 ms)."""
         return cls(
             election_timeout_ns=300 * MS,
             election_status_interval_ns=20 * MS,

@@ -7,7 +7,7 @@ publishers, and the election calls into it exactly where Aeron's election calls
 catches it and restarts the election at INIT with ``log_position = commit position`` (Aeron's
 ``handleError``).
 
-ZeroMQ stand-ins (see ARCHITECTURE.md): Aeron's log subscription, images and MDC destinations
+ZeroMQ stand-ins (see docs/architecture.md): Aeron's log subscription, images and MDC destinations
 become "the leader sends LogBlocks to a follower from the position the follower reports"; a
 follower's "image available at join position" becomes "the leader's NewLeadershipTerm for this
 term is known and our log is level with its join position".
@@ -46,7 +46,7 @@ FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first se
 
 
 E = ElectionState
-# PROTOCOL.md a.3 as data: (from, to) -> condition. ``_transition`` refuses anything else (an
+# docs/protocol.md a.3 as data: (from, to) -> condition. ``_transition`` refuses anything else (an
 # assert: a transition outside the table is our bug, not a peer's), and docs/election.md is
 # generated from it (``python -m clusterlab.core.consensus.election``). Any state -> INIT on an error.
 TRANSITIONS: dict[tuple[ElectionState, ElectionState], str] = {

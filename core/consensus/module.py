@@ -362,7 +362,7 @@ class ConsensusModule(ClusterWork):
 
     # --- local replay (LEADER_REPLAY / FOLLOWER_REPLAY)
     def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None:
-        # Safety choice (PROTOCOL.md g): a follower replays only what it knows is committed; the rest
+        # Safety choice (docs/protocol.md g): a follower replays only what it knows is committed; the rest
         # is consumed later when the leader's CommitPosition covers it. A leader's whole log is
         # committed once a quorum holds it (LEADER_LOG_REPLICATION), so it replays all of it.
         stop = to_position if self.role == Role.LEADER else min(to_position, self.commit_position)

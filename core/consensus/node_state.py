@@ -1,4 +1,4 @@
-"""The node-state file: the member's durable candidate term (PROTOCOL c.11, e.5).
+"""The node-state file: the member's durable candidate term (docs/protocol.md c.11, e.5).
 
 Aeron keeps ``node-state.dat`` (a 1 MiB memory-mapped file with its own small SBE schema) holding the
 highest candidate term this member has nominated itself in or voted in. It is the Raft "currentTerm /

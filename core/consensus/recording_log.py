@@ -1,4 +1,4 @@
-"""The recording log: the member's history of leadership terms and snapshots (PROTOCOL c.9, c.10, e.4).
+"""The recording log: the member's history of leadership terms and snapshots (docs/protocol.md c.9, c.10, e.4).
 
 ``<member_dir>/recording.log`` is Aeron's ``RecordingLog`` file, byte for byte in layout: fixed records
 aligned to 64 bytes, little-endian:
@@ -137,7 +137,7 @@ class Log:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryPlan:
-    """What a restarting member loads and replays (PROTOCOL c.10)."""
+    """What a restarting member loads and replays (docs/protocol.md c.10)."""
 
     snapshots: tuple[Snapshot, ...]  # [consensus module, service 0, service 1, ...] or empty
     log: Log | None
@@ -195,7 +195,7 @@ def _is_valid_any_snapshot(e: Entry) -> bool:
 
 
 class RecordingLog:
-    """``<directory>/recording.log``: TERM and SNAPSHOT entries with Aeron's rules (PROTOCOL c.9)."""
+    """``<directory>/recording.log``: TERM and SNAPSHOT entries with Aeron's rules (docs/protocol.md c.9)."""
 
     def __init__(
         self,
@@ -592,7 +592,7 @@ class RecordingLog:
     def create_recovery_plan(
         self, service_count: int, recordings: RecordingExtentFn | RecordingExtentSource
     ) -> RecoveryPlan:
-        """The plan to recover this member (PROTOCOL c.10): the latest valid snapshot set and the log.
+        """The plan to recover this member (docs/protocol.md c.10): the latest valid snapshot set and the log.
 
         ``recordings`` gives a recording's (start, stop): a function of the recording id (e.g.
         ``Archive.recording_extent``) or the log's RecordingStore itself."""

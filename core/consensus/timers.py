@@ -8,7 +8,7 @@ because a new leader may have rebuilt its heap from a snapshot while the old one
 both must append the same TimerEvents in the same order.
 
 Also here: Aeron's per-correlation-id "already expired" counter (``expiredTimerCountByCorrelationIdMap``
-in ConsensusModuleAgent, PROTOCOL.md b.13/b.15/e.10), used on followers and during replay where a
+in ConsensusModuleAgent, docs/protocol.md b.13/b.15/e.10), used on followers and during replay where a
 TimerEvent can be read from the log before the service's ScheduleTimer for it arrives.
 
 Pure and deterministic: no clock (``now`` is passed to ``poll``), no randomness.

@@ -1,4 +1,4 @@
-"""The ZeroMQ runtime: the only code in clusterlab that does IO (ARCHITECTURE.md "Runtime").
+"""The ZeroMQ runtime: the only code in clusterlab that does IO (docs/architecture.md "Runtime").
 
 * ``config``    cluster.json: members, endpoints (ipc in the cluster directory, or tcp with
                 OS-assigned ports), service, timeouts

@@ -1,7 +1,7 @@
 """A cluster's configuration file (``<cluster dir>/cluster.json``) and its endpoints.
 
 One file describes the whole cluster: members and their endpoints, the service, the timeouts of
-PROTOCOL.md d, the seed. LocalCluster writes it; every node and service process reads it
+docs/protocol.md d, the seed. LocalCluster writes it; every node and service process reads it
 (``python -m clusterlab.core.runtime.node --dir D --member-id I``); clients and tools find the cluster by it.
 
 Endpoints (no fixed ports anywhere, so parallel clusters never collide):

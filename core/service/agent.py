@@ -1,5 +1,5 @@
 """Aeron's ``ClusteredServiceAgent``, sans-IO: feeds the committed log to a ``ClusteredService`` and
-talks to its consensus module over the service control stream (PROTOCOL.md b.13-b.15, e.3, e.7).
+talks to its consensus module over the service control stream (docs/protocol.md b.13-b.15, e.3, e.7).
 
 Inputs (the runtime or simulator calls these; nothing here reads a clock or a socket):
 
@@ -88,7 +88,7 @@ DIGEST_SIZE = 16
 
 
 class EntryType(StrEnum):
-    """``applied.entry_type`` values (TRACE_SCHEMA.md)."""
+    """``applied.entry_type`` values (docs/trace-schema.md)."""
 
     SESSION_MESSAGE = "SessionMessage"
     SESSION_OPEN = "SessionOpen"
@@ -304,7 +304,7 @@ class ClusteredServiceAgent:
 
     def offer(self, payload: bytes) -> bool:
         """Cluster.offer: a service-originated message; the header's session id carries the service id
-        (PROTOCOL.md c.8) and the consensus module appends it to the log."""
+        (docs/protocol.md c.8) and the consensus module appends it to the log."""
         self._check_valid_invocation()
         self._send_cm(
             encode_session_message(self._leadership_term_id, self._service_id, self._cluster_time, bytes(payload))

@@ -1,4 +1,4 @@
-"""Service snapshots (PROTOCOL.md c.7, c.12): what the agent writes and reads, and the writer/image
+"""Service snapshots (docs/protocol.md c.7, c.12): what the agent writes and reads, and the writer/image
 the user's service sees.
 
 A service snapshot is a list of records stored by ``SnapshotStore`` as one snapshot recording:

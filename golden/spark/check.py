@@ -18,13 +18,23 @@ at most ``limit`` of each):
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns
+from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns, trace_files
+from clusterlab.harness.completeness import (
+    Completeness,
+    FileFacts,
+    exit_code,
+    judge,
+    kills_from_events,
+    read_meta,
+    read_sidecars,
+)
 from clusterlab.harness.recorder import SCHEMAS
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -63,10 +73,35 @@ class CheckReport:
     elapsed_s: float
     run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
     run_torn: dict[str, int] = field(default_factory=dict)
+    # run directory -> its completeness, judged first; only COMPLETE runs are checked ("complete or not
+    # judged"). Keyed by directory: two simulator runs of one configuration share a run_id.
+    completeness: dict[str, Completeness] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return all(c.ok for c in self.completeness.values())
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks.values())
+        return self.complete and all(c.ok for c in self.checks.values())
+
+    def run_status(self, run_id: str) -> str:
+        """``PASS``, ``FAIL``, ``INCOMPLETE`` or ``CORRUPT`` of the run(s) with ``run_id``."""
+        bad = [c for d, c in self.completeness.items() if run_id_of(d) == run_id and not c.ok]
+        if bad:
+            return str(max((c.status for c in bad), key=lambda s: s == "CORRUPT"))
+        return "FAIL" if any(r.per_run.get(run_id) for r in self.checks.values()) else "PASS"
+
+    @property
+    def status(self) -> str:
+        """The verdict on all runs: FAIL if a complete run fails a check, else CORRUPT, INCOMPLETE or PASS."""
+        return ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[self.exit_code]
+
+    @property
+    def exit_code(self) -> int:
+        """0 PASS, 1 FAIL, 3 INCOMPLETE, 4 CORRUPT (docs/trace-schema.md, "Verdicts")."""
+        statuses = [str(c.status) if not c.ok else self.run_status(run_id_of(d)) for d, c in self.completeness.items()]
+        return exit_code(statuses or [self.run_status(r) for r in self.run_ids])
 
     def to_json(self, run_id: str | None = None) -> dict[str, Any]:
         """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
@@ -82,9 +117,13 @@ class CheckReport:
             }
 
         checks = {name: part(c) for name, c in self.checks.items()}
+        completeness = {r: c.to_json() for r, c in self.completeness.items() if run_id is None or r == run_id}
         return {
             "run_ids": self.run_ids if run_id is None else [run_id],
-            "ok": all(c["ok"] for c in checks.values()),
+            "ok": all(c["ok"] for c in checks.values())
+            and all(c["status"] == "COMPLETE" for c in completeness.values()),
+            "status": self.status if run_id is None else self.run_status(run_id),
+            "completeness": completeness,
             "master": self.master,
             "elapsed_s": round(self.elapsed_s, 3),
             "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
@@ -94,11 +133,27 @@ class CheckReport:
 
     def table(self) -> Table:
         """A rich verdict table: one row per check."""
-        t = Table(title=f"Spark check of {len(self.run_ids)} run(s) on {self.master}: {'PASS' if self.ok else 'FAIL'}")
+        t = Table(title=f"Spark check of {len(self.run_ids)} run(s) on {self.master}: {self.status}")
         t.add_column("check")
         t.add_column("verdict")
         t.add_column("violations", justify="right")
         t.add_column("first violation", overflow="fold")
+        findings = [(r, f) for r, c in sorted(self.completeness.items()) for f in c.findings]
+        notes = sum(len(c.notes) for c in self.completeness.values())
+        if findings:
+            bad = sorted({str(c.status) for c in self.completeness.values() if not c.ok})
+            judged = sum(1 for c in self.completeness.values() if c.ok)
+            t.add_row(
+                "completeness",
+                f"[red]{'/'.join(bad)}[/]",
+                str(len(findings)),
+                f"{findings[0][0]}: {findings[0][1].describe()} ({judged} of {len(self.completeness)} runs judged)",
+            )
+            for r, f in findings[1:10]:
+                t.add_row("", "", "", f"{r}: {f.describe()}")
+        else:
+            ended = f"{notes} file(s) a SIGKILL ended (listed in check.json)" if notes else ""
+            t.add_row("completeness", "[green]ok[/]", "0", ended)
         for name, c in self.checks.items():
             first = _describe(c.violations[0]) if c.violations else ""
             t.add_row(name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", str(c.count), first)
@@ -498,11 +553,14 @@ def check_runs(
     from clusterlab.golden.spark.session import spark_session
 
     started = time.monotonic()
-    runs = find_runs(",".join(str(p) for p in run_dirs))
-    paths = ",".join(runs)
+    all_runs = find_runs(",".join(str(p) for p in run_dirs))
     spark = spark or spark_session(master)
-    # One row per file (rows, torn tail): small, so it is collected once and summed here.
-    files = load(spark, paths, "files").drop("error").collect()
+    # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
+    completeness, all_files = establish_completeness(spark, all_runs)
+    run_ids = sorted({run_id_of(r) for r in all_runs})
+    runs = [r for r in all_runs if completeness[r].ok]  # complete or not judged
+    paths = ",".join(runs)
+    files = [f for r in runs for f in all_files.get(r, [])]
     rows: dict[str, int] = {}
     run_rows: dict[str, dict[str, int]] = {}
     run_torn: dict[str, int] = {}
@@ -512,13 +570,17 @@ def check_runs(
         per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
         run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
     torn = sum(run_torn.values())
-    run_ids = sorted({f["run_id"] for f in files})
     log_runs = [r for r, per in run_rows.items() if per.get("log")]
     tables = Tables(spark, paths, rows, log_runs)
     # Each check reads only the columns it needs, straight from the source: reading a trace file
     # (Arrow batches straight in) is faster than building Spark's in-memory cache of it. What two
     # checks share is computed once and cached: the flagged positions (small on a healthy run) and
     # the events (a few rows per election and commit).
+    if not runs:  # nothing complete to judge
+        results = {name: CheckResult(name, 0) for name in CHECKS}
+        return _report(
+            run_ids, all_runs, spark, results, rows, torn, started, run_rows, run_torn, completeness, write_json
+        )
     flagged = flag_positions(tables).cache()
     events = tables.read("events", *_EVENT_COLUMNS).cache()
     try:
@@ -532,6 +594,22 @@ def check_runs(
     finally:
         flagged.unpersist()
         events.unpersist()
+    return _report(run_ids, all_runs, spark, results, rows, torn, started, run_rows, run_torn, completeness, write_json)
+
+
+def _report(
+    run_ids: list[str],
+    runs: list[str],
+    spark: SparkSession,
+    results: dict[str, CheckResult],
+    rows: dict[str, int],
+    torn: int,
+    started: float,
+    run_rows: dict[str, dict[str, int]],
+    run_torn: dict[str, int],
+    completeness: dict[str, Completeness],
+    write_json: bool,
+) -> CheckReport:
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,
@@ -542,9 +620,60 @@ def check_runs(
         elapsed_s=time.monotonic() - started,
         run_rows=run_rows,
         run_torn=run_torn,
+        completeness=completeness,
     )
     if write_json:
         for run in runs:
             doc = report.to_json(run_id_of(run))
             (Path(run) / "check.json").write_text(json.dumps(doc, indent=2, default=str))
     return report
+
+
+def establish_completeness(
+    spark: SparkSession, runs: Sequence[str]
+) -> tuple[dict[str, Completeness], dict[str, list[Any]]]:
+    """Each run's completeness (run directory -> verdict), judged as the local verdict judges it
+    (:func:`clusterlab.harness.completeness.judge`) from facts the executors gather: the ``files``
+    table (rows, torn tail, CRC of every stream message) and, when a file needs explaining, the
+    ``kill`` events. Also returns the ``files`` rows by run directory. Raises SchemaVersionError for a
+    run of a newer trace schema."""
+    paths = ",".join(runs)
+    facts: dict[str, list[FileFacts]] = {r: [] for r in runs}
+    rows: dict[str, list[Any]] = {r: [] for r in runs}
+    kills: dict[str, list[dict[str, Any]]] = {}
+    if trace_files(list(runs), "files"):
+        by_dir = {os.path.normpath(r): r for r in runs}
+        for f in load(spark, paths, "files").collect():
+            run = by_dir[os.path.normpath(os.path.dirname(os.path.dirname(f["file"])))]
+            rows[run].append(f)
+            facts[run].append(
+                FileFacts(
+                    f"{f['table']}/{os.path.basename(f['file'])}",
+                    f["table"],
+                    int(f["bytes"]),
+                    int(f["rows"] or 0),
+                    int(f["bytes"]) - int(f["bytes_ignored"]),
+                    bool(f["closed"]),
+                    f["error"],
+                    tuple(zip(f["chunk_ends"] or [], f["chunk_crcs"] or [], strict=True)),
+                    bool(f["chunk_ends"]),
+                )
+            )
+        unclosed = any(not f.closed or f.torn for fs in facts.values() for f in fs)
+        if unclosed and trace_files(list(runs), "events"):  # only a torn or unclosed file needs a kill
+            events = load(spark, paths, "events", ("source", "kind", "member_id", "detail", "file"))
+            for e in events.where(F.col("kind") == "kill").collect():
+                run = by_dir[os.path.normpath(os.path.dirname(os.path.dirname(e["file"])))]
+                kills.setdefault(run, []).append(e.asDict())
+    out: dict[str, Completeness] = {}
+    for run in runs:
+        meta, meta_finding = read_meta(run)
+        out[run] = judge(
+            run,
+            meta,
+            facts[run],
+            kills_from_events(kills.get(run, [])),
+            meta_finding=meta_finding,
+            sidecars=read_sidecars(run),
+        )
+    return out, rows

@@ -1,4 +1,4 @@
-"""``clustertrace``: a PySpark Python data source reading clusterlab traces (TRACE_SCHEMA.md) directly.
+"""``clustertrace``: a PySpark Python data source reading clusterlab traces (docs/trace-schema.md) directly.
 
     spark.dataSource.register(ClusterTraceDataSource)
     df = spark.read.format("clustertrace").option("table", "applied").load("runs/a,runs/b")
@@ -23,8 +23,13 @@ Python source gets no column pruning from Spark, so without it every column of e
 from the Python worker to the JVM and is converted there, whatever the query then selects. Columns
 not asked for are never built (no digest of log entries a query does not read).
 
-This module imports only pyarrow and pyspark (not clusterlab), so it can be shipped to a Spark
-cluster on its own with ``spark-submit --py-files golden/spark/source.py``.
+Besides pyarrow and pyspark this module imports only :mod:`clusterlab.harness.arrow_stream` (the one
+torn-stream reader, itself pyarrow-only), so the two ship to a Spark cluster together with
+``spark-submit --py-files`` (or with clusterlab installed on the executors).
+
+``table=files`` also carries each file's stream-message boundaries and their CRC-32s
+(``chunk_ends``, ``chunk_crcs``): the completeness judgement (:mod:`clusterlab.harness.completeness`)
+compares them with the manifest the run wrote at its end.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.harness.arrow_stream import StreamRead, read_stream
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -46,7 +52,6 @@ from pyspark.sql.types import StructType
 TABLES = ("messages", "applied", "events", "ops", "log")
 FILES = "files"
 DEFAULT_PARTITION_BYTES = 64 << 20  # as spark.sql.files.maxPartitionBytes
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _DIGEST_SIZE = 16
 # A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header
 # (block length, template id, schema id, version) and, for SessionMessageHeader (template 1),
@@ -67,6 +72,8 @@ FILES_SCHEMA = pa.schema(
         ("torn", pa.bool_()),
         ("closed", pa.bool_()),
         ("error", pa.string()),
+        ("chunk_ends", pa.list_(pa.int64())),
+        ("chunk_crcs", pa.list_(pa.int64())),
     ]
 )
 
@@ -173,44 +180,15 @@ def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
     return out
 
 
-@dataclass
-class StreamBatches:
-    """The complete record batches of one stream file, and how it ended."""
-
-    schema: pa.Schema | None
-    batches: list[pa.RecordBatch]
-    bytes_read: int
-    size: int
-    closed: bool
-    error: str | None
+StreamBatches = StreamRead  # the shared reader's result (complete batches, how the file ended)
 
 
-def read_batches(path: str) -> StreamBatches:
-    """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises.
-    The file is memory-mapped, not read: the batches point into the map (which lives as long as they
-    do), so counting a large file's rows copies nothing."""
-    source = pa.memory_map(path)
-    size = source.size()
-    closed = size >= len(_EOS) and source.read_at(len(_EOS), size - len(_EOS)) == _EOS
-    try:
-        reader = ipc.open_stream(source)
-    except (pa.ArrowInvalid, OSError) as e:
-        return StreamBatches(None, [], 0, size, False, f"no readable schema: {e}")
-    batches: list[pa.RecordBatch] = []
-    consumed = source.tell()
-    error = None
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            consumed = source.tell()
-            break
-        except (pa.ArrowInvalid, OSError) as e:
-            error = str(e)
-            break
-        batches.append(batch)
-        consumed = source.tell()
-    return StreamBatches(reader.schema, batches, consumed, size, closed, error)
+def read_batches(path: str) -> StreamRead:
+    """Every complete batch of an Arrow IPC stream; a torn tail stops the read, it never raises
+    (:func:`clusterlab.harness.arrow_stream.read_stream`, the one torn-stream reader). The file is
+    memory-mapped, not read: the batches point into the map, so counting a large file's rows copies
+    nothing."""
+    return read_stream(path, memory_map=True)
 
 
 def read_schema(path: str) -> pa.Schema | None:
@@ -332,7 +310,7 @@ def select_columns(schema: pa.Schema, columns: str | None) -> pa.Schema:
     return pa.schema([schema.field(c) for c in names])
 
 
-def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
+def file_row(part: TraceFile, got: StreamRead) -> dict[str, Any]:
     """The ``files`` table's row for one file."""
     return {
         "run_id": part.run_id,
@@ -345,6 +323,8 @@ def file_row(part: TraceFile, got: StreamBatches) -> dict[str, Any]:
         "torn": got.error is not None,
         "closed": got.closed,
         "error": got.error,
+        "chunk_ends": [end for end, _crc in got.chunks],
+        "chunk_crcs": [crc for _end, crc in got.chunks],
     }
 
 

@@ -1,5 +1,9 @@
 """Planting violations into copies of real traces: each helper rewrites one table file of a run
-directory (Arrow stream in, Arrow stream out) so a check has something precise to find."""
+directory (Arrow stream in, Arrow stream out) so a check has something precise to find.
+
+A planted file stands for what a faulty build would have *recorded*, so every rewrite also reseals the
+run's manifest in run.json (what the recorder writes at the end of a run): otherwise the edit would be,
+correctly, CORRUPT and the checks would never judge it."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.harness.completeness import manifest
+from clusterlab.harness.recorder import TABLES
 
 Rows = list[dict[str, Any]]
 
@@ -25,10 +31,19 @@ def write_file(path: Path, table: pa.Table) -> None:
         w.write_table(table, max_chunksize=512)
 
 
+def reseal(run: Path) -> None:
+    """Rewrite run.json's manifest from the files as they are now (as RunRecorder.finish does)."""
+    meta = json.loads((run / "run.json").read_text())
+    if "files" in meta:  # a run recorded with a manifest (schema version 2)
+        meta.update(manifest(run, TABLES))
+        (run / "run.json").write_text(json.dumps(meta))
+
+
 def rewrite(path: Path, change: Callable[[Rows], Rows]) -> None:
-    """Replace the rows of one stream file by ``change(rows)`` (same schema)."""
+    """Replace the rows of one stream file by ``change(rows)`` (same schema); reseal the run."""
     table = read_file(path)
     write_file(path, pa.Table.from_pylist(change(table.to_pylist()), schema=table.schema))
+    reseal(path.parent.parent)
 
 
 def copy_run(src: Path, dst: Path, run_id: str) -> Path:
@@ -46,6 +61,7 @@ def copy_run(src: Path, dst: Path, run_id: str) -> Path:
             )
     for stale in ("check.json", "report.html"):
         (dst / stale).unlink(missing_ok=True)
+    reseal(dst)
     return dst
 
 

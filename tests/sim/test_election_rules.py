@@ -1,4 +1,4 @@
-"""One test per rule of PROTOCOL.md a (election states) and b (handlers), named after the rule.
+"""One test per rule of docs/protocol.md a (election states) and b (handlers), named after the rule.
 
 Single-member handler rules use the probe (tests/sim/probe.py): one real ConsensusModule whose
 peers the test plays message by message. Rules that need several members use the simulator."""

@@ -1,6 +1,6 @@
 """The clustered services in the simulator: every service's state is the same at every log position,
 through elections, snapshots and restarts (issue 4's "Done when"), and the service <-> consensus
-module conversation (PROTOCOL.md b.13-b.15, e.11): JoinLog with the member's role, service-originated
+module conversation (docs/protocol.md b.13-b.15, e.11): JoinLog with the member's role, service-originated
 messages appended exactly once, ClusterMembersQuery, and a service that throws.
 """
 

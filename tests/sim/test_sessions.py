@@ -1,4 +1,4 @@
-"""Client sessions in the simulator, told the way PROTOCOL.md b.12 and e.9 tell them: a client
+"""Client sessions in the simulator, told the way docs/protocol.md b.12 and e.9 tell them: a client
 connects, the leader appends SessionOpenEvent, every member and every service learns the session
 from the log; keep-alives hold it open; it closes by the client, by the service, by timeout, or by a
 whole-cluster restart; a follower redirects; the leader refuses past the session limit; the

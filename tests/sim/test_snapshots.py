@@ -1,4 +1,4 @@
-"""Snapshots and recovery in the simulator (PROTOCOL.md e.7, c.10-c.12).
+"""Snapshots and recovery in the simulator (docs/protocol.md e.7, c.10-c.12).
 
 A snapshot is a ClusterActionRequest(SNAPSHOT) in the log: every service snapshots at that position
 and acks, then every consensus module writes its own snapshot and the SNAPSHOT entries of its

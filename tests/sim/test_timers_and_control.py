@@ -1,4 +1,4 @@
-"""Timers and cluster control in the simulator, as PROTOCOL.md e.8 and e.10 tell them.
+"""Timers and cluster control in the simulator, as docs/protocol.md e.8 and e.10 tell them.
 
 Timers: a service schedules a timer (ScheduleTimer to every member's consensus module); only the
 leader fires it, appending a TimerEvent; every service applies that TimerEvent at the same log
@@ -502,7 +502,7 @@ def test_abort_stops_every_member_without_a_snapshot_and_restart_replays_the_log
         assert rebuilt[0].log_position - rebuilt[0].length == 0, "rebuilt from the start of the log"
         assert rebuilt[-1].log_position == position and rebuilt[-1].state_digest == digest
     # The new leader replays its own log locally (LEADER_REPLAY); followers re-apply it as the leader
-    # commits it to them (they replay locally only what they know is committed, PROTOCOL.md g).
+    # commits it to them (they replay locally only what they know is committed, docs/protocol.md g).
     assert all(e.replay for e in rows(c, member_id=leader, incarnation=1) if e.log_position <= position)
     assert_services_agree(c)
     assert_contiguous(c)

@@ -1,4 +1,4 @@
-"""The durable-storage modules obey ARCHITECTURE's rule: no networking/threads, no clock, no global random."""
+"""The durable-storage modules obey docs/architecture.md's rule: no networking/threads, no clock, no global random."""
 
 from __future__ import annotations
 

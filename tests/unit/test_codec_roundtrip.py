@@ -171,7 +171,7 @@ MEMBER_DETAILS = (
     ("archive_endpoint", ASCII),
 )
 
-# --- THE table: every message class -> its fields in wire order (PROTOCOL.md c.2-c.5, c.7, transport) --
+# --- THE table: every message class -> its fields in wire order (docs/protocol.md c.2-c.5, c.7, transport) --
 
 TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
     # c.2 client session protocol

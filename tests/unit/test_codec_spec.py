@@ -1,9 +1,8 @@
-"""The registry against PROTOCOL.md: every message of c.2-c.5 and c.7 exists with the documented
+"""The registry against docs/protocol.md: every message of c.2-c.5 and c.7 exists with the documented
 template id, block length, and field names/offsets/sizes.
 
-The expected name -> template id list is kept inline so the test runs without ``shared/``; when
-``../shared/PROTOCOL.md`` is present next to the repo, its headings and field tables are parsed too
-and must agree with both the inline list and the codec.
+The expected name -> template id list is kept inline as well; the document's headings and field tables
+are parsed and must agree with both the inline list and the codec.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ from pathlib import Path
 import pytest
 from clusterlab.core.codec import REGISTRY, GroupEntry, Message
 
-PROTOCOL_MD = Path(__file__).resolve().parents[2].parent / "shared" / "PROTOCOL.md"
+PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
-# PROTOCOL.md name -> (class name, template id, block length). RemoveMember (35) is excluded: it is
+# docs/protocol.md name -> (class name, template id, block length). RemoveMember (35) is excluded: it is
 # deprecated and Aeron no longer sends it (dynamic membership was removed).
 EXPECTED: dict[str, tuple[str, int, int]] = {
     # c.2
@@ -140,7 +139,7 @@ def test_inline_list_matches_registry() -> None:
     for class_name, template_id in (TRANSPORT | CONTROL).items():
         assert REGISTRY[template_id].__name__ == class_name
     extra = set(classes) - {c for c, _t, _b in EXPECTED.values()} - set(TRANSPORT) - set(CONTROL)
-    assert not extra, f"registered but not in PROTOCOL.md c.2-c.5/c.7 or the transport/control lists: {extra}"
+    assert not extra, f"registered but not in docs/protocol.md c.2-c.5/c.7 or the transport/control lists: {extra}"
     in_control_range = {REGISTRY[t].__name__ for t in REGISTRY if 210 <= t < 230}
     assert in_control_range == set(CONTROL), "210-229 are reserved for runtime control messages"
 
@@ -153,8 +152,6 @@ def test_snake_case_mapping() -> None:
 
 @pytest.fixture(scope="module")
 def documented() -> dict[str, dict]:
-    if not PROTOCOL_MD.exists():
-        pytest.skip(f"{PROTOCOL_MD} not present; the inline list was checked instead")
     return parse_protocol(PROTOCOL_MD.read_text())
 
 

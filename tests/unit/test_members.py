@@ -1,4 +1,4 @@
-"""Table tests of the pure quorum and position functions (core/consensus/members.py, PROTOCOL.md a.2, e.1).
+"""Table tests of the pure quorum and position functions (core/consensus/members.py, docs/protocol.md a.2, e.1).
 
 Each row is a small cluster written as member views: ``v(id, log_term, position, ...)``. NULL (-1)
 means "not reported"."""

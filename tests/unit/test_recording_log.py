@@ -1,4 +1,4 @@
-"""RecordingLog: every rule of PROTOCOL c.9, the recovery plan of c.10, truncation (e.6), torn records."""
+"""RecordingLog: every rule of docs/protocol.md c.9, the recovery plan of c.10, truncation (e.6), torn records."""
 
 from __future__ import annotations
 

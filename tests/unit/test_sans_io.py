@@ -1,4 +1,4 @@
-"""The protocol code stays sans-IO and deterministic (ARCHITECTURE.md, "The rule that shapes
+"""The protocol code stays sans-IO and deterministic (docs/architecture.md, "The rule that shapes
 everything"): no sockets, threads or event loops, no clock reads, no module-level randomness.
 
 Checked on the syntax tree, not with grep, so aliases (``import time as t``; ``from time import

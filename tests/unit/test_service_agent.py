@@ -192,7 +192,7 @@ class Harness:
         )
 
     def action(self, action: ClusterAction = ClusterAction.SNAPSHOT, flags: int = 0, timestamp: int = 300) -> Frame:
-        # The leader computes the position after the entry before appending it (PROTOCOL.md c.8).
+        # The leader computes the position after the entry before appending it (docs/protocol.md c.8).
         length = framed_length(HEADER_LENGTH + ClusterActionRequest.BLOCK_LENGTH)
         return self.entry(
             ClusterActionRequest(

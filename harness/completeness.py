@@ -1,0 +1,454 @@
+"""Complete or not judged: before any check, a reader establishes that a run's trace holds everything the
+run itself declares (docs/trace-schema.md, "Completeness").
+
+The writer side: at the end of a run, :class:`clusterlab.harness.recorder.RunRecorder` puts a manifest into
+run.json (:func:`manifest`): ``schema_version`` and, per stream file, its table, process, incarnation,
+rows, size, whether it was closed or torn, and the CRC-32 of every stream message (schema, batches,
+end-of-stream marker). A process's recorder that gives up on a disk error leaves a sidecar
+``incomplete/<process>.json`` = ``{"process", "reason", "at_ns", "table"}``.
+
+The reader side: :func:`judge` compares what is on disk (:class:`FileFacts`, one per file, from the
+shared torn-stream reader) with that manifest and returns a :class:`Completeness`:
+
+- ``INCOMPLETE`` — run.json missing or unreadable, the run never finished, a recorder sidecar, a
+  table or file missing, a file that does not parse, rows lost to truncation, or a torn tail that no
+  SIGKILL of its process (a ``kill`` event) explains;
+- ``CORRUPT`` — a file as long as the run left it whose bytes differ (CRC) from what it recorded:
+  named with the offset of the first changed stream message;
+- ``COMPLETE`` — otherwise; torn tails a kill explains are kept in ``notes`` and shown.
+
+A run without a manifest (schema version 1: older runs, goldens) is judged from its files alone. A
+newer schema version than :data:`SCHEMA_VERSION` is a :class:`SchemaVersionError`, never a guess.
+
+This module imports only the standard library and :mod:`clusterlab.harness.arrow_stream`, so the local
+verdict, the Spark check (which computes the same :class:`FileFacts` on its executors), golden
+bless/verify, the report and ``trace summary`` share one judgement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from clusterlab.harness.arrow_stream import StreamRead, read_stream
+
+SCHEMA_VERSION = 2  # 1: no manifest in run.json (the format before it; a missing version means 1)
+INCOMPLETE_DIR = "incomplete"  # recorder sidecars: incomplete/<process>.json
+REQUIRED_V1 = ("messages", "applied", "events")  # every run of ours records these
+
+# Exit codes of `clusterlab check` and `clusterlab run` (docs/trace-schema.md, "Verdicts").
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+EXIT_CORRUPT = 4
+
+_FILE_NAME = re.compile(r"^(?P<process>.+)-i(?P<incarnation>\d+)\.arrow$")
+_MEMBER_PROCESS = re.compile(r"^(?P<kind>node|service)-(?P<member>\d+)$")
+
+
+class Status(StrEnum):
+    """A run's completeness verdict."""
+
+    COMPLETE = "COMPLETE"
+    INCOMPLETE = "INCOMPLETE"
+    CORRUPT = "CORRUPT"
+
+
+class SchemaVersionError(ValueError):
+    """run.json declares a trace schema version this clusterlab cannot read."""
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What a reader found in one stream file (``path`` relative to the run: ``applied/service-0-i1.arrow``)."""
+
+    path: str
+    table: str
+    size: int
+    rows: int
+    bytes_read: int
+    closed: bool
+    error: str | None
+    chunks: tuple[tuple[int, int], ...]  # (end offset, crc32) of each complete stream message
+    parsed: bool = True  # a readable schema
+
+    @classmethod
+    def of(cls, path: str, table: str, got: StreamRead) -> FileFacts:
+        return cls(
+            path,
+            table,
+            got.size,
+            got.rows,
+            got.bytes_read,
+            got.closed,
+            got.error,
+            tuple(got.chunks),
+            got.schema is not None,
+        )
+
+    @property
+    def process(self) -> str:
+        m = _FILE_NAME.match(Path(self.path).name)
+        return m["process"] if m else Path(self.path).stem
+
+    @property
+    def incarnation(self) -> int | None:
+        m = _FILE_NAME.match(Path(self.path).name)
+        return int(m["incarnation"]) if m else None
+
+    @property
+    def torn(self) -> bool:
+        return self.error is not None
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """This file's entry in run.json's ``files``."""
+        return {
+            "table": self.table,
+            "process": self.process,
+            "incarnation": self.incarnation,
+            "rows": self.rows,
+            "bytes": self.bytes_read,
+            "size": self.size,
+            "closed": self.closed,
+            "torn": self.torn,
+            "chunks": [list(c) for c in self.chunks],
+        }
+
+
+def scan(run_dir: Path | str, tables: Iterable[str]) -> list[FileFacts]:
+    """The facts of every ``<table>/*.arrow`` file of a run, read with the shared torn-stream reader
+    (memory-mapped: only the facts are kept, never the batches)."""
+    directory = Path(run_dir)
+    out = []
+    for table in tables:
+        for path in sorted((directory / table).glob("*.arrow")):
+            out.append(FileFacts.of(f"{table}/{path.name}", table, read_stream(str(path), memory_map=True)))
+    return out
+
+
+def manifest(run_dir: Path | str, tables: Iterable[str]) -> dict[str, Any]:
+    """run.json's manifest of a finished run: ``schema_version``, ``files`` and ``processes`` (each
+    process incarnation with the tables it wrote)."""
+    facts = scan(run_dir, tables)
+    processes: dict[tuple[str, int | None], set[str]] = {}
+    for f in facts:
+        processes.setdefault((f.process, f.incarnation), set()).add(f.table)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "files": {f.path: f.manifest_entry() for f in facts},
+        "processes": [
+            {"process": p, "incarnation": i, "tables": sorted(t)}
+            for (p, i), t in sorted(processes.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))
+        ],
+    }
+
+
+def schema_version_of(meta: Mapping[str, Any]) -> int:
+    """run.json's ``schema_version``: 1 when absent (the format before versions); a clear error when it
+    is newer than this clusterlab reads or not a version at all."""
+    version = meta.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SchemaVersionError(f"run.json: schema_version {version!r} is not a trace schema version (1, 2, ...)")
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"run.json: trace schema version {version} is newer than this clusterlab reads "
+            f"(up to {SCHEMA_VERSION}); upgrade clusterlab to read this run"
+        )
+    return version
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason a run is not complete (or one acceptable irregularity, in ``notes``)."""
+
+    status: Status
+    file: str
+    problem: str
+    rows_lost: int | None = None
+    offset: int | None = None
+
+    def describe(self) -> str:
+        where = self.file if self.offset is None else f"{self.file} at byte {self.offset}"
+        lost = "" if self.rows_lost is None else f" ({self.rows_lost} rows lost)"
+        return f"{where}: {self.problem}{lost}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": str(self.status),
+            "file": self.file,
+            "problem": self.problem,
+            "rows_lost": self.rows_lost,
+            "offset": self.offset,
+        }
+
+
+@dataclass
+class Completeness:
+    """The completeness verdict on one run."""
+
+    run_dir: Path
+    schema_version: int | None
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)  # acceptable: torn tails a kill explains
+
+    @property
+    def status(self) -> Status:
+        if any(f.status is Status.CORRUPT for f in self.findings):
+            return Status.CORRUPT
+        return Status.INCOMPLETE if self.findings else Status.COMPLETE
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def lines(self) -> list[str]:
+        """One line per finding, then one per note."""
+        return [f"{f.status}: {f.describe()}" for f in self.findings] + [f"ok: {n.describe()}" for n in self.notes]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": str(self.status),
+            "schema_version": self.schema_version,
+            "findings": [f.to_json() for f in self.findings],
+            "notes": [n.to_json() for n in self.notes],
+        }
+
+
+def read_meta(run_dir: Path | str) -> tuple[dict[str, Any] | None, Finding | None]:
+    """run.json, or None and the finding that says why not."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return None, Finding(Status.INCOMPLETE, "run.json", "missing: the run does not declare what it recorded")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, Finding(Status.INCOMPLETE, "run.json", f"does not parse: {e}")
+    if not isinstance(meta, dict):
+        return None, Finding(Status.INCOMPLETE, "run.json", "does not parse: not a JSON object")
+    return meta, None
+
+
+def read_sidecars(run_dir: Path | str) -> list[Finding]:
+    """A finding per recorder sidecar ``incomplete/<process>.json`` (the recorder gave up)."""
+    out = []
+    for path in sorted((Path(run_dir) / INCOMPLETE_DIR).glob("*.json")):
+        rel = f"{INCOMPLETE_DIR}/{path.name}"
+        try:
+            doc = json.loads(path.read_text())
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as e:
+            out.append(Finding(Status.INCOMPLETE, rel, f"recorder sidecar (does not parse: {e})"))
+            continue
+        process = doc.get("process", path.stem)
+        table = doc.get("table")
+        out.append(
+            Finding(
+                Status.INCOMPLETE,
+                rel,
+                f"the recorder of {process} gave up"
+                + (f" on {table}" if table else "")
+                + (f" at {doc['at_ns']} ns" if doc.get("at_ns") is not None else "")
+                + f": {doc.get('reason', 'no reason given')}",
+            )
+        )
+    return out
+
+
+def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]:
+    """(member, ``node``|``service``) pairs SIGKILLed according to the run's events: a harness or chaos
+    ``kill`` event kills a member's node and service, or only the one its detail's ``process`` names."""
+    out: set[tuple[int, str]] = set()
+    for r in rows:
+        if r.get("kind") != "kill" or r.get("source") not in ("harness", "chaos"):
+            continue
+        member = r.get("member_id")
+        if member is None or member < 0:
+            continue
+        try:
+            detail = json.loads(r.get("detail") or "{}")
+        except ValueError:
+            detail = {}
+        which = detail.get("process") if isinstance(detail, dict) else None
+        out.update((member, k) for k in ((which,) if which in ("node", "service") else ("node", "service")))
+    return out
+
+
+def _killed(process: str, kills: set[tuple[int, str]]) -> bool:
+    m = _MEMBER_PROCESS.match(process)
+    return m is not None and (int(m["member"]), m["kind"]) in kills
+
+
+def _tail(f: str, process: str, closed: bool, torn: bool, ignored: int, kills: set[tuple[int, str]]) -> Finding | None:
+    """A finding (or a note, status COMPLETE) for a file that ended without its end-of-stream marker."""
+    if closed and not torn:
+        return None
+    what = f"torn tail ({ignored} B ignored)" if torn else "no end-of-stream marker"
+    if _killed(process, kills):
+        return Finding(Status.COMPLETE, f, f"{what} after the SIGKILL of {process} the run's events record")
+    return Finding(
+        Status.INCOMPLETE,
+        f,
+        f"{what} before {process}'s recorded end: no kill event explains it, rows it buffered are lost",
+    )
+
+
+def _compare(want: Mapping[str, Any], got: FileFacts) -> Finding | None:
+    """A finding when ``got`` is not the file the manifest recorded: shorter (rows lost) or changed."""
+    want_chunks = [tuple(c) for c in want.get("chunks", [])]
+    start = 0
+    for i, (end, crc) in enumerate(want_chunks):
+        if i < len(got.chunks) and got.chunks[i] == (end, crc):
+            start = end
+            continue
+        if got.size < end:
+            lost = max(0, int(want.get("rows", 0)) - got.rows)
+            return Finding(
+                Status.INCOMPLETE,
+                got.path,
+                f"truncated to {got.size} B (the run left {want.get('size')} B, {want.get('rows')} rows)",
+                rows_lost=lost,
+            )
+        return Finding(
+            Status.CORRUPT,
+            got.path,
+            f"bytes {start}..{end} differ from what the run recorded (CRC-32 of stream message {i})",
+            offset=start,
+        )
+    return None  # every message the run left is intact (a torn tail past them is judged by _tail)
+
+
+def judge(
+    run_dir: Path | str,
+    meta: Mapping[str, Any] | None,
+    facts: Iterable[FileFacts],
+    kills: set[tuple[int, str]],
+    *,
+    meta_finding: Finding | None = None,
+    sidecars: Iterable[Finding] = (),
+) -> Completeness:
+    """The completeness of one run from its run.json (``meta``), the facts of its files, the SIGKILLs its
+    events record and its recorder sidecars. Raises :class:`SchemaVersionError` for a newer schema."""
+    c = Completeness(Path(run_dir), None)
+    facts = list(facts)
+    if meta_finding is not None:
+        c.findings.append(meta_finding)
+    c.findings.extend(sidecars)
+    manifest_files: Mapping[str, Any] | None = None
+    if meta is not None:
+        c.schema_version = schema_version_of(meta)
+        if meta.get("outcome") == "running":
+            c.findings.append(
+                Finding(Status.INCOMPLETE, "run.json", "outcome 'running': the run never finished (its harness died?)")
+            )
+        if c.schema_version >= 2 and isinstance(meta.get("files"), dict):
+            manifest_files = meta["files"]
+        elif c.schema_version >= 2:
+            c.findings.append(Finding(Status.INCOMPLETE, "run.json", "no manifest of the run's files ('files')"))
+    actual = {f.path: f for f in facts}
+    if manifest_files is not None:
+        missing_tables: dict[str, list[str]] = {}
+        for path, want in sorted(manifest_files.items()):
+            if path not in actual:
+                missing_tables.setdefault(str(want.get("table", path.split("/")[0])), []).append(path)
+        for table, paths in sorted(missing_tables.items()):
+            declared = [p for p, w in manifest_files.items() if w.get("table") == table]
+            if len(paths) == len(declared) and len(declared) > 1:
+                rows = sum(int(manifest_files[p].get("rows", 0)) for p in paths)
+                c.findings.append(
+                    Finding(Status.INCOMPLETE, f"{table}/", f"table missing ({len(paths)} files)", rows_lost=rows)
+                )
+                continue
+            for p in paths:
+                c.findings.append(
+                    Finding(Status.INCOMPLETE, p, "file missing", rows_lost=int(manifest_files[p].get("rows", 0)))
+                )
+        for path, got in sorted(actual.items()):
+            want = manifest_files.get(path)
+            if want is None:
+                c.notes.append(Finding(Status.COMPLETE, path, "not in the run's manifest (added later); read as is"))
+                continue
+            problem = _compare(want, got)
+            if problem is not None:
+                c.findings.append(problem)
+                continue
+            tail = _tail(
+                path,
+                got.process,
+                bool(want.get("closed")),
+                bool(want.get("torn")),
+                int(want.get("size", 0)) - int(want.get("bytes", 0)),
+                kills,
+            )
+            if tail is not None:
+                (c.notes if tail.status is Status.COMPLETE else c.findings).append(tail)
+        return c
+    # No manifest (schema version 1): the files alone.
+    if not facts:
+        c.findings.append(Finding(Status.INCOMPLETE, "./", "no table files: nothing was recorded"))
+        return c
+    golden = meta.get("golden") if meta is not None else None
+    if isinstance(golden, dict):
+        # A golden declares its tables by their row counts (docs/trace-schema.md, "Goldens").
+        counts: dict[str, Any] = {"log": golden.get("log_entries"), "applied": golden.get("positions")}
+        if golden.get("driver") == "sim":
+            counts["messages"] = golden.get("messages")
+        for table, want in counts.items():
+            rows = sum(f.rows for f in facts if f.table == table)
+            if isinstance(want, int) and rows < want:
+                c.findings.append(
+                    Finding(Status.INCOMPLETE, f"{table}/", f"{rows} rows, the golden declares {want}", want - rows)
+                )
+    else:
+        tables = {f.table for f in facts}
+        for table in REQUIRED_V1:
+            if table not in tables:
+                c.findings.append(Finding(Status.INCOMPLETE, f"{table}/", "table missing"))
+    for f in facts:
+        if not f.parsed:
+            c.findings.append(Finding(Status.INCOMPLETE, f.path, f"does not parse: {f.error}"))
+            continue
+        tail = _tail(f.path, f.process, f.closed, f.torn, f.size - f.bytes_read, kills)
+        if tail is not None:
+            (c.notes if tail.status is Status.COMPLETE else c.findings).append(tail)
+    return c
+
+
+def assess(run_dir: Path | str, tables: Iterable[str]) -> Completeness:
+    """Read a run directory's run.json, sidecars and files and judge its completeness (stand-alone;
+    :func:`clusterlab.harness.trace.open_run` gives the same verdict as ``run.completeness``)."""
+    meta, meta_finding = read_meta(run_dir)
+    facts = scan(run_dir, tables)
+    events: list[dict[str, Any]] = []
+    for path in sorted((Path(run_dir) / "events").glob("*.arrow")) if "events" in tables else []:
+        got = read_stream(str(path))
+        if got.schema is not None and {"kind", "source", "member_id", "detail"} <= set(got.schema.names):
+            events.extend(got.table().select(["source", "kind", "member_id", "detail"]).to_pylist())
+    return judge(
+        run_dir, meta, facts, kills_from_events(events), meta_finding=meta_finding, sidecars=read_sidecars(run_dir)
+    )
+
+
+def exit_code(statuses: Iterable[str]) -> int:
+    """The exit code of several verdicts (``PASS``, ``FAIL``, ``INCOMPLETE``, ``CORRUPT``): a violation
+    found in a complete run wins (1), then corruption (4), then incompleteness (3), else 0."""
+    seen = set(statuses)
+    if "FAIL" in seen:
+        return EXIT_FAIL
+    if Status.CORRUPT in seen:
+        return EXIT_CORRUPT
+    if Status.INCOMPLETE in seen:
+        return EXIT_INCOMPLETE
+    return EXIT_PASS
+
+
+def relative(run_dir: Path | str, path: Path | str) -> str:
+    """``path`` relative to ``run_dir``, with ``/`` (the manifest's keys)."""
+    return os.path.relpath(path, run_dir).replace(os.sep, "/")
