@@ -74,7 +74,6 @@ TABLE: list[tuple[str, int, str]] = [
     ("trace summary {FILE}", 2, "{FILE}: not a directory"),
     ("trace summary {EMPTY}", 2, "{EMPTY}: not a clusterlab run"),
     ("trace summary {TWO_RUNS}", 2, "holds 2 runs; give one of"),
-    ("trace summary {BAD_JSON_RUN}", 2, "run.json is not valid JSON"),
     ("trace show {RUN} --from 0", 2, "the following arguments are required: --member"),
     ("trace show {RUN} --member 0", 2, "the following arguments are required: --from"),
     ("trace show {RUN} --member x --from 0", 2, "invalid int value: 'x'"),
@@ -190,6 +189,17 @@ def test_bad_input_gives_one_line_and_no_traceback(
     assert _fill(message, paths) in lines[0]
     assert set(os.listdir(paths["EMPTY"])) == before  # nothing was created by a refused command
     assert not Path(paths["MISSING"]).exists()
+
+
+def test_trace_summary_of_unparseable_run_json_is_incomplete(
+    paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run.json that does not parse is a damaged trace, not bad input: INCOMPLETE (exit 3), naming the file."""
+    got = run_main(["trace", "summary", paths["BAD_JSON_RUN"]])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert got == 3
+    assert "INCOMPLETE" in out and "run.json" in out
 
 
 SUBPROCESS_SAMPLE = [
