@@ -24,7 +24,8 @@ def runs_table(report: Any) -> Table:
     for run_dir in report.run_dirs:
         run_id = run_id_of(run_dir)
         failed = {name: c.per_run.get(run_id, 0) for name, c in report.checks.items() if c.per_run.get(run_id, 0)}
-        verdict = "[red]FAIL[/]" if failed else "[green]PASS[/]"
+        status = report.run_status(run_id)  # PASS, FAIL, INCOMPLETE or CORRUPT (completeness first)
+        verdict = f"[{'green' if status == 'PASS' else 'red'}]{status}[/]"
         t.add_row(run_id, verdict, ", ".join(f"{k} ({v})" for k, v in failed.items()) or "-", str(run_dir))
     return t
 
