@@ -84,6 +84,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core.runtime.recording import DROP as DROP
+from clusterlab.core.runtime.recording import RECV as RECV
+from clusterlab.core.runtime.recording import SEND as SEND
+from clusterlab.core.runtime.recording import NullRecorder
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -92,10 +96,8 @@ DIGEST_SIZE = 16
 DEFAULT_FLUSH_INTERVAL_NS = 100_000_000  # 100 ms: the most a SIGKILL may lose
 DEFAULT_MAX_ROWS = 4096
 
-# Message directions (the contract's values).
-SEND = "send"
-RECV = "recv"
-DROP = "drop"
+# Message directions (the contract's values) and NullRecorder live in the runtime, which records
+# without importing this module (it opens a ProcessRecorder by name: RECORDER_FACTORY).
 
 
 def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
@@ -757,42 +759,6 @@ class ProcessRecorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class NullRecorder:
-    """Recording turned off: the ProcessRecorder API, doing nothing."""
-
-    closed = False
-
-    def message(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def applied(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def event(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def op(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def messages(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def applied_many(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def poll(self, now_ns: int | None = None) -> int:
-        return 0
-
-    def next_deadline_ns(self) -> int | None:
-        return None
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def process_recorder(run_dir: Path | str | None, run_id: str, process: str, **kwargs: Any) -> Any:

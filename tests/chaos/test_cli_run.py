@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.harness.cli import main
+from clusterlab.cli import main
 from clusterlab.harness.trace import open_run
 
 pytestmark = pytest.mark.chaos

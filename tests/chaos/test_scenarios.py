@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from clusterlab.chaos.scenarios import SCENARIOS
-from clusterlab.harness.pytest_plugin import chaos_seeds
+from clusterlab.pytest_plugin import chaos_seeds
 from clusterlab.harness.trace import open_run
 
 REAL_SEEDS = (1, 2)

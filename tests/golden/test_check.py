@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.spark.check import CHECKS, check_runs
-from clusterlab.harness.cli import main
+from clusterlab.cli import main
 from clusterlab.harness.trace import open_run
 
 from tests.golden import plant

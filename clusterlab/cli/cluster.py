@@ -1,7 +1,7 @@
 """The real-cluster commands of ``clusterlab``: ``cluster start``, ``client`` and ``tool``.
 
-``register(subparsers)`` adds them to the ``clusterlab`` parser (harness/cli.py); they also run on
-their own: ``python -m clusterlab.harness.cli_cluster cluster start --members 3``.
+``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py); they also run on
+their own: ``python -m clusterlab.cli.cluster cluster start --members 3``.
 
     clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
@@ -175,10 +175,11 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 
 # ---------------------------------------------------------------------------------- cluster start
 def cmd_cluster_start(args: argparse.Namespace) -> int:
-    from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
+
+    from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
 
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")

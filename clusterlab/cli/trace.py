@@ -1,7 +1,7 @@
 """``clusterlab trace summary RUN`` and ``clusterlab trace show RUN --member M --from POS``.
 
 ``register(subparsers)`` adds the ``trace`` command to the clusterlab parser; ``python -m
-clusterlab.harness.cli_trace ...`` runs the same commands on their own.
+clusterlab.cli.trace ...`` runs the same commands on their own.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from clusterlab.harness.trace import Summary, TraceError, describe_payload, open_run, select_messages, summarize
 from rich.console import Console
 from rich.table import Table
+
+from clusterlab.harness.trace import Summary, TraceError, describe_payload, open_run, select_messages, summarize
 
 
 def _table(title: str, columns: Sequence[str], rows: list[Sequence[Any]]) -> Table:

@@ -1,4 +1,4 @@
-"""The README's main job, until the real cluster lands: a scripted chaos scenario on SimCluster.
+"""``clusterlab demo``: a guided, scripted walk-through on SimCluster (the main job is ``clusterlab run``).
 
 Start 3 members running the key-value service, write through a client, take a snapshot, kill the
 leader (the client follows the new one), keep writing, truncate the killed member's recording
@@ -13,12 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from clusterlab.chaos.fuzz import KvWorkload
+from clusterlab.chaos.target import converged
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
-from clusterlab.harness.random_schedule import converged
 from clusterlab.harness.sim import SimCluster, SimTimeout
 from clusterlab.harness.simnet import NetworkConfig
-from clusterlab.harness.workload import KvWorkload
 from rich.console import Console
 from rich.table import Table
 

@@ -93,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
-        "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.harness.pytest_plugin)",
+        "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.pytest_plugin)",
     )
     runs = config.getoption("--chaos-runs")
     if runs is not None and runs < 1:
