@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.verify import verify_run
 from clusterlab.harness.trace import Run, TraceError, open_run
 
 WIDTH = 1100
@@ -192,7 +193,6 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
             return doc
         except ValueError:
             pass
-    from clusterlab.chaos.verify import verify_run
 
     v = verify_run(run_dir)
     return {

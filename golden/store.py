@@ -32,9 +32,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
 from clusterlab.golden.replay import Replay, replay_log
 from clusterlab.harness.recorder import SCHEMAS, git_commit
+from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import TraceError, open_run
 
 ROOT = Path(__file__).resolve().parent
@@ -211,8 +213,6 @@ def bless(
 ) -> Golden:
     """Store run ``run_dir`` as golden ``name`` under ``traces`` and record its recipe in the manifest.
     Raises GoldenError (saying why) for a run that cannot be a golden."""
-    from clusterlab.chaos.verify import verify_run
-    from clusterlab.harness.services import SERVICES
 
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise GoldenError(f"golden name {name!r}: use letters, digits, '-' and '_'")

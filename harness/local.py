@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tenacity
+from clusterlab.core.archive.faults import truncate_at
 from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
 from clusterlab.core.codec.control import (
     NO_ELECTION,
@@ -763,7 +764,6 @@ class LocalCluster:
         """Cut the member's log recording back to ``position`` (a lost disk tail); only while it is down."""
         if self.is_alive(member_id):
             raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
-        from clusterlab.core.archive.faults import truncate_at
 
         truncate_at(self.member_dir(member_id), position)
         self._event("truncate", member_id, log_position=position)

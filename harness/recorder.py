@@ -84,10 +84,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core import __version__
+from clusterlab.core.archive.layout import log_dir
+from clusterlab.core.archive.recording import list_segments
+from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
+from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
+from clusterlab.core.codec.registry import REGISTRY, message_name
 from clusterlab.core.runtime.recording import DROP as DROP
 from clusterlab.core.runtime.recording import RECV as RECV
 from clusterlab.core.runtime.recording import SEND as SEND
 from clusterlab.core.runtime.recording import NullRecorder
+from clusterlab.core.service.agent import EntryType
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -393,7 +400,6 @@ _PROMOTIONS: dict[int, _Promotion] | None = None
 
 
 def _build_promotions() -> dict[int, _Promotion]:
-    from clusterlab.core.codec.registry import REGISTRY
 
     table: dict[int, _Promotion] = {}
     for template_id, cls in REGISTRY.items():
@@ -420,8 +426,6 @@ def promote(payload: bytes) -> tuple[str, int | None, int | None]:
     n = len(payload)
     spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
     if spec is None:
-        from clusterlab.core.codec.registry import message_name
-
         return message_name(payload), None, None
     name, term_at, position_at, start_at = spec
     term = _I64.unpack_from(payload, term_at)[0] if 0 <= term_at <= n - 8 else None
@@ -783,9 +787,6 @@ class LogRow:
 
 def entry_type_name(frame_type: int, payload: bytes) -> str:
     """The ``applied.entry_type`` name of a log entry (``Padding`` for a pad frame)."""
-    from clusterlab.core.codec.framing import HDR_TYPE_PAD
-    from clusterlab.core.codec.registry import message_name
-    from clusterlab.core.service.agent import EntryType
 
     if frame_type == HDR_TYPE_PAD:
         return "Padding"
@@ -806,9 +807,6 @@ def entry_type_name(frame_type: int, payload: bytes) -> str:
 def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[LogRow], int]:
     """The whole frames of a member's log recording that end at or before ``up_to_position``, read-only
     (the segment files are read directly, never opened for repair). Returns (rows, end position)."""
-    from clusterlab.core.archive.layout import log_dir
-    from clusterlab.core.archive.recording import list_segments
-    from clusterlab.core.codec.framing import frame, walk_frames
 
     segments = list_segments(log_dir(member_dir))
     if not segments:
@@ -922,7 +920,6 @@ class RunRecorder:
         flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
         compression: str | None = None,
     ) -> None:
-        from clusterlab.core import __version__
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -1020,6 +1017,7 @@ class RunRecorder:
 
 def highest_commit_in_trace(run_dir: Path | str) -> int:
     """The highest commit position the trace shows: ``commit`` events and CommitPosition messages."""
+    # Not at the top: harness.trace reads what this module writes and imports its schemas (a cycle).
     from clusterlab.harness.trace import open_run
 
     run = open_run(run_dir)
@@ -1044,7 +1042,6 @@ def bench_message_rows(rows: int = 200_000, directory: Path | str | None = None)
     """Rows/s of :meth:`ProcessRecorder.message` with real clocks and real files, on a mix like a
     busy member's (AppendPosition, CommitPosition, a 3-entry LogBlock, a client SessionMessageHeader).
     Also returns bytes per row of the resulting file."""
-    from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message, frame
 
     entries = b"".join(frame(b"x" * 64, 32 * 4 * i, 3) for i in range(3))
     payloads = [

@@ -39,6 +39,7 @@ from typing import Any
 
 from clusterlab.core.consensus.context import Channel
 from clusterlab.harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
+from clusterlab.harness.services.kv import decode_reply
 from clusterlab.harness.sim_parts import CLIENT_ID_BASE
 from clusterlab.harness.simnet import DROP_DOWN, Delivery
 
@@ -395,7 +396,6 @@ class _WorkloadRecorder:
     """Wraps one KvWorkload instance's ``step`` and ``_drain`` to write its client's ops rows."""
 
     def __init__(self, recording: SimRecording, workload: Any) -> None:
-        from clusterlab.harness.services.kv import decode_reply
 
         self._decode_reply = decode_reply
         self.recording = recording

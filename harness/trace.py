@@ -23,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -363,8 +365,6 @@ def summarize(run: Run) -> Summary:
 
 def describe_payload(payload: bytes, entries: bool = True) -> list[str]:
     """The message's describe() line, and for a LogBlock/ReplayBlock one line per framed entry."""
-    from clusterlab.core.codec.errors import DecodeError
-    from clusterlab.core.codec.registry import decode, message_name
 
     try:
         msg = decode(payload)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs with Spark; print the verdict table; exit 0 (pass), 1 (violations), 2 (bad input)."""
+    # Imported here, not at the top: pyspark, which only this command and `golden verify` need.
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
 
     try:

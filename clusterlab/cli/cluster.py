@@ -1,7 +1,6 @@
 """The real-cluster commands of ``clusterlab``: ``cluster start``, ``client`` and ``tool``.
 
-``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py); they also run on
-their own: ``python -m clusterlab.cli.cluster cluster start --members 3``.
+``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
     clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
@@ -23,9 +22,12 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 from clusterlab.core.codec.control import (
     ClusterControlRequest,
@@ -36,6 +38,17 @@ from clusterlab.core.codec.control import (
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.transport import new_context
+from clusterlab.harness.local import (
+    LocalClient,
+    LocalClientTimeout,
+    LocalCluster,
+    LocalClusterError,
+    LocalTimeout,
+    MemberStatus,
+)
+from clusterlab.harness.services import SERVICES, kv
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -125,8 +138,6 @@ class ClusterTool:
     """Status and cluster control of a running cluster through its members' control sockets."""
 
     def __init__(self, config: ClusterConfig) -> None:
-        from clusterlab.core.runtime.control import ControlClient
-        from clusterlab.core.runtime.transport import new_context
 
         self.config = config
         self._zctx = new_context()
@@ -150,7 +161,6 @@ class ClusterTool:
 
 
 def _leader(statuses: dict[int, Any]) -> int | None:
-    from clusterlab.harness.local import LocalCluster, MemberStatus
 
     decoded = {i: (MemberStatus.of(s) if s is not None else None) for i, s in statuses.items()}
     return LocalCluster.settled_leader(decoded)
@@ -175,20 +185,11 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 
 # ---------------------------------------------------------------------------------- cluster start
 def cmd_cluster_start(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
-    from rich.table import Table
-
-    from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
-
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
     service = None if args.service == "none" else args.service
-    if service is not None and ":" not in service:
-        from clusterlab.harness.services import SERVICES
-
-        if service not in SERVICES:
-            raise CommandError(f"unknown service {service!r}: use one of {sorted(SERVICES)}, module:factory or none")
+    if service is not None and ":" not in service and service not in SERVICES:
+        raise CommandError(f"unknown service {service!r}: use one of {sorted(SERVICES)}, module:factory or none")
     directory = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="clusterlab-"))
     existing = (directory / "cluster.json").exists()
 
@@ -246,8 +247,6 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- client
 def cmd_client(args: argparse.Namespace) -> int:
-    from clusterlab.harness.local import LocalClient, LocalClientTimeout
-    from clusterlab.harness.services import kv
 
     config = _load(args.dir)
     if args.timeout <= 0:
@@ -281,7 +280,6 @@ def cmd_client(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
-    from clusterlab.harness.local import MemberStatus
 
     config = _load(args.dir)
     if not config.sockets_present:
@@ -310,23 +308,3 @@ def cmd_tool(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         tool.close()
-
-
-# ---------------------------------------------------------------------------------- standalone
-def build_parser() -> argparse.ArgumentParser:
-    parser = _one_line_errors(
-        argparse.ArgumentParser(prog="clusterlab", description="clusterlab real-cluster commands")
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,6 +17,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.workload import SERVICES
+
 
 def _fmt_times(values: list[float]) -> str:
     return ", ".join(f"{v:.2f} s" for v in values) if values else "-"
@@ -47,8 +51,6 @@ def _metrics_table(result: Any) -> Table:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments."""
-    from clusterlab.chaos.runner import run_scenario
-    from clusterlab.chaos.scenarios import SCENARIOS
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
@@ -104,9 +106,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ok = result.ok
     spark: dict[str, Any] | None = None
     if not args.no_spark and result.trace_dir.is_dir():
-        from clusterlab.golden.finish import check_and_report
-
         out.print("Spark check (the same five checks at scale) ...")
+        from clusterlab.golden.finish import check_and_report  # pyspark: imported only when it runs
+
         report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
         spark = report.to_json()
         ok = ok and report.ok
@@ -120,7 +122,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     """List the named scenarios."""
-    from clusterlab.chaos.scenarios import SCENARIOS
 
     t = Table(title="chaos scenarios (clusterlab run NAME)")
     t.add_column("name", no_wrap=True)
@@ -142,7 +143,6 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``scenarios`` to the CLI."""
-    from clusterlab.chaos.workload import SERVICES
 
     p = sub.add_parser(
         "run",

@@ -1,7 +1,6 @@
 """``clusterlab trace summary RUN`` and ``clusterlab trace show RUN --member M --from POS``.
 
-``register(subparsers)`` adds the ``trace`` command to the clusterlab parser; ``python -m
-clusterlab.cli.trace ...`` runs the same commands on their own.
+``register(subparsers)`` adds the ``trace`` command to the clusterlab parser.
 """
 
 from __future__ import annotations
@@ -123,17 +122,3 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     show.add_argument("--no-entries", action="store_true", help="do not list the entries of log blocks")
     show.set_defaults(func=cmd_show)
     return trace
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="clusterlab")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

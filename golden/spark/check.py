@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns
 from clusterlab.harness.recorder import SCHEMAS
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -495,7 +496,6 @@ def check_runs(
 ) -> CheckReport:
     """Run every check over ``run_dirs`` (run directories, or parents of runs) in one Spark job set.
     With ``write_json``, each run directory gets ``check.json`` (the whole report)."""
-    from clusterlab.golden.spark.session import spark_session
 
     started = time.monotonic()
     runs = find_runs(",".join(str(p) for p in run_dirs))
