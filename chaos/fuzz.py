@@ -161,8 +161,7 @@ def run_random_schedule(
                 cut = rng.randrange(1, members)
                 c.partition([ids[:cut], ids[cut:]])
                 result.actions.append(f"partition {sorted(ids[:cut])}|{sorted(ids[cut:])}")
-            elif action == "isolate_leader" and c.leader_id() is not None:
-                lid = c.leader_id()
+            elif action == "isolate_leader" and (lid := c.leader_id()) is not None:
                 c.isolate(lid)
                 result.actions.append(f"isolate {lid}")
             elif action in ("truncate", "wipe"):
@@ -221,8 +220,8 @@ def run_random_schedule(
         check()
         checker.check_durable(c)
         result.applied_rows = checker.applied_rows_checked
-        leader = c.member(c.leader_id())
-        assert leader.role == Role.LEADER
+        leader_id = c.leader_id()
+        assert leader_id is not None and c.member(leader_id).role == Role.LEADER
         result.committed_bytes = len(checker.committed)
         result.terms = len(checker.leaders_by_term)
         result.sim_seconds = c.now_ns / SECOND

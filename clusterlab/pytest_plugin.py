@@ -348,7 +348,7 @@ class WorkloadKit:
     def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
 
         t = _target(cluster, seed)
-        w = make_workload(t, service, seed, rate)
+        w: Any = make_workload(t, service, seed, rate)  # Any: the fixture adds run_for
         w.run_for = _run_for(t, w)
         self.workloads.append(w)
         return w

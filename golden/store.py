@@ -238,12 +238,12 @@ def bless(
     if replay.error is not None:
         raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
     recorded = _recorded_states(run.applied)
-    for e in replay.entries:
-        got = recorded.get(e.log_position)
-        if got is not None and (e.entry_digest, e.state_digest) not in got:
+    for entry in replay.entries:
+        got = recorded.get(entry.log_position)
+        if got is not None and (entry.entry_digest, entry.state_digest) not in got:
             raise GoldenError(
-                f"{run_dir}: replaying the committed log gives state {e.state_digest.hex()} at position "
-                f"{e.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
+                f"{run_dir}: replaying the committed log gives state {entry.state_digest.hex()} at position "
+                f"{entry.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
                 f"the service is not deterministic, or the log is not the one the members applied"
             )
     driver = "sim" if config.get("runtime") == "sim" else "real"

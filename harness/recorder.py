@@ -70,7 +70,6 @@ import array
 import atexit
 import itertools
 import json
-import os
 import struct
 import subprocess
 import tempfile
@@ -87,6 +86,7 @@ import pyarrow.ipc as ipc
 from clusterlab.core import __version__
 from clusterlab.core.archive.layout import log_dir
 from clusterlab.core.archive.recording import list_segments
+from clusterlab.core.atomic import write_atomically
 from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
 from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
 from clusterlab.core.codec.registry import REGISTRY, message_name
@@ -884,18 +884,6 @@ def new_run_id(scenario: str = "run") -> str:
     return f"{scenario or 'run'}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def write_json_atomically(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=_json_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class RunRecorder:
     """One run's directory: run.json, the harness's own events, and at the end the committed log.
 
@@ -949,7 +937,9 @@ class RunRecorder:
         self.write_meta()
 
     def write_meta(self) -> None:
-        write_json_atomically(self.run_dir / "run.json", self.meta)
+        write_atomically(
+            self.run_dir / "run.json", json.dumps(self.meta, indent=2, sort_keys=True, default=_json_default) + "\n"
+        )
 
     def process(self, process: str, member_id: int = -1, incarnation: int = 0, **kwargs: Any) -> ProcessRecorder:
         """A ProcessRecorder in this run on this recorder's clocks (closed by :meth:`finish`)."""

@@ -93,6 +93,8 @@ class Member(Protocol):
     def state(self) -> ConsensusModuleState: ...
     @property
     def archive(self) -> ArchiveLike: ...
+    @property
+    def snapshot_count(self) -> int: ...
 
     def on_start(self, now_ns: int) -> None: ...
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None: ...
@@ -281,9 +283,9 @@ class SimCluster:
                 if d < t:
                     t = d
         for c in self.clients:
-            d = c.next_deadline_ns()
-            if d is not None and d < t:
-                t = d
+            client_deadline = c.next_deadline_ns()
+            if client_deadline is not None and client_deadline < t:
+                t = client_deadline
         return t
 
     def step(self) -> bool:

@@ -59,7 +59,7 @@ def process_of(network_id: int, channel: Channel | str, payload: bytes) -> tuple
     return "harness", -1
 
 
-class _NodeToService(deque):  # type: ignore[type-arg]
+class _NodeToService(deque):
     """The queue from a node to its service: append = the node's send, popleft = the service's recv."""
 
     def __init__(self, items: Any, on_append: Callable[[bytes], None], on_pop: Callable[[bytes], None]) -> None:
@@ -83,7 +83,7 @@ class _ServiceToNode:
     """Stands in for a service host's ``to_node`` queue: the agent appends to the real deque (it holds
     its bound ``append``); the simulator's pump takes from here, which records send and recv."""
 
-    def __init__(self, real: deque, on_pop: Callable[[bytes], None]) -> None:  # type: ignore[type-arg]
+    def __init__(self, real: deque, on_pop: Callable[[bytes], None]) -> None:
         self._real = real
         self._on_pop = on_pop
 
@@ -102,7 +102,7 @@ class _ServiceToNode:
         return item
 
 
-class _AppliedList(list):  # type: ignore[type-arg]
+class _AppliedList(list):
     """SimCluster.applied with a hook on append (the service hosts' on_applied sink appends here)."""
 
     def __init__(self, items: list[Any], hook: Callable[[dict[str, Any]], None]) -> None:
@@ -431,7 +431,9 @@ class _WorkloadRecorder:
             except ValueError:
                 continue
             op_id = reply.get("id")
-            pending = self.outstanding.get(op_id) if isinstance(op_id, int) else None
+            if not isinstance(op_id, int):
+                continue
+            pending = self.outstanding.get(op_id)
             if pending is None or pending[0] is not c:
                 continue
             del self.outstanding[op_id]

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.harness.invariants import Contiguity
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -147,7 +148,7 @@ def open_run(run_dir: Path | str) -> Run:
     for name in TABLES:
         paths = sorted((directory / name).glob("*.arrow"))
         files[name] = paths
-        parts = []
+        parts: list[pa.Table] = []
         for path in paths:
             got = read_stream(path, SCHEMAS[name])
             if got.error is not None:
@@ -427,15 +428,12 @@ def contiguity_violations(applied: pa.Table) -> list[str]:
     Each entry must start (``log_position - length``) where the previous one ended; a ``Snapshot``
     row sets the starting point; ``seq`` must count from 0 without holes (no lost rows)."""
     problems: list[str] = []
+    contiguity = Contiguity()  # the property's one definition (harness/invariants.py)
     for (member, incarnation), rows in sorted(applied_by_incarnation(applied).items()):
         if [r["seq"] for r in rows] != list(range(len(rows))):
             problems.append(f"member {member} incarnation {incarnation}: seq has holes")
-        previous = 0
         for r in rows:
-            if r["entry_type"] != "Snapshot" and r["log_position"] - r["length"] != previous:
-                problems.append(
-                    f"member {member} incarnation {incarnation}: entry ending at {r['log_position']} starts at "
-                    f"{r['log_position'] - r['length']}, previous ended at {previous}"
-                )
-            previous = r["log_position"]
+            problem = contiguity.observe((member, incarnation), r["entry_type"], r["log_position"], r["length"])
+            if problem is not None:
+                problems.append(problem)
     return problems

@@ -535,7 +535,7 @@ def check_runs(
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,
-        master=spark.sparkContext.master,
+        master=spark.sparkContext.master or "",
         checks=results,
         rows=rows,
         torn=torn,
