@@ -25,7 +25,6 @@ class OnlineChecker:
     agreement: Agreement = field(default_factory=Agreement)
     polls: int = 0
     sim: SafetyChecker | None = None
-    _events_seen: int = 0
     _last: float = float("-inf")
 
     def poll(self, force: bool = False) -> None:
@@ -43,10 +42,7 @@ class OnlineChecker:
         cluster = self.target.cluster
         if self.sim is None:
             self.sim = SafetyChecker()
-        for ev in cluster.events[self._events_seen :]:
-            self.sim.on_event(ev)
-        self._events_seen = len(cluster.events)
-        self.sim.check_cluster(cluster)
+        self.sim.check(cluster)
         self.election = self.sim.election
 
     def _poll_local(self) -> None:

@@ -33,15 +33,10 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
     network = NetworkConfig(loss_probability=0.01, duplicate_probability=0.01, reorder_probability=0.01)
     try:
         with SimCluster(members=members, seed=seed, directory=root, network=network, service="kv") as c:
-            seen = 0
             workload = KvWorkload(c)
 
             def check() -> None:
-                nonlocal seen
-                for ev in c.events[seen:]:
-                    checker.on_event(ev)
-                seen = len(c.events)
-                checker.check_cluster(c)
+                checker.check(c)
 
             def step(what: str) -> None:
                 check()

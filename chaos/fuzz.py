@@ -127,15 +127,10 @@ def run_random_schedule(
     result = ScheduleResult(seed, members)
     checker = SafetyChecker()
     with SimCluster(members=members, seed=seed, network=network, directory=directory, service=service) as c:
-        seen = 0
         workload = KvWorkload(c) if service == "kv" else None
 
         def check() -> None:
-            nonlocal seen
-            for ev in c.events[seen:]:
-                checker.on_event(ev)
-            seen = len(c.events)
-            checker.check_cluster(c)
+            checker.check(c)
 
         c.await_leader(30 * SECOND)
         check()

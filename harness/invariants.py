@@ -173,6 +173,7 @@ class SafetyChecker:
     committed: bytes = b""  # the longest committed log seen so far (from position 0)
     applied_rows_checked: int = 0
     applied_seen: int = 0  # rows of cluster.applied already fed
+    events_seen: int = 0  # entries of cluster.events already fed (by check)
 
     @property
     def leaders_by_term(self) -> dict[int, int]:
@@ -212,6 +213,13 @@ class SafetyChecker:
             )
         if commit_position > len(self.committed):
             self.committed = mine
+
+    def check(self, cluster: Any) -> None:
+        """Feed the SimCluster's events since the last call, then :meth:`check_cluster`."""
+        for event in cluster.events[self.events_seen :]:
+            self.on_event(event)
+        self.events_seen = len(cluster.events)
+        self.check_cluster(cluster)
 
     def check_cluster(self, cluster: Any) -> None:
         """Check every live member of a SimCluster (and every applied row since the last check)."""
