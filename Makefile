@@ -1,29 +1,54 @@
-# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite), and the
+# maintainer's: `make lint`, `make fmt`, `make typecheck`, `make quick`, `make bench`.
 # Each creates or updates the virtualenv itself, so a fresh clone needs nothing else.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test quick lint fmt typecheck lint-imports bench clean
 
-$(BIN)/.installed: pyproject.toml
+# The package with its test and lint tools; the benchmark's extra packages only for `make bench`.
+$(BIN)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(BIN)/.installed-bench: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
 # The main job: a leader-kill chaos scenario on a real 3-member local cluster, verified locally and
-# with Spark, ending with the HTML report's path (`clusterlab demo` still runs the simulator's demo).
+# with Spark, ending with the HTML report's path (`clusterlab demo` is the simulator walk-through).
 demo: $(BIN)/.installed
 	$(BIN)/clusterlab run leader-kill
 
-# The whole suite (ci/suite): ruff, pytest -n auto keeping the chaos runs' traces, the Spark check of
-# all of them, the golden-trace regression.
+# The whole suite (ci/suite): the lint step, pytest -n auto keeping the chaos runs' traces, the Spark
+# check of all of them, the golden-trace regression.
 test: $(BIN)/.installed
-	$(BIN)/ruff check .
 	PYTHON=$(BIN)/python ci/suite
 
-bench: $(BIN)/.installed
+# Unit and simulator tests only: a minute or two, no processes, no Spark.
+quick: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -n auto tests/unit tests/sim
+
+# ruff, ruff format --check, the import-linter contracts and mypy (ci/lint).
+lint: $(BIN)/.installed
+	PYTHON=$(BIN)/python ci/lint
+
+fmt: $(BIN)/.installed
+	$(BIN)/python -m ruff format .
+	$(BIN)/python -m ruff check --fix .
+
+typecheck: $(BIN)/.installed
+	PYTHON=$(BIN)/python ci/lint mypy
+
+lint-imports: $(BIN)/.installed
+	PYTHON=$(BIN)/python ci/lint lint-imports
+
+# The benchmark's own tests (its peers and the Spark bench at a tiny scale), then the benchmarks.
+bench: $(BIN)/.installed-bench
+	$(BIN)/python -m pytest -q -p no:cacheprovider benchmarks/tests
 	$(BIN)/python -m benchmarks.codec_bench
 	$(BIN)/python -m benchmarks.sim_bench
 	$(BIN)/python -m benchmarks.cluster_bench

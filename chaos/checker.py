@@ -3,7 +3,7 @@
 Simulator: every event and applied row goes through clusterlab.harness.invariants.SafetyChecker (election
 safety, monotonic commit, agreement, contiguity, log matching). Real cluster: the members' status is
 polled — two members leading the same term, or two services reporting different state digests at
-the same log position, fail the run at once."""
+the same log position, fail the run at once (the same ElectionSafety and Agreement definitions)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterlab.core.consensus.context import Role
-from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
+from clusterlab.harness.invariants import Agreement, ElectionSafety, SafetyChecker, SafetyViolation
 
 
 @dataclass
@@ -21,11 +21,10 @@ class OnlineChecker:
 
     target: Any
     interval_s: float = 0.25
-    leaders_by_term: dict[int, int] = field(default_factory=dict)
-    digests_at: dict[int, tuple[bytes, int]] = field(default_factory=dict)  # position -> (digest, member)
+    election: ElectionSafety = field(default_factory=ElectionSafety)
+    agreement: Agreement = field(default_factory=Agreement)
     polls: int = 0
     sim: SafetyChecker | None = None
-    _events_seen: int = 0
     _last: float = float("-inf")
 
     def poll(self, force: bool = False) -> None:
@@ -43,12 +42,8 @@ class OnlineChecker:
         cluster = self.target.cluster
         if self.sim is None:
             self.sim = SafetyChecker()
-        for ev in cluster.events[self._events_seen :]:
-            self.sim.on_event(ev)
-        self._events_seen = len(cluster.events)
-        self.sim.check_cluster(cluster)
-        for term, member in self.sim.leaders_by_term.items():
-            self.leaders_by_term.setdefault(term, member)
+        self.sim.check(cluster)
+        self.election = self.sim.election
 
     def _poll_local(self) -> None:
         cluster = self.target.cluster
@@ -57,20 +52,21 @@ class OnlineChecker:
                 continue
             status = cluster.status(member_id, timeout_s=0.5)
             if status is not None and status.role == Role.LEADER and status.election_state is None:
-                other = self.leaders_by_term.setdefault(status.leadership_term_id, member_id)
-                if other != member_id:
-                    raise SafetyViolation(
-                        f"election safety: term {status.leadership_term_id} has leaders {other} and {member_id}"
-                    )
+                _raise(self.election.observe(status.leadership_term_id, member_id))
             service = cluster.service_status(member_id, timeout_s=0.5)
             if service is not None and service.log_position > 0:
-                digest = bytes(service.state_digest)
-                seen = self.digests_at.setdefault(service.log_position, (digest, member_id))
-                if seen[0] != digest:
-                    raise SafetyViolation(
-                        f"agreement: at log position {service.log_position} member {member_id} reports state "
-                        f"{digest.hex()} but member {seen[1]} reported {seen[0].hex()}"
-                    )
+                # A status poll knows the state digest, not the entry: an agreement check of states.
+                who = (member_id, 0)
+                _raise(self.agreement.observe(service.log_position, who, "", None, bytes(service.state_digest)))
+
+    @property
+    def leaders_by_term(self) -> dict[int, int]:
+        return self.election.leaders_by_term()
+
+
+def _raise(problem: str | None) -> None:
+    if problem is not None:
+        raise SafetyViolation(problem)
 
 
 def wall() -> float:

@@ -14,6 +14,7 @@ from typing import Any
 
 from clusterlab.chaos.target import Target, Unsupported
 from clusterlab.core.archive import faults
+from clusterlab.core.consensus.recording_log import RecordingLog
 
 
 @dataclass
@@ -284,7 +285,6 @@ class DiskFault(Kill):
 
 
 def _invalidate_latest_snapshot(member_dir: Any) -> int | None:
-    from clusterlab.core.consensus.recording_log import RecordingLog
 
     with RecordingLog.open(member_dir) as log:
         entry = log.latest_snapshot(0)

@@ -20,6 +20,9 @@ from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
 from clusterlab.harness.invariants import SafetyViolation
+from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.sim import SimCluster, consensus_module_factory
+from clusterlab.harness.sim_recording import record_sim
 
 
 class ChaosFailure(AssertionError):
@@ -294,7 +297,6 @@ def _drive(
 def _run_local(
     result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
 ) -> None:
-    from clusterlab.harness.local import LocalCluster
 
     cluster = LocalCluster(
         result.members,
@@ -321,12 +323,9 @@ def _run_local(
 def _run_sim(
     result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
 ) -> None:
-    from clusterlab.harness.sim import SimCluster
-    from clusterlab.harness.sim_recording import record_sim
 
     factory = None
     if result.fault_ack_before_append:
-        from clusterlab.harness.sim import consensus_module_factory
 
         def factory(ctx: Any) -> Any:
             ctx.fault_ack_before_append = True

@@ -201,8 +201,6 @@ class SimTarget(Target):
         return leader
 
     def converged(self) -> bool:
-        from clusterlab.harness.random_schedule import converged
-
         return converged(self.cluster)
 
     def commit_positions(self) -> dict[int, int]:
@@ -210,8 +208,23 @@ class SimTarget(Target):
         return {m.member_id: m.commit_position for m in members if m.election_state is None}
 
 
+def converged(cluster: SimCluster) -> bool:
+    """A settled leader, and every live member has committed the leader's whole log."""
+    leader = cluster.leader_id()
+    if leader is None:
+        return False
+    lm = cluster.member(leader)
+    target = lm.append_position
+    if lm.commit_position < target:
+        return False
+    return all(
+        cluster.member(i).election_state is None and cluster.member(i).commit_position >= target
+        for i in cluster.members_alive()
+    )
+
+
 class ChaosTimeout(AssertionError):
     """The cluster did not reach a required state in time (the final-phase progress bound)."""
 
 
-__all__ = ["ChaosTimeout", "LocalClientTimeout", "LocalTarget", "SimTarget", "Target", "Unsupported"]
+__all__ = ["ChaosTimeout", "LocalClientTimeout", "LocalTarget", "SimTarget", "Target", "Unsupported", "converged"]

@@ -1,5 +1,6 @@
 """The local verdict on a recorded run: the Spark check's five properties computed with pyarrow in
 one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
+The properties the online checker also judges are its definitions (clusterlab.harness.invariants).
 
 ``verify_run(trace_dir)`` returns a :class:`Verdict`; ``clusterlab.golden.spark.check`` is the same judgement at
 scale and must agree with it (a test compares them)."""
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.harness.completeness import Completeness, Status
+from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCommit
 from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
 
@@ -69,8 +71,8 @@ class Verdict:
                 for f in c.findings[1:]:
                     t.add_row("", "", "", f.describe())
                 return t  # not judged: the protocol checks would judge missing data
-        for c, v in self.violations.items():
-            t.add_row(c, "[red]FAIL[/]" if v else "[green]ok[/]", str(len(v)), v[0] if v else "")
+        for check, v in self.violations.items():
+            t.add_row(check, "[red]FAIL[/]" if v else "[green]ok[/]", str(len(v)), v[0] if v else "")
         return t
 
 
@@ -120,29 +122,24 @@ def verify_run(trace_dir: Path | str) -> Verdict:
         return v  # complete or not judged
     applied = run.applied.to_pylist()
 
-    entries: dict[int, set[bytes]] = defaultdict(set)
-    states: dict[int, dict[bytes, list[str]]] = defaultdict(lambda: defaultdict(list))
+    # Agreement, contiguity, election safety and monotonic commit: the definitions the online checker
+    # uses (clusterlab.harness.invariants), fed the whole run.
+    agreement = Agreement()
     for r in applied:
-        who = f"{r['member_id']}/{r['incarnation']}"
-        if r["entry_type"] != "Snapshot":
-            entries[r["log_position"]].add(r["entry_digest"])
-        states[r["log_position"]][r["state_digest"]].append(who)
-    for pos in sorted(states):
-        if len(entries.get(pos, ())) > 1 or len(states[pos]) > 1:
-            parts = "; ".join(f"{d.hex()[:12]}: {','.join(w)}" for d, w in states[pos].items())
-            v.violations["agreement"].append(f"position {pos}: states {parts}")
+        agreement.observe(
+            r["log_position"], (r["member_id"], r["incarnation"]), r["entry_type"], r["entry_digest"], r["state_digest"]
+        )
+    v.violations["agreement"] = agreement.violations()
 
     v.violations["contiguity"] = contiguity_violations(run.applied)
 
     events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
     v.elections_s = election_times(events)
-    leaders: dict[int, set[int]] = defaultdict(set)
+    election = ElectionSafety()
     for e in events:
         if e["kind"] == "leader" and e["leadership_term_id"] is not None:
-            leaders[e["leadership_term_id"]].add(e["member_id"])
-    v.violations["election_safety"] = [
-        f"term {t}: leaders {sorted(m)}" for t, m in sorted(leaders.items()) if len(m) > 1
-    ]
+            election.observe(e["leadership_term_id"], e["member_id"])
+    v.violations["election_safety"] = election.violations()
 
     log = run.log.to_pylist()
     requests: Counter[tuple[Any, ...]] = Counter()
@@ -184,13 +181,9 @@ def verify_run(trace_dir: Path | str) -> Verdict:
                     f"member {r['member_id']}/{r['incarnation']} applied {r['entry_digest'].hex()[:12]} at "
                     f"{r['log_position']}; committed log has {got.hex()[:12] if got else 'nothing'}"
                 )
-    last_commit: dict[tuple[str, int], int] = {}
+    commit = MonotonicCommit()
     for e in sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e.get("seq", 0))):
         if e["kind"] == "commit" and e["log_position"] is not None:
-            k = (e["source"], e.get("incarnation", 0))
-            if e["log_position"] < last_commit.get(k, -1):
-                v.violations["committed_prefix"].append(
-                    f"{e['source']} incarnation {k[1]}: commit moved back from {last_commit[k]} to {e['log_position']}"
-                )
-            last_commit[k] = e["log_position"]
+            commit.observe(e["source"], e.get("incarnation", 0), e["log_position"])
+    v.violations["committed_prefix"] += commit.violations()
     return v

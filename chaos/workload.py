@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
@@ -89,7 +89,7 @@ class Model:
         self.last_revision = -1
         self.checked = 0
 
-    def _fail(self, op: Op, what: str) -> None:
+    def _fail(self, op: Op, what: str) -> NoReturn:
         raise SafetyViolation(f"acknowledged history broken: {op.describe()} got {op.reply}: {what}")
 
     def on_reply(self, op: Op, reply: dict[str, Any]) -> None:
@@ -406,7 +406,8 @@ class SimWorkload(Workload):
                 reply = decode(msg.payload)
             except ValueError:
                 continue
-            op = self._open.pop(reply.get("id"), None) if isinstance(reply.get("id"), int) else None
+            op_id = reply.get("id")
+            op = self._open.pop(op_id, None) if isinstance(op_id, int) else None
             if op is None:
                 continue
             self._record(op, "fail" if "error" in reply else "ok", kv._dumps(reply).decode())
@@ -426,12 +427,12 @@ class SimWorkload(Workload):
         if not c.client.is_connected:
             return
         while self._due(now):
-            op = self._new_op(now)
-            if op is None:
+            new = self._new_op(now)
+            if new is None:
                 return
-            self._open[op.op_id] = op
-            self._record(op, "invoke")
-            c.client.offer(op.payload(op.op_id), self.cluster.now_ns)
+            self._open[new.op_id] = new
+            self._record(new, "invoke")
+            c.client.offer(new.payload(new.op_id), self.cluster.now_ns)
 
     def close(self) -> None:
         if self._client is not None:

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.store import MANIFEST, TRACES, Golden, GoldenError, Recipe, bless, load_manifest
 
 REAL_ATTEMPTS = 3
@@ -34,7 +35,6 @@ def regenerate(
 ) -> Golden:
     """Run ``recipe`` and bless the run as ``recipe.name`` (replacing it). GoldenError if no attempt
     gives a blessable run."""
-    from clusterlab.chaos.runner import run_scenario
 
     attempts = 1 if recipe.driver == "sim" else REAL_ATTEMPTS
     last = ""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.verify import verify_run
 from clusterlab.harness.completeness import Completeness
 from clusterlab.harness.trace import Run, TraceError, open_run
 
@@ -194,7 +195,6 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
             return doc
         except ValueError:
             pass
-    from clusterlab.chaos.verify import verify_run
 
     v = verify_run(run_dir)
     return {
@@ -258,9 +258,9 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
     parts += _partition_marks(partition_spans(events, axis.t1), axis, members)
     for e in events:
         if e["kind"] == "leader" and e["leadership_term_id"] is not None:
-            m = _member_of_source(e["source"])
-            if m in members:
-                y = 30 + members.index(m) * LANE
+            leader = _member_of_source(e["source"])
+            if leader in members:
+                y = 30 + members.index(leader) * LANE
                 parts.append(
                     f'<text x="{axis.x(e["wall_ns"]) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="#fff" '
                     f'font-weight="bold">term {e["leadership_term_id"]}</text>'
@@ -293,16 +293,16 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
     )
     tick = 1.0
     while tick <= top_lat:
-        y = lat_y(tick)
+        tick_y = lat_y(tick)
         parts.append(
-            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
-            f'<text x="{LEFT - 40}" y="{y + 4:.1f}">{tick:g} ms</text>'
+            f'<line x1="{LEFT}" y1="{tick_y:.1f}" x2="{WIDTH - RIGHT}" y2="{tick_y:.1f}" stroke="#eee"/>'
+            f'<text x="{LEFT - 40}" y="{tick_y + 4:.1f}">{tick:g} ms</text>'
         )
         tick *= 10
     for t, lat, kind, label in lats[:: max(1, len(lats) // (MAX_POINTS * 2))]:
-        y = lat_y(lat)
+        op_y = lat_y(lat)
         parts.append(
-            f'<circle class="op" cx="{axis.x(t):.1f}" cy="{y:.1f}" r="2" '
+            f'<circle class="op" cx="{axis.x(t):.1f}" cy="{op_y:.1f}" r="2" '
             f'fill="{OP_COLOURS.get(kind, "#999")}"><title>{_esc(label)}: {lat:.2f} ms</title></circle>'
         )
     for i, (kind, colour) in enumerate(OP_COLOURS.items()):

@@ -32,11 +32,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
 from clusterlab.golden.replay import Replay, replay_log
 from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.completeness import SchemaVersionError, schema_version_of
 from clusterlab.harness.recorder import SCHEMAS, git_commit
+from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import TraceError, open_run
 
 ROOT = Path(__file__).resolve().parent
@@ -229,8 +231,6 @@ def bless(
 ) -> Golden:
     """Store run ``run_dir`` as golden ``name`` under ``traces`` and record its recipe in the manifest.
     Raises GoldenError (saying why) for a run that cannot be a golden."""
-    from clusterlab.chaos.verify import verify_run
-    from clusterlab.harness.services import SERVICES
 
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise GoldenError(f"golden name {name!r}: use letters, digits, '-' and '_'")
@@ -265,12 +265,12 @@ def bless(
     if replay.error is not None:
         raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
     recorded = _recorded_states(run.applied)
-    for e in replay.entries:
-        got = recorded.get(e.log_position)
-        if got is not None and (e.entry_digest, e.state_digest) not in got:
+    for entry in replay.entries:
+        got = recorded.get(entry.log_position)
+        if got is not None and (entry.entry_digest, entry.state_digest) not in got:
             raise GoldenError(
-                f"{run_dir}: replaying the committed log gives state {e.state_digest.hex()} at position "
-                f"{e.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
+                f"{run_dir}: replaying the committed log gives state {entry.state_digest.hex()} at position "
+                f"{entry.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
                 f"the service is not deterministic, or the log is not the one the members applied"
             )
     driver = "sim" if config.get("runtime") == "sim" else "real"

@@ -27,8 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.replay import describe_entry, replay_log
 from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
+from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.store import (
     TRACES,
     Golden,
@@ -37,7 +39,10 @@ from clusterlab.golden.store import (
     current_commit,
     golden_names,
     load_golden,
+    write_stream,
 )
+from clusterlab.harness.services import SERVICES
+from clusterlab.harness.trace import describe_payload
 from rich.console import Console
 from rich.table import Table
 
@@ -229,8 +234,6 @@ def describe_message_diff(m: MessageDiff) -> list[str]:
         payload = f.get(f"{side}_payload")
         text = "(none)"
         if payload is not None:
-            from clusterlab.harness.trace import describe_payload
-
             text = describe_payload(bytes.fromhex(payload), entries=False)[0]
         lines.append(
             f"  {side}: {f.get(f'{side}_direction') or ''} {f.get(f'{side}_channel') or ''} "
@@ -251,7 +254,6 @@ def _entry_describer(g: Golden) -> Callable[[int], str]:
 
 
 def _write_replay(directory: Path, run_id: str, table: pa.Table) -> None:
-    from clusterlab.golden.store import write_stream
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": "golden-replay"}))
@@ -299,8 +301,6 @@ def verify_goldens(
             say(f"{n}: replaying {g.log.num_rows} log entries")
             factory = service_factory
             if factory is None:
-                from clusterlab.harness.services import SERVICES
-
                 factory = SERVICES.get(g.info["service"])
                 if factory is None:
                     v.errors.append(f"unknown service {g.info['service']!r}")
@@ -313,8 +313,6 @@ def verify_goldens(
             _write_replay(replay_dir, f"replay-{n}", applied_table(f"replay-{n}", replay))
             comparisons.append(Comparison(n, REPLAY, str(g.directory.resolve()), str(replay_dir)))
             if rerun and g.driver == "sim":
-                from clusterlab.chaos.runner import run_scenario
-
                 info = g.info
                 say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
                 try:
@@ -336,8 +334,6 @@ def verify_goldens(
                         Comparison(n, RERUN, str(g.directory.resolve()), str(r.trace_dir.resolve()), messages=True)
                     )
         if comparisons:
-            from clusterlab.golden.spark.session import spark_session
-
             say(f"diffing {len(comparisons)} runs against their goldens with Spark")
             own_spark = spark is None
             spark = spark or spark_session(master)

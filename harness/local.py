@@ -47,9 +47,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import tenacity
+from clusterlab.core.archive.faults import truncate_at
+from clusterlab.core.atomic import write_atomically
 from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
 from clusterlab.core.codec.control import (
     NO_ELECTION,
@@ -102,7 +104,7 @@ class LocalTimeout(AssertionError):
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout_s: float,
     what: str,
     *,
@@ -117,7 +119,7 @@ def wait_until(
         retry=tenacity.retry_if_result(lambda result: not result),
     )
     try:
-        return retrying(predicate)
+        return cast(T, retrying(predicate))  # retried until truthy, so never None
     except tenacity.RetryError:
         detail = f"; {context()}" if context is not None else ""
         raise LocalTimeout(f"{what} not reached within {timeout_s:g} s{detail}") from None
@@ -467,10 +469,8 @@ class LocalCluster:
             }
             for p in self._all
         ]
-        tmp = self.directory / f".{PROCESSES_FILE}.tmp"
         with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps(rows, indent=1) + "\n")
-            os.replace(tmp, self.directory / PROCESSES_FILE)
+            write_atomically(self.directory / PROCESSES_FILE, json.dumps(rows, indent=1) + "\n")
 
     def _process(self, member_id: int, kind: str) -> _Process | None:
         p = self._current.get((member_id, kind))
@@ -770,7 +770,6 @@ class LocalCluster:
         """Cut the member's log recording back to ``position`` (a lost disk tail); only while it is down."""
         if self.is_alive(member_id):
             raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
-        from clusterlab.core.archive.faults import truncate_at
 
         truncate_at(self.member_dir(member_id), position)
         self._event("truncate", member_id, log_position=position)

@@ -88,6 +88,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core import __version__
+from clusterlab.core.archive.layout import log_dir
+from clusterlab.core.archive.recording import list_segments
+from clusterlab.core.atomic import write_atomically
+from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
+from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
+from clusterlab.core.codec.registry import REGISTRY, message_name
+from clusterlab.core.runtime.recording import DROP as DROP
+from clusterlab.core.runtime.recording import RECV as RECV
+from clusterlab.core.runtime.recording import SEND as SEND
+from clusterlab.core.runtime.recording import NullRecorder
+from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
 
 # ---------------------------------------------------------------------------------------------- schemas
@@ -103,10 +115,8 @@ DIGEST_SIZE = 16
 DEFAULT_FLUSH_INTERVAL_NS = 100_000_000  # 100 ms: the most a SIGKILL may lose
 DEFAULT_MAX_ROWS = 4096
 
-# Message directions (the contract's values).
-SEND = "send"
-RECV = "recv"
-DROP = "drop"
+# Message directions (the contract's values) and NullRecorder live in the runtime, which records
+# without importing this module (it opens a ProcessRecorder by name: RECORDER_FACTORY).
 
 
 def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
@@ -506,7 +516,6 @@ _PROMOTIONS: dict[int, _Promotion] | None = None
 
 
 def _build_promotions() -> dict[int, _Promotion]:
-    from clusterlab.core.codec.registry import REGISTRY
 
     table: dict[int, _Promotion] = {}
     for template_id, cls in REGISTRY.items():
@@ -533,8 +542,6 @@ def promote(payload: bytes) -> tuple[str, int | None, int | None]:
     n = len(payload)
     spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
     if spec is None:
-        from clusterlab.core.codec.registry import message_name
-
         return message_name(payload), None, None
     name, term_at, position_at, start_at = spec
     term = _I64.unpack_from(payload, term_at)[0] if 0 <= term_at <= n - 8 else None
@@ -731,7 +738,7 @@ class ProcessRecorder:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomically(path, data)
+            write_atomically(path, data)
         except OSError:
             pass  # no room and no reservation: stderr said it
 
@@ -953,43 +960,6 @@ class ProcessRecorder:
         self.close()
 
 
-class NullRecorder:
-    """Recording turned off: the ProcessRecorder API, doing nothing."""
-
-    closed = False
-    stopped = None
-
-    def message(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def applied(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def event(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def op(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def messages(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def applied_many(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def poll(self, now_ns: int | None = None) -> int:
-        return 0
-
-    def next_deadline_ns(self) -> int | None:
-        return None
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def process_recorder(run_dir: Path | str | None, run_id: str, process: str, **kwargs: Any) -> Any:
     """A ProcessRecorder, or a NullRecorder when ``run_dir`` is None (recording off)."""
     if run_dir is None:
@@ -1012,9 +982,6 @@ class LogRow:
 
 def entry_type_name(frame_type: int, payload: bytes) -> str:
     """The ``applied.entry_type`` name of a log entry (``Padding`` for a pad frame)."""
-    from clusterlab.core.codec.framing import HDR_TYPE_PAD
-    from clusterlab.core.codec.registry import message_name
-    from clusterlab.core.service.agent import EntryType
 
     if frame_type == HDR_TYPE_PAD:
         return "Padding"
@@ -1035,9 +1002,6 @@ def entry_type_name(frame_type: int, payload: bytes) -> str:
 def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[LogRow], int]:
     """The whole frames of a member's log recording that end at or before ``up_to_position``, read-only
     (the segment files are read directly, never opened for repair). Returns (rows, end position)."""
-    from clusterlab.core.archive.layout import log_dir
-    from clusterlab.core.archive.recording import list_segments
-    from clusterlab.core.codec.framing import frame, walk_frames
 
     segments = list_segments(log_dir(member_dir))
     if not segments:
@@ -1115,18 +1079,6 @@ def new_run_id(scenario: str = "run") -> str:
     return f"{scenario or 'run'}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    """``data`` as ``path``, whole or not at all (a temp file renamed over it)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def reserve_space(path: Path, size: int) -> bool:
     """Write ``size`` bytes to ``path`` while the disk has room (see :func:`replace_from_reserve`)."""
     try:
@@ -1165,18 +1117,6 @@ def replace_from_reserve(reserve: Path, path: Path, data: bytes) -> bool:
         return False
 
 
-def write_json_atomically(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=_json_default)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class RunRecorder:
     """One run's directory: run.json, the harness's own events, and at the end the committed log.
 
@@ -1201,7 +1141,6 @@ class RunRecorder:
         flush_interval_ns: int = DEFAULT_FLUSH_INTERVAL_NS,
         compression: str | None = None,
     ) -> None:
-        from clusterlab.core import __version__
 
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -1241,7 +1180,7 @@ class RunRecorder:
         path = self.run_dir / "run.json"
         data = (json.dumps(self.meta, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
         try:
-            write_bytes_atomically(path, data)
+            write_atomically(path, data)
         except OSError as e:
             if not degrade:
                 raise
@@ -1348,6 +1287,7 @@ def recording_stopped(run_dir: Path | str) -> list[dict[str, Any]]:
 
 def highest_commit_in_trace(run_dir: Path | str) -> int:
     """The highest commit position the trace shows: ``commit`` events and CommitPosition messages."""
+    # Not at the top: harness.trace reads what this module writes and imports its schemas (a cycle).
     from clusterlab.harness.trace import open_run
 
     run = open_run(run_dir)
@@ -1372,7 +1312,6 @@ def bench_message_rows(rows: int = 200_000, directory: Path | str | None = None)
     """Rows/s of :meth:`ProcessRecorder.message` with real clocks and real files, on a mix like a
     busy member's (AppendPosition, CommitPosition, a 3-entry LogBlock, a client SessionMessageHeader).
     Also returns bytes per row of the resulting file."""
-    from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message, frame
 
     entries = b"".join(frame(b"x" * 64, 32 * 4 * i, 3) for i in range(3))
     payloads = [

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from clusterlab.core.archive.faults import truncate_at
+from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
     SECOND,
@@ -37,6 +39,8 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.harness.services import SERVICES
 from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
     SimClient,
@@ -89,6 +93,8 @@ class Member(Protocol):
     def state(self) -> ConsensusModuleState: ...
     @property
     def archive(self) -> ArchiveLike: ...
+    @property
+    def snapshot_count(self) -> int: ...
 
     def on_start(self, now_ns: int) -> None: ...
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None: ...
@@ -103,7 +109,6 @@ MemberFactory = Callable[[ConsensusModuleContext], Member]
 
 def consensus_module_factory(ctx: ConsensusModuleContext) -> Member:
     """The default member: the real ConsensusModule (imported lazily so fakes need no core)."""
-    from clusterlab.core.consensus.module import ConsensusModule
 
     return ConsensusModule(ctx)
 
@@ -278,9 +283,9 @@ class SimCluster:
                 if d < t:
                     t = d
         for c in self.clients:
-            d = c.next_deadline_ns()
-            if d is not None and d < t:
-                t = d
+            client_deadline = c.next_deadline_ns()
+            if client_deadline is not None and client_deadline < t:
+                t = client_deadline
         return t
 
     def step(self) -> bool:
@@ -469,8 +474,6 @@ class SimCluster:
         self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
         member.on_start(self.clock.now_ns)
         if self.service_name:
-            from clusterlab.harness.services import SERVICES
-
             host = SimServiceHost(
                 member_id,
                 cluster_dir,
@@ -533,10 +536,6 @@ class SimCluster:
         member is down: a running archive would not notice its files changing."""
         if self.is_alive(member_id):
             raise SimError(f"truncate_recording({member_id}): member is running; kill or stop it first")
-        try:
-            from clusterlab.core.archive.faults import truncate_at
-        except ImportError as e:
-            raise SimError(f"truncate_recording needs clusterlab.core.archive.faults.truncate_at: {e}") from e
         truncate_at(self.member_dir(member_id), position)
         self._harness_event("truncate", member_id, log_position=position)
 
@@ -579,7 +578,6 @@ class SimCluster:
     def control(self, target: str) -> bool:
         """Cluster control through the leader's toggle (ClusterTool): ``snapshot``, ``suspend``,
         ``resume``, ``shutdown`` or ``abort``. False if there is no leader or the toggle is busy."""
-        from clusterlab.core.codec.enums import ToggleState
 
         leader = self.leader_id()
         if leader is None:

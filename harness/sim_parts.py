@@ -17,6 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from clusterlab.core.archive.catalogue import Catalogue
+from clusterlab.core.archive.layout import archive_dir, service_snapshot_dir, snapshot_dir
+from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.client.client import ClusterClient, EgressMessage
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.service import JoinLog
@@ -27,11 +30,6 @@ from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
 
 CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
-
-
-def service_snapshot_dir(member_dir: Path, service_id: int) -> Path:
-    """Where a member's service ``service_id`` keeps its snapshot recordings."""
-    return member_dir / f"service-{service_id}"
 
 
 def client_network_id(client_id: int) -> int:
@@ -65,10 +63,6 @@ class SimServiceHost:
         on_applied: Callable[[AppliedEntry], None],
         log: Callable[[str], None],
     ) -> None:
-        from clusterlab.core.archive.catalogue import Catalogue
-        from clusterlab.core.archive.layout import archive_dir, snapshot_dir
-        from clusterlab.core.archive.snapshots import SnapshotStore
-
         self.member_id = member_id
         self.to_node: deque[bytes] = deque()
         self.from_node: deque[bytes] = deque()

@@ -39,6 +39,7 @@ from typing import Any
 
 from clusterlab.core.consensus.context import Channel
 from clusterlab.harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
+from clusterlab.harness.services.kv import decode_reply
 from clusterlab.harness.sim_parts import CLIENT_ID_BASE
 from clusterlab.harness.simnet import DROP_DOWN, Delivery
 
@@ -58,7 +59,7 @@ def process_of(network_id: int, channel: Channel | str, payload: bytes) -> tuple
     return "harness", -1
 
 
-class _NodeToService(deque):  # type: ignore[type-arg]
+class _NodeToService(deque):
     """The queue from a node to its service: append = the node's send, popleft = the service's recv."""
 
     def __init__(self, items: Any, on_append: Callable[[bytes], None], on_pop: Callable[[bytes], None]) -> None:
@@ -82,7 +83,7 @@ class _ServiceToNode:
     """Stands in for a service host's ``to_node`` queue: the agent appends to the real deque (it holds
     its bound ``append``); the simulator's pump takes from here, which records send and recv."""
 
-    def __init__(self, real: deque, on_pop: Callable[[bytes], None]) -> None:  # type: ignore[type-arg]
+    def __init__(self, real: deque, on_pop: Callable[[bytes], None]) -> None:
         self._real = real
         self._on_pop = on_pop
 
@@ -101,7 +102,7 @@ class _ServiceToNode:
         return item
 
 
-class _AppliedList(list):  # type: ignore[type-arg]
+class _AppliedList(list):
     """SimCluster.applied with a hook on append (the service hosts' on_applied sink appends here)."""
 
     def __init__(self, items: list[Any], hook: Callable[[dict[str, Any]], None]) -> None:
@@ -395,7 +396,6 @@ class _WorkloadRecorder:
     """Wraps one KvWorkload instance's ``step`` and ``_drain`` to write its client's ops rows."""
 
     def __init__(self, recording: SimRecording, workload: Any) -> None:
-        from clusterlab.harness.services.kv import decode_reply
 
         self._decode_reply = decode_reply
         self.recording = recording
@@ -431,7 +431,9 @@ class _WorkloadRecorder:
             except ValueError:
                 continue
             op_id = reply.get("id")
-            pending = self.outstanding.get(op_id) if isinstance(op_id, int) else None
+            if not isinstance(op_id, int):
+                continue
+            pending = self.outstanding.get(op_id)
             if pending is None or pending[0] is not c:
                 continue
             del self.outstanding[op_id]

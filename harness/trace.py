@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.harness import arrow_stream
 from clusterlab.harness.completeness import (
     Completeness,
@@ -34,6 +36,7 @@ from clusterlab.harness.completeness import (
     read_meta,
     read_sidecars,
 )
+from clusterlab.harness.invariants import Contiguity
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 
 
@@ -373,8 +376,6 @@ def summarize(run: Run) -> Summary:
 
 def describe_payload(payload: bytes, entries: bool = True) -> list[str]:
     """The message's describe() line, and for a LogBlock/ReplayBlock one line per framed entry."""
-    from clusterlab.core.codec.errors import DecodeError
-    from clusterlab.core.codec.registry import decode, message_name
 
     try:
         msg = decode(payload)
@@ -437,15 +438,12 @@ def contiguity_violations(applied: pa.Table) -> list[str]:
     Each entry must start (``log_position - length``) where the previous one ended; a ``Snapshot``
     row sets the starting point; ``seq`` must count from 0 without holes (no lost rows)."""
     problems: list[str] = []
+    contiguity = Contiguity()  # the property's one definition (harness/invariants.py)
     for (member, incarnation), rows in sorted(applied_by_incarnation(applied).items()):
         if [r["seq"] for r in rows] != list(range(len(rows))):
             problems.append(f"member {member} incarnation {incarnation}: seq has holes")
-        previous = 0
         for r in rows:
-            if r["entry_type"] != "Snapshot" and r["log_position"] - r["length"] != previous:
-                problems.append(
-                    f"member {member} incarnation {incarnation}: entry ending at {r['log_position']} starts at "
-                    f"{r['log_position'] - r['length']}, previous ended at {previous}"
-                )
-            previous = r["log_position"]
+            problem = contiguity.observe((member, incarnation), r["entry_type"], r["log_position"], r["length"])
+            if problem is not None:
+                problems.append(problem)
     return problems

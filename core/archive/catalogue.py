@@ -14,7 +14,6 @@ log block).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -23,6 +22,7 @@ from typing import Any
 
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.layout import CATALOGUE_FILE_NAME, LOG_RECORDING_ID
+from clusterlab.core.atomic import write_atomically
 
 NULL_VALUE = (
     -1
@@ -217,25 +217,4 @@ class Catalogue:
                 for d in sorted(self._recordings.values(), key=lambda d: d.recording_id)
             ],
         }
-        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"), self.file_sync)
-
-
-def write_atomically(path: Path, data: bytes, file_sync: bool) -> None:
-    """Replace ``path`` with ``data`` via a temp file and rename: readers (and a crash) see old or new."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if file_sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if file_sync:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True), file_sync=self.file_sync)

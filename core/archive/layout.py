@@ -31,3 +31,8 @@ def snapshot_dir(member_dir: Path | str) -> Path:
 def catalogue_path(member_dir: Path | str) -> Path:
     """``<member_dir>/archive/catalogue.json``."""
     return archive_dir(member_dir) / CATALOGUE_FILE_NAME
+
+
+def service_snapshot_dir(member_dir: Path | str, service_id: int) -> Path:
+    """``<member_dir>/service-<id>``: where a member's service ``service_id`` keeps its snapshot recordings."""
+    return Path(member_dir) / f"service-{service_id}"

@@ -10,13 +10,13 @@ file that was cut short at a frame boundary is still caught (its length no longe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from clusterlab.core.archive.catalogue import Catalogue, RecordingDescriptor, RecordingKind
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.layout import SNAPSHOT_DIR_NAME
+from clusterlab.core.atomic import write_atomically
 from clusterlab.core.codec.framing import frame, walk_frames
 
 SNAPSHOT_SUFFIX = ".snap"
@@ -63,24 +63,7 @@ class SnapshotStore:
             position += len(framed)
         recording_id = self.catalogue.next_recording_id
         path = self.snapshot_path(recording_id)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            for part in parts:
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view) :]
-            if self.file_sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        if self.file_sync:
-            dir_fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        write_atomically(path, parts, file_sync=self.file_sync)
         self.catalogue.add_recording(
             RecordingKind.SNAPSHOT,
             SNAPSHOT_DIR_NAME,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from enum import IntEnum
 from operator import attrgetter
-from typing import Annotated, Any, ClassVar, Self, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, ClassVar, Self, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.header import HEADER, HEADER_LENGTH, SCHEMA_ID, SCHEMA_VERSION
@@ -498,7 +498,8 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
     if cls._TAILS:
         dec += ["            if offset != n:", "                return cls._decode_checked(buf, n)"]
     dec.append("            o = _new(_cls)")
-    for i, (value, f) in enumerate(zip(all_values, fields(cls), strict=True)):
+    # codec() checked that cls is a dataclass; mypy cannot see it through type[Message].
+    for i, (value, f) in enumerate(zip(all_values, fields(cast(Any, cls)), strict=True)):
         namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
         dec.append(f"            _set{i}(o, {value})")
     dec += ["            return o", "    return cls._decode_checked(buf, n)"]

@@ -57,7 +57,7 @@ def encode_session_message(leadership_term_id: int, cluster_session_id: int, tim
     return block + payload
 
 
-def session_message_fields(buf: bytes) -> tuple[int, int, int] | None:
+def session_message_fields(buf: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
     """``(leadership_term_id, cluster_session_id, timestamp)`` if ``buf`` is a SessionMessageHeader of
     the usual shape (exactly the header :func:`encode_session_message` writes, so its payload starts
     at SESSION_HEADER_LENGTH), else None: decode it then."""

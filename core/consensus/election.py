@@ -538,7 +538,7 @@ class Election:
             self.leadership_term_id,
             self.log_position,
             self.member_id,
-            self.ctx.member(self.member_id).catchup_endpoint if self.ctx.member(self.member_id) else "",
+            own.catchup_endpoint if (own := self.ctx.member(self.member_id)) else "",
         )
         self.cm.catchup_initiated(now_ns)
         self._transition(ElectionState.FOLLOWER_CATCHUP_AWAIT, now_ns)

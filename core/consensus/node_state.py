@@ -23,11 +23,12 @@ with a :class:`NodeStateError` rather than silently reset, because resetting dro
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+
+from clusterlab.core.atomic import temp_path, write_atomically
 
 NULL_VALUE = -1  # clusterlab.core.consensus.context.NULL_VALUE
 NODE_STATE_FILE_NAME = "node-state.dat"
@@ -76,7 +77,7 @@ class NodeState:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / NODE_STATE_FILE_NAME
-        tmp = _tmp_path(path)
+        tmp = temp_path(path)
         if tmp.exists():
             # A crash between writing the new record and renaming it: the old file is still the truth.
             log(f"node state: removing unfinished update {tmp}")
@@ -140,27 +141,7 @@ class NodeState:
 
     def _write(self) -> None:
         data = _encode(self._candidate_term_id, self._timestamp, self._log_position)
-        tmp = _tmp_path(self.path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self.file_sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        if self.file_sync:
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-
-
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")
+        write_atomically(self.path, data, file_sync=self.file_sync)
 
 
 def _encode(candidate_term_id: int, timestamp: int, log_position: int) -> bytes:

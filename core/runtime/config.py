@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from clusterlab.core.atomic import write_atomically
 from clusterlab.core.consensus.context import NULL_VALUE, ClusterMember, Timeouts
 
 CONFIG_FILE_NAME = "cluster.json"
@@ -155,12 +155,12 @@ class ClusterConfig:
             return False
         new = socket_root_for(self.directory)
         prefix_old, prefix_new = f"ipc://{old}/", f"ipc://{new}/"
-        self.members = [
-            MemberConfig(
-                **{k: (v.replace(prefix_old, prefix_new, 1) if isinstance(v, str) else v) for k, v in asdict(m).items()}
-            )
-            for m in self.members
-        ]
+
+        def moved(m: MemberConfig) -> MemberConfig:
+            endpoints: dict[str, Any] = {k: v for k, v in asdict(m).items() if isinstance(v, str)}
+            return replace(m, **{k: v.replace(prefix_old, prefix_new, 1) for k, v in endpoints.items()})
+
+        self.members = [moved(m) for m in self.members]
         self.socket_root = str(new)
         return True
 
@@ -195,9 +195,7 @@ class ClusterConfig:
     def save(self) -> None:
         """Write atomically (readers never see half a file)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, self.path)
+        write_atomically(self.path, json.dumps(self.to_json(), indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path | str) -> ClusterConfig:

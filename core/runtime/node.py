@@ -63,6 +63,7 @@ from clusterlab.core.runtime.config import (
     parse_members,
 )
 from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
+from clusterlab.core.runtime.recording import DROP, RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
@@ -86,7 +87,6 @@ from clusterlab.core.runtime.transport import (
     parse_batch,
     remove_ipc_files,
 )
-from clusterlab.harness.recorder import DROP, RECV, SEND, NullRecorder, process_recorder
 from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
@@ -659,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"node: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    rec = process_recorder(
+    rec = open_recorder(
         args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
     )
     node = Node(config, args.member_id, args.incarnation, rec)

@@ -21,7 +21,6 @@ Aeron's container does; the node then stops too and the member recovers on resta
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import zmq
 from clusterlab.core.archive.catalogue import Catalogue
-from clusterlab.core.archive.layout import archive_dir, snapshot_dir
+from clusterlab.core.archive.layout import archive_dir, service_snapshot_dir, snapshot_dir
 from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.codec.control import ServiceStatus, StatusRequest
 from clusterlab.core.codec.errors import DecodeError
@@ -42,6 +41,8 @@ from clusterlab.core.consensus.context import Channel
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.plugin import import_object
+from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
@@ -53,7 +54,6 @@ from clusterlab.core.runtime.runner import (
 from clusterlab.core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
 from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from clusterlab.core.service.api import ClusteredService
-from clusterlab.harness.recorder import RECV, SEND, NullRecorder, process_recorder
 from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
@@ -61,26 +61,22 @@ EXIT_CONFIG = 2
 EXIT_SERVICE_FAILED = 5
 CLOSE_LINGER_MS = 1000  # the termination ack must reach the node
 _HOUR_NS = 3600 * 1_000_000_000
-
-
-def service_snapshot_dir(member_dir: Any, service_id: int) -> Any:
-    """Where a member's service keeps its snapshots; the simulator's layout (clusterlab.harness.sim_parts)."""
-    from clusterlab.harness.sim_parts import service_snapshot_dir as sim_layout
-
-    return sim_layout(member_dir, service_id)
+# The sample services (name -> factory) live in the harness, a layer up: named, not imported.
+SAMPLE_SERVICES = "clusterlab.harness.services:SERVICES"
 
 
 def load_service_factory(name: str) -> Callable[[], ClusteredService]:
-    """``kv`` / ``counter`` / ``echo`` (clusterlab.harness.services.SERVICES) or ``package.module:factory``."""
-    if ":" in name:
-        module_name, _, attr = name.partition(":")
-        return getattr(importlib.import_module(module_name), attr)
-    from clusterlab.harness.services import SERVICES
-
+    """``kv`` / ``counter`` / ``echo`` (the table ``SAMPLE_SERVICES`` names) or ``package.module:factory``."""
     try:
-        return SERVICES[name]
+        if ":" in name:
+            return import_object(name)
+        services = import_object(SAMPLE_SERVICES)
+    except ValueError as e:
+        raise ConfigError(f"service {name!r}: {e}") from None
+    try:
+        return services[name]
     except KeyError:
-        raise ConfigError(f"unknown service {name!r}: use one of {sorted(SERVICES)} or module:factory") from None
+        raise ConfigError(f"unknown service {name!r}: use one of {sorted(services)} or module:factory") from None
 
 
 class ServiceProcess:
@@ -341,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
-        rec = process_recorder(
+        rec = open_recorder(
             args.trace_dir,
             args.run_id,
             f"service-{args.member_id}",

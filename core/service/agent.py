@@ -623,12 +623,14 @@ class ClusteredServiceAgent:
         payload = f.payload
         fields = session_message_fields(payload)
         if fields is not None:
-            return self._apply_session_message(f, replay, fields[1], fields[2], payload[SESSION_HEADER_LENGTH:])
+            self._apply_session_message(f, replay, fields[1], fields[2], payload[SESSION_HEADER_LENGTH:])
+            return None
         try:
             template_id = peek_template_id(payload)
             if template_id == SessionMessageHeader.TEMPLATE_ID:
                 _term, session_id, timestamp, body = unpack_session_message(payload)
-                return self._apply_session_message(f, replay, session_id, timestamp, body)
+                self._apply_session_message(f, replay, session_id, timestamp, body)
+                return None
             msg: Any = decode(payload)
         except DecodeError as e:
             self._failure = AgentError(f"undecodable committed log entry at {f.position}..{end}: {e}")

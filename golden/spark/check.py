@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns, trace_files
 from clusterlab.harness.completeness import (
     Completeness,
@@ -550,7 +551,6 @@ def check_runs(
 ) -> CheckReport:
     """Run every check over ``run_dirs`` (run directories, or parents of runs) in one Spark job set.
     With ``write_json``, each run directory gets ``check.json`` (the whole report)."""
-    from clusterlab.golden.spark.session import spark_session
 
     started = time.monotonic()
     all_runs = find_runs(",".join(str(p) for p in run_dirs))
@@ -613,7 +613,7 @@ def _report(
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=runs,
-        master=spark.sparkContext.master,
+        master=spark.sparkContext.master or "",
         checks=results,
         rows=rows,
         torn=torn,

@@ -18,7 +18,7 @@ from typing import Any
 
 from clusterlab.golden.spark.check import load
 from clusterlab.golden.spark.source import find_runs, trace_files
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 KINDS = ("entry", "state", "missing", "extra")
@@ -218,7 +218,7 @@ def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[t
                     r["divergent_from_first"],
                     r["next_agreeing"],
                 )
-            at_first = ["name", "mode", F.col("first_position").alias("log_position")]
+            at_first: list[Column | str] = ["name", "mode", F.col("first_position").alias("log_position")]
             first_rows = diffs.join(firsts.select(*at_first), ["name", "mode", "log_position"])
             # Every actual member's entry and state at each first divergent position (a few rows).
             who = _members_at(spark, comparisons, firsts.select(*at_first))

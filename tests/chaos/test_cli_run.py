@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.harness.cli import main
 from clusterlab.harness.trace import open_run
+
+from clusterlab.cli import main
 
 pytestmark = pytest.mark.chaos
 

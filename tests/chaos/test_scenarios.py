@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from clusterlab.chaos.scenarios import SCENARIOS
-from clusterlab.harness.pytest_plugin import chaos_seeds
 from clusterlab.harness.trace import open_run
+
+from clusterlab.pytest_plugin import chaos_seeds
 
 REAL_SEEDS = (1, 2)
 REAL_SEEDS_5 = (1,)

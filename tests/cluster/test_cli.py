@@ -1,5 +1,5 @@
-"""``clusterlab cluster start``, ``client`` and ``tool`` (run as ``python -m clusterlab.harness.cli_cluster``, the
-same functions ``clusterlab`` registers)."""
+"""``clusterlab cluster start``, ``client`` and ``tool`` (run as ``python -m clusterlab.cli``, the
+``clusterlab`` command)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(*args: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "clusterlab.harness.cli_cluster", *args],
+        [sys.executable, "-m", "clusterlab.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -104,7 +104,7 @@ def test_cluster_start_runs_in_the_foreground_and_ctrl_c_stops_it_cleanly(tmp_pa
     directory = tmp_path / "cli-cluster"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--members", "3",
+        [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--members", "3",
          "--dir", str(directory), "--refresh", "0.2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )  # fmt: skip

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.spark.check import CHECKS, check_runs
-from clusterlab.harness.cli import main
 from clusterlab.harness.trace import open_run
 
+from clusterlab.cli import main
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark

@@ -14,9 +14,9 @@ from clusterlab.golden.replay import replay_log
 from clusterlab.golden.spark.diff import Comparison, diff_positions
 from clusterlab.golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
 from clusterlab.golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
-from clusterlab.harness.cli import main
 from clusterlab.harness.trace import open_run
 
+from clusterlab.cli import main
 from tests.golden import plant, variants
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from clusterlab.golden.report import ReportError, fault_spans, op_latencies, role_spans, write_report
-from clusterlab.harness.cli import main
 from clusterlab.harness.trace import open_run
 
+from clusterlab.cli import main
 from tests.golden import plant
 
 

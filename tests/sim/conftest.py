@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from clusterlab.chaos.target import converged
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, peek_template_id
 from clusterlab.core.consensus.context import SECOND, ElectionState
 from clusterlab.harness.invariants import SafetyChecker
-from clusterlab.harness.random_schedule import converged
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.simnet import Delivery
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos.target import converged
 from clusterlab.core.consensus.context import MS, SECOND, ElectionState
 from clusterlab.harness.invariants import SafetyChecker
-from clusterlab.harness.random_schedule import converged
 from clusterlab.harness.sim import SimCluster
 
 pytestmark = pytest.mark.sim

@@ -1,4 +1,4 @@
-"""Seeded random fault schedules (clusterlab.harness.random_schedule) must never break safety, and must recover.
+"""Seeded random fault schedules (clusterlab.chaos.fuzz) must never break safety, and must recover.
 
 Each seed runs a cluster of 3 or 5 members through kills, restarts, partitions, an isolated leader,
 truncated and wiped disks and a lossy network, with clusterlab.harness.invariants.SafetyChecker sampling after
@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from clusterlab.harness.pytest_plugin import parse_seeds
-from clusterlab.harness.random_schedule import ScheduleResult, run_random_schedule
+from clusterlab.chaos.fuzz import ScheduleResult, run_random_schedule
+
+from clusterlab.pytest_plugin import parse_seeds
 
 pytestmark = pytest.mark.sim
 

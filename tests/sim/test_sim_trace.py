@@ -18,9 +18,9 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
+from clusterlab.chaos.fuzz import KvWorkload
+from clusterlab.chaos.target import converged
 from clusterlab.core.consensus.context import MS, SECOND, Channel
-from clusterlab.harness import cli_trace
-from clusterlab.harness.random_schedule import converged
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_recording import record_sim
 from clusterlab.harness.simnet import DROP_DOWN, NetworkConfig
@@ -32,9 +32,9 @@ from clusterlab.harness.trace import (
     open_run,
     summarize,
 )
-from clusterlab.harness.workload import KvWorkload
 from rich.console import Console
 
+from clusterlab.cli import trace as cli_trace
 from tests.unit.test_recorder import contract_columns
 
 pytestmark = pytest.mark.sim

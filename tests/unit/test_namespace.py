@@ -13,14 +13,15 @@ import pytest
 
 LAYERS = ("core", "harness", "chaos", "golden")
 
-# Imports every module of the package (pyspark-using ones included) and the CLI's full parser, then reports any
-# top-level layer name that got imported on the way.
+# Imports every module of the package (pyspark-using ones included), the pytest plugin and the CLI's full
+# parser, then reports any top-level layer name that got imported on the way.
 SCRIPT = """
 import pkgutil, sys, importlib
 import clusterlab
-from clusterlab.harness.cli import build_parser
+import clusterlab.pytest_plugin
+from clusterlab.cli import build_parser
 build_parser()
-for layer in {layers!r}:
+for layer in {layers!r} + ("cli",):
     pkg = importlib.import_module("clusterlab." + layer)
     for info in pkgutil.walk_packages(pkg.__path__, "clusterlab." + layer + "."):
         if info.name.endswith("__main__"):

@@ -516,7 +516,7 @@ def test_compressed_streams_read_back(tmp_path: Path, compression: str) -> None:
 
 
 def test_trace_cli_refuses_a_missing_or_foreign_directory(tmp_path: Path, capsys) -> None:
-    from clusterlab.harness.cli import main
+    from clusterlab.cli import main
 
     assert main(["trace", "summary", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err

@@ -12,9 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE
 from rich.console import Console
 from rich.table import Table
+
+from clusterlab.golden import regenerate
+from clusterlab.golden.store import MANIFEST, TRACES, GoldenError, bless, golden_names, load_golden, load_manifest
+from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE
 
 
 def _err(message: str) -> int:
@@ -24,7 +27,6 @@ def _err(message: str) -> int:
 
 def _cmd_bless(args: argparse.Namespace) -> int:
     """Store RUN as golden NAME (and its recipe in goldens.json)."""
-    from clusterlab.golden.store import TRACES, GoldenError, bless
 
     traces = Path(args.traces) if args.traces else TRACES
     try:
@@ -42,9 +44,9 @@ def _cmd_bless(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """Replay every golden (and re-run the simulator ones); diff with Spark."""
-    from clusterlab.golden.store import TRACES, GoldenError
+    # Imported here: golden.verify pulls in pyspark (~0.3 s), which no other command needs.
+    from clusterlab.cli.paths import output_file_error
     from clusterlab.golden.verify import print_report, verify_goldens
-    from clusterlab.harness.cli_paths import output_file_error
 
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         return _err(error)  # checked before the replays, not after
@@ -68,14 +70,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     """Re-run each recipe and bless it (after an intended change of bytes or digests)."""
-    from clusterlab.golden.regenerate import main
 
-    return main(args.names)
+    return regenerate.main(args.names)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     """The goldens and their recipes."""
-    from clusterlab.golden.store import MANIFEST, GoldenError, golden_names, load_golden, load_manifest
 
     try:
         recipes = {r.name: r for r in load_manifest(MANIFEST)}

@@ -7,11 +7,12 @@ import sys
 
 from rich.console import Console
 
+from clusterlab.cli.paths import directory_error, output_file_error
+from clusterlab.golden.report import ReportError, write_report
+
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Write the report; print its path. Exit 2 for a path that is not a run."""
-    from clusterlab.golden.report import ReportError, write_report
-    from clusterlab.harness.cli_paths import directory_error, output_file_error
 
     error = directory_error("RUN", args.run, what="run directory")
     if error is None and args.out is not None:

@@ -3,8 +3,7 @@
 RUN is a trace directory or the directory holding one (``clusterlab run --dir D`` and ``cluster start
 --dir D`` record into ``D/trace``). ``show`` prints each row's time in seconds from the run's start.
 
-``register(subparsers)`` adds the ``trace`` command to the clusterlab parser; ``python -m
-clusterlab.harness.cli_trace ...`` runs the same commands on their own.
+``register(subparsers)`` adds the ``trace`` command to the clusterlab parser.
 """
 
 from __future__ import annotations
@@ -16,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
+from rich.console import Console
+from rich.table import Table
+
 from clusterlab.harness.recorder import TABLES
 from clusterlab.harness.trace import (
     Run,
@@ -26,8 +28,6 @@ from clusterlab.harness.trace import (
     select_messages,
     summarize,
 )
-from rich.console import Console
-from rich.table import Table
 
 
 def _table(title: str, columns: Sequence[str], rows: list[Sequence[Any]]) -> Table:
@@ -210,17 +210,3 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     show.add_argument("--no-entries", action="store_true", help="do not list the entries of log blocks")
     show.set_defaults(func=cmd_show)
     return trace
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="clusterlab")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,10 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.workload import SERVICES
+from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
+from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 
 
 def _fmt_times(values: list[float]) -> str:
@@ -50,9 +55,6 @@ def _metrics_table(result: Any) -> Table:
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments /
     3 INCOMPLETE trace / 4 CORRUPT trace (not judged)."""
-    from clusterlab.chaos.runner import run_scenario
-    from clusterlab.chaos.scenarios import SCENARIOS
-    from clusterlab.harness.cli_paths import output_file_error, positive_error, writable_directory_error
 
     out, err = Console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
@@ -115,9 +117,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     statuses = ["FAIL" if result.error or result.verdict is None else result.verdict.status]
     spark: dict[str, Any] | None = None
     if not args.no_spark and result.trace_dir.is_dir():
-        from clusterlab.golden.finish import check_and_report
-
         out.print("Spark check (the same five checks at scale) ...")
+        from clusterlab.golden.finish import check_and_report  # pyspark: imported only when it runs
+
         report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
         spark = report.to_json()
         ok = ok and report.ok
@@ -136,7 +138,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     """List the named scenarios."""
-    from clusterlab.chaos.scenarios import SCENARIOS
 
     t = Table(title="chaos scenarios (clusterlab run NAME)")
     t.add_column("name", no_wrap=True)
@@ -158,7 +159,6 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``scenarios`` to the CLI."""
-    from clusterlab.chaos.workload import SERVICES
 
     p = sub.add_parser(
         "run",

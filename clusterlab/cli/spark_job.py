@@ -3,7 +3,7 @@ inside the session spark-submit created, on whatever master it was given.
 
     zip -r clusterlab-golden.zip golden -x "golden/traces/*"
     spark-submit --master spark://HOST:7077 --py-files clusterlab-golden.zip \\
-        golden/spark/job.py check /shared/runs/run-1 /shared/runs/run-2
+        clusterlab/cli/spark_job.py check /shared/runs/run-1 /shared/runs/run-2
 
 The driver needs clusterlab installed (it plans the jobs). Executors get the ``golden`` package with
 ``--py-files`` and import only ``clusterlab.golden.spark.source`` from it (pyarrow and pyspark, nothing else);
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from clusterlab.harness.cli import main
+from clusterlab.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1,21 +1,95 @@
-"""A seeded random fault schedule for SimCluster: the property test's driver and the demo's.
+"""Seeded random fault schedules on the simulator: the property test's driver (tests/sim/test_random_safety.py).
 
 Each phase picks one action (offer a burst, kill, restart, partition, isolate the leader, heal,
 truncate or wipe a member's log while it is down, lossy network) and runs the cluster for a
-while; the safety checker samples every live member after each phase. The final phase heals
+while; the online safety checker samples every live member after each phase. The final phase heals
 everything, restarts every member and requires progress within a bound. Same seed, same run.
+
+Unlike a scenario run (clusterlab.chaos.runner: a schedule of named nemeses, a recorded trace, the
+pyarrow and Spark verdicts), nothing is recorded: it is cheap enough to sweep hundreds of seeds.
+
+``KvWorkload`` puts unique keys (``k<n> = v<n>``), so durability is a simple question: every put
+that got an ``ok`` reply must be in every member's final state. A put without a reply has an
+unknown outcome and may or may not be applied; a put is never applied twice because each key is
+written once. (clusterlab.chaos.workload's workloads, with a model of every reply, drive scenario runs.)
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
+from clusterlab.chaos.target import converged
+from clusterlab.core.archive.layout import log_dir
+from clusterlab.core.archive.recording import RecordingStore
 from clusterlab.core.consensus.context import MS, SECOND, Role
 from clusterlab.harness.invariants import SafetyChecker
+from clusterlab.harness.services.kv import decode_reply, put
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.simnet import NetworkConfig
-from clusterlab.harness.workload import KvWorkload
+
+
+@dataclass
+class KvWorkload:
+    """Puts through one client at a time, reconnecting when the session is lost."""
+
+    cluster: Any
+    next_id: int = 0
+    acked: dict[int, str] = field(default_factory=dict)  # request id -> value acknowledged
+    invoked: int = 0
+    reconnects: int = 0
+    _client: Any = None
+    _seen_replies: int = 0
+
+    def _ensure_client(self) -> Any:
+        c = self._client
+        if c is None or c.client.is_closed or c.errors:
+            if c is not None:
+                self._drain(c)
+                self.reconnects += 1
+            c = self.cluster.add_client()
+            c.client.connect(self.cluster.now_ns)
+            self._client = c
+            self._seen_replies = 0
+        return c
+
+    def _drain(self, c: Any) -> None:
+        for msg in c.received[self._seen_replies :]:
+            try:
+                reply = decode_reply(msg.payload)
+            except ValueError:
+                continue
+            if reply.get("ok") and isinstance(reply.get("id"), int):
+                self.acked[reply["id"]] = f"v{reply['id']}"
+        self._seen_replies = len(c.received)
+
+    def step(self, count: int) -> None:
+        """Offer up to ``count`` puts (only while connected) and collect replies."""
+        c = self._ensure_client()
+        self._drain(c)
+        if not c.client.is_connected:
+            return
+        for _ in range(count):
+            self.next_id += 1
+            c.client.offer(put(self.next_id, f"k{self.next_id}", f"v{self.next_id}"), self.cluster.now_ns)
+            self.invoked += 1
+
+    def collect(self) -> None:
+        if self._client is not None:
+            self._drain(self._client)
+
+    def check_durable(self, entries_of_member: dict[int, dict[str, Any]]) -> None:
+        """Every acknowledged put is in every member's state (``entries`` maps key -> (value, rev))."""
+        self.collect()
+        for member_id, entries in entries_of_member.items():
+            for request_id, value in self.acked.items():
+                got = entries.get(f"k{request_id}")
+                got_value = got[0] if isinstance(got, (tuple, list)) else got
+                if got_value != value:
+                    raise AssertionError(
+                        f"durability: acknowledged put k{request_id}={value} is {got_value!r} on member {member_id}"
+                    )
 
 
 @dataclass
@@ -32,21 +106,6 @@ class ScheduleResult:
     acked_ops: int = 0
     invoked_ops: int = 0
     applied_rows: int = 0
-
-
-def converged(cluster: SimCluster) -> bool:
-    """A settled leader, and every live member has committed the leader's whole log."""
-    leader = cluster.leader_id()
-    if leader is None:
-        return False
-    lm = cluster.member(leader)
-    target = lm.append_position
-    if lm.commit_position < target:
-        return False
-    return all(
-        cluster.member(i).election_state is None and cluster.member(i).commit_position >= target
-        for i in cluster.members_alive()
-    )
 
 
 def run_random_schedule(
@@ -68,15 +127,10 @@ def run_random_schedule(
     result = ScheduleResult(seed, members)
     checker = SafetyChecker()
     with SimCluster(members=members, seed=seed, network=network, directory=directory, service=service) as c:
-        seen = 0
         workload = KvWorkload(c) if service == "kv" else None
 
         def check() -> None:
-            nonlocal seen
-            for ev in c.events[seen:]:
-                checker.on_event(ev)
-            seen = len(c.events)
-            checker.check_cluster(c)
+            checker.check(c)
 
         c.await_leader(30 * SECOND)
         check()
@@ -102,8 +156,7 @@ def run_random_schedule(
                 cut = rng.randrange(1, members)
                 c.partition([ids[:cut], ids[cut:]])
                 result.actions.append(f"partition {sorted(ids[:cut])}|{sorted(ids[cut:])}")
-            elif action == "isolate_leader" and c.leader_id() is not None:
-                lid = c.leader_id()
+            elif action == "isolate_leader" and (lid := c.leader_id()) is not None:
                 c.isolate(lid)
                 result.actions.append(f"isolate {lid}")
             elif action in ("truncate", "wipe"):
@@ -162,8 +215,8 @@ def run_random_schedule(
         check()
         checker.check_durable(c)
         result.applied_rows = checker.applied_rows_checked
-        leader = c.member(c.leader_id())
-        assert leader.role == Role.LEADER
+        leader_id = c.leader_id()
+        assert leader_id is not None and c.member(leader_id).role == Role.LEADER
         result.committed_bytes = len(checker.committed)
         result.terms = len(checker.leaders_by_term)
         result.sim_seconds = c.now_ns / SECOND
@@ -173,9 +226,6 @@ def run_random_schedule(
 
 def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: int) -> int:
     """The largest frame boundary <= position in a (down) member's log, read from its files."""
-    from clusterlab.core.archive.layout import log_dir
-    from clusterlab.core.archive.recording import RecordingStore
-
     store = RecordingStore.open(log_dir(cluster.member_dir(member_id)))
     try:
         p = min(position, store.stop_position)

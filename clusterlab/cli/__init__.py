@@ -1,4 +1,9 @@
-"""The ``clusterlab`` command line. Each subcommand is documented in its ``--help``."""
+"""The ``clusterlab`` command line. Each subcommand is documented in its ``--help``.
+
+The top layer: it may import every package below it (core, harness, chaos, golden) and none of them
+imports it (pyproject.toml's import-linter contracts). One module per group of commands, each with
+``register(subparsers)``.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +12,23 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from clusterlab.chaos.demo import run_demo
+from clusterlab.cli import check, cluster, golden, report, run, trace
+from clusterlab.cli.paths import writable_directory_error
 from clusterlab.core import __version__
+from clusterlab.core.codec.selfcheck import run_selfcheck
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """The README's main job: a seeded chaos scenario on a simulated 3-member cluster, checked."""
-    from clusterlab.harness.cli_paths import writable_directory_error
-    from clusterlab.harness.demo import run_demo
-
+    """A guided walk-through on a simulated cluster, checked (the main job is ``clusterlab run``)."""
     if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
         print(f"clusterlab demo: {error}", file=sys.stderr)
         return 2
-
     return run_demo(seed=args.seed, members=args.members, directory=args.dir)
 
 
 def _cmd_codec_selfcheck(args: argparse.Namespace) -> int:
     """Round-trip every registered message type once and print a line per type."""
-    from clusterlab.core.codec.selfcheck import run_selfcheck
-
     return run_selfcheck()
 
 
@@ -39,6 +42,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``clusterlab`` argument parser with every subcommand registered."""
     parser = OneLineParser(
         prog="clusterlab",
         description="Aeron Cluster in Python over ZeroMQ, with a record-replay chaos harness.",
@@ -55,20 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
 
-    for name in _COMMAND_MODULES:
-        _register(sub, name)
+    for module in (cluster, trace, run, check, golden, report):
+        module.register(sub)
     return parser
-
-
-# Subcommand modules, each with ``register(sub)``. Imported only when the parser is built, so that
-# ``clusterlab --version`` does not pay for pyarrow/pyspark imports.
-_COMMAND_MODULES = ("cli_cluster", "cli_trace", "cli_run", "cli_check", "cli_golden", "cli_report")
-
-
-def _register(sub: argparse._SubParsersAction, name: str) -> None:
-    import importlib  # the subcommand modules are imported when the parser is built (see above)
-
-    importlib.import_module(f"clusterlab.harness.{name}").register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,7 +76,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clusterlab: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """Smoke test of the cluster benchmark's peers: the raw ZeroMQ bound and the PySyncObj harness start,
-commit a handful of ops through the shared load driver, and leave no process behind."""
+commit a handful of ops through the shared load driver, and leave no process behind. Part of the
+benchmark (``make bench`` runs benchmarks/tests first, with the bench extra installed: pysyncobj)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -43,10 +43,6 @@ def test_raw_zmq_bound_commits_and_stops() -> None:
     assert all(_gone(pid) for pid in pids), pids
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pysyncobj") is None,
-    reason="pysyncobj is not installed: it comes with the bench extra (pip install -e '.[bench]')",
-)
 def test_pysyncobj_harness_commits_fails_over_and_stops() -> None:
     subject = PySyncObjSubject()
     subject.start("fast", SETTINGS)  # ~100 ms timeouts: the cluster settles quickly

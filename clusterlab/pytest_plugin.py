@@ -43,6 +43,14 @@ from typing import Any
 
 import pytest
 
+from clusterlab.chaos.nemesis import NEMESES
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.target import LocalTarget, SimTarget
+from clusterlab.chaos.workload import make_workload
+from clusterlab.harness.local import LocalCluster, pid_alive
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_recording import record_sim
+
 SEEDS_ENV = "CLUSTERLAB_SEEDS"
 _report_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 _chaos_key = pytest.StashKey[list[dict[str, Any]]]()
@@ -95,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
-        "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.harness.pytest_plugin)",
+        "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.pytest_plugin)",
     )
     runs = config.getoption("--chaos-runs")
     if runs is not None and runs < 1:
@@ -191,8 +199,6 @@ class ChaosRunner:
     def __call__(self, scenario: str, seed: int, **kwargs: Any) -> Any:
         import json
 
-        from clusterlab.chaos.runner import run_scenario
-
         if "duration" in kwargs:
             kwargs["duration_s"] = kwargs.pop("duration")
         tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + (
@@ -252,7 +258,6 @@ def _cluster_params(request: pytest.FixtureRequest) -> dict[str, Any]:
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A started LocalCluster (3 members, kv, unless parametrised); every process gone afterwards."""
-    from clusterlab.harness.local import LocalCluster, pid_alive
 
     params = _cluster_params(request)
     trace_dir, _ = _run_dir(request, tmp_path, "trace") if request.config.getoption("--trace-dir") else (None, 0)
@@ -272,14 +277,11 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A SimCluster (3 members, kv, seed 0, unless parametrised) with a leader elected, as ``cluster``;
     recorded when --trace-dir is given."""
-    from clusterlab.harness.sim import SimCluster
 
     params = _cluster_params(request)
     rec = None
     with SimCluster(directory=tmp_path / "sim", **params) as c:
         if request.config.getoption("--trace-dir"):
-            from clusterlab.harness.sim_recording import record_sim
-
             run_dir, _ = _run_dir(request, tmp_path, "trace")
             rec = record_sim(c, run_dir, None, _safe(request.node.nodeid), params.get("seed", 0))
         try:
@@ -292,9 +294,6 @@ def sim_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]
 
 def _target(cluster: Any, seed: int = 0) -> Any:
     import random
-
-    from clusterlab.chaos.target import LocalTarget, SimTarget
-    from clusterlab.harness.sim import SimCluster
 
     cls = SimTarget if isinstance(cluster, SimCluster) else LocalTarget
     return cls(cluster, random.Random(f"nemesis:{seed}"))
@@ -313,7 +312,6 @@ class NemesisKit:
         return self._targets[id(cluster)]
 
     def __call__(self, cluster: Any, nemesis: Any, **kwargs: Any) -> Any:
-        from clusterlab.chaos.nemesis import NEMESES
 
         if isinstance(nemesis, str):
             if nemesis not in NEMESES:
@@ -354,10 +352,9 @@ class WorkloadKit:
         self.workloads: list[Any] = []
 
     def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
-        from clusterlab.chaos.workload import make_workload
 
         t = _target(cluster, seed)
-        w = make_workload(t, service, seed, rate)
+        w: Any = make_workload(t, service, seed, rate)  # Any: the fixture adds run_for
         w.run_for = _run_for(t, w)
         self.workloads.append(w)
         return w

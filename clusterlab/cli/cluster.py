@@ -1,7 +1,6 @@
 """The real-cluster commands of ``clusterlab``: ``cluster start``, ``client`` and ``tool``.
 
-``register(subparsers)`` adds them to the ``clusterlab`` parser (harness/cli.py); they also run on
-their own: ``python -m clusterlab.harness.cli_cluster cluster start --members 3``.
+``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
     clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
@@ -23,10 +22,14 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from clusterlab.cli.paths import positive_error
 from clusterlab.core.codec.control import (
     ClusterControlRequest,
     ControlResponse,
@@ -36,6 +39,17 @@ from clusterlab.core.codec.control import (
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.transport import new_context
+from clusterlab.harness.local import (
+    LocalClient,
+    LocalClientTimeout,
+    LocalCluster,
+    LocalClusterError,
+    LocalTimeout,
+    MemberStatus,
+)
+from clusterlab.harness.services import kv
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -102,7 +116,7 @@ def register(subparsers: Any) -> None:
 
 # ---------------------------------------------------------------------------------- helpers
 def _load(directory: Path) -> ClusterConfig:
-    from clusterlab.harness.cli_paths import directory_error
+    from clusterlab.cli.paths import directory_error
 
     if directory.is_file():
         raise CommandError(directory_error("the cluster directory", directory))
@@ -130,8 +144,6 @@ class ClusterTool:
     """Status and cluster control of a running cluster through its members' control sockets."""
 
     def __init__(self, config: ClusterConfig) -> None:
-        from clusterlab.core.runtime.control import ControlClient
-        from clusterlab.core.runtime.transport import new_context
 
         self.config = config
         self._zctx = new_context()
@@ -155,7 +167,6 @@ class ClusterTool:
 
 
 def _leader(statuses: dict[int, Any]) -> int | None:
-    from clusterlab.harness.local import LocalCluster, MemberStatus
 
     decoded = {i: (MemberStatus.of(s) if s is not None else None) for i, s in statuses.items()}
     return LocalCluster.settled_leader(decoded)
@@ -180,9 +191,6 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 
 # ---------------------------------------------------------------------------------- cluster start
 def cmd_cluster_start(args: argparse.Namespace) -> int:
-    from clusterlab.harness.local import LocalCluster, LocalClusterError, LocalTimeout
-    from rich.console import Console
-
     if args.members < 1:
         raise CommandError(f"--members must be >= 1, got {args.members}")
     check_member_limits(args.members)
@@ -237,7 +245,7 @@ def check_start_arguments(args: argparse.Namespace) -> None:
     """``cluster start``'s --refresh, --dir and --service, before anything starts."""
     import importlib.util
 
-    from clusterlab.harness.cli_paths import positive_error, writable_directory_error
+    from clusterlab.cli.paths import positive_error, writable_directory_error
 
     if (error := positive_error("--refresh", args.refresh)) is not None:
         raise CommandError(error)
@@ -300,7 +308,6 @@ def check_member_limits(members: int) -> None:
 
 def _watch_live(cluster: Any, console: Any, refresh_s: float) -> None:
     """On a terminal: a live status table until every member has stopped."""
-    from rich.live import Live
     from rich.table import Table
 
     def table() -> Table:
@@ -354,10 +361,6 @@ def cmd_client(args: argparse.Namespace) -> int:
     """One KV request; ``--timeout`` bounds the whole command. Exit 0: a reply with ``ok`` (or no ``ok``
     field); 1: ``ok: false``, an error, or no session (the request was not sent); 3: sent but no reply,
     outcome unknown."""
-    from clusterlab.harness.cli_paths import positive_error
-    from clusterlab.harness.local import LocalClient, LocalClientTimeout
-    from clusterlab.harness.services import kv
-
     started = time.monotonic()
     if (error := positive_error("--timeout", args.timeout)) is not None:
         raise CommandError(error)
@@ -434,8 +437,6 @@ def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
-    from clusterlab.harness.cli_paths import positive_error
-    from clusterlab.harness.local import MemberStatus
 
     if (error := positive_error("--timeout", args.timeout)) is not None:
         raise CommandError(error)
@@ -466,23 +467,3 @@ def cmd_tool(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         tool.close()
-
-
-# ---------------------------------------------------------------------------------- standalone
-def build_parser() -> argparse.ArgumentParser:
-    parser = _one_line_errors(
-        argparse.ArgumentParser(prog="clusterlab", description="clusterlab real-cluster commands")
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

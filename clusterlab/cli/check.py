@@ -34,8 +34,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs with Spark; print the verdict tables; exit 0 (PASS), 1 (FAIL: a violation in a complete
     run), 2 (bad input), 3 (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's
     bytes changed; not judged)."""
+    # Imported here, not at the top: pyspark, which only this command and `golden verify` need.
+    from clusterlab.cli.paths import directory_error, output_file_error
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
-    from clusterlab.harness.cli_paths import directory_error, output_file_error
     from clusterlab.harness.completeness import SchemaVersionError
 
     if args.limit < 1:
