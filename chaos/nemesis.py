@@ -14,6 +14,8 @@ from typing import Any
 
 from clusterlab.chaos.target import Target, Unsupported
 from clusterlab.core.archive import faults
+from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.recording_log import RecordingLog
 
 
 @dataclass
@@ -251,7 +253,7 @@ class DiskFault(Kill):
 
     def while_down(self, t: Target) -> None:
         for m in self.victims:
-            d = t.member_dir(m)
+            d = t.storage(m)
             if self.fault == "truncate" and self.at is not None:
                 self.position = faults.truncate_at(d, min(self.at, faults.stream_end(d)))
             elif self.fault == "truncate":
@@ -261,7 +263,7 @@ class DiskFault(Kill):
             elif self.fault == "flip":
                 self.position = faults.flip_bits_in_tail(d, t.rng, count=3)
             elif self.fault == "unflushed":
-                self.position = faults.truncate_tail(d, t.rng.randrange(1, 4096))
+                self.position = faults.lose_unflushed_tail(d, t.rng, 4096)
             elif self.fault == "snapshot":
                 self.position = _invalidate_latest_snapshot(d)
             else:
@@ -274,10 +276,8 @@ class DiskFault(Kill):
             )
 
 
-def _invalidate_latest_snapshot(member_dir: Any) -> int | None:
-    from clusterlab.core.consensus.recording_log import RecordingLog
-
-    with RecordingLog.open(member_dir) as log:
+def _invalidate_latest_snapshot(storage: Storage) -> int | None:
+    with RecordingLog.open(storage) as log:
         entry = log.latest_snapshot(0)
         return entry.log_position if entry is not None and log.invalidate_latest_snapshot() else None
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
@@ -45,8 +45,11 @@ class Target:
     def alive(self) -> list[int]:
         return self.cluster.members_alive()
 
-    def member_dir(self, member_id: int) -> Path:
-        return Path(self.cluster.member_dir(member_id))
+    def storage(self, member_id: int) -> Storage:
+        """The member's durable storage, for disk faults: its MemoryStorage in the simulator, a
+        FileStorage on its directory for real processes (apply damage only while it is down)."""
+        storage: Storage = self.cluster.storage(member_id)
+        return storage
 
     def event(self, kind: str, member_id: int = -1, **detail: Any) -> None:
         self.cluster.event(kind, member_id, source="chaos", **detail)

@@ -82,6 +82,7 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import kv
@@ -532,6 +533,11 @@ class LocalCluster:
     def member_dir(self, member_id: int) -> Path:
         return self.config.member_dir(member_id)
 
+    def storage(self, member_id: int) -> FileStorage:
+        """A FileStorage on the member's directory, for disk faults while it is down (the running
+        processes open their own)."""
+        return FileStorage(self.member_dir(member_id))
+
     def is_alive(self, member_id: int) -> bool:
         """The member's node process is running (paused counts as alive)."""
         return self._process(member_id, NODE) is not None
@@ -765,7 +771,7 @@ class LocalCluster:
             raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
         from clusterlab.core.archive.faults import truncate_at
 
-        truncate_at(self.member_dir(member_id), position)
+        truncate_at(self.storage(member_id), position)
         self._event("truncate", member_id, log_position=position)
 
     # ------------------------------------------------------------------ chaos gate

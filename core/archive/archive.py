@@ -1,41 +1,43 @@
 """A member's archive in one object: the log recording, the snapshot store and the catalogue.
 
 Aeron runs the Archive as a separate agent the consensus module talks to; here it is a plain object the
-consensus module owns (no IO except its own files under ``<member_dir>/archive``)."""
+consensus module owns, on the member's Storage (files under ``<member_dir>/archive`` for real processes,
+MemoryStorage in the simulator)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from clusterlab.core.archive import layout
 from clusterlab.core.archive.catalogue import Catalogue
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import DEFAULT_SEGMENT_LENGTH, RecordingStore, TailRepair
 from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.archive.storage import Storage
 
 
 class Archive:
-    """Opens (creating if needed) ``<member_dir>/archive``; see :mod:`clusterlab.core.archive.layout`."""
+    """Opens (creating if needed) ``archive/`` in the member's storage; see :mod:`clusterlab.core.archive.layout`."""
 
     def __init__(
         self,
-        member_dir: Path | str,
+        storage: Storage,
         *,
         segment_length: int = DEFAULT_SEGMENT_LENGTH,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.member_dir = Path(member_dir)
-        self.catalogue = Catalogue.open(layout.archive_dir(member_dir), file_sync=file_sync, log=log)
+        self.storage = storage
+        self.catalogue = Catalogue.open(storage, layout.ARCHIVE_DIR_NAME, file_sync=file_sync, log=log)
         self.recording = RecordingStore.open(
-            layout.log_dir(member_dir),
+            storage,
+            layout.LOG_DIR,
             layout.LOG_RECORDING_ID,
             segment_length=segment_length,
             file_sync=file_sync,
             log=log,
         )
-        self.snapshots = SnapshotStore(layout.snapshot_dir(member_dir), self.catalogue, file_sync=file_sync, log=log)
+        self.snapshots = SnapshotStore(storage, self.catalogue, layout.SNAPSHOT_DIR, file_sync=file_sync, log=log)
         self.sync_catalogue()
 
     @property

@@ -83,11 +83,12 @@ class ConsensusModule(ClusterWork):
         self.this_member = self._status_by_id[self.member_id]
         self.protocol_version = PROTOCOL_VERSION
         self.log_recording_id = LOG_RECORDING_ID
-        ctx.cluster_dir.mkdir(parents=True, exist_ok=True)
-        self.archive_store = Archive(ctx.cluster_dir, log=ctx.log)
+        if ctx.storage is None:
+            raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
+        self.archive_store = Archive(ctx.storage, log=ctx.log)
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
-        self.recording_log = RecordingLog.open(ctx.cluster_dir, log=ctx.log)
-        self.node_state = NodeState.open(ctx.cluster_dir)
+        self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
+        self.node_state = NodeState.open(ctx.storage)
         self.consensus_publisher = ConsensusPublisher(ctx.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)

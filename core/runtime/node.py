@@ -71,6 +71,7 @@ from clusterlab.core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -261,6 +262,7 @@ class Node:
             member_id=self.member_id,
             members=self.members,  # the same list: MembersConfig updates reach ingress_endpoints()
             cluster_dir=self.member_dir,
+            storage=FileStorage(self.member_dir),
             outbox=self,
             rng=random.Random(f"{config.seed}:{self.member_id}:{self.incarnation}"),
             timeouts=config.timeouts,
