@@ -463,7 +463,8 @@ class SimCluster:
         ctx = ConsensusModuleContext(
             member_id=member_id,
             members=list(self.cluster_members),
-            cluster_dir=Path(f"sim-member-{member_id}"),  # a name only: the state lives in ``storage``
+            # A name only (nothing is written there): the member's state lives in ``storage``.
+            cluster_dir=(self.directory or Path("sim")) / f"member-{member_id}",
             storage=storage,
             outbox=outbox,
             # Distinct per member and per incarnation, and a pure function of the seed.
