@@ -22,8 +22,8 @@ lost unflushed writes.
 from __future__ import annotations
 
 import errno
-import random
 from dataclasses import dataclass, field
+from random import Random
 from typing import Protocol, runtime_checkable
 
 
@@ -321,9 +321,9 @@ class FaultyStorage:
     :meth:`clear`; damage to data at rest (bit flips, a lost unflushed tail) is applied with the
     helpers in :mod:`clusterlab.core.archive.faults`. Randomness comes only from ``rng``."""
 
-    def __init__(self, inner: Storage, rng: random.Random | None = None) -> None:
+    def __init__(self, inner: Storage, rng: Random | None = None) -> None:
         self.inner = inner
-        self.rng = rng if rng is not None else random.Random(0)
+        self.rng = rng if rng is not None else Random(0)
         self.rules: list[WriteFault] = []
         self.read_error: WriteFault | None = None
         self.injected = 0  # operations failed so far
