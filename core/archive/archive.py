@@ -66,6 +66,9 @@ class Archive:
         self.sync_catalogue()
 
     def close(self) -> None:
-        if not self.recording.closed:
-            self.sync_catalogue()
-        self.recording.close()
+        """Refresh the catalogue and release the recording (released even if the storage refuses)."""
+        try:
+            if not self.recording.closed:
+                self.sync_catalogue()
+        finally:
+            self.recording.close()

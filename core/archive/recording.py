@@ -240,7 +240,12 @@ class RecordingStore:
         """Release file descriptors. Appended data is already in the OS; fsync only with file_sync."""
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
         self._closed = True
         if self._active_fd is not None:
             self._active_fd.close()
