@@ -63,6 +63,7 @@ from clusterlab.core.codec.control import (
     NodeStatus,
     ServiceStatus,
     StatusRequest,
+    StorageFault,
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
@@ -851,6 +852,24 @@ class LocalCluster:
         reply = self._request(member_id, ClockOffset(0, round(offset_s * 1e9)), 2.0)
         ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
         self._event("clock", member_id, offset_ns=round(offset_s * 1e9), accepted=ok)
+        return ok
+
+    def storage_fault(
+        self, member_id: int, code: int, path_prefix: str = "archive/", *, count: int | None = None, torn: bool = False
+    ) -> bool:
+        """Make the running member's storage refuse writes under ``path_prefix`` with errno ``code``
+        (``errno.ENOSPC``, ``errno.EIO``); ``count`` writes or until :meth:`clear_storage_fault`."""
+        msg = StorageFault(0, code, -1 if count is None else count, int(torn), path_prefix)
+        reply = self._request(member_id, msg, 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("storage_fault", member_id, code=code, path_prefix=path_prefix, count=count, accepted=ok)
+        return ok
+
+    def clear_storage_fault(self, member_id: int) -> bool:
+        """Remove the running member's storage faults (space freed); it stays fenced until restarted."""
+        reply = self._request(member_id, StorageFault(0, 0, 0, 0, ""), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("storage_fault", member_id, code=0, accepted=ok)
         return ok
 
     # ------------------------------------------------------------------ cluster control and clients
