@@ -9,6 +9,7 @@ its kill and its restart, as a crash would leave them.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +277,31 @@ class DiskFault(Kill):
             )
 
 
+@dataclass
+class DiskFull(Nemesis):
+    """The leader's disk fills up (``code`` ENOSPC; EIO for a failing one) while it runs: its next
+    append fails, it steps down and stays fenced. Heal frees the space and restarts it."""
+
+    name: str = "disk-full"
+    who: str = "leader"
+    code: int = errno.ENOSPC
+
+    @property
+    def leader_fault(self) -> bool:
+        return self.who == "leader"
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "errno": errno.errorcode.get(self.code, str(self.code))}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [_leader_or_any(t) if self.who == "leader" else t.rng.choice(_followers(t) or t.alive())]
+        t.storage_fault(self.victims[0], self.code)
+
+    def _heal(self, t: Target) -> None:
+        t.clear_storage_fault(self.victims[0])
+        t.restart(self.victims[0])
+
+
 def _invalidate_latest_snapshot(storage: Storage) -> int | None:
     with RecordingLog.open(storage) as log:
         entry = log.latest_snapshot(0)
@@ -347,6 +373,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "flaky-links": FlakyLinks,
     "kill": Kill,
     "disk": DiskFault,
+    "disk-full": DiskFull,
     "pause": Pause,
     "kill-service": KillService,
     "clock-skew": ClockSkew,
@@ -357,6 +384,7 @@ __all__ = [
     "NEMESES",
     "ClockSkew",
     "DiskFault",
+    "DiskFull",
     "FlakyLinks",
     "Kill",
     "KillService",

@@ -51,6 +51,13 @@ class Target:
         storage: Storage = self.cluster.storage(member_id)
         return storage
 
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        """Make the running member's storage refuse writes with errno ``code`` (a full or failing disk)."""
+        raise NotImplementedError
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        raise NotImplementedError
+
     def event(self, kind: str, member_id: int = -1, **detail: Any) -> None:
         self.cluster.event(kind, member_id, source="chaos", **detail)
 
@@ -140,6 +147,13 @@ class LocalTarget(Target):
         if not self.cluster.set_clock_offset(member_id, offset_s):
             raise Unsupported(f"member {member_id} did not accept a clock offset")
 
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        if not self.cluster.storage_fault(member_id, code, path_prefix):
+            raise Unsupported(f"member {member_id} did not accept a storage fault")
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        self.cluster.clear_storage_fault(member_id)  # a member down or restarted has none to clear
+
     def now_s(self) -> float:
         return time.monotonic()
 
@@ -179,6 +193,13 @@ class SimTarget(Target):
 
     def now_s(self) -> float:
         return self.cluster.now_ns / SECOND
+
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        self.cluster.storage(member_id).fail_writes(code, path_prefix)
+        self.cluster.event("storage_fault", member_id, code=code, path_prefix=path_prefix)
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        self.cluster.storage(member_id).clear()
 
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         self.cluster.set_link(src, dst, loss=loss, latency_ns=max(1, int(delay_s * SECOND)))

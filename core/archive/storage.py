@@ -39,7 +39,7 @@ def parent(path: str) -> str:
 
 def storage_error(code: int, what: str, path: str) -> OSError:
     """An ``OSError`` with ``code`` naming the operation and the path, as the OS would raise it."""
-    return OSError(code, f"{errno.errorcode.get(code, code)}: {what}", path)
+    return OSError(code, what, path)
 
 
 @runtime_checkable
