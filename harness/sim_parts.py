@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from clusterlab.core.archive.catalogue import Catalogue
@@ -31,12 +30,6 @@ from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
 
 CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
-
-
-def service_snapshot_dir(member_dir: Path, service_id: int) -> Path:
-    """Where a member's service ``service_id`` keeps its snapshot recordings on disk (real processes:
-    :func:`clusterlab.core.archive.layout.service_archive_dir` under the member directory)."""
-    return member_dir / f"service-{service_id}"
 
 
 def client_network_id(client_id: int) -> int:
