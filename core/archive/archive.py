@@ -38,7 +38,12 @@ class Archive:
             log=log,
         )
         self.snapshots = SnapshotStore(storage, self.catalogue, layout.SNAPSHOT_DIR, file_sync=file_sync, log=log)
-        self.sync_catalogue()
+        try:
+            self.sync_catalogue()
+        except OSError as e:
+            # The log row is only a cache of the segments' extent (they are the truth on open): a full
+            # disk must not stop a restart; the first append that needs space reports it.
+            (log or (lambda line: None))(f"archive: catalogue not refreshed on open: {e}")
 
     @property
     def repair(self) -> TailRepair | None:

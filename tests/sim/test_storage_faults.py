@@ -125,3 +125,23 @@ def test_a_torn_write_is_cut_back_and_repaired_after_restart(sim: SimKit) -> Non
     c.restart(follower)
     sim.converge(c)
     logs_identical(c)
+
+
+def test_a_member_can_be_killed_and_restarted_while_its_disk_is_full(sim: SimKit) -> None:
+    c = sim.cluster(members=3, seed=14)
+    leader = c.await_leader()
+    offer_burst(c, "committed", count=3)
+    sim.converge(c)
+    follower = (leader + 1) % 3
+    c.storage(follower).fail_writes(errno.ENOSPC)
+    c.kill(follower)  # a crash runs no close code, so nothing is written (or refused)
+    c.restart(follower)  # opening refreshes the catalogue: refused, logged, the open goes on
+    assert any("catalogue not refreshed" in line for _t, m, line in c.log_lines if m == follower)
+    offer_burst(c, "more", count=3)
+    c.run_for(200 * MS)
+    m = c.member(follower)  # its first append is refused: fenced, still up
+    assert m.storage_failure is not None and "ENOSPC" in m.storage_failure
+    c.storage(follower).clear()
+    c.restart(follower)
+    sim.converge(c)
+    logs_identical(c)
