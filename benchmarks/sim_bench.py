@@ -1,7 +1,9 @@
 """Simulator speed: simulated seconds per real second on a 3-member cluster (issue 3's figure).
 
 Three workloads: idle (heartbeats only), steady load (one 64-byte append per simulated ms), and a
-leader kill + recovery. Prints a table and writes JSON (default benchmarks/results/sim.json).
+leader kill + recovery; plus the cost of a cluster's life cycle (start 3 members, elect, kill and
+restart the leader, close), which is where members' storage shows (MemoryStorage: no directories).
+Prints a table and writes JSON (default benchmarks/results/sim.json).
 Run: python -m benchmarks.sim_bench [--out FILE] [--seconds N]
 """
 
@@ -44,10 +46,24 @@ def _measure(name: str, seconds: int, load: bool, kill: bool) -> dict[str, float
         }
 
 
+def _lifecycle(clusters: int) -> dict[str, float | int]:
+    start = time.perf_counter()
+    for seed in range(clusters):
+        with SimCluster(members=3, seed=seed) as c:
+            leader = c.await_leader(30 * SECOND)
+            c.kill(leader)
+            c.run_for(200 * MS)
+            c.restart(leader)
+            c.run_for(100 * MS)
+    real = time.perf_counter() - start
+    return {"clusters": clusters, "real_s": round(real, 3), "ms_per_cluster": round(1000 * real / clusters, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="benchmarks/results/sim.json")
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--clusters", type=int, default=40, help="clusters for the life-cycle figure")
     args = parser.parse_args()
     rows = [
         _measure("idle (heartbeats)", args.seconds, load=False, kill=False),
@@ -60,7 +76,12 @@ def main() -> None:
             f"{r['workload']:34} {r['simulated_s']:>7} {r['real_s']:>8} {r['sim_s_per_real_s']:>13} "
             f"{r['entries_appended']:>9} {r['messages_delivered']:>9}"
         )
-    print(f"wrote {write_results(args.out, {'members': 3, 'results': rows})}")
+    life = _lifecycle(args.clusters)
+    print(
+        f"life cycle (start, elect, kill + restart leader, close): {life['clusters']} clusters in "
+        f"{life['real_s']} s = {life['ms_per_cluster']} ms each"
+    )
+    print(f"wrote {write_results(args.out, {'members': 3, 'results': rows, 'lifecycle': life})}")
 
 
 if __name__ == "__main__":

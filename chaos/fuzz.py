@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterlab.chaos.target import converged
-from clusterlab.core.archive.layout import log_dir
+from clusterlab.core.archive.layout import LOG_DIR
 from clusterlab.core.archive.recording import RecordingStore
 from clusterlab.core.consensus.context import MS, SECOND, Role
 from clusterlab.harness.invariants import SafetyChecker
@@ -226,7 +226,7 @@ def run_random_schedule(
 
 def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: int) -> int:
     """The largest frame boundary <= position in a (down) member's log, read from its files."""
-    store = RecordingStore.open(log_dir(cluster.member_dir(member_id)))
+    store = RecordingStore.open(cluster.storage(member_id), LOG_DIR)
     try:
         p = min(position, store.stop_position)
         while p > store.start_position and not store.is_frame_boundary(p):

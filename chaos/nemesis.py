@@ -9,11 +9,13 @@ its kill and its restart, as a crash would leave them.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from typing import Any
 
 from clusterlab.chaos.target import Target, Unsupported
 from clusterlab.core.archive import faults
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 
@@ -261,7 +263,7 @@ class DiskFault(Kill):
 
     def while_down(self, t: Target) -> None:
         for m in self.victims:
-            d = t.member_dir(m)
+            d = t.storage(m)
             if self.fault == "truncate" and self.at is not None:
                 self.position = faults.truncate_at(d, min(self.at, faults.stream_end(d)))
             elif self.fault == "truncate":
@@ -271,7 +273,7 @@ class DiskFault(Kill):
             elif self.fault == "flip":
                 self.position = faults.flip_bits_in_tail(d, t.rng, count=3)
             elif self.fault == "unflushed":
-                self.position = faults.truncate_tail(d, t.rng.randrange(1, 4096))
+                self.position = faults.lose_unflushed_tail(d, t.rng, 4096)
             elif self.fault == "snapshot":
                 self.position = _invalidate_latest_snapshot(d)
             else:
@@ -284,9 +286,33 @@ class DiskFault(Kill):
             )
 
 
-def _invalidate_latest_snapshot(member_dir: Any) -> int | None:
+@dataclass
+class DiskFull(Nemesis):
+    """The leader's disk fills up (``code`` ENOSPC; EIO for a failing one) while it runs: its next
+    append fails, it steps down and stays fenced. Heal frees the space and restarts it."""
 
-    with RecordingLog.open(member_dir) as log:
+    name: str = "disk-full"
+    who: str = "leader"
+    code: int = errno.ENOSPC
+
+    @property
+    def leader_fault(self) -> bool:
+        return self.who == "leader"
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "errno": errno.errorcode.get(self.code, str(self.code))}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [_leader_or_any(t) if self.who == "leader" else t.rng.choice(_followers(t) or t.alive())]
+        t.storage_fault(self.victims[0], self.code)
+
+    def _heal(self, t: Target) -> None:
+        t.clear_storage_fault(self.victims[0])
+        t.restart(self.victims[0])
+
+
+def _invalidate_latest_snapshot(storage: Storage) -> int | None:
+    with RecordingLog.open(storage) as log:
         entry = log.latest_snapshot(0)
         return entry.log_position if entry is not None and log.invalidate_latest_snapshot() else None
 
@@ -356,6 +382,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "flaky-links": FlakyLinks,
     "kill": Kill,
     "disk": DiskFault,
+    "disk-full": DiskFull,
     "pause": Pause,
     "kill-service": KillService,
     "clock-skew": ClockSkew,
@@ -366,6 +393,7 @@ __all__ = [
     "NEMESES",
     "ClockSkew",
     "DiskFault",
+    "DiskFull",
     "FlakyLinks",
     "Kill",
     "KillService",

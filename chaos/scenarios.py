@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from clusterlab.chaos.nemesis import (
     ClockSkew,
     DiskFault,
+    DiskFull,
     FlakyLinks,
     Kill,
     KillService,
@@ -126,6 +127,11 @@ SCENARIOS: dict[str, Scenario] = {
             "bit-flip-tail",
             "a follower's log tail gets flipped bits while it is down (CRC catches it)",
             lambda d, n: [quiet(d * 0.3), fault(DiskFault(fault="flip"), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "disk-full-leader",
+            "the running leader's disk fills up (ENOSPC): it steps down; freed and restarted, it catches up",
+            lambda d, n: [quiet(d * 0.3), fault(DiskFull(), d * 0.3), quiet(d * 0.4)],
         ),
         Scenario("rolling-restart", "every member in turn is killed and restarted", _rolling, default_duration_s=8.0),
         Scenario(

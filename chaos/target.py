@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
@@ -45,8 +45,18 @@ class Target:
     def alive(self) -> list[int]:
         return self.cluster.members_alive()
 
-    def member_dir(self, member_id: int) -> Path:
-        return Path(self.cluster.member_dir(member_id))
+    def storage(self, member_id: int) -> Storage:
+        """The member's durable storage, for disk faults: its MemoryStorage in the simulator, a
+        FileStorage on its directory for real processes (apply damage only while it is down)."""
+        storage: Storage = self.cluster.storage(member_id)
+        return storage
+
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        """Make the running member's storage refuse writes with errno ``code`` (a full or failing disk)."""
+        raise NotImplementedError
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        raise NotImplementedError
 
     def event(self, kind: str, member_id: int = -1, **detail: Any) -> None:
         self.cluster.event(kind, member_id, source="chaos", **detail)
@@ -137,6 +147,13 @@ class LocalTarget(Target):
         if not self.cluster.set_clock_offset(member_id, offset_s):
             raise Unsupported(f"member {member_id} did not accept a clock offset")
 
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        if not self.cluster.storage_fault(member_id, code, path_prefix):
+            raise Unsupported(f"member {member_id} did not accept a storage fault")
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        self.cluster.clear_storage_fault(member_id)  # a member down or restarted has none to clear
+
     def now_s(self) -> float:
         return time.monotonic()
 
@@ -176,6 +193,13 @@ class SimTarget(Target):
 
     def now_s(self) -> float:
         return self.cluster.now_ns / SECOND
+
+    def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
+        self.cluster.storage(member_id).fail_writes(code, path_prefix)
+        self.cluster.event("storage_fault", member_id, code=code, path_prefix=path_prefix)
+
+    def clear_storage_fault(self, member_id: int) -> None:
+        self.cluster.storage(member_id).clear()
 
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         self.cluster.set_link(src, dst, loss=loss, latency_ns=max(1, int(delay_s * SECOND)))

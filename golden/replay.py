@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.core.archive.catalogue import Catalogue
-from clusterlab.core.archive.layout import archive_dir, snapshot_dir
 from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.archive.storage import MemoryStorage
 from clusterlab.core.codec import Frame
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.framing import walk_frames
@@ -128,11 +128,16 @@ def _replay(
     result = Replay()
     outbox = _Outbox()
     ctx = ConsensusModuleContext(
-        member_id=0, members=[ClusterMember(0)], cluster_dir=directory / "node", outbox=outbox, rng=random.Random(0)
+        member_id=0,
+        members=[ClusterMember(0)],
+        cluster_dir=directory / "node",
+        storage=MemoryStorage("replay-node"),  # the replay keeps nothing on disk
+        outbox=outbox,
+        rng=random.Random(0),
     )
     cm = ConsensusModule(ctx)
-    service_dir = directory / "service"
-    store = SnapshotStore(snapshot_dir(service_dir), Catalogue.open(archive_dir(service_dir)))
+    service_storage = MemoryStorage("replay-service")
+    store = SnapshotStore(service_storage, Catalogue.open(service_storage))
     cm_sessions: dict[int, tuple[int, ...]] = {}
     cm.log_listeners.append(lambda f, _replay: cm_sessions.__setitem__(f.end_position, tuple(sorted(cm.sessions))))
 

@@ -65,6 +65,7 @@ from clusterlab.core.codec.control import (
     NodeStatus,
     ServiceStatus,
     StatusRequest,
+    StorageFault,
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
@@ -84,6 +85,7 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import kv
@@ -538,6 +540,11 @@ class LocalCluster:
     def member_dir(self, member_id: int) -> Path:
         return self.config.member_dir(member_id)
 
+    def storage(self, member_id: int) -> FileStorage:
+        """A FileStorage on the member's directory, for disk faults while it is down (the running
+        processes open their own)."""
+        return FileStorage(self.member_dir(member_id))
+
     def is_alive(self, member_id: int) -> bool:
         """The member's node process is running (paused counts as alive)."""
         return self._process(member_id, NODE) is not None
@@ -771,7 +778,7 @@ class LocalCluster:
         if self.is_alive(member_id):
             raise LocalClusterError(f"truncate_recording({member_id}): member is running; kill or stop it first")
 
-        truncate_at(self.member_dir(member_id), position)
+        truncate_at(self.storage(member_id), position)
         self._event("truncate", member_id, log_position=position)
 
     # ------------------------------------------------------------------ chaos gate
@@ -851,6 +858,24 @@ class LocalCluster:
         reply = self._request(member_id, ClockOffset(0, round(offset_s * 1e9)), 2.0)
         ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
         self._event("clock", member_id, offset_ns=round(offset_s * 1e9), accepted=ok)
+        return ok
+
+    def storage_fault(
+        self, member_id: int, code: int, path_prefix: str = "archive/", *, count: int | None = None, torn: bool = False
+    ) -> bool:
+        """Make the running member's storage refuse writes under ``path_prefix`` with errno ``code``
+        (``errno.ENOSPC``, ``errno.EIO``); ``count`` writes or until :meth:`clear_storage_fault`."""
+        msg = StorageFault(0, code, -1 if count is None else count, int(torn), path_prefix)
+        reply = self._request(member_id, msg, 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("storage_fault", member_id, code=code, path_prefix=path_prefix, count=count, accepted=ok)
+        return ok
+
+    def clear_storage_fault(self, member_id: int) -> bool:
+        """Remove the running member's storage faults (space freed); it stays fenced until restarted."""
+        reply = self._request(member_id, StorageFault(0, 0, 0, 0, ""), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("storage_fault", member_id, code=0, accepted=ok)
         return ok
 
     # ------------------------------------------------------------------ cluster control and clients

@@ -89,8 +89,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 from clusterlab.core import __version__
-from clusterlab.core.archive.layout import log_dir
+from clusterlab.core.archive.layout import LOG_DIR
 from clusterlab.core.archive.recording import list_segments
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
 from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
@@ -99,6 +100,7 @@ from clusterlab.core.runtime.recording import DROP as DROP
 from clusterlab.core.runtime.recording import RECV as RECV
 from clusterlab.core.runtime.recording import SEND as SEND
 from clusterlab.core.runtime.recording import NullRecorder
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
 
@@ -999,11 +1001,13 @@ def entry_type_name(frame_type: int, payload: bytes) -> str:
     return str(et) if et is not None else name
 
 
-def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[LogRow], int]:
-    """The whole frames of a member's log recording that end at or before ``up_to_position``, read-only
-    (the segment files are read directly, never opened for repair). Returns (rows, end position)."""
+def read_recording(member_dir: Path | str | Storage, up_to_position: int) -> tuple[list[LogRow], int]:
+    """The whole frames of a member's log recording (its directory, or its Storage in the simulator)
+    that end at or before ``up_to_position``, read-only (the segment files are read directly, never
+    opened for repair). Returns (rows, end position)."""
 
-    segments = list_segments(log_dir(member_dir))
+    storage = FileStorage(member_dir) if isinstance(member_dir, Path | str) else member_dir
+    segments = list_segments(storage, LOG_DIR)
     if not segments:
         return [], 0
     base = segments[0][0]
@@ -1012,7 +1016,7 @@ def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[Lo
     for seg_base, path in segments:
         if seg_base != expected:
             break  # a gap: keep what is contiguous
-        data = path.read_bytes()
+        data = storage.read_file(path)
         chunks.append(data)
         expected = seg_base + len(data)
         if expected >= up_to_position:
@@ -1035,7 +1039,9 @@ def read_recording(member_dir: Path | str, up_to_position: int) -> tuple[list[Lo
     return rows, end
 
 
-def committed_log(member_dirs: Mapping[int, Path | str], commit_position: int) -> tuple[list[LogRow], int | None]:
+def committed_log(
+    member_dirs: Mapping[int, Path | str | Storage], commit_position: int
+) -> tuple[list[LogRow], int | None]:
     """The committed log up to ``commit_position`` from the first member (in id order) whose recording
     holds all of it from position 0, else the longest prefix found. Returns (rows, member used)."""
     best: tuple[list[LogRow], int | None, int] = ([], None, -1)
@@ -1223,7 +1229,7 @@ class RunRecorder:
         self,
         outcome: str,
         *,
-        member_dirs: Mapping[int, Path | str] | None = None,
+        member_dirs: Mapping[int, Path | str | Storage] | None = None,
         commit_position: int | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -1243,7 +1249,7 @@ class RunRecorder:
         if member_dirs:
             if commit_position is None:
                 commit_position = highest_commit_in_trace(self.run_dir)
-            existing = {m: d for m, d in member_dirs.items() if Path(d).is_dir()}
+            existing = {m: d for m, d in member_dirs.items() if not isinstance(d, Path | str) or Path(d).is_dir()}
             rows, source = committed_log(existing, commit_position) if existing else ([], None)
             end = rows[-1].log_position if rows else 0
             log_meta = {

@@ -6,9 +6,15 @@ instant until nothing more happens, and repeats. Every choice is made in a fixed
 sequence, then member id) and every random draw comes from generators derived from ``seed``, so a
 seed is a complete recipe for a run: :meth:`SimCluster.repro` prints it and failures include it.
 
+Members keep their durable state (archive, recording log, node state, service snapshots) in a
+MemoryStorage each (core/archive/storage.py), wrapped in a FaultyStorage: no directories, no syscalls.
+A member's storage outlives its member object, so a killed member restarts from what it wrote (a
+process crash keeps written data; :meth:`SimCluster.power_loss` drops what was never synced), and disk
+faults are injected through it (:meth:`SimCluster.storage`).
+
 Typical use::
 
-    with SimCluster(members=3, seed=7, directory=tmp_path) as cluster:
+    with SimCluster(members=3, seed=7) as cluster:
         leader = cluster.await_leader(5 * SECOND)
         cluster.kill(leader)
         cluster.await_condition(lambda: cluster.leader_id() not in (None, leader), 5 * SECOND,
@@ -19,14 +25,13 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from clusterlab.core.archive.faults import truncate_at
+from clusterlab.core.archive import faults
+from clusterlab.core.archive.storage import FaultyStorage, MemoryStorage
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
@@ -177,9 +182,11 @@ class SimCluster:
         self.appointed_leader_id = appointed_leader_id
         self._factory: MemberFactory = member_factory or consensus_module_factory
         self._max_rounds = max_rounds_per_instant
-        self._owns_directory = directory is None
-        self.directory = Path(tempfile.mkdtemp(prefix="simcluster-")) if directory is None else Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Nothing is written here any more (members run on MemoryStorage); kept for callers and reports.
+        self.directory = Path(directory) if directory is not None else None
+        self._storages = [
+            FaultyStorage(MemoryStorage(f"sim-member-{i}"), random.Random(f"{seed}:disk:{i}")) for i in range(members)
+        ]
 
         self.clock = VirtualClock(start_time_ns)
         self.network = SimNetwork(random.Random(f"{seed}:network"), self.network_config)
@@ -232,8 +239,16 @@ class SimCluster:
     def incarnation(self, member_id: int) -> int:
         return self._incarnations[member_id]
 
-    def member_dir(self, member_id: int) -> Path:
-        return self.directory / f"member-{member_id}"
+    def storage(self, member_id: int) -> FaultyStorage:
+        """The member's storage (a FaultyStorage over its MemoryStorage): outlives incarnations; inject
+        disk faults here (``fail_writes``) or damage it while the member is down (core/archive/faults.py)."""
+        return self._storages[member_id]
+
+    def memory_storage(self, member_id: int) -> MemoryStorage:
+        """The MemoryStorage under the member's fault wrapper."""
+        inner = self._storages[member_id].inner
+        assert isinstance(inner, MemoryStorage)
+        return inner
 
     def message_digest(self) -> str:
         return self.network.digest
@@ -447,13 +462,14 @@ class SimCluster:
     def _start_member(self, member_id: int, wiped: bool = False) -> None:
         self._incarnations[member_id] += 1
         incarnation = self._incarnations[member_id]
-        cluster_dir = self.member_dir(member_id)
-        cluster_dir.mkdir(parents=True, exist_ok=True)
+        storage = self._storages[member_id]
         outbox = _SimOutbox(member_id, self.clock, self.network)
         ctx = ConsensusModuleContext(
             member_id=member_id,
             members=list(self.cluster_members),
-            cluster_dir=cluster_dir,
+            # A name only (nothing is written there): the member's state lives in ``storage``.
+            cluster_dir=(self.directory or Path("sim")) / f"member-{member_id}",
+            storage=storage,
             outbox=outbox,
             # Distinct per member and per incarnation, and a pure function of the seed.
             rng=random.Random(f"{self.seed}:{member_id}:{incarnation}"),
@@ -476,7 +492,7 @@ class SimCluster:
         if self.service_name:
             host = SimServiceHost(
                 member_id,
-                cluster_dir,
+                storage,
                 SERVICES[self.service_name],
                 outbox.send_egress,
                 self._applied_sink(member_id, incarnation),
@@ -499,14 +515,11 @@ class SimCluster:
         return member
 
     def kill(self, member_id: int) -> None:
-        """Crash: drop the object without closing it (unflushed state is lost; files stay)."""
-        member = self._take_down(member_id)
-        # A dead process's file descriptors die with it. The stores write straight to the OS (no
-        # user-space buffer), so releasing them saves nothing a crash would lose; without it every
-        # kill leaked two descriptors and a long test worker ran out (select() on fd >= 1024).
-        for store in (getattr(member, "archive_store", None), getattr(member, "recording_log", None)):
-            if store is not None:
-                store.close()
+        """Crash: drop the object without closing it. What it wrote stays in its storage (the stores
+        write unbuffered, as to the OS); only :meth:`power_loss` loses unsynced data."""
+        # No close code runs (a crash does not refresh the catalogue or sync), and a MemoryStorage holds
+        # no file descriptors to release: the object is simply dropped.
+        self._take_down(member_id)
         self._harness_event("kill", member_id)
 
     def stop(self, member_id: int) -> None:
@@ -525,18 +538,29 @@ class SimCluster:
         self._start_member(member_id)
 
     def restart_wiped(self, member_id: int) -> None:
-        """Restart with an empty directory (a replaced disk); a running member is killed first."""
+        """Restart with an empty storage (a replaced disk, its faults cleared); a running member is
+        killed first."""
         if self.is_alive(member_id):
             self.kill(member_id)
-        shutil.rmtree(self.member_dir(member_id), ignore_errors=True)
+        self._storages[member_id].clear()
+        self.memory_storage(member_id).wipe()
         self._start_member(member_id, wiped=True)
+
+    def power_loss(self, member_id: int) -> list[str]:
+        """Kill the member and drop everything its storage holds that was never synced (a power cut
+        rather than a process crash). Returns the storage paths that lost data; restart it after."""
+        if self.is_alive(member_id):
+            self.kill(member_id)
+        lost = self.memory_storage(member_id).power_loss()
+        self._harness_event("power_loss", member_id, lost=lost)
+        return lost
 
     def truncate_recording(self, member_id: int, position: int) -> None:
         """Cut the member's log recording back to ``position`` (a lost disk tail). Only while the
         member is down: a running archive would not notice its files changing."""
         if self.is_alive(member_id):
             raise SimError(f"truncate_recording({member_id}): member is running; kill or stop it first")
-        truncate_at(self.member_dir(member_id), position)
+        faults.truncate_at(self._storages[member_id], position)
         self._harness_event("truncate", member_id, log_position=position)
 
     def add_client(self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000) -> SimClient:
@@ -686,8 +710,8 @@ class SimCluster:
     # ----------------------------------------------------------------------------- teardown
 
     def close(self) -> None:
-        """Close every running member cleanly. Idempotent. Removes the directory only if the
-        cluster created it (a caller's directory is left for inspection)."""
+        """Close every running member cleanly. Idempotent. The members' storages stay readable
+        (:meth:`storage`) after close, for the recorder and for inspection."""
         if self._closed:
             return
         self._closed = True
@@ -699,8 +723,6 @@ class SimCluster:
                 self.stop(i)
             except Exception as e:  # close the others anyway, then report
                 errors.append(e)
-        if self._owns_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
         if errors:
             raise errors[0]
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from clusterlab.core.archive.catalogue import Catalogue
-from clusterlab.core.archive.layout import archive_dir, service_snapshot_dir, snapshot_dir
+from clusterlab.core.archive.layout import service_snapshot_store_dirs
 from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.client.client import ClusterClient, EgressMessage
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.service import JoinLog
@@ -57,7 +57,7 @@ class SimServiceHost:
     def __init__(
         self,
         member_id: int,
-        member_dir: Path,
+        storage: Storage,
         service_factory: Callable[[], Any],
         send_egress: Callable[[str, bytes], None],
         on_applied: Callable[[AppliedEntry], None],
@@ -70,9 +70,8 @@ class SimServiceHost:
         # Each service keeps its snapshots in its own store: the node's archive allocates its own
         # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
         # process serialises that; here the recording log's service_id says which store to read).
-        service_dir = service_snapshot_dir(member_dir, 0)
-        catalogue = Catalogue.open(archive_dir(service_dir))
-        self.snapshots = SnapshotStore(snapshot_dir(service_dir), catalogue)
+        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(0)
+        self.snapshots = SnapshotStore(storage, Catalogue.open(storage, catalogue_dir), snapshot_dir)
         self.agent = ClusteredServiceAgent(
             0,
             member_id,
@@ -85,7 +84,7 @@ class SimServiceHost:
         )
         # Aeron's service reads the RecoveryState counter; ours reads the same recovery plan from the
         # recording log the node just reconciled on start.
-        with RecordingLog.open(member_dir) as recording_log:
+        with RecordingLog.open(storage) as recording_log:
             entry = recording_log.latest_snapshot(0)
         self.agent.start(entry.recording_id if entry is not None else None)
 

@@ -388,8 +388,8 @@ class SimRecording:
             }
         }
         sim_meta.update(extra or {})
-        member_dirs = {i: c.member_dir(i) for i in range(c.member_count)}
-        return self.run.finish(outcome, member_dirs=member_dirs, commit_position=highest, extra=sim_meta)
+        storages = {i: c.storage(i) for i in range(c.member_count)}
+        return self.run.finish(outcome, member_dirs=storages, commit_position=highest, extra=sim_meta)
 
 
 class _WorkloadRecorder:

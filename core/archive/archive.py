@@ -1,42 +1,49 @@
 """A member's archive in one object: the log recording, the snapshot store and the catalogue.
 
 Aeron runs the Archive as a separate agent the consensus module talks to; here it is a plain object the
-consensus module owns (no IO except its own files under ``<member_dir>/archive``)."""
+consensus module owns, on the member's Storage (files under ``<member_dir>/archive`` for real processes,
+MemoryStorage in the simulator)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from clusterlab.core.archive import layout
 from clusterlab.core.archive.catalogue import Catalogue
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import DEFAULT_SEGMENT_LENGTH, RecordingStore, TailRepair
 from clusterlab.core.archive.snapshots import SnapshotStore
+from clusterlab.core.archive.storage import Storage
 
 
 class Archive:
-    """Opens (creating if needed) ``<member_dir>/archive``; see :mod:`clusterlab.core.archive.layout`."""
+    """Opens (creating if needed) ``archive/`` in the member's storage; see :mod:`clusterlab.core.archive.layout`."""
 
     def __init__(
         self,
-        member_dir: Path | str,
+        storage: Storage,
         *,
         segment_length: int = DEFAULT_SEGMENT_LENGTH,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.member_dir = Path(member_dir)
-        self.catalogue = Catalogue.open(layout.archive_dir(member_dir), file_sync=file_sync, log=log)
+        self.storage = storage
+        self.catalogue = Catalogue.open(storage, layout.ARCHIVE_DIR_NAME, file_sync=file_sync, log=log)
         self.recording = RecordingStore.open(
-            layout.log_dir(member_dir),
+            storage,
+            layout.LOG_DIR,
             layout.LOG_RECORDING_ID,
             segment_length=segment_length,
             file_sync=file_sync,
             log=log,
         )
-        self.snapshots = SnapshotStore(layout.snapshot_dir(member_dir), self.catalogue, file_sync=file_sync, log=log)
-        self.sync_catalogue()
+        self.snapshots = SnapshotStore(storage, self.catalogue, layout.SNAPSHOT_DIR, file_sync=file_sync, log=log)
+        try:
+            self.sync_catalogue()
+        except OSError as e:
+            # The log row is only a cache of the segments' extent (they are the truth on open): a full
+            # disk must not stop a restart; the first append that needs space reports it.
+            (log or (lambda line: None))(f"archive: catalogue not refreshed on open: {e}")
 
     @property
     def repair(self) -> TailRepair | None:
@@ -64,6 +71,9 @@ class Archive:
         self.sync_catalogue()
 
     def close(self) -> None:
-        if not self.recording.closed:
-            self.sync_catalogue()
-        self.recording.close()
+        """Refresh the catalogue and release the recording (released even if the storage refuses)."""
+        try:
+            if not self.recording.closed:
+                self.sync_catalogue()
+        finally:
+            self.recording.close()

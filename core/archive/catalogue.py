@@ -17,12 +17,11 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from clusterlab.core.archive.errors import ArchiveError
-from clusterlab.core.archive.layout import CATALOGUE_FILE_NAME, LOG_RECORDING_ID
-from clusterlab.core.atomic import write_atomically
+from clusterlab.core.archive.layout import ARCHIVE_DIR_NAME, CATALOGUE_FILE_NAME, LOG_RECORDING_ID
+from clusterlab.core.archive.storage import Storage, join
 
 NULL_VALUE = (
     -1
@@ -68,14 +67,17 @@ class Catalogue:
 
     def __init__(
         self,
-        path: Path,
+        storage: Storage,
+        file_path: str,
         recordings: dict[int, RecordingDescriptor],
         next_recording_id: int,
         *,
         file_sync: bool,
         log: Callable[[str], None],
     ) -> None:
-        self.path = path
+        self.storage = storage
+        self.file_path = file_path
+        self.path = storage.describe(file_path)  # for messages
         self.file_sync = file_sync
         self._log = log
         self._recordings = recordings
@@ -83,17 +85,23 @@ class Catalogue:
 
     @classmethod
     def open(
-        cls, archive_dir: Path | str, *, file_sync: bool = False, log: Callable[[str], None] | None = None
+        cls,
+        storage: Storage,
+        archive_dir: str = ARCHIVE_DIR_NAME,
+        *,
+        file_sync: bool = False,
+        log: Callable[[str], None] | None = None,
     ) -> Catalogue:
-        """Load the catalogue in ``archive_dir`` (creating an empty one). ArchiveError if it is corrupt."""
-        archive_dir = Path(archive_dir)
-        archive_dir.mkdir(parents=True, exist_ok=True)
-        path = archive_dir / CATALOGUE_FILE_NAME
+        """Load the catalogue in ``storage``'s ``archive_dir`` (creating an empty one). ArchiveError if
+        it is corrupt."""
+        storage.make_dirs(archive_dir)
+        file_path = join(archive_dir, CATALOGUE_FILE_NAME)
+        path = storage.describe(file_path)
         recordings: dict[int, RecordingDescriptor] = {}
         next_id = LOG_RECORDING_ID + 1
-        if path.exists():
+        if storage.exists(file_path):
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = json.loads(storage.read_file(file_path).decode("utf-8"))
                 if doc.get("version") != CATALOGUE_VERSION:
                     raise ValueError(f"unsupported version {doc.get('version')!r}")
                 for row in doc["recordings"]:
@@ -102,7 +110,7 @@ class Catalogue:
                 next_id = int(doc["next_recording_id"])
             except (ValueError, KeyError, TypeError) as e:
                 raise ArchiveError(f"corrupt catalogue {path}: {e}") from e
-        catalogue = cls(path, recordings, next_id, file_sync=file_sync, log=log or _noop_log)
+        catalogue = cls(storage, file_path, recordings, next_id, file_sync=file_sync, log=log or _noop_log)
         catalogue._next_recording_id = max(next_id, catalogue._min_next_id())
         return catalogue
 
@@ -144,9 +152,7 @@ class Catalogue:
             log_position,
             service_id,
         )
-        self._recordings[recording_id] = d
-        self._next_recording_id = max(self._next_recording_id, recording_id + 1)
-        self._save()
+        self._commit({**self._recordings, recording_id: d}, max(self._next_recording_id, recording_id + 1))
         return d
 
     def ensure_log_recording(self, directory: str, start_position: int, stop_position: int) -> RecordingDescriptor:
@@ -173,15 +179,13 @@ class Catalogue:
         if d.stop_position == stop_position and d.start_position == start:
             return d
         d = replace(d, stop_position=stop_position, start_position=start)
-        self._recordings[recording_id] = d
-        self._save()
+        self._commit({**self._recordings, recording_id: d}, self._next_recording_id)
         return d
 
     def invalidate(self, recording_id: int) -> RecordingDescriptor:
         """Mark a recording unusable (deleted or damaged); its id is never reused."""
         d = replace(self.get(recording_id), valid=False)
-        self._recordings[recording_id] = d
-        self._save()
+        self._commit({**self._recordings, recording_id: d}, self._next_recording_id)
         return d
 
     def get(self, recording_id: int) -> RecordingDescriptor:
@@ -208,13 +212,17 @@ class Catalogue:
     def __len__(self) -> int:
         return len(self._recordings)
 
-    def _save(self) -> None:
+    def _commit(self, recordings: dict[int, RecordingDescriptor], next_recording_id: int) -> None:
+        """Persist the new rows, then adopt them: a refused write (ENOSPC) leaves memory equal to disk."""
         doc: dict[str, Any] = {
             "version": CATALOGUE_VERSION,
-            "next_recording_id": self._next_recording_id,
+            "next_recording_id": next_recording_id,
             "recordings": [
-                {**asdict(d), "kind": d.kind.value}
-                for d in sorted(self._recordings.values(), key=lambda d: d.recording_id)
+                {**asdict(d), "kind": d.kind.value} for d in sorted(recordings.values(), key=lambda d: d.recording_id)
             ],
         }
-        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True), file_sync=self.file_sync)
+        self.storage.replace(
+            self.file_path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"), sync=self.file_sync
+        )
+        self._recordings = recordings
+        self._next_recording_id = next_recording_id

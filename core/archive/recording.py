@@ -13,8 +13,9 @@ own tail once per follower, once to consume and once for its service; a follower
 forwards what it just received. Those reads are served from memory, without a second CRC pass;
 anything older, or after a truncate or purge, is read (and checked) from the files as before.
 
-Durability: writes go straight to the OS with ``os.pwrite`` (no Python buffer), so a killed process loses
-nothing it appended; ``fsync`` happens only with ``file_sync=True`` (Aeron's file sync level 0 by default:
+Durability: every file operation goes through the member's Storage (core/archive/storage.py). Writes go
+straight to the OS (no Python buffer), so a killed process loses nothing it appended; ``sync`` (fsync)
+happens only with ``file_sync=True`` (Aeron's file sync level 0 by default:
 survives a process crash, not a power loss). On open the last segment is checked frame by frame; a torn
 or corrupt tail (a crash mid-write, a chaos fault) is cut back to the last whole frame and reported as a
 :class:`TailRepair`, never raised. Damage anywhere else cannot be repaired silently and raises ArchiveError.
@@ -24,16 +25,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 import re
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NoReturn
 
 from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.storage import Storage, StorageFile, join
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.framing import (
     FRAME_ALIGNMENT,
@@ -65,14 +65,13 @@ def segment_file_name(base_position: int) -> str:
     return f"{base_position:016d}{SEGMENT_SUFFIX}"
 
 
-def list_segments(directory: Path) -> list[tuple[int, Path]]:
-    """(base position, path) of every segment file in ``directory``, in position order."""
-    found: list[tuple[int, Path]] = []
-    if directory.is_dir():
-        for entry in directory.iterdir():
-            m = _SEGMENT_NAME.match(entry.name)
-            if m and entry.is_file():
-                found.append((int(m.group(1)), entry))
+def list_segments(storage: Storage, directory: str = "") -> list[tuple[int, str]]:
+    """(base position, storage path) of every segment file in ``directory``, in position order."""
+    found: list[tuple[int, str]] = []
+    for name in storage.list_dir(directory):
+        m = _SEGMENT_NAME.match(name)
+        if m:
+            found.append((int(m.group(1)), join(directory, name)))
     found.sort()
     return found
 
@@ -101,7 +100,7 @@ class TailRepair:
 @dataclass(slots=True)
 class _Segment:
     base_position: int
-    path: Path
+    path: str  # storage path
     length: int  # bytes in the file; always a run of whole frames
 
     @property
@@ -116,7 +115,8 @@ class RecordingStore:
 
     def __init__(
         self,
-        directory: Path,
+        storage: Storage,
+        directory: str,
         recording_id: int,
         segments: list[_Segment],
         *,
@@ -125,6 +125,7 @@ class RecordingStore:
         log: Callable[[str], None],
         repair: TailRepair | None,
     ) -> None:
+        self.storage = storage
         self.directory = directory
         self.recording_id = recording_id
         self.segment_length = segment_length
@@ -133,11 +134,11 @@ class RecordingStore:
         self._log = log
         self._segments = segments
         self._bases = [s.base_position for s in segments]
-        self._active_fd: int | None = None  # O_RDWR descriptor of the last segment
-        self._read_fds: OrderedDict[int, int] = OrderedDict()  # base position -> O_RDONLY descriptor
+        self._active_fd: StorageFile | None = None  # the last segment, open for writing
+        self._read_fds: OrderedDict[int, StorageFile] = OrderedDict()  # base position -> older segment
         self._closed = False
         if segments:
-            self._active_fd = os.open(segments[-1].path, os.O_RDWR)
+            self._active_fd = storage.open(segments[-1].path, create=False)
         self._clear_tail_cache()
 
     # ------------------------------------------------------------------ open / close
@@ -145,26 +146,27 @@ class RecordingStore:
     @classmethod
     def open(
         cls,
-        directory: Path | str,
+        storage: Storage,
+        directory: str = "",
         recording_id: int = 0,
         *,
         segment_length: int = DEFAULT_SEGMENT_LENGTH,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> RecordingStore:
-        """Open (creating if needed) the recording in ``directory``, repairing a torn tail.
+        """Open (creating if needed) the recording in ``storage``'s ``directory``, repairing a torn tail.
 
         Raises ArchiveError if a segment other than the last is damaged (a gap, missing or extra bytes)."""
         if segment_length < FRAME_ALIGNMENT or segment_length % FRAME_ALIGNMENT:
             raise ArchiveError(f"segment_length {segment_length} must be a positive multiple of {FRAME_ALIGNMENT}")
         log = log or _noop_log
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        segments = [_Segment(base, path, path.stat().st_size) for base, path in list_segments(directory)]
-        cls._drop_empty_tail_segments(segments, log)
-        cls._check_contiguous(segments)
-        repair = cls._repair_tail(directory, recording_id, segments, log)
+        storage.make_dirs(directory)
+        segments = [_Segment(base, path, storage.size(path)) for base, path in list_segments(storage, directory)]
+        cls._drop_empty_tail_segments(storage, segments, log)
+        cls._check_contiguous(storage, segments)
+        repair = cls._repair_tail(storage, recording_id, segments, log)
         return cls(
+            storage,
             directory,
             recording_id,
             segments,
@@ -175,29 +177,29 @@ class RecordingStore:
         )
 
     @staticmethod
-    def _drop_empty_tail_segments(segments: list[_Segment], log: Callable[[str], None]) -> None:
+    def _drop_empty_tail_segments(storage: Storage, segments: list[_Segment], log: Callable[[str], None]) -> None:
         # A crash right after creating a segment leaves it empty; it carries no data, and dropping it keeps
         # "the last segment" equal to "the segment holding the tail frames" for the repair scan.
         while len(segments) > 1 and segments[-1].length == 0:
             empty = segments.pop()
-            log(f"archive: removing empty trailing segment {empty.path}")
-            empty.path.unlink()
+            log(f"archive: removing empty trailing segment {storage.describe(empty.path)}")
+            storage.remove(empty.path)
 
     @staticmethod
-    def _check_contiguous(segments: list[_Segment]) -> None:
+    def _check_contiguous(storage: Storage, segments: list[_Segment]) -> None:
         for seg, nxt in itertools.pairwise(segments):
             if seg.end_position != nxt.base_position:
                 expected = nxt.base_position - seg.base_position
                 what = "extra bytes" if seg.length > expected else "missing bytes"
                 raise ArchiveError(
-                    f"corrupt segment {seg.path}: {what} at offset {min(seg.length, expected)} "
-                    f"(holds {seg.length} bytes, next segment {nxt.path.name} starts at position "
+                    f"corrupt segment {storage.describe(seg.path)}: {what} at offset {min(seg.length, expected)} "
+                    f"(holds {seg.length} bytes, next segment {nxt.path.rsplit('/', 1)[-1]} starts at position "
                     f"{nxt.base_position}); a segment that is not the last cannot be repaired automatically"
                 )
 
     @staticmethod
     def _repair_tail(
-        directory: Path, recording_id: int, segments: list[_Segment], log: Callable[[str], None]
+        storage: Storage, recording_id: int, segments: list[_Segment], log: Callable[[str], None]
     ) -> TailRepair | None:
         """Walk the last segment; cut a torn/corrupt tail back to the last whole frame."""
         if not segments:
@@ -206,23 +208,26 @@ class RecordingStore:
         reasons: list[str] = []
         while True:
             seg = segments[-1]
-            data = seg.path.read_bytes()
+            data = storage.read_file(seg.path)
             result = walk_frames(data, seg.base_position)
             if result.error is None and result.end_position == seg.end_position:
                 break
             reasons.append(str(result.error) if result.error is not None else "trailing bytes")
             keep = result.end_position - seg.base_position
             log(
-                f"archive: recording {recording_id}: torn or corrupt tail in {seg.path} at offset {keep} "
-                f"(position {result.end_position}): {reasons[-1]}; truncating {seg.length} -> {keep} bytes"
+                f"archive: recording {recording_id}: torn or corrupt tail in {storage.describe(seg.path)} at offset "
+                f"{keep} (position {result.end_position}): {reasons[-1]}; truncating {seg.length} -> {keep} bytes"
             )
-            with open(seg.path, "r+b") as f:
+            f = storage.open(seg.path, create=False)
+            try:
                 f.truncate(keep)
+            finally:
+                f.close()
             seg.length = keep
             if keep == 0 and len(segments) > 1:
                 # The whole segment was bad: drop it, and check the new tail too.
                 segments.pop()
-                seg.path.unlink()
+                storage.remove(seg.path)
                 continue
             break
         if not reasons:
@@ -235,13 +240,18 @@ class RecordingStore:
         """Release file descriptors. Appended data is already in the OS; fsync only with file_sync."""
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
         self._closed = True
         if self._active_fd is not None:
-            os.close(self._active_fd)
+            self._active_fd.close()
             self._active_fd = None
         for fd in self._read_fds.values():
-            os.close(fd)
+            fd.close()
         self._read_fds.clear()
 
     def __enter__(self) -> RecordingStore:
@@ -252,7 +262,7 @@ class RecordingStore:
 
     def __repr__(self) -> str:
         return (
-            f"RecordingStore(recording_id={self.recording_id}, dir={str(self.directory)!r}, "
+            f"RecordingStore(recording_id={self.recording_id}, dir={self.storage.describe(self.directory)!r}, "
             f"start={self.start_position}, stop={self.stop_position}, segments={len(self._segments)})"
         )
 
@@ -389,7 +399,23 @@ class RecordingStore:
         return i, bisect.bisect_right(ends, limit, lo=i)
 
     def _write(self, data: bytes, frame_ends: list[int]) -> None:
-        """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments."""
+        """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments.
+
+        If the storage refuses (ENOSPC, EIO) the OSError propagates; the stop position covers only the
+        chunks written whole, and a torn chunk's bytes are cut off again so that a later, shorter write
+        at the same position cannot leave stale frames behind it."""
+        try:
+            self._write_chunks(data, frame_ends)
+        except OSError:
+            self._clear_tail_cache()
+            if self._active_fd is not None and self._segments:
+                try:
+                    self._active_fd.truncate(self._segments[-1].length)
+                except OSError as e:
+                    self._log(f"archive: recording {self.recording_id}: cannot cut a failed write back: {e}")
+            raise
+
+    def _write_chunks(self, data: bytes, frame_ends: list[int]) -> None:
         view = memoryview(data)
         offset = 0
         while offset < len(data):
@@ -415,18 +441,18 @@ class RecordingStore:
 
     def _pwrite_all(self, data: memoryview, file_offset: int) -> None:
         assert self._active_fd is not None
-        written = 0
-        while written < len(data):
-            written += os.pwrite(self._active_fd, data[written:], file_offset + written)
+        self._active_fd.write(file_offset, data)
 
     def _new_segment(self, base_position: int) -> None:
+        path = join(self.directory, segment_file_name(base_position))
+        if self.storage.exists(path):
+            raise ArchiveError(f"recording {self.recording_id}: segment {self.storage.describe(path)} already exists")
+        if self._active_fd is not None and self.file_sync:
+            self._active_fd.sync()
+        new = self.storage.open(path)  # may raise (ENOSPC): the old segment stays the active one
         if self._active_fd is not None:
-            if self.file_sync:
-                os.fsync(self._active_fd)
-            os.close(self._active_fd)
-            self._active_fd = None
-        path = self.directory / segment_file_name(base_position)
-        self._active_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            self._active_fd.close()
+        self._active_fd = new
         self._segments.append(_Segment(base_position, path, 0))
         self._bases.append(base_position)
         if self.file_sync:
@@ -587,12 +613,13 @@ class RecordingStore:
         except DecodeError as e:
             raise ArchiveError(
                 f"recording {self.recording_id}: position {position} is not a valid frame boundary "
-                f"({seg.path} offset {offset}: {e})"
+                f"({self.storage.describe(seg.path)} offset {offset}: {e})"
             ) from e
 
     def _corrupt(self, seg: _Segment, position: int, reason: str) -> NoReturn:
         raise ArchiveError(
-            f"corrupt recording {self.recording_id}: {seg.path} offset {position - seg.base_position} "
+            f"corrupt recording {self.recording_id}: {self.storage.describe(seg.path)} offset "
+            f"{position - seg.base_position} "
             f"(position {position}): {reason}"
         )
 
@@ -602,18 +629,9 @@ class RecordingStore:
         return self._segments[index]
 
     def _pread(self, seg: _Segment, file_offset: int, length: int) -> bytes:
-        fd = self._fd_for(seg)
-        parts: list[bytes] = []
-        got = 0
-        while got < length:
-            chunk = os.pread(fd, length - got, file_offset + got)
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return self._fd_for(seg).read(file_offset, length)
 
-    def _fd_for(self, seg: _Segment) -> int:
+    def _fd_for(self, seg: _Segment) -> StorageFile:
         if seg is self._segments[-1]:
             assert self._active_fd is not None
             return self._active_fd
@@ -621,11 +639,11 @@ class RecordingStore:
         if fd is not None:
             self._read_fds.move_to_end(seg.base_position)
             return fd
-        fd = os.open(seg.path, os.O_RDONLY)
+        fd = self.storage.open(seg.path, create=False)
         self._read_fds[seg.base_position] = fd
         if len(self._read_fds) > _READ_FD_CACHE_SIZE:
             _base, old = self._read_fds.popitem(last=False)
-            os.close(old)
+            old.close()
         return fd
 
     # ------------------------------------------------------------------ truncate / purge / flush
@@ -650,11 +668,11 @@ class RecordingStore:
         keep = position - seg.base_position
         if keep != seg.length:
             assert self._active_fd is not None
-            os.ftruncate(self._active_fd, keep)
+            self._active_fd.truncate(keep)
             seg.length = keep
         if self.file_sync:
             assert self._active_fd is not None
-            os.fsync(self._active_fd)
+            self._active_fd.sync()
             self._sync_directory()
         self._clear_tail_cache()
         self._log(f"archive: recording {self.recording_id} truncated {stop} -> {position}")
@@ -669,8 +687,8 @@ class RecordingStore:
             self._bases.pop(0)
             fd = self._read_fds.pop(seg.base_position, None)
             if fd is not None:
-                os.close(fd)
-            seg.path.unlink()
+                fd.close()
+            self.storage.remove(seg.path)
         if self.file_sync:
             self._sync_directory()
         self._clear_tail_cache()
@@ -682,7 +700,7 @@ class RecordingStore:
         if self._closed:
             return
         if self.file_sync and self._active_fd is not None:
-            os.fsync(self._active_fd)
+            self._active_fd.sync()
 
     def _drop_segments_after(self, index: int) -> None:
         while len(self._segments) - 1 > index:
@@ -690,25 +708,21 @@ class RecordingStore:
             self._bases.pop()
             fd = self._read_fds.pop(seg.base_position, None)
             if fd is not None:
-                os.close(fd)
-            seg.path.unlink()
+                fd.close()
+            self.storage.remove(seg.path)
         if self._active_fd is not None:
-            os.close(self._active_fd)
+            self._active_fd.close()
         fd = self._read_fds.pop(self._segments[index].base_position, None)
         if fd is not None:
-            os.close(fd)
-        self._active_fd = os.open(self._segments[index].path, os.O_RDWR)
+            fd.close()
+        self._active_fd = self.storage.open(self._segments[index].path, create=False)
 
     def _sync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.storage.sync_dir(self.directory)
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ArchiveError(f"recording {self.recording_id} in {self.directory} is closed")
+            raise ArchiveError(f"recording {self.recording_id} in {self.storage.describe(self.directory)} is closed")
 
     # ------------------------------------------------------------------ whole-recording check
 

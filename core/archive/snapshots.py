@@ -11,12 +11,11 @@ file that was cut short at a frame boundary is still caught (its length no longe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from clusterlab.core.archive.catalogue import Catalogue, RecordingDescriptor, RecordingKind
 from clusterlab.core.archive.errors import ArchiveError
-from clusterlab.core.archive.layout import SNAPSHOT_DIR_NAME
-from clusterlab.core.atomic import write_atomically
+from clusterlab.core.archive.layout import SNAPSHOT_DIR, SNAPSHOT_DIR_NAME
+from clusterlab.core.archive.storage import Storage, join
 from clusterlab.core.codec.framing import frame, walk_frames
 
 SNAPSHOT_SUFFIX = ".snap"
@@ -27,29 +26,32 @@ def _noop_log(line: str) -> None:
 
 
 class SnapshotStore:
-    """Writes and reads snapshot recordings in ``directory`` and keeps the catalogue in step."""
+    """Writes and reads snapshot recordings in ``storage``'s ``directory`` and keeps the catalogue in step."""
 
     def __init__(
         self,
-        directory: Path | str,
+        storage: Storage,
         catalogue: Catalogue,
+        directory: str = SNAPSHOT_DIR,
         *,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.directory = Path(directory)
+        self.storage = storage
+        self.directory = directory
         self.catalogue = catalogue
         self.file_sync = file_sync
         self._log = log or _noop_log
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for leftover in self.directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
-            # A crash between writing and renaming: the snapshot was never recorded anywhere, drop it.
-            self._log(f"archive: removing unfinished snapshot {leftover}")
-            leftover.unlink()
+        storage.make_dirs(directory)
+        for name in storage.list_dir(directory):
+            if name.endswith(f"{SNAPSHOT_SUFFIX}.tmp"):
+                # A crash between writing and renaming: the snapshot was never recorded anywhere, drop it.
+                self._log(f"archive: removing unfinished snapshot {storage.describe(join(directory, name))}")
+                storage.remove(join(directory, name))
 
-    def snapshot_path(self, recording_id: int) -> Path:
-        """The file holding snapshot recording ``recording_id``."""
-        return self.directory / f"{recording_id:016d}{SNAPSHOT_SUFFIX}"
+    def snapshot_path(self, recording_id: int) -> str:
+        """The storage path of the file holding snapshot recording ``recording_id``."""
+        return join(self.directory, f"{recording_id:016d}{SNAPSHOT_SUFFIX}")
 
     def write_snapshot(
         self, records: Iterable[bytes], leadership_term_id: int, log_position: int, service_id: int
@@ -62,8 +64,7 @@ class SnapshotStore:
             parts.append(framed)
             position += len(framed)
         recording_id = self.catalogue.next_recording_id
-        path = self.snapshot_path(recording_id)
-        write_atomically(path, parts, file_sync=self.file_sync)
+        self.storage.replace(self.snapshot_path(recording_id), b"".join(parts), sync=self.file_sync)
         self.catalogue.add_recording(
             RecordingKind.SNAPSHOT,
             SNAPSHOT_DIR_NAME,
@@ -92,9 +93,9 @@ class SnapshotStore:
     def read_snapshot(self, recording_id: int) -> list[bytes]:
         """The records of snapshot ``recording_id``; ArchiveError if missing, cut short or corrupt."""
         d = self.descriptor(recording_id)
-        path = self.snapshot_path(recording_id)
+        path = self.storage.describe(self.snapshot_path(recording_id))
         try:
-            data = path.read_bytes()
+            data = self.storage.read_file(self.snapshot_path(recording_id))
         except FileNotFoundError as e:
             raise ArchiveError(f"snapshot recording {recording_id}: file {path} is missing") from e
         expected = d.stop_position - d.start_position
@@ -113,5 +114,5 @@ class SnapshotStore:
     def delete_snapshot(self, recording_id: int) -> None:
         """Remove a snapshot's file and mark it invalid in the catalogue (its id is not reused)."""
         self.descriptor(recording_id)
-        self.snapshot_path(recording_id).unlink(missing_ok=True)
+        self.storage.remove(self.snapshot_path(recording_id), missing_ok=True)
         self.catalogue.invalidate(recording_id)

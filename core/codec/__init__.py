@@ -31,6 +31,7 @@ from clusterlab.core.codec.control import (
     NodeStatus,
     ServiceStatus,
     StatusRequest,
+    StorageFault,
 )
 from clusterlab.core.codec.enums import (
     INT32_MIN,
@@ -204,6 +205,7 @@ __all__ = [
     "SnapshotTypeId",
     "StatusRequest",
     "StopCatchup",
+    "StorageFault",
     "TerminationAck",
     "TerminationPosition",
     "Timer",

@@ -5,7 +5,8 @@ control toggle). Our processes have no shared memory, so a node and a service pr
 control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages instead:
 
 * ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
-* ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig`` -> ``ControlResponse``.
+* ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault`` ->
+  ``ControlResponse``.
 
 They travel only on the control channel; a consensus module never sees them.
 """
@@ -162,6 +163,23 @@ class MembersConfig(Message):
     members: AsciiVar
 
 
+@codec
+@dataclass(frozen=True, slots=True)
+class StorageFault(Message):
+    """Disk-fault chaos on a running node: from now on its storage refuses writes under ``path_prefix``
+    with errno ``code`` (28 ENOSPC, 5 EIO; ``count`` writes, -1 = until cleared; ``torn`` 1 = the
+    failing write first lands a random part). ``code`` 0 clears every storage fault."""
+
+    TEMPLATE_ID: ClassVar[int] = 218
+    BLOCK_LENGTH: ClassVar[int] = 20
+
+    correlation_id: Int64
+    code: Int32
+    count: Int32
+    torn: Int32
+    path_prefix: AsciiVar
+
+
 MESSAGES: tuple[type[Message], ...] = (
     StatusRequest,
     NodeStatus,
@@ -171,6 +189,7 @@ MESSAGES: tuple[type[Message], ...] = (
     ClusterControlRequest,
     ControlResponse,
     MembersConfig,
+    StorageFault,
 )
 
 __all__ = [
@@ -186,4 +205,5 @@ __all__ = [
     "NodeStatus",
     "ServiceStatus",
     "StatusRequest",
+    "StorageFault",
 ]

@@ -290,8 +290,14 @@ class ClusterWork:
         takes are framed and appended together, in order, with one write (log batching). Anything
         else is handled where it stands, after the session messages before it were appended."""
         self._now_ns = now_ns
-        if self.state == ConsensusModuleState.CLOSED:
+        if self.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return
+        try:
+            self._take_ingress_batch(payloads, now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+
+    def _take_ingress_batch(self: ConsensusModule, payloads: list[bytes], now_ns: int) -> None:
         taken: list[bytes] = []
         timestamp = b""  # the cluster time stamped on this batch's session messages, packed once
         for payload in payloads:

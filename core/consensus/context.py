@@ -11,6 +11,8 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from clusterlab.core.archive.storage import Storage
+
 NULL_VALUE = -1
 NULL_POSITION = -1
 NULL_SESSION_ID = -1
@@ -180,6 +182,9 @@ class ConsensusModuleContext:
     # Test-only broken build (chaos suite): a follower acknowledges a log block when it arrives and
     # appends it only when the next one does, so a crash loses entries the leader counted as durable.
     fault_ack_before_append: bool = False
+    # Where the archive, recording log and node state live (clusterlab.core.archive.storage): FileStorage
+    # on cluster_dir in real processes, MemoryStorage in the simulator. Required by ConsensusModule.
+    storage: Storage | None = None
 
     def member(self, member_id: int) -> ClusterMember | None:
         for m in self.members:

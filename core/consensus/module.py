@@ -13,6 +13,7 @@ or reordered block therefore slows the log down but never corrupts it.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from typing import Any
 
@@ -83,11 +84,12 @@ class ConsensusModule(ClusterWork):
         self.this_member = self._status_by_id[self.member_id]
         self.protocol_version = PROTOCOL_VERSION
         self.log_recording_id = LOG_RECORDING_ID
-        ctx.cluster_dir.mkdir(parents=True, exist_ok=True)
-        self.archive_store = Archive(ctx.cluster_dir, log=ctx.log)
+        if ctx.storage is None:
+            raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
+        self.archive_store = Archive(ctx.storage, log=ctx.log)
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
-        self.recording_log = RecordingLog.open(ctx.cluster_dir, log=ctx.log)
-        self.node_state = NodeState.open(ctx.cluster_dir)
+        self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
+        self.node_state = NodeState.open(ctx.storage)
         self.consensus_publisher = ConsensusPublisher(ctx.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)
@@ -131,6 +133,7 @@ class ConsensusModule(ClusterWork):
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
         self.log_listeners: list[LogListener] = []
         self.terminated = False
+        self.storage_failure: str | None = None  # why the storage refused a write; then fenced until restart
         self._now_ns = 0
         self._init_cluster_work()
 
@@ -171,7 +174,33 @@ class ConsensusModule(ClusterWork):
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, now_ns: int) -> None:
-        """Recover from disk (recovery plan) and start the node-startup election."""
+        """Recover from storage and start the node-startup election (fenced if the storage fails)."""
+        try:
+            self._start(now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+
+    def on_storage_failure(self, error: OSError, now_ns: int) -> None:
+        """The storage refused a write (ENOSPC, EIO): stop appending and acknowledging, step down if
+        leader, and say so (a ``storage_error`` event and a counted reason). The process keeps serving
+        (status, control); a restart once the disk is healthy recovers from what was written."""
+        code = errno.errorcode.get(error.errno or 0, str(error.errno))
+        reason = f"{code}: {error.strerror or error}{f' ({error.filename})' if error.filename else ''}"
+        action = "step_down" if self.role == Role.LEADER else "stop_acknowledging"
+        self.storage_failure = reason
+        self.ignore("storage", reason)
+        self.ctx.log(f"member {self.member_id} storage failure: {reason}; {action.replace('_', ' ')}")
+        self._event(
+            "storage_error",
+            {"errno": code, "reason": reason, "role": self.role.name, "action": action},
+            self.leadership_term_id,
+            self.archive.stop_position,
+        )
+        self.election = None
+        self.leader_member_id = NULL_VALUE
+        self.set_role(Role.FOLLOWER, now_ns)
+
+    def _start(self, now_ns: int) -> None:
         self._now_ns = now_ns
         # The recording log may describe more log than the archive holds (a torn tail repaired on
         # open, or a recording truncated while the member was down): make it describe what we have,
@@ -250,7 +279,10 @@ class ConsensusModule(ClusterWork):
                     self.log_publisher.end_of_stream(
                         s.member_id, self.leadership_term_id, self.archive.stop_position, self.member_id
                     )
-        self.archive_store.close()
+        try:
+            self.archive_store.close()
+        except OSError as e:  # the catalogue could not be refreshed: the segments are the truth on open
+            self.ctx.log(f"member {self.member_id} archive close: {e}")
         self.recording_log.close()
         self.node_state.close()
         self.state = ConsensusModuleState.CLOSED
@@ -615,8 +647,14 @@ class ConsensusModule(ClusterWork):
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         """Decode and dispatch one message; malformed input is ignored with a counted reason."""
         self._now_ns = now_ns
-        if self.state == ConsensusModuleState.CLOSED:
+        if self.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return
+        try:
+            self._dispatch(src_member_id, channel, payload, now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+
+    def _dispatch(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         try:
             msg = decode(payload)
         except DecodeError as e:
@@ -924,8 +962,15 @@ class ConsensusModule(ClusterWork):
     def do_work(self, now_ns: int) -> int:
         """One duty cycle: the election if one runs, else steady-state consensus work."""
         self._now_ns = now_ns
-        if self.state == ConsensusModuleState.CLOSED or self.terminated:
+        if self.state == ConsensusModuleState.CLOSED or self.terminated or self.storage_failure is not None:
             return 0
+        try:
+            return self._duty_cycle(now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+            return 1
+
+    def _duty_cycle(self, now_ns: int) -> int:
         work = 0
         if self.election is not None:
             # A snapshot action met while catching up or replaying is taken during the election too
@@ -1105,7 +1150,7 @@ class ConsensusModule(ClusterWork):
     def next_deadline_ns(self) -> int:
         """Absolute time at which ``do_work`` must next run."""
         now = self._now_ns
-        if self.terminated or self.state == ConsensusModuleState.CLOSED:
+        if self.terminated or self.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return now + 3600 * 1_000_000_000
         if self.election is not None:
             deadline = self.election.next_deadline_ns(now)
@@ -1144,7 +1189,11 @@ class ConsensusModule(ClusterWork):
         encoded = encode_session_message(
             self.leadership_term_id, cluster_session_id, self.cluster_time_ms(now_ns), payload
         )
-        return self.archive.append_entry(encoded, self.leadership_term_id)
+        try:
+            return self.archive.append_entry(encoded, self.leadership_term_id)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+            return -1
 
 
 ConsensusModule._handlers = {

@@ -26,9 +26,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 
-from clusterlab.core.atomic import temp_path, write_atomically
+from clusterlab.core.archive.storage import Storage, join
 
 NULL_VALUE = -1  # clusterlab.core.consensus.context.NULL_VALUE
 NODE_STATE_FILE_NAME = "node-state.dat"
@@ -49,11 +48,12 @@ def _noop_log(line: str) -> None:
 
 
 class NodeState:
-    """``<directory>/node-state.dat``. Use :meth:`open`."""
+    """``<directory>/node-state.dat`` in the member's storage. Use :meth:`open`."""
 
     def __init__(
         self,
-        path: Path,
+        storage: Storage,
+        file_path: str,
         candidate_term_id: int,
         timestamp: int,
         log_position: int,
@@ -61,7 +61,9 @@ class NodeState:
         file_sync: bool,
         log: Callable[[str], None],
     ) -> None:
-        self.path = path
+        self.storage = storage
+        self.file_path = file_path
+        self.path = storage.describe(file_path)  # for messages
         self.file_sync = file_sync
         self._log = log
         self._candidate_term_id = candidate_term_id
@@ -70,25 +72,29 @@ class NodeState:
 
     @classmethod
     def open(
-        cls, directory: Path | str, *, file_sync: bool = False, log: Callable[[str], None] | None = None
+        cls,
+        storage: Storage,
+        directory: str = "",
+        *,
+        file_sync: bool = False,
+        log: Callable[[str], None] | None = None,
     ) -> NodeState:
-        """Load the node state in ``directory``, creating it (candidate term -1) if absent."""
+        """Load the node state in ``storage``'s ``directory``, creating it (candidate term -1) if absent."""
         log = log or _noop_log
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / NODE_STATE_FILE_NAME
-        tmp = temp_path(path)
-        if tmp.exists():
+        storage.make_dirs(directory)
+        path = join(directory, NODE_STATE_FILE_NAME)
+        tmp = path + ".tmp"
+        if storage.exists(tmp):
             # A crash between writing the new record and renaming it: the old file is still the truth.
-            log(f"node state: removing unfinished update {tmp}")
-            tmp.unlink()
-        if not path.exists():
-            state = cls(path, NULL_VALUE, NULL_VALUE, NULL_VALUE, file_sync=file_sync, log=log)
+            log(f"node state: removing unfinished update {storage.describe(tmp)}")
+            storage.remove(tmp)
+        if not storage.exists(path):
+            state = cls(storage, path, NULL_VALUE, NULL_VALUE, NULL_VALUE, file_sync=file_sync, log=log)
             state._write()
-            log(f"node state: created {path} with candidate_term_id={NULL_VALUE}")
+            log(f"node state: created {storage.describe(path)} with candidate_term_id={NULL_VALUE}")
             return state
-        term, timestamp, position = _decode(path, path.read_bytes())
-        return cls(path, term, timestamp, position, file_sync=file_sync, log=log)
+        term, timestamp, position = _decode(storage.describe(path), storage.read_file(path))
+        return cls(storage, path, term, timestamp, position, file_sync=file_sync, log=log)
 
     @property
     def candidate_term_id(self) -> int:
@@ -141,7 +147,7 @@ class NodeState:
 
     def _write(self) -> None:
         data = _encode(self._candidate_term_id, self._timestamp, self._log_position)
-        write_atomically(self.path, data, file_sync=self.file_sync)
+        self.storage.replace(self.file_path, data, sync=self.file_sync)
 
 
 def _encode(candidate_term_id: int, timestamp: int, log_position: int) -> bytes:
@@ -149,7 +155,7 @@ def _encode(candidate_term_id: int, timestamp: int, log_position: int) -> bytes:
     return body + _TRAILER.pack(zlib.crc32(body) & 0xFFFFFFFF, FOOTER)
 
 
-def _decode(path: Path, data: bytes) -> tuple[int, int, int]:
+def _decode(path: str, data: bytes) -> tuple[int, int, int]:
     def corrupt(reason: str, what: str = "corrupt") -> NodeStateError:
         return NodeStateError(
             f"{what} node-state file {path}: {reason}. It holds the highest candidate term this member has "

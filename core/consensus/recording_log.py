@@ -28,13 +28,13 @@ service_id descending), so one snapshot set reads services N-1..0 then the conse
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum
-from pathlib import Path
 from typing import Protocol
+
+from clusterlab.core.archive.storage import Storage, StorageFile, join
 
 NULL_VALUE = -1  # clusterlab.core.consensus.context.NULL_VALUE
 NULL_POSITION = -1  # clusterlab.core.consensus.context.NULL_POSITION
@@ -199,19 +199,22 @@ class RecordingLog:
 
     def __init__(
         self,
-        directory: Path | str,
+        storage: Storage,
+        directory: str = "",
         *,
         create_new: bool = True,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
     ) -> None:
-        self.path = Path(directory) / RECORDING_LOG_FILE_NAME
+        self.storage = storage
+        self.file_path = join(directory, RECORDING_LOG_FILE_NAME)
+        self.path = storage.describe(self.file_path)  # for messages
         self.file_sync = file_sync
         self._log = log or _noop_log
-        if not create_new and not self.path.exists():
+        if not create_new and not storage.exists(self.file_path):
             raise RecordingLogError(f"recording log {self.path} does not exist")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        storage.make_dirs(directory)
+        self._fd: StorageFile | None = storage.open(self.file_path)
         self._entries: list[Entry] = []
         self._term_index: dict[int, int] = {}  # leadership term id -> index in _entries (valid TERMs)
         self._term_recording_id = NULL_VALUE
@@ -221,14 +224,19 @@ class RecordingLog:
 
     @classmethod
     def open(
-        cls, directory: Path | str, *, file_sync: bool = False, log: Callable[[str], None] | None = None
+        cls,
+        storage: Storage,
+        directory: str = "",
+        *,
+        file_sync: bool = False,
+        log: Callable[[str], None] | None = None,
     ) -> RecordingLog:
-        """Open (creating if needed) the recording log in ``directory``."""
-        return cls(directory, file_sync=file_sync, log=log)
+        """Open (creating if needed) the recording log in ``storage``'s ``directory``."""
+        return cls(storage, directory, file_sync=file_sync, log=log)
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            self._fd.close()
             self._fd = None
 
     def __enter__(self) -> RecordingLog:
@@ -240,15 +248,15 @@ class RecordingLog:
     def force(self) -> None:
         """fsync the file if ``file_sync`` (writes are already in the OS)."""
         if self.file_sync and self._fd is not None:
-            os.fsync(self._fd)
+            self._fd.sync()
 
     # ------------------------------------------------------------------ loading
 
     def reload(self) -> None:
         """Re-read the file (cutting off a torn last record) and rebuild the sorted view."""
         fd = self._require_fd()
-        size = os.fstat(fd).st_size
-        data = os.pread(fd, size, 0) if size else b""
+        size = fd.size()
+        data = fd.read(0, size) if size else b""
         entries: list[Entry] = []
         self._term_recording_id = NULL_VALUE
         offset = 0
@@ -300,7 +308,7 @@ class RecordingLog:
             f"recording log {self.path}: {reason} at offset {offset} ({size - offset} bytes) left by a "
             f"crash; truncating the file to {offset} bytes"
         )
-        os.ftruncate(self._require_fd(), offset)
+        self._require_fd().truncate(offset)
         self.force()
 
     def _set_entries(self, entries: list[Entry]) -> None:
@@ -695,12 +703,9 @@ class RecordingLog:
         return e
 
     def _pwrite(self, data: bytes, offset: int) -> None:
-        fd = self._require_fd()
-        written = 0
-        while written < len(data):
-            written += os.pwrite(fd, data[written:], offset + written)
+        self._require_fd().write(offset, data)
 
-    def _require_fd(self) -> int:
+    def _require_fd(self) -> StorageFile:
         if self._fd is None:
             raise RecordingLogError(f"recording log {self.path} is closed")
         return self._fd

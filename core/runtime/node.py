@@ -28,6 +28,7 @@ message id in their header (transport.ID_HEADER), recorded as ``msg_id`` at both
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import sys
@@ -36,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
+from clusterlab.core.archive.storage import FaultyStorage
 from clusterlab.core.codec.control import (
     NO_ELECTION,
     NOT_STARTED,
@@ -47,6 +49,7 @@ from clusterlab.core.codec.control import (
     MembersConfig,
     NodeStatus,
     StatusRequest,
+    StorageFault,
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.codec.errors import DecodeError
@@ -72,6 +75,7 @@ from clusterlab.core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -136,6 +140,8 @@ class Node:
         self.own = config.member(member_id)
         self.member_dir = config.member_dir(member_id)
         self.member_dir.mkdir(parents=True, exist_ok=True)
+        # Disk-fault chaos on a running node goes through this wrapper (StorageFault control message).
+        self.storage = FaultyStorage(FileStorage(self.member_dir), random.Random(f"disk:{member_id}:{incarnation}"))
         self.log = ProcessLog(f"node-{member_id}")
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
@@ -261,6 +267,7 @@ class Node:
             member_id=self.member_id,
             members=self.members,  # the same list: MembersConfig updates reach ingress_endpoints()
             cluster_dir=self.member_dir,
+            storage=self.storage,
             outbox=self,
             rng=random.Random(f"{config.seed}:{self.member_id}:{self.incarnation}"),
             timeouts=config.timeouts,
@@ -465,7 +472,24 @@ class Node:
             return self._on_cluster_control(msg)
         if isinstance(msg, MembersConfig):
             return self._on_members_config(msg)
+        if isinstance(msg, StorageFault):
+            return self._on_storage_fault(msg)
         return None
+
+    def _on_storage_fault(self, msg: StorageFault) -> ControlResponse:
+        if msg.code == 0:
+            self.storage.clear()
+            self.log("storage faults cleared")
+            return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
+        if msg.code not in errno.errorcode or msg.count == 0 or msg.count < -1:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, "bad errno code or count")
+        count = None if msg.count == -1 else msg.count
+        self.storage.fail_writes(msg.code, msg.path_prefix, torn=bool(msg.torn), count=count)
+        self.log(
+            f"storage fault: writes under {msg.path_prefix!r} fail with {errno.errorcode[msg.code]} "
+            f"(count={count}, torn={bool(msg.torn)})"
+        )
+        return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
 
     def _on_gate_rule(self, msg: GateRule) -> ControlResponse:
         if msg.dst_member_id != -1 and msg.dst_member_id not in self.peer_ids:
@@ -571,7 +595,7 @@ class Node:
             snapshot_count=m.snapshot_count,
             pid=os.getpid(),
             endpoints=_ascii(self.own_member.describe()),
-            detail=_ascii(m.describe()),
+            detail=_ascii(m.describe() + (f" storage failure: {m.storage_failure}" if m.storage_failure else "")),
         )
 
     # ------------------------------------------------------------------ duty cycle

@@ -29,7 +29,7 @@ from typing import Any
 
 import zmq
 from clusterlab.core.archive.catalogue import Catalogue
-from clusterlab.core.archive.layout import archive_dir, service_snapshot_dir, snapshot_dir
+from clusterlab.core.archive.layout import service_snapshot_store_dirs
 from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.codec.control import ServiceStatus, StatusRequest
 from clusterlab.core.codec.errors import DecodeError
@@ -51,6 +51,7 @@ from clusterlab.core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
 from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from clusterlab.core.service.api import ClusteredService
@@ -113,9 +114,10 @@ class ServiceProcess:
         self._monitor = self.to_node.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self.cycle.register(self._monitor, self._on_monitor)
 
-        service_dir = service_snapshot_dir(self.member_dir, 0)
-        catalogue = Catalogue.open(archive_dir(service_dir))
-        self.snapshots = SnapshotStore(snapshot_dir(service_dir), catalogue)
+        self.storage = FileStorage(self.member_dir)
+        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(0)
+        catalogue = Catalogue.open(self.storage, catalogue_dir)
+        self.snapshots = SnapshotStore(self.storage, catalogue, snapshot_dir)
         self.agent = ClusteredServiceAgent(
             0,
             member_id,
@@ -128,7 +130,7 @@ class ServiceProcess:
             on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
             log=self.log,
         )
-        with RecordingLog.open(self.member_dir) as recording_log:
+        with RecordingLog.open(self.storage) as recording_log:
             entry = recording_log.latest_snapshot(0)
         self.log(
             f"started pid={os.getpid()} incarnation={incarnation} service={config.service} "

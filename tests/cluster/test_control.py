@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from clusterlab.core.consensus.context import ConsensusModuleState
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.services import kv
 
@@ -29,7 +30,7 @@ def _write(client: object, prefix: str, n: int) -> None:
 
 def _snapshots(cluster: LocalCluster, member_id: int) -> list[tuple[int, int]]:
     """(service id, log position) of the member's valid snapshot entries."""
-    with RecordingLog.open(cluster.member_dir(member_id)) as log:
+    with RecordingLog.open(FileStorage(cluster.member_dir(member_id))) as log:
         return [(e.service_id, e.log_position) for e in log.entries() if e.type is EntryType.SNAPSHOT and e.is_valid]
 
 

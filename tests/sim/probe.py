@@ -52,6 +52,7 @@ from clusterlab.core.consensus.context import (
 )
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NODE_STATE_FILE_NAME, _decode
+from clusterlab.core.runtime.storage import FileStorage
 
 M = TypeVar("M", bound=Message)
 
@@ -137,6 +138,7 @@ class Probe:
             member_id=self.member_id,
             members=list(self.members),
             cluster_dir=self.directory,
+            storage=FileStorage(self.directory),  # on disk: tests read the node-state file behind its back
             outbox=self.outbox,
             rng=self.rng,
             timeouts=self.timeouts,
@@ -242,7 +244,7 @@ class Probe:
     def candidate_term_on_disk(self) -> int:
         """The candidate term in the node-state file, read from disk (not from the module's memory)."""
         path = self.directory / NODE_STATE_FILE_NAME
-        term, _timestamp, _position = _decode(path, path.read_bytes())
+        term, _timestamp, _position = _decode(str(path), path.read_bytes())
         return term
 
     # ------------------------------------------------------------------ messages from peers

@@ -37,6 +37,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.harness.simnet import NetworkConfig
 
 from tests.sim.conftest import SimKit
@@ -280,7 +281,7 @@ def test_candidate_term_persisted_before_request_vote(tmp_path: Path) -> None:
 
 
 def test_request_vote_with_stale_candidate_term_gets_no(tmp_path: Path) -> None:
-    NodeState.open(tmp_path).update_candidate_term_id(5, 0, 0)  # voted in term 5 before a restart
+    NodeState.open(FileStorage(tmp_path)).update_candidate_term_id(5, 0, 0)  # voted in term 5 before a restart
     probe = Probe(tmp_path)
     probe.to_canvass()
 

@@ -314,9 +314,9 @@ def test_damaged_recording_tail_is_repaired_on_open_and_refilled_from_leader(sim
     # Kill a follower, damage the last frame of its log, restart it.
     c.kill(follower)
     if fault == "torn-tail":
-        frame_start = tear_last_frame(c.member_dir(follower))
+        frame_start = tear_last_frame(c.storage(follower))
     else:
-        frame_start = flip_bits_in_tail(c.member_dir(follower), random.Random(fault), count=3)
+        frame_start = flip_bits_in_tail(c.storage(follower), random.Random(fault), count=3)
     c.restart(follower)
 
     assert c.member(follower).append_position == frame_start < stop

@@ -492,14 +492,14 @@ def test_stop_closes_cleanly_and_kill_does_not(tmp_path: Path) -> None:
         assert cluster.members_alive() == [0, 2]
 
 
-def test_restart_wiped_deletes_directory_and_truncate_requires_down(tmp_path: Path) -> None:
+def test_restart_wiped_empties_the_storage_and_truncate_requires_down(tmp_path: Path) -> None:
     with toy_cluster(tmp_path) as cluster:
-        marker = cluster.member_dir(1) / "node-state.dat"
-        marker.write_bytes(b"x")
+        storage = cluster.storage(1)
+        storage.replace("node-state.dat", b"x", sync=False)
         cluster.restart(1)
-        assert marker.exists()
+        assert storage.read_file("node-state.dat") == b"x"  # a restart keeps what was written
         cluster.restart_wiped(1)
-        assert not marker.exists() and cluster.member_dir(1).is_dir()
+        assert not storage.exists("node-state.dat") and cluster.storage(1) is storage
         restarts = [e["detail"] for e in cluster.events if e["kind"] == "restart"]
         assert restarts == [{"incarnation": 1}, {"incarnation": 2, "wiped": True}]
         with pytest.raises(SimError, match="running"):
@@ -525,14 +525,13 @@ def test_await_condition_timeout_names_seed_and_repro(tmp_path: Path) -> None:
         assert cluster.now_ns == 500 * MS
 
 
-def test_run_for_ends_exactly_and_owned_directory_is_removed() -> None:
-    cluster = SimCluster(member_factory=ToyMember)
-    directory = cluster.directory
+def test_run_for_ends_exactly_and_no_directory_is_created(tmp_path: Path) -> None:
+    cluster = SimCluster(member_factory=ToyMember, directory=tmp_path / "never")
     cluster.run_for(123 * MS)
     assert cluster.now_ns == 123 * MS
     cluster.close()
     cluster.close()  # idempotent
-    assert not directory.exists()
+    assert not (tmp_path / "never").exists()  # members keep their state in MemoryStorage
 
 
 def test_no_leader_means_offer_is_refused(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def valid_snapshot_positions(c: SimCluster, member_id: int) -> list[int]:
 def invalidate_latest_snapshot(c: SimCluster, member_id: int) -> None:
     """Edit a stopped member's recording log: mark its latest snapshot set invalid."""
     assert not c.is_alive(member_id), "the recording log is only edited while the member is down"
-    with RecordingLog.open(c.member_dir(member_id)) as recording_log:
+    with RecordingLog.open(c.storage(member_id)) as recording_log:
         assert recording_log.invalidate_latest_snapshot()
 
 

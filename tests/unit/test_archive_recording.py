@@ -13,6 +13,7 @@ from clusterlab.core.archive import faults
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import RecordingStore, list_segments, segment_file_name
 from clusterlab.core.codec.framing import frame, framed_length, walk_frames
+from clusterlab.core.runtime.storage import FileStorage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,8 +48,13 @@ def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "member" / "archive" / "log"
 
 
+def _segments(directory: Path) -> list[tuple[int, Path]]:
+    """(base, real file) of every segment in ``directory``."""
+    return [(base, directory / name) for base, name in list_segments(FileStorage(directory))]
+
+
 def test_empty_store_has_zero_positions_and_creates_dir(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         assert (store.start_position, store.stop_position) == (0, 0)
         assert store.read(0, 100) == b""
         assert store.repair is None
@@ -56,7 +62,7 @@ def test_empty_store_has_zero_positions_and_creates_dir(log_dir: Path) -> None:
 
 
 def test_append_entry_returns_end_position_and_frames_read_back(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         end = store.append_entry(b"hello", 7)
         assert end == framed_length(5) == store.stop_position
         (f,) = store.read_frames(0, end)
@@ -65,18 +71,18 @@ def test_append_entry_returns_end_position_and_frames_read_back(log_dir: Path) -
 
 
 def test_round_trip_across_segment_boundaries_and_reopen(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 40)
         stop = store.stop_position
         assert store.segment_count > 5
         all_bytes = store.read(0, stop)
     # Segment files are named by the log position of their first byte and hold whole frames only.
-    segments = list_segments(log_dir)
+    segments = _segments(log_dir)
     assert segments[0][1].name == segment_file_name(0) == "0000000000000000.seg"
     for base, path in segments:
         assert walk_frames(path.read_bytes(), base).error is None
         assert path.stat().st_size <= SEGMENT
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.repair is None
         assert store.stop_position == stop
         assert store.read(0, stop) == all_bytes
@@ -90,7 +96,7 @@ def test_round_trip_across_segment_boundaries_and_reopen(log_dir: Path) -> None:
 
 
 def test_append_block_spanning_segments_splits_at_frame_boundaries(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         data = block(0, [payload(i) for i in range(30)])
         assert store.append(data, 0) == len(data)
         assert store.read(0, len(data)) == data
@@ -98,17 +104,17 @@ def test_append_block_spanning_segments_splits_at_frame_boundaries(log_dir: Path
 
 
 def test_frame_longer_than_a_segment_gets_its_own_segment(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=64) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=64) as store:
         store.append_entry(b"a", 0)
         big_end = store.append_entry(b"x" * 500, 0)
         store.append_entry(b"b", 0)
         assert [f.payload for f in store.read_frames(0, store.stop_position)] == [b"a", b"x" * 500, b"b"]
         assert big_end == framed_length(1) + framed_length(500)
-        assert [b for b, _ in list_segments(log_dir)] == [0, 64, big_end]
+        assert [b for b, _ in _segments(log_dir)] == [0, 64, big_end]
 
 
 def test_append_at_wrong_position_is_rejected(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         store.append_entry(b"one", 0)
         stop = store.stop_position
         with pytest.raises(ArchiveError, match="append at 0 but stop position is"):
@@ -119,7 +125,7 @@ def test_append_at_wrong_position_is_rejected(log_dir: Path) -> None:
 
 
 def test_append_block_with_bad_frame_appends_nothing(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         good = block(0, [b"a", b"b", b"c"])
         bad = bytearray(good)
         bad[-40] ^= 0xFF  # inside the last frame
@@ -137,7 +143,7 @@ def test_append_block_with_bad_frame_appends_nothing(log_dir: Path) -> None:
 
 
 def test_read_on_non_boundary_or_out_of_range_is_rejected(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 10)
         stop = store.stop_position
         with pytest.raises(ArchiveError, match="not a frame boundary"):
@@ -156,7 +162,7 @@ def test_read_on_non_boundary_or_out_of_range_is_rejected(log_dir: Path) -> None
 
 
 def test_read_clips_to_stop_and_rounds_down_to_a_frame_boundary(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         starts = fill(store, 6)
         stop = store.stop_position
         assert store.read(starts[2], stop + 10_000) == store.read(starts[2], stop)
@@ -170,7 +176,7 @@ def test_read_clips_to_stop_and_rounds_down_to_a_frame_boundary(log_dir: Path) -
 
 
 def test_read_max_bytes_stops_at_last_whole_frame_but_returns_at_least_one(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 20)
         stop = store.stop_position
         chunk = store.read(starts[0], stop, max_bytes=300)
@@ -183,7 +189,7 @@ def test_read_max_bytes_stops_at_last_whole_frame_but_returns_at_least_one(log_d
 
 
 def test_truncate_to_frame_boundary_then_append_and_reopen(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 30)
         kept = store.read(0, starts[12])
         store.truncate(starts[12])
@@ -192,8 +198,8 @@ def test_truncate_to_frame_boundary_then_append_and_reopen(log_dir: Path) -> Non
         store.append_entry(b"new history", 3)
         stop = store.stop_position
     # Later segment files are gone; nothing beyond the truncation survives a reopen.
-    assert all(base <= starts[12] for base, _ in list_segments(log_dir))
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    assert all(base <= starts[12] for base, _ in _segments(log_dir))
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.repair is None
         assert store.stop_position == stop
         frames = store.read_frames(0, stop)
@@ -202,19 +208,19 @@ def test_truncate_to_frame_boundary_then_append_and_reopen(log_dir: Path) -> Non
 
 
 def test_truncate_exactly_at_a_segment_base_and_to_zero(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 30)
-        second_base = list_segments(log_dir)[1][0]
+        second_base = _segments(log_dir)[1][0]
         store.truncate(second_base)
         assert store.stop_position == second_base
-        assert [b for b, _ in list_segments(log_dir)] == [0]
+        assert [b for b, _ in _segments(log_dir)] == [0]
         store.truncate(0)
         assert store.stop_position == 0
         assert store.append_entry(b"x", 0) == framed_length(1)
 
 
 def test_truncate_rejects_non_boundary_and_out_of_range(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir) as store:
+    with RecordingStore.open(FileStorage(log_dir)) as store:
         starts = fill(store, 5)
         stop = store.stop_position
         with pytest.raises(ArchiveError, match="not a"):
@@ -227,7 +233,7 @@ def test_truncate_rejects_non_boundary_and_out_of_range(log_dir: Path) -> None:
 
 
 def test_purge_segments_raises_start_position(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 30)
         new_start = store.purge_segments(starts[20])
         assert 0 < new_start <= starts[20]
@@ -236,7 +242,7 @@ def test_purge_segments_raises_start_position(log_dir: Path) -> None:
             store.read(0, store.stop_position)
         assert store.read(new_start, store.stop_position)
         stop = store.stop_position
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert (store.start_position, store.stop_position) == (new_start, stop)
 
 
@@ -245,13 +251,13 @@ def test_purge_segments_raises_start_position(log_dir: Path) -> None:
 
 @pytest.mark.parametrize("segment_length", [SEGMENT, 1 << 20])
 def test_torn_tail_cut_mid_frame_is_repaired_on_reopen(log_dir: Path, segment_length: int) -> None:
-    with RecordingStore.open(log_dir, segment_length=segment_length) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=segment_length) as store:
         starts = fill(store, 25)
         stop = store.stop_position
-    torn_at = faults.tear_last_frame(log_dir.parent.parent)  # the helpers accept the member dir
+    torn_at = faults.tear_last_frame(FileStorage(log_dir.parent.parent))  # the helpers accept the member dir
     assert torn_at == starts[-1]
     lines: list[str] = []
-    with RecordingStore.open(log_dir, segment_length=segment_length, log=lines.append) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=segment_length, log=lines.append) as store:
         assert store.stop_position == starts[-1]
         assert store.repair is not None
         assert store.repair.recording_id == 0
@@ -262,19 +268,19 @@ def test_torn_tail_cut_mid_frame_is_repaired_on_reopen(log_dir: Path, segment_le
         assert [f.payload for f in store.read_frames(0, store.stop_position)] == [payload(i) for i in range(24)]
         # And the recording is usable again at its new stop.
         store.append_entry(b"after repair", 1)
-    with RecordingStore.open(log_dir, segment_length=segment_length) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=segment_length) as store:
         assert store.repair is None
 
 
 def test_bit_flip_in_last_frame_is_repaired_on_reopen(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 25)
         stop = store.stop_position
     for seed in range(5):  # different bits each time, each one detected
         rng = random.Random(seed)
-        last_start = faults.flip_bits_in_tail(log_dir, rng, count=1 + seed)
+        last_start = faults.flip_bits_in_tail(FileStorage(log_dir), rng, count=1 + seed)
         lines: list[str] = []
-        with RecordingStore.open(log_dir, segment_length=SEGMENT, log=lines.append) as store:
+        with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT, log=lines.append) as store:
             assert store.repair is not None, f"seed {seed}"
             assert store.repair.from_position == stop
             assert store.stop_position == last_start == store.repair.to_position
@@ -285,80 +291,80 @@ def test_bit_flip_in_last_frame_is_repaired_on_reopen(log_dir: Path) -> None:
 
 
 def test_garbage_appended_after_last_frame_is_repaired_on_reopen(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 10)
         stop = store.stop_position
     for garbage in (b"\x00" * 40, bytes(range(7)), frame(b"wrong position", 0, 0)):
-        assert faults.append_garbage(log_dir, garbage) == stop
-        with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+        assert faults.append_garbage(FileStorage(log_dir), garbage) == stop
+        with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
             assert store.stop_position == stop
             assert store.repair is not None
             assert (store.repair.from_position, store.repair.to_position) == (stop + len(garbage), stop)
 
 
 def test_truncate_tail_helper_across_segments(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 30)
         stop = store.stop_position
     # Cut 300 bytes: more than a segment, ending mid-frame most likely.
-    new_end = faults.truncate_tail(log_dir, 300)
+    new_end = faults.truncate_tail(FileStorage(log_dir), 300)
     assert new_end == stop - 300
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         expected = max(s for s in [*starts, stop] if s <= new_end)
         assert store.stop_position == expected
         assert store.repair is not None or expected == new_end
     # truncate_at on an exact frame boundary is not damage at all.
-    faults.truncate_at(log_dir, starts[5])
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    faults.truncate_at(FileStorage(log_dir), starts[5])
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.stop_position == starts[5]
         assert store.repair is None
 
 
 def test_whole_last_segment_corrupt_drops_it_and_keeps_previous(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 30)
-    bases = list_segments(log_dir)
+    bases = _segments(log_dir)
     last_base, last_path = bases[-1]
     data = bytearray(last_path.read_bytes())
     data[20] ^= 0x01  # corrupt the first frame's header (position field)
     last_path.write_bytes(bytes(data))
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.stop_position == last_base
         assert not last_path.exists()
         assert store.repair is not None and store.repair.to_position == last_base
 
 
 def test_empty_trailing_segment_left_by_crash_is_removed(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 10)
         stop = store.stop_position
     (log_dir / segment_file_name(stop)).touch()
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.stop_position == stop
         assert store.repair is None
         assert store.append_entry(b"x", 0) > stop
 
 
 def test_corrupt_middle_segment_raises_naming_file_and_offset(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 30)
-    segments = list_segments(log_dir)
+    segments = _segments(log_dir)
     _base, middle = segments[1]
     size = middle.stat().st_size
     with open(middle, "r+b") as f:
         f.truncate(size - 32)  # lost bytes in the middle of the stream
     with pytest.raises(ArchiveError, match=rf"{middle.name}.*offset {size - 32}"):
-        RecordingStore.open(log_dir, segment_length=SEGMENT)
+        RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT)
 
 
 def test_bit_flip_in_middle_segment_is_caught_on_read_and_verify(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         fill(store, 30)
-    _base, middle = list_segments(log_dir)[1]
+    _base, middle = _segments(log_dir)[1]
     data = bytearray(middle.read_bytes())
     data[33] ^= 0x10  # first payload byte of the segment's first frame
     middle.write_bytes(bytes(data))
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.repair is None  # open checks sizes of older segments, not every CRC
         with pytest.raises(ArchiveError, match=rf"{middle.name} offset 0"):
             store.read(0, store.stop_position)
@@ -372,7 +378,8 @@ def test_appended_data_survives_sigkill(log_dir: Path) -> None:
         f"""
         import os, signal
         from clusterlab.core.archive.recording import RecordingStore
-        store = RecordingStore.open({str(log_dir)!r}, segment_length={SEGMENT})
+        from clusterlab.core.runtime.storage import FileStorage
+        store = RecordingStore.open(FileStorage({str(log_dir)!r}), segment_length={SEGMENT})
         for i in range(50):
             store.append_entry(bytes([i]) * i, 2)
         print(store.stop_position, flush=True)
@@ -383,14 +390,14 @@ def test_appended_data_survives_sigkill(log_dir: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60)
     assert proc.returncode == -9, proc.stderr
     stop = int(proc.stdout.strip())
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         assert store.stop_position == stop
         assert store.repair is None
         assert [f.payload for f in store.read_frames(0, stop)] == [bytes([i]) * i for i in range(50)]
 
 
 def test_closed_store_refuses_use(log_dir: Path) -> None:
-    store = RecordingStore.open(log_dir)
+    store = RecordingStore.open(FileStorage(log_dir))
     store.close()
     store.close()  # idempotent
     with pytest.raises(ArchiveError, match="closed"):
@@ -411,7 +418,7 @@ def test_closed_store_refuses_use(log_dir: Path) -> None:
 def test_store_matches_a_list_of_frames_model(tmp_path_factory: pytest.TempPathFactory, ops: list) -> None:
     directory = tmp_path_factory.mktemp("model")
     model: list[bytes] = []  # framed entries, in order
-    store = RecordingStore.open(directory, segment_length=192)
+    store = RecordingStore.open(FileStorage(directory), segment_length=192)
     try:
         for op, arg in ops:
             if op == "append":
@@ -428,7 +435,7 @@ def test_store_matches_a_list_of_frames_model(tmp_path_factory: pytest.TempPathF
                 store.truncate(sum(map(len, model)))
             elif op == "reopen":
                 store.close()
-                store = RecordingStore.open(directory, segment_length=192)
+                store = RecordingStore.open(FileStorage(directory), segment_length=192)
                 assert store.repair is None
             assert store.stop_position == sum(map(len, model))
             assert store.read(0, store.stop_position) == b"".join(model)
@@ -437,7 +444,7 @@ def test_store_matches_a_list_of_frames_model(tmp_path_factory: pytest.TempPathF
 
 
 def test_append_walked_appends_prewalked_frames_and_refuses_a_mismatch(tmp_path: Path) -> None:
-    store = RecordingStore.open(tmp_path / "log")
+    store = RecordingStore.open(FileStorage(tmp_path / "log"))
     block = b"".join(frame(bytes([i]) * 40, i * framed_length(40), 0) for i in range(3))
     walk = walk_frames(block, 0)
     with pytest.raises(ArchiveError, match="frames end at"):
@@ -448,7 +455,7 @@ def test_append_walked_appends_prewalked_frames_and_refuses_a_mismatch(tmp_path:
     assert store.append_walked(block, 0, walk.frames) == len(block)
     assert store.read(0, len(block)) == block
     store.close()
-    reopened = RecordingStore.open(tmp_path / "log")
+    reopened = RecordingStore.open(FileStorage(tmp_path / "log"))
     assert reopened.stop_position == len(block) and reopened.repair is None
     reopened.close()
 
@@ -472,7 +479,7 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
 
     monkeypatch.setattr(recording, "TAIL_CACHE_BYTES", 2048)  # trimmed many times below
     rng = random.Random(5)
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as cached:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as cached:
         for i in range(40):
             if i % 3 == 0:
                 cached.append_entries([payload(rng.randrange(1000)) for _ in range(rng.randrange(1, 6))], 0)
@@ -481,7 +488,7 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
         starts = [f.position for f in cached.read_frames(0, cached.stop_position)]
         assert cached._cache_starts and cached._cache_base > 0, "the cache was trimmed and still holds the tail"
         assert len(cached._cache) <= 2 * 2048 + 200
-        with RecordingStore.open(log_dir, segment_length=SEGMENT) as files:
+        with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as files:
             assert not files._cache_starts
             for frm, to, limit in _ranges(rng, cached.stop_position, starts):
                 assert cached.read(frm, to, max_bytes=limit) == files.read(frm, to, max_bytes=limit)
@@ -492,21 +499,21 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
 
 def test_append_entries_frames_like_append_entry(tmp_path: Path) -> None:
     payloads = [payload(i) for i in range(12)]
-    with RecordingStore.open(tmp_path / "one", segment_length=SEGMENT) as one:
+    with RecordingStore.open(FileStorage(tmp_path / "one"), segment_length=SEGMENT) as one:
         ends = [one.append_entry(p, leadership_term_id=3) for p in payloads]
         single = one.read(0, one.stop_position)
-    with RecordingStore.open(tmp_path / "many", segment_length=SEGMENT) as many:
+    with RecordingStore.open(FileStorage(tmp_path / "many"), segment_length=SEGMENT) as many:
         assert many.append_entries(payloads[:5], 3) == ends[4]
         assert many.append_entries([], 3) == ends[4]
         assert many.append_entries(payloads[5:], 3) == ends[-1]
         assert many.read(0, many.stop_position) == single
         assert [f.payload for f in many.read_frames(0, many.stop_position)] == payloads
-    names = [[s.name for _b, s in list_segments(tmp_path / d)] for d in ("many", "one")]
+    names = [[s.name for _b, s in _segments(tmp_path / d)] for d in ("many", "one")]
     assert names[0] == names[1]
 
 
 def test_truncate_drops_the_cached_tail(log_dir: Path) -> None:
-    with RecordingStore.open(log_dir, segment_length=SEGMENT) as store:
+    with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as store:
         starts = fill(store, 10)
         store.truncate(starts[5])
         assert store.stop_position == starts[5]

@@ -10,10 +10,11 @@ from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import RecordingStore
 from clusterlab.core.archive.replay import ReplaySession, Replicator
 from clusterlab.core.codec.framing import frame, walk_frames
+from clusterlab.core.runtime.storage import FileStorage
 
 
 def filled(directory: Path, n: int, segment_length: int = 512) -> tuple[RecordingStore, list[int]]:
-    store = RecordingStore.open(directory, segment_length=segment_length)
+    store = RecordingStore.open(FileStorage(directory), segment_length=segment_length)
     starts = []
     for i in range(n):
         starts.append(store.stop_position)
@@ -88,7 +89,7 @@ def test_replay_detects_truncation_beneath_it(tmp_path: Path) -> None:
 
 def test_replay_into_replicator_reproduces_the_recording(tmp_path: Path) -> None:
     leader, _ = filled(tmp_path / "leader", 80)
-    follower = RecordingStore.open(tmp_path / "follower", segment_length=320)
+    follower = RecordingStore.open(FileStorage(tmp_path / "follower"), segment_length=320)
     replicator = Replicator(follower, leader.stop_position)
     for chunk in ReplaySession(leader, 0, leader.stop_position, max_bytes=256):
         assert replicator.on_block(chunk.start_position, chunk.data)
@@ -100,7 +101,7 @@ def test_replay_into_replicator_reproduces_the_recording(tmp_path: Path) -> None
 
 def test_replicator_rejects_gap_duplicate_and_corrupt_blocks(tmp_path: Path) -> None:
     leader, starts = filled(tmp_path / "leader", 10)
-    follower = RecordingStore.open(tmp_path / "follower")
+    follower = RecordingStore.open(FileStorage(tmp_path / "follower"))
     lines: list[str] = []
     rep = Replicator(follower, log=lines.append)
     second = leader.read(starts[3], starts[6])
@@ -124,7 +125,7 @@ def test_replicator_rejects_gap_duplicate_and_corrupt_blocks(tmp_path: Path) -> 
 
 def test_replicator_skips_the_part_of_an_overlapping_resend_it_holds(tmp_path: Path) -> None:
     leader, starts = filled(tmp_path / "leader", 10)
-    follower = RecordingStore.open(tmp_path / "follower")
+    follower = RecordingStore.open(FileStorage(tmp_path / "follower"))
     rep = Replicator(follower)
     assert rep.on_block(0, leader.read(0, starts[4]))
     assert rep.on_block(starts[2], leader.read(starts[2], starts[8]))
@@ -138,7 +139,7 @@ def test_replicator_skips_the_part_of_an_overlapping_resend_it_holds(tmp_path: P
 
 def test_replicator_stops_at_target_and_clips_blocks(tmp_path: Path) -> None:
     leader, starts = filled(tmp_path / "leader", 10)
-    follower = RecordingStore.open(tmp_path / "follower")
+    follower = RecordingStore.open(FileStorage(tmp_path / "follower"))
     rep = Replicator(follower, starts[6])
     assert rep.on_block(0, leader.read(0, starts[9]))
     assert follower.stop_position == starts[6] and rep.done

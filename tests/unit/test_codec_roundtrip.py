@@ -344,6 +344,9 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("correlation_id", I64), ("code", Enum32(control.ControlResponseCode)), ("message", ASCII),
     ),
     control.MembersConfig: (("correlation_id", I64), ("members", ASCII)),
+    control.StorageFault: (
+        ("correlation_id", I64), ("code", I32), ("count", I32), ("torn", I32), ("path_prefix", ASCII),
+    ),
 }  # fmt: skip
 
 CLASSES = sorted(TABLE, key=lambda cls: cls.TEMPLATE_ID)

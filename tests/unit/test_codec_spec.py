@@ -87,6 +87,7 @@ CONTROL = {
     "ClusterControlRequest": 215,
     "ControlResponse": 216,
     "MembersConfig": 217,
+    "StorageFault": 218,
 }
 
 HEADING = re.compile(r"^#### (\w+) \(templateId (\d+), blockLength (\d+)(?:, ([^)]*))?\)\s*$")

@@ -18,6 +18,7 @@ from clusterlab.core.consensus.recording_log import (
     RecoveryPlan,
     Snapshot,
 )
+from clusterlab.core.runtime.storage import FileStorage
 
 CM = -1
 LOG_ID = 0
@@ -25,7 +26,7 @@ LOG_ID = 0
 
 def reopen(rl: RecordingLog) -> RecordingLog:
     rl.close()
-    return RecordingLog.open(rl.path.parent)
+    return RecordingLog.open(FileStorage(Path(rl.path).parent))
 
 
 def terms(rl: RecordingLog) -> list[tuple[int, int, int]]:
@@ -50,7 +51,7 @@ def snapshot_set(rl: RecordingLog, term: int, base: int, pos: int, ts: int, firs
 
 @pytest.fixture
 def rl(tmp_path: Path) -> RecordingLog:
-    log = RecordingLog.open(tmp_path)
+    log = RecordingLog.open(FileStorage(tmp_path))
     yield log
     log.close()
 
@@ -61,8 +62,8 @@ def rl(tmp_path: Path) -> RecordingLog:
 def test_file_layout_is_64_byte_little_endian_records_per_c9(rl: RecordingLog) -> None:
     rl.append_term(LOG_ID, 0, 0, 1000)
     rl.append_snapshot(7, 0, 0, 640, 1001, CM)
-    data = rl.path.read_bytes()
-    assert rl.path.name == RECORDING_LOG_FILE_NAME == "recording.log"
+    data = Path(rl.path).read_bytes()
+    assert Path(rl.path).name == RECORDING_LOG_FILE_NAME == "recording.log"
     assert len(data) == 2 * RECORD_ALIGNMENT
     assert struct.unpack_from("<qqqqqii", data, 0) == (LOG_ID, 0, 0, -1, 1000, -1, 0)
     assert struct.unpack_from("<qqqqqii", data, 64) == (7, 0, 0, 640, 1001, -1, 1)
@@ -88,14 +89,14 @@ def test_all_term_entries_reference_the_same_recording_id(rl: RecordingLog, tmp_
     with pytest.raises(RecordingLogError, match="invalid TERM recording_id=3, expected 0"):
         rl.append_term(3, 1, 64, 0)
     with pytest.raises(RecordingLogError, match="invalid recording_id=-1"):
-        RecordingLog.open(tmp_path / "other").append_term(-1, 0, 0, 0)
+        RecordingLog.open(FileStorage(tmp_path / "other")).append_term(-1, 0, 0, 0)
     # A file whose TERM entries disagree is refused on load.
     rl.append_term(LOG_ID, 1, 64, 0)
-    raw = bytearray(rl.path.read_bytes())
+    raw = bytearray(Path(rl.path).read_bytes())
     struct.pack_into("<q", raw, 64, 9)
-    rl.path.write_bytes(bytes(raw))
+    Path(rl.path).write_bytes(bytes(raw))
     with pytest.raises(RecordingLogError, match="expected 0"):
-        RecordingLog.open(tmp_path)
+        RecordingLog.open(FileStorage(tmp_path))
 
 
 def test_at_most_one_valid_term_entry_per_term(rl: RecordingLog) -> None:
@@ -126,9 +127,9 @@ def test_append_term_with_next_term_present_ends_at_next_base(rl: RecordingLog) 
 def test_commit_log_position_overwrites_term_end_in_place(rl: RecordingLog) -> None:
     rl.append_term(LOG_ID, 0, 0, 0)
     rl.append_term(LOG_ID, 1, 96, 0)
-    before = rl.path.read_bytes()
+    before = Path(rl.path).read_bytes()
     rl.commit_log_position(1, 4096)
-    after = rl.path.read_bytes()
+    after = Path(rl.path).read_bytes()
     assert len(after) == len(before)
     changed = [i for i in range(len(after)) if after[i] != before[i]]
     assert changed and min(changed) >= 64 + 24 and max(changed) < 64 + 32  # only the 8-byte end field
@@ -177,11 +178,11 @@ def test_append_snapshot_revalidates_matching_invalidated_entry_in_place(rl: Rec
     rl.append_term(LOG_ID, 0, 0, 0)
     snapshot_set(rl, 0, 0, 640, 5, 10, 1)
     assert rl.invalidate_latest_snapshot()
-    size = rl.path.stat().st_size
+    size = Path(rl.path).stat().st_size
     # The same snapshot taken again (e.g. re-taken during replay) reuses the invalidated records.
     rl.append_snapshot(21, 0, 0, 640, 6, 0)
     rl.append_snapshot(20, 0, 0, 640, 6, CM)
-    assert rl.path.stat().st_size == size
+    assert Path(rl.path).stat().st_size == size
     snaps = [e for e in rl.entries() if e.type is EntryType.SNAPSHOT]
     assert [(e.recording_id, e.is_valid, e.entry_index, e.timestamp) for e in snaps] == [
         (21, True, 1, 6),
@@ -291,7 +292,7 @@ def test_invalidate_entry_hides_a_term_and_remove_entry_drops_it(rl: RecordingLo
     rl.invalidate_entry(1, 1)
     assert rl.find_term_entry(1) is None and rl.is_unknown(1)
     assert rl.find_last_term().leadership_term_id == 0
-    raw = rl.path.read_bytes()
+    raw = Path(rl.path).read_bytes()
     assert struct.unpack_from("<I", raw, 64 + 44)[0] == ENTRY_TYPE_INVALID_FLAG | 0
     rl.remove_entry(0, 0)
     assert [e.entry_index for e in rl.entries()] == [1]
@@ -369,7 +370,7 @@ def test_recovery_plan_missing_service_snapshot_is_an_error(rl: RecordingLog) ->
 
 
 def test_recovery_plan_reads_the_recording_store(rl: RecordingLog, tmp_path: Path) -> None:
-    with RecordingStore.open(tmp_path / "archive" / "log") as store:
+    with RecordingStore.open(FileStorage(tmp_path / "archive" / "log")) as store:
         for _ in range(5):
             store.append_entry(b"x" * 20, 0)
         rl.append_term(store.recording_id, 0, 0, 0)
@@ -390,7 +391,7 @@ def test_truncate_terms_after_commits_last_term_end_like_aeron(rl: RecordingLog)
 
 def test_truncate_terms_after_removes_terms_starting_beyond_position(rl: RecordingLog) -> None:
     lines: list[str] = []
-    rl = RecordingLog.open(rl.path.parent, log=lines.append)
+    rl = RecordingLog.open(FileStorage(Path(rl.path).parent), log=lines.append)
     rl.append_term(LOG_ID, 0, 0, 0)
     rl.append_term(LOG_ID, 1, 640, 0)
     rl.append_term(LOG_ID, 2, 1280, 0)
@@ -408,12 +409,12 @@ def test_torn_last_record_is_truncated_on_open(rl: RecordingLog) -> None:
     rl.append_term(LOG_ID, 0, 0, 0)
     rl.append_term(LOG_ID, 1, 64, 0)
     rl.close()
-    with open(rl.path, "ab") as f:
+    with open(Path(rl.path), "ab") as f:
         f.write(b"\x01" * 30)  # a crash part-way through a third record
     lines: list[str] = []
-    rl2 = RecordingLog.open(rl.path.parent, log=lines.append)
+    rl2 = RecordingLog.open(FileStorage(Path(rl.path).parent), log=lines.append)
     assert terms(rl2) == [(0, 0, 64), (1, 64, -1)]
-    assert rl2.path.stat().st_size == 128
+    assert Path(rl2.path).stat().st_size == 128
     assert any("partial record" in line and "truncating" in line for line in lines)
     rl2.append_term(LOG_ID, 2, 128, 0)  # appends land on the 64-byte grid again
     assert reopen(rl2).find_term_entry(2).file_offset == 128
@@ -422,13 +423,13 @@ def test_torn_last_record_is_truncated_on_open(rl: RecordingLog) -> None:
 def test_unknown_entry_type_is_refused(rl: RecordingLog) -> None:
     rl.append_term(LOG_ID, 0, 0, 0)
     rl.close()
-    raw = bytearray(rl.path.read_bytes())
+    raw = bytearray(Path(rl.path).read_bytes())
     struct.pack_into("<i", raw, 44, 7)
-    rl.path.write_bytes(bytes(raw))
+    Path(rl.path).write_bytes(bytes(raw))
     with pytest.raises(RecordingLogError, match="unknown entry type"):
-        RecordingLog.open(rl.path.parent)
+        RecordingLog.open(FileStorage(Path(rl.path).parent))
 
 
 def test_open_without_create(tmp_path: Path) -> None:
     with pytest.raises(RecordingLogError, match="does not exist"):
-        RecordingLog(tmp_path / "nowhere", create_new=False)
+        RecordingLog(FileStorage(tmp_path / "nowhere"), create_new=False)

@@ -28,6 +28,7 @@ from clusterlab.core.codec import (
     unframe,
 )
 from clusterlab.core.codec.header import HEADER_LENGTH
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service import (
     AppliedEntry,
     ClientSession,
@@ -454,7 +455,8 @@ def _agent(name: str, store: SnapshotStore, applied: list[AppliedEntry], sent: l
 
 @pytest.mark.parametrize("name", sorted(SERVICES))
 def test_sample_service_through_the_agent_snapshot_and_restore(name: str, tmp_path: Path) -> None:
-    store = SnapshotStore(tmp_path / "archive" / "snapshots", Catalogue.open(tmp_path / "archive"))
+    storage = FileStorage(tmp_path)
+    store = SnapshotStore(storage, Catalogue.open(storage))
     log = LogWriter()
     entries = [
         log.entry(

@@ -38,6 +38,7 @@ from clusterlab.core.codec import (
 from clusterlab.core.codec.header import HEADER_LENGTH
 from clusterlab.core.codec.message import Message
 from clusterlab.core.consensus.context import APP_VERSION
+from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service import (
     MAX_LOG_POSITION,
     AgentError,
@@ -148,8 +149,8 @@ class Harness:
     """An agent with its outputs captured and a log builder."""
 
     def __init__(self, tmp_path: Path, service: RecordingService | None = None, term: int = 0) -> None:
-        archive = tmp_path / "archive"
-        self.store = SnapshotStore(archive / "snapshots", Catalogue.open(archive))
+        storage = FileStorage(tmp_path)
+        self.store = SnapshotStore(storage, Catalogue.open(storage))
         self.service = service or RecordingService()
         self.to_cm: list[Message] = []
         self.egress: list[tuple[str, int, bytes]] = []
