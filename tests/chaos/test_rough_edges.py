@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from clusterlab.chaos.nemesis import NEMESES, PARTITION_SHAPES, Partition
 from clusterlab.chaos.scenarios import SCENARIOS
-from clusterlab.harness.cli import main
+
+from clusterlab.cli import main
 
 
 @pytest.fixture(scope="module")

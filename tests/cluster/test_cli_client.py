@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clusterlab.harness.cli import main
 from clusterlab.harness.local import LocalCluster
 
+from clusterlab.cli import main
 from tests.cluster.helpers import running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

@@ -21,7 +21,7 @@ def test_cluster_start_without_a_terminal_prints_plain_lines_and_records_nothing
     out_path = tmp_path / "out.txt"
     with open(out_path, "w") as out:  # a file: not a terminal
         proc = subprocess.Popen(
-            [sys.executable, "-m", "clusterlab.harness.cli", "cluster", "start", "--dir", str(directory),
+            [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--dir", str(directory),
              "--refresh", "0.2", "--no-record"],
             stdout=out, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -63,7 +63,7 @@ def test_cluster_start_beyond_the_open_file_limit_is_refused_before_starting(tmp
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     done = subprocess.run(
-        [sys.executable, "-m", "clusterlab.harness.cli", "cluster", "start", "--dir", str(tmp_path / "c"),
+        [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--dir", str(tmp_path / "c"),
          "--members", "64"],
         capture_output=True, text=True, timeout=60, preexec_fn=low_limit,
     )  # fmt: skip

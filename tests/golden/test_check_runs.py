@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from clusterlab.harness.cli import main
 
+from clusterlab.cli import main
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark

@@ -21,7 +21,6 @@ from clusterlab.golden.report import render
 from clusterlab.golden.spark.check import check_runs
 from clusterlab.golden.store import GoldenError, bless
 from clusterlab.golden.verify import verify_goldens
-from clusterlab.harness.cli import main as cli_main
 from clusterlab.harness.completeness import (
     EXIT_CORRUPT,
     EXIT_INCOMPLETE,
@@ -33,6 +32,7 @@ from clusterlab.harness.completeness import (
 from clusterlab.harness.recorder import TABLES, RunRecorder
 from clusterlab.harness.trace import TraceError, open_run
 
+from clusterlab.cli import main as cli_main
 from tests.golden import plant
 from tests.golden.plant import copy_run
 

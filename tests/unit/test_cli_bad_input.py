@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from clusterlab.core.runtime.config import ClusterConfig
-from clusterlab.harness.cli import main
 from clusterlab.harness.recorder import RunRecorder
+
+from clusterlab.cli import main
 
 # (arguments with {PLACEHOLDERS}, exit code, text the one stderr line must contain)
 TABLE: list[tuple[str, int, str]] = [
@@ -214,9 +215,7 @@ SUBPROCESS_SAMPLE = [
 @pytest.mark.parametrize("args", SUBPROCESS_SAMPLE)
 def test_the_console_script_gives_the_same_one_line(args: str, paths: dict[str, str]) -> None:
     argv = [_fill(a, paths) for a in args.split()]
-    done = subprocess.run(
-        [sys.executable, "-m", "clusterlab.harness.cli", *argv], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, "-m", "clusterlab.cli", *argv], capture_output=True, text=True, timeout=120)
     expected = next(_fill(m, paths) for a, _, m in TABLE if a == args)
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr + done.stdout
     assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr, done.stderr
