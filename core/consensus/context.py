@@ -180,6 +180,9 @@ class ConsensusModuleContext:
     # Test-only broken build (chaos suite): a follower acknowledges a log block when it arrives and
     # appends it only when the next one does, so a crash loses entries the leader counted as durable.
     fault_ack_before_append: bool = False
+    # Assert every subsystem's invariants after each input (ConsensusModule.check_invariants): on in
+    # the simulator and in tests, off by default in real member processes (CLUSTERLAB_CHECK_INVARIANTS=1).
+    check_invariants: bool = False
 
     def member(self, member_id: int) -> ClusterMember | None:
         for m in self.members:
