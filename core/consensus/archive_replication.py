@@ -89,7 +89,7 @@ class ArchiveReplication:
         self.replication_source = NULL_VALUE
         self.replication_stop_position = NULL_POSITION
 
-    def on_replay_block(self, src: int, msg: ReplayBlock) -> None:
+    def on_replay_block(self, src: int, msg: ReplayBlock, now_ns: int) -> None:
         """Append blocks that start at our stop position, up to the replication stop."""
         if self.replication_source == NULL_VALUE or src != self.replication_source:
             return  # no replication from that member runs (a late block of an earlier one)
@@ -103,11 +103,11 @@ class ArchiveReplication:
         if usable:
             self._archive.append_walked(msg.entries[: usable[-1].end_position - msg.start_position], stop, usable)
 
-    def on_archive_error(self, src: int, msg: ArchiveError) -> None:
+    def on_archive_error(self, src: int, msg: ArchiveError, now_ns: int) -> None:
         self._s.ignore("ArchiveError", f"from {src}: {msg.error_message}")
 
     # ------------------------------------------------------------------ serving archive
-    def on_replay_request(self, src: int, msg: ReplayRequest) -> None:
+    def on_replay_request(self, src: int, msg: ReplayRequest, now_ns: int) -> None:
         """Answer a replication/replay request with blocks of our recording."""
         st = self._s
         archive = self._archive

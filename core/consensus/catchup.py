@@ -38,7 +38,7 @@ class Catchup:
     def has_log_joined(self) -> bool:
         return self.catchup_log_joined
 
-    def on_stop_catchup(self, msg: StopCatchup) -> None:
+    def on_stop_catchup(self, src: int, msg: StopCatchup, now_ns: int) -> None:
         st = self._s
         if msg.leadership_term_id != st.election_term() or msg.follower_member_id != st.member_id:
             return  # for another term or another member: not ours to stop

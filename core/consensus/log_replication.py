@@ -66,7 +66,6 @@ class LogReplication:
         # Follower log subscription: the term it accepts blocks of.
         self.log_subscription_term_id = NULL_VALUE
         self._unappended_block: LogBlock | None = None  # fault_ack_before_append only
-        self.time_of_last_log_update_ns = 0
         self.time_of_last_append_position_send_ns = 0
         self.last_append_position_sent = NULL_POSITION
         self.time_of_last_commit_publish_ns = 0
@@ -102,7 +101,7 @@ class LogReplication:
 
     def on_election_complete(self, now_ns: int) -> None:
         st = self._s
-        self.time_of_last_log_update_ns = now_ns
+        self._s.time_of_last_log_update_ns = now_ns
         self.time_of_last_append_position_send_ns = 0
         if st.role == Role.LEADER:
             self.time_of_last_commit_publish_ns = 0
@@ -184,7 +183,7 @@ class LogReplication:
             for s in self._s.followers()
         )
 
-    def on_append_position(self, msg: AppendPosition, now_ns: int) -> None:
+    def on_append_position(self, src: int, msg: AppendPosition, now_ns: int) -> None:
         st = self._s
         s = st.status(msg.follower_member_id)
         if s is None:
@@ -224,7 +223,7 @@ class LogReplication:
             self._publisher.stop_catchup(s.member_id, self.log_publication_term_id, s.member_id)
             s.catchup_active = False
 
-    def on_catchup_position(self, msg: CatchupPosition, now_ns: int) -> None:
+    def on_catchup_position(self, src: int, msg: CatchupPosition, now_ns: int) -> None:
         """Leader: a follower asks to catch up from ``msg.log_position``."""
         st = self._s
         s = st.status(msg.follower_member_id)
@@ -276,10 +275,10 @@ class LogReplication:
         ):
             return False
         st.notified_commit_position = msg.log_position
-        self.time_of_last_log_update_ns = now_ns
+        self._s.time_of_last_log_update_ns = now_ns
         return True
 
-    def on_log_block(self, msg: LogBlock, now_ns: int) -> None:
+    def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
         """Follower: append frames that start at our append position; drop the rest."""
         if self._fault_ack_before_append:
             self._on_log_block_acked_before_append(msg, now_ns)
@@ -329,13 +328,13 @@ class LogReplication:
                 catchup.catchup_log_joined = True
         elif catchup.is_catchup_active:
             catchup.catchup_log_joined = True
-        self.time_of_last_log_update_ns = now_ns
+        self._s.time_of_last_log_update_ns = now_ns
         if e is None and st.role == Role.FOLLOWER:
             st.notified_commit_position = max(st.notified_commit_position, msg.commit_position)
 
     def leader_heartbeat_expired(self, now_ns: int) -> bool:
         """Follower: nothing from the leader for the heartbeat timeout."""
-        return now_ns >= self.time_of_last_log_update_ns + self._timeouts.leader_heartbeat_timeout_ns
+        return now_ns >= self._s.time_of_last_log_update_ns + self._timeouts.leader_heartbeat_timeout_ns
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:

@@ -40,10 +40,8 @@ from clusterlab.core.codec.consensus import (
     TerminationPosition,
     Vote,
 )
-from clusterlab.core.codec.enums import AppendPositionFlags, ClusterTimeUnit, ToggleState
+from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.codec.errors import DecodeError
-from clusterlab.core.codec.framing import framed_length
-from clusterlab.core.codec.log_events import NewLeadershipTermEvent
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.service import (
     CancelTimer,
@@ -67,8 +65,6 @@ from clusterlab.core.consensus.catchup import Catchup
 from clusterlab.core.consensus.client_sessions import ClientSessions
 from clusterlab.core.consensus.cluster_control import ClusterControl
 from clusterlab.core.consensus.context import (
-    APP_VERSION,
-    NULL_POSITION,
     NULL_VALUE,
     PROTOCOL_VERSION,
     Channel,
@@ -78,14 +74,15 @@ from clusterlab.core.consensus.context import (
     Role,
 )
 from clusterlab.core.consensus.election import Election, ElectionError
-from clusterlab.core.consensus.leadership_term import new_leadership_term
+from clusterlab.core.consensus.election_link import ElectionLink
 from clusterlab.core.consensus.log_adapter import LogAdapter, LogListener
 from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus, has_active_quorum
-from clusterlab.core.consensus.module_state import MAX_LONG, ModuleState
+from clusterlab.core.consensus.module_state import ModuleState
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
-from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
+from clusterlab.core.consensus.recording_log import RecordingLog
+from clusterlab.core.consensus.recovery import recover
 from clusterlab.core.consensus.service_link import ServiceLink
 from clusterlab.core.consensus.sessions import ClusterSession
 from clusterlab.core.consensus.snapshots import Snapshots
@@ -94,7 +91,7 @@ from clusterlab.core.consensus.timers import TimerService
 
 __all__ = ["ConsensusModule", "LogListener"]
 
-Handler = Callable[["ConsensusModule", int, Any, int], None]
+Handler = Callable[[int, Any, int], None]  # (source member, message, now_ns)
 
 
 class ConsensusModule:
@@ -147,9 +144,50 @@ class ConsensusModule:
         )
         self.control = ClusterControl(st, ctx, self.archive, self.client_sessions, self.snapshots, self.termination)
         self.log_adapter = LogAdapter(
-            st, self.archive, self.client_sessions, self.services, self.control, self.snapshots, self._on_term_event
+            st,
+            self.archive,
+            self.client_sessions,
+            self.services,
+            self.control,
+            self.snapshots,
+            on_term_event=lambda ev, now_ns: self.election_link.on_term_event(ev, now_ns),
         )
-        self.election_count = 0
+        self.election_link = ElectionLink(
+            st,
+            ctx,
+            self.archive_store,
+            self.recording_log,
+            self.node_state,
+            self.consensus_publisher,
+            self.replication,
+            self.catchup,
+            self.archive_replication,
+            self.log_adapter,
+            self.services,
+            self.client_sessions,
+            self.snapshots,
+            self.termination,
+            self.control,
+        )
+        link, replication, archive_replication = self.election_link, self.replication, self.archive_replication
+        # Member-to-member messages: the subsystem that owns each (validate, ignore(reason), act).
+        self._handlers: dict[type, Handler] = {
+            CanvassPosition: link.on_canvass_position,
+            RequestVote: link.on_request_vote,
+            Vote: link.on_vote,
+            NewLeadershipTerm: link.on_new_leadership_term,
+            CommitPosition: link.on_commit_position,
+            LogEndOfStream: link.on_log_end_of_stream,
+            AppendPosition: replication.on_append_position,
+            CatchupPosition: replication.on_catchup_position,
+            LogBlock: replication.on_log_block,
+            StopCatchup: self.catchup.on_stop_catchup,
+            TerminationPosition: self.termination.on_termination_position,
+            TerminationAck: self.termination.on_termination_ack,
+            ReplayRequest: archive_replication.on_replay_request,
+            ReplayBlock: archive_replication.on_replay_block,
+            ArchiveError: archive_replication.on_archive_error,
+        }
         self._now_ns = 0
 
     # ------------------------------------------------------------------ state other layers read
@@ -201,16 +239,8 @@ class ConsensusModule:
     def statuses(self) -> list[MemberStatus]:
         return self.s.statuses
 
-    @property
-    def this_member(self) -> MemberStatus:
-        return self.s.this_member
-
     def status(self, member_id: int) -> MemberStatus | None:
         return self.s.status(member_id)
-
-    @property
-    def time_of_last_leader_update_ns(self) -> int:
-        return self.s.time_of_last_leader_update_ns
 
     @property
     def append_position(self) -> int:
@@ -320,68 +350,8 @@ class ConsensusModule:
     def on_start(self, now_ns: int) -> None:
         """Recover from disk (recovery plan) and start the node-startup election."""
         self._now_ns = now_ns
-        st = self.s
-        # The recording log may describe more log than the archive holds (a torn tail repaired on
-        # open, or a recording truncated while the member was down): make it describe what we have,
-        # so we canvass with a true (log term, append position) and the leader walks us forward.
-        # A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
-        # recovery: this member must refetch that log and replay it from the start (issue 4: "a follower
-        # that lacks the snapshot's log replays from the start"). Invalidated here, before the service
-        # process reads the recovery plan, so node and service agree.
-        for entry in self.recording_log.entries():
-            if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > self.archive.stop_position:
-                self.recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
-                st.event(
-                    "snapshot_invalidated",
-                    {
-                        "recording_id": entry.recording_id,
-                        "service_id": entry.service_id,
-                        "reason": "log behind the snapshot is missing",
-                    },
-                    pos=entry.log_position,
-                )
-        last = self.recording_log.find_last_term()
-        stop = self.archive.stop_position
-        removed = []
-        if last is not None and (
-            last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
-        ):
-            removed = self.recording_log.truncate_terms_after(stop)
-        if removed:
-            st.event(
-                "truncate",
-                {"recording_log": [e.describe() for e in removed], "reason": "recording shorter than recording log"},
-                pos=self.archive.stop_position,
-            )
-        plan = self.recording_log.create_recovery_plan(self.ctx.service_count, self.archive_store.recording_extent)
-        if self.archive.repair is not None:
-            r = self.archive.repair
-            st.event(
-                "truncate",
-                {"repair": "torn tail", "from": r.from_position, "to": r.to_position, "reason": r.reason},
-                pos=r.to_position,
-            )
-        st.leadership_term_id = plan.last_leadership_term_id
-        st.commit_position = 0
-        if plan.snapshots:
-            # Recovery = latest valid snapshot + replay of the log after it (c.10). The service loads
-            # its own snapshot from the same recovery plan (Aeron's RecoveryState counter).
-            cm_snapshot = plan.snapshots[0]
-            st.commit_position = self.snapshots.load_snapshot(cm_snapshot.recording_id)
-            st.event(
-                "snapshot_loaded",
-                {"recording_id": cm_snapshot.recording_id},
-                term=cm_snapshot.leadership_term_id,
-                pos=st.commit_position,
-            )
-        st.consumed_position = st.commit_position
-        st.notified_commit_position = st.commit_position
-        st.state = ConsensusModuleState.ACTIVE
-        st.event(
-            "start",
-            {"append_position": self.archive.stop_position, "last_leadership_term_id": plan.last_leadership_term_id},
-        )
-        self._enter_election(
+        plan = recover(self.s, self.archive_store, self.recording_log, self.snapshots, self.ctx.service_count)
+        self.election_link.start_election(
             now_ns,
             is_node_startup=True,
             leadership_term_id=plan.last_leadership_term_id,
@@ -408,265 +378,21 @@ class ConsensusModule:
         if self.check_invariants_enabled:
             self.check_invariants()
 
-    # ------------------------------------------------------------------ election plumbing
-    def _enter_election(
-        self,
-        now_ns: int,
-        *,
-        is_node_startup: bool,
-        leadership_term_id: int,
-        term_base_log_position: int,
-        graceful_closed_leader_id: int,
-        reason: str,
-    ) -> None:
-        st = self.s
-        assert st.election is None, "an election is already running"
-        self.election_count += 1
-        st.event(
-            "election_start",
-            {"reason": reason, "election_count": self.election_count},
-            term=leadership_term_id,
-            pos=st.commit_position,
-        )
-        st.role = Role.FOLLOWER
-        st.election = Election(
-            self,
-            self.ctx,
-            st.statuses,
-            self.node_state,
-            self.recording_log,
-            self.consensus_publisher,
-            is_node_startup=is_node_startup,
-            leadership_term_id=leadership_term_id,
-            term_base_log_position=term_base_log_position,
-            log_position=st.commit_position,
-            append_position=self.archive.stop_position,
-            graceful_closed_leader_id=graceful_closed_leader_id,
-            now_ns=now_ns,
-        )
-
+    # ------------------------------------------------------------------ elections
     def enter_election(self, now_ns: int, reason: str, graceful_closed_leader_id: int = NULL_VALUE) -> None:
         """Aeron ``enterElection``: leave steady state and elect (heartbeat timeout, higher term …)."""
-        st = self.s
-        if st.election is not None or st.terminated:
-            return
-        self._enter_election(
-            now_ns,
-            is_node_startup=False,
-            leadership_term_id=st.leadership_term_id,
-            term_base_log_position=self.term_base_of(st.leadership_term_id),
-            graceful_closed_leader_id=graceful_closed_leader_id,
-            reason=reason,
-        )
+        self.election_link.enter_election(now_ns, reason, graceful_closed_leader_id)
 
-    def term_base_of(self, leadership_term_id: int) -> int:
-        entry = self.recording_log.find_term_entry(leadership_term_id)
-        return entry.term_base_log_position if entry is not None else 0
+    @property
+    def election_count(self) -> int:
+        return self.election_link.election_count
 
-    # --- ElectionHost: notifications
-    def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None:
-        st = self.s
-        e = st.election
-        term = e.leadership_term_id if e is not None else st.leadership_term_id
-        st.event(
-            "election_state",
-            {"from": old.name if old is not None else None, "to": new.name},
-            term=term,
-            pos=e.log_position if e is not None else st.commit_position,
-        )
-
-    def on_election_error(self, election: Election, reason: str, now_ns: int) -> None:
-        self.s.log(f"member {self.member_id} election error in {election.state.name}: {reason}")
-        self.s.event("error", {"where": election.state.name, "reason": reason}, term=election.leadership_term_id)
-
-    def set_role(self, role: Role, now_ns: int) -> None:
-        self.s.set_role(role)
-
-    def set_leader(self, leader_member_id: int) -> None:
-        self.s.set_leader(leader_member_id)
-
-    def election_complete(self, election: Election, now_ns: int) -> None:
-        """Aeron ``electionComplete``: adopt the term, reset timers, open for business."""
-        st = self.s
-        st.leadership_term_id = election.leadership_term_id
-        st.set_leader(election.leader_member_id)
-        st.time_of_last_leader_update_ns = now_ns
-        self.replication.on_election_complete(now_ns)
-        if st.role == Role.LEADER:
-            # Leader side of e.9: keep sessions (NewLeaderEvent) or, after a whole-cluster restart, close them.
-            self.control.on_leader_election_complete()
-            self.client_sessions.on_leader_election_complete(election.is_node_startup, now_ns)
-        st.event(
-            "election_complete",
-            {"leader": election.leader_member_id, "role": st.role.name},
-            term=election.leadership_term_id,
-            pos=election.log_position,
-        )
-
-    # --- ElectionHost: the log, leader side
-    def prepare_for_new_leadership(self, log_position: int, now_ns: int) -> int:
-        """Aeron ``prepareForNewLeadership``: drop the log stream, go back to the commit point.
-
-        Returns the append position (the local recording's stop position)."""
-        st = self.s
-        st.role = Role.FOLLOWER
-        self.replication.reset()
-        self.catchup.reset()
-        self.log_adapter.stop_log_replay()
-        self.archive_replication.stop()
-        self.archive.flush()
-        # The log adapter never ran ahead of commit, so nothing processed needs undoing here;
-        # each subsystem restores the state it kept for uncommitted entries (issue 4).
-        st.commit_position = max(st.commit_position, min(log_position, st.consumed_position))
-        position = st.commit_position
-        self.client_sessions.restore_uncommitted(position)
-        self.services.restore_uncommitted(position)
-        self.snapshots.restore_uncommitted(position)
-        self.termination.restore_uncommitted(position)
-        self.control.restore_uncommitted()
-        return self.archive.stop_position
-
-    def create_log_publication(self, leadership_term_id: int, position: int) -> int:
-        return self.replication.create_log_publication(leadership_term_id, position)
-
-    def stop_all_catchups(self) -> None:
-        self.replication.stop_all_catchups()
-
-    def join_log_as_leader(
-        self, leadership_term_id: int, log_position: int, log_session_id: int, is_startup: bool, now_ns: int
-    ) -> None:
-        st = self.s
-        st.leadership_term_id = leadership_term_id
-        st.commit_position = max(st.commit_position, log_position)
-        st.event("leader", {"log_session_id": log_session_id}, term=leadership_term_id, pos=log_position)
-        self.services.send_join_log(st.consumed_position, MAX_LONG, is_startup)
-
-    def update_leader_position(self, now_ns: int, append_position: int, leadership_term_id: int) -> int:
-        return self.replication.update_leader_position(now_ns, append_position, leadership_term_id)
-
-    def publish_commit_position(self, leadership_term_id: int, position: int) -> None:
-        self.replication.publish_commit_position(leadership_term_id, position)
-
-    def append_new_leadership_term_event(
-        self, leadership_term_id: int, term_base_log_position: int, log_session_id: int, now_ns: int
-    ) -> bool:
-        """LEADER_READY: the first entry of the term (its log_position is the position after it)."""
-        position = self.archive.stop_position
-
-        def event(log_position: int) -> NewLeadershipTermEvent:
-            return NewLeadershipTermEvent(
-                leadership_term_id=leadership_term_id,
-                log_position=log_position,
-                timestamp=self.cluster_time_ms(now_ns),
-                term_base_log_position=term_base_log_position,
-                leader_member_id=self.member_id,
-                log_session_id=log_session_id,
-                time_unit=ClusterTimeUnit.MILLIS,
-                app_version=APP_VERSION,
-            )
-
-        end = position + framed_length(len(event(0).encode()))
-        self.archive.append_entry(event(end).encode(), leadership_term_id)
-        return True
-
-    # --- ElectionHost: the log, both sides
-    def ensure_term_entry(
-        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
-    ) -> None:
-        self.recording_log.ensure_coherent(
-            self.log_recording_id,
-            NULL_VALUE,
-            0,
-            leadership_term_id,
-            term_base_log_position,
-            log_position,
-            self.cluster_time_ms(now_ns),
-        )
-
-    def truncate_log_entry(self, leadership_term_id: int, log_position: int, now_ns: int) -> None:
-        """Aeron ``truncateLogEntry``: drop uncommitted bytes a new leader's history does not have."""
-        st = self.s
-        assert log_position >= st.commit_position, (
-            f"member {self.member_id} asked to truncate committed log: {log_position} < commit {st.commit_position}"
-        )
-        before = self.archive.stop_position
-        self.archive_store.truncate_log(log_position)
-        self.replication.truncations += 1
-        # Closes the truncated (last) term at log_position, as Aeron's truncateLogEntry does.
-        self.recording_log.truncate_terms_after(log_position)
-        st.event(
-            "truncate",
-            {"from": before, "to": log_position, "reason": "uncommitted entries"},
-            term=leadership_term_id,
-            pos=log_position,
-        )
-
+    # Local replay, for tools that drive the log adapter directly (golden/replay.py).
     def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None:
         self.log_adapter.start_log_replay(from_position, to_position, now_ns)
 
     def poll_log_replay(self, now_ns: int) -> int:
         return self.log_adapter.poll_log_replay(now_ns)
-
-    def replay_position(self) -> int:
-        return self.log_adapter.replay_position()
-
-    def stop_log_replay(self) -> None:
-        self.log_adapter.stop_log_replay()
-
-    # --- ElectionHost: the log, follower side
-    def start_replication(self, leader_member_id: int, recording_id: int, stop_position: int, now_ns: int) -> None:
-        self.archive_replication.start(leader_member_id, recording_id, stop_position, now_ns)
-
-    def poll_replication(self, now_ns: int) -> int:
-        return self.archive_replication.poll(now_ns)
-
-    def replicated_position(self) -> int:
-        return self.archive_replication.replicated_position()
-
-    def stop_replication(self) -> None:
-        self.archive_replication.stop()
-
-    def catchup_initiated(self, leadership_term_id: int, log_session_id: int, now_ns: int) -> None:
-        self.replication.subscribe_to_log(leadership_term_id, log_session_id)
-        self.catchup.initiated(now_ns)
-
-    def has_log_joined(self) -> bool:
-        return self.catchup.has_log_joined()
-
-    def catchup_poll(self, catchup_commit_position: int, now_ns: int) -> int:
-        """FOLLOWER_CATCHUP: consume committed catch-up data and report progress (flag CATCHUP)."""
-        st = self.s
-        work = 0
-        limit = min(self.archive.stop_position, max(catchup_commit_position, st.commit_position))
-        before = st.consumed_position
-        self.log_adapter.consume(limit, is_replay=False, now_ns=now_ns)
-        if st.consumed_position > st.commit_position:
-            st.set_commit_position(st.consumed_position)
-        if st.consumed_position > before:
-            work += 1
-        work += self.replication.send_append_position(now_ns, AppendPositionFlags.CATCHUP)
-        self.catchup.track_progress(self.archive.stop_position + st.commit_position, now_ns)
-        return work
-
-    def subscribe_to_log(self, leadership_term_id: int, log_session_id: int) -> None:
-        self.replication.subscribe_to_log(leadership_term_id, log_session_id)
-
-    def has_log_subscription(self) -> bool:
-        return self.replication.has_log_subscription()
-
-    def try_join_log_as_follower(self, log_position: int, is_startup: bool, now_ns: int) -> None:
-        self.replication.time_of_last_log_update_ns = now_ns
-        self.services.send_join_log(self.s.consumed_position, MAX_LONG, is_startup)
-
-    def _on_term_event(self, ev: NewLeadershipTermEvent, now_ns: int) -> None:
-        """A NewLeadershipTermEvent in the committed log: the recording log learns the term."""
-        e = self.s.election
-        if e is not None:
-            e.on_replayed_new_leadership_term_event(
-                ev.leadership_term_id, ev.term_base_log_position, ev.log_position, now_ns
-            )
-        else:
-            self.ensure_term_entry(ev.leadership_term_id, ev.term_base_log_position, NULL_POSITION, now_ns)
 
     # ------------------------------------------------------------------ inputs
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
@@ -689,12 +415,12 @@ class ConsensusModule:
         if channel == Channel.SERVICE:
             self.on_service_message(msg, now_ns)
             return
-        handler = _HANDLERS.get(type(msg))
+        handler = self._handlers.get(type(msg))
         if handler is None:
             self.s.ignore(f"{channel} from {src_member_id}", f"unexpected {type(msg).__name__}")
             return
         try:
-            handler(self, src_member_id, msg, now_ns)
+            handler(src_member_id, msg, now_ns)
         except ElectionError as e:
             if self.s.election is not None:
                 self.s.election.handle_error(now_ns, str(e))
@@ -758,110 +484,6 @@ class ConsensusModule:
             self.s.ignore("service", f"unexpected {type(msg).__name__}")
 
     # --- members (consensus, log and archive channels)
-    def on_canvass_position(self, src: int, msg: CanvassPosition, now_ns: int) -> None:
-        st = self.s
-        if st.election is not None:
-            st.election.on_canvass_position(msg, now_ns)
-            return
-        if st.role != Role.LEADER or msg.log_leadership_term_id > st.leadership_term_id:
-            return  # only a leader answers, and only canvasses it can place in its history
-        s = st.status(msg.follower_member_id)
-        if s is None:
-            st.ignore("CanvassPosition", f"unknown member {msg.follower_member_id}")
-            return
-        s.catchup_active = False
-        replication = self.replication
-        self.consensus_publisher.new_leadership_term(
-            s.member_id,
-            new_leadership_term(
-                self.recording_log.find_term_entry,
-                log_leadership_term_id=msg.log_leadership_term_id,
-                leadership_term_id=st.leadership_term_id,
-                term_base_log_position=replication.log_term_base_position,
-                log_position=self.archive.stop_position,
-                leader_recording_id=self.log_recording_id,
-                timestamp=self.cluster_time_ms(now_ns),
-                leader_member_id=self.member_id,
-                log_session_id=replication.log_session_id,
-                is_startup=False,
-            ),
-        )
-
-    def on_request_vote(self, src: int, msg: RequestVote, now_ns: int) -> None:
-        st = self.s
-        if st.election is not None:
-            st.election.on_request_vote(msg, now_ns)
-        elif msg.candidate_term_id > st.leadership_term_id:
-            self.enter_election(now_ns, "unexpected vote request")
-
-    def on_vote(self, src: int, msg: Vote, now_ns: int) -> None:
-        e = self.s.election
-        if e is None:
-            return  # a late vote: our ballot is over
-        e.on_vote(msg, now_ns)
-
-    def on_new_leadership_term(self, src: int, msg: NewLeadershipTerm, now_ns: int) -> None:
-        st = self.s
-        if (msg.app_version >> 16) != (APP_VERSION >> 16):
-            st.ignore("NewLeadershipTerm", f"incompatible app_version {msg.app_version}")
-            return
-        if msg.leadership_term_id >= st.leadership_term_id:
-            st.time_of_last_leader_update_ns = now_ns
-        if st.election is not None:
-            st.election.on_new_leadership_term(msg, now_ns)
-        elif (
-            st.role == Role.FOLLOWER
-            and msg.leadership_term_id == st.leadership_term_id
-            and msg.leader_member_id == st.leader_member_id
-        ):
-            # NLT's log_position is the leader's append position, not a commit: only a heartbeat here.
-            self.replication.time_of_last_log_update_ns = now_ns
-        elif msg.leadership_term_id > st.leadership_term_id:
-            self.enter_election(now_ns, "unexpected new leadership term event")
-
-    def on_append_position(self, src: int, msg: AppendPosition, now_ns: int) -> None:
-        self.replication.on_append_position(msg, now_ns)
-
-    def on_commit_position(self, src: int, msg: CommitPosition, now_ns: int) -> None:
-        st = self.s
-        if msg.leadership_term_id >= st.leadership_term_id:
-            st.time_of_last_leader_update_ns = now_ns
-        if st.election is not None:
-            st.election.on_commit_position(msg.leadership_term_id, msg.log_position, msg.leader_member_id, now_ns)
-        elif not self.replication.on_commit_position(msg, now_ns) and msg.leadership_term_id > st.leadership_term_id:
-            self.enter_election(now_ns, "unexpected commit position from new leader")
-
-    def on_catchup_position(self, src: int, msg: CatchupPosition, now_ns: int) -> None:
-        self.replication.on_catchup_position(msg, now_ns)
-
-    def on_stop_catchup(self, src: int, msg: StopCatchup, now_ns: int) -> None:
-        self.catchup.on_stop_catchup(msg)
-
-    def on_termination_position(self, src: int, msg: TerminationPosition, now_ns: int) -> None:
-        if self.termination.on_termination_position(msg, now_ns):
-            self.replication.time_of_last_log_update_ns = now_ns
-
-    def on_termination_ack(self, src: int, msg: TerminationAck, now_ns: int) -> None:
-        self.termination.on_termination_ack(msg, now_ns)
-
-    def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
-        self.replication.on_log_block(msg, now_ns)
-
-    def on_log_end_of_stream(self, src: int, msg: LogEndOfStream, now_ns: int) -> None:
-        st = self.s
-        if st.election is not None or st.role != Role.FOLLOWER or msg.leader_member_id != st.leader_member_id:
-            return  # not our leader's stream, or we are electing already
-        self.enter_election(now_ns, "leader log end of stream", graceful_closed_leader_id=msg.leader_member_id)
-
-    def on_replay_request(self, src: int, msg: ReplayRequest, now_ns: int) -> None:
-        self.archive_replication.on_replay_request(src, msg)
-
-    def on_replay_block(self, src: int, msg: ReplayBlock, now_ns: int) -> None:
-        self.archive_replication.on_replay_block(src, msg)
-
-    def on_archive_error(self, src: int, msg: ArchiveError, now_ns: int) -> None:
-        self.archive_replication.on_archive_error(src, msg)
-
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
         """One duty cycle: the election if one runs, else steady-state consensus work."""
@@ -954,7 +576,7 @@ class ConsensusModule:
             deadline = now + max(timeouts.leader_heartbeat_interval_ns // 2, 1)
             if st.role != Role.LEADER and not self.termination.is_pending:
                 # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.
-                silent = self.replication.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
+                silent = self.s.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
                 deadline = min(deadline, max(now, silent))
             active_leader = st.role == Role.LEADER and st.state == ConsensusModuleState.ACTIVE
             timer = self.services.timer_service.next_deadline() if active_leader else None
@@ -979,22 +601,3 @@ class ConsensusModule:
         position = self.archive.append_entry(encoded, st.leadership_term_id)
         self._after_input()
         return position
-
-
-_HANDLERS: dict[type, Handler] = {
-    CanvassPosition: ConsensusModule.on_canvass_position,
-    RequestVote: ConsensusModule.on_request_vote,
-    Vote: ConsensusModule.on_vote,
-    NewLeadershipTerm: ConsensusModule.on_new_leadership_term,
-    AppendPosition: ConsensusModule.on_append_position,
-    CommitPosition: ConsensusModule.on_commit_position,
-    CatchupPosition: ConsensusModule.on_catchup_position,
-    StopCatchup: ConsensusModule.on_stop_catchup,
-    TerminationPosition: ConsensusModule.on_termination_position,
-    TerminationAck: ConsensusModule.on_termination_ack,
-    LogBlock: ConsensusModule.on_log_block,
-    LogEndOfStream: ConsensusModule.on_log_end_of_stream,
-    ReplayRequest: ConsensusModule.on_replay_request,
-    ReplayBlock: ConsensusModule.on_replay_block,
-    ArchiveError: ConsensusModule.on_archive_error,
-}

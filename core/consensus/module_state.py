@@ -66,6 +66,7 @@ class ModuleState:
         self.consumed_position = 0  # log adapter position: entries processed up to here
         self.election: Election | None = None
         self.time_of_last_leader_update_ns = 0
+        self.time_of_last_log_update_ns = 0  # last sign of life of the leader's log (follower)
         self.terminated = False
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
         self._log = ctx.log

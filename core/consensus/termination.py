@@ -54,16 +54,15 @@ class Termination:
             self._publisher.termination_position(s.member_id, st.leadership_term_id, position)
         st.event("termination", {"shutdown": shutdown}, term=st.leadership_term_id, pos=position)
 
-    def on_termination_position(self, msg: TerminationPosition, now_ns: int) -> bool:
-        """Follower: our leader terminates at ``msg.log_position``. True when accepted (the caller
-        treats it as a sign of life from the leader)."""
+    def on_termination_position(self, src: int, msg: TerminationPosition, now_ns: int) -> None:
+        """Follower: our leader terminates at ``msg.log_position`` (also a sign of life from it)."""
         st = self._s
         if msg.leadership_term_id != st.leadership_term_id or st.role != Role.FOLLOWER:
-            return False  # another term's, or we lead: not ours to follow
+            return  # another term's, or we lead: not ours to follow
         self.termination_position = msg.log_position
-        return True
+        st.time_of_last_log_update_ns = now_ns
 
-    def on_termination_ack(self, msg: TerminationAck, now_ns: int) -> None:
+    def on_termination_ack(self, src: int, msg: TerminationAck, now_ns: int) -> None:
         st = self._s
         if (
             st.role != Role.LEADER
