@@ -92,10 +92,13 @@ class ArchiveReplication:
     def on_replay_block(self, src: int, msg: ReplayBlock, now_ns: int) -> None:
         """Append blocks that start at our stop position, up to the replication stop."""
         if self.replication_source == NULL_VALUE or src != self.replication_source:
-            return  # no replication from that member runs (a late block of an earlier one)
+            self._s.ignore("ReplayBlock", f"no replication from {src} runs")
+            return
         stop = self._archive.stop_position
         if msg.start_position != stop:
-            return  # out of order or duplicate: progress check re-requests from our position
+            # Out of order or duplicate: the progress check re-requests from our position.
+            self._s.ignore("ReplayBlock", f"starts at {msg.start_position}, not at our end {stop}")
+            return
         walk = walk_frames(msg.entries, msg.start_position)
         if walk.error is not None:
             self._s.ignore("ReplayBlock", f"bad entries at {walk.end_position}: {walk.error}")

@@ -41,7 +41,8 @@ class Catchup:
     def on_stop_catchup(self, src: int, msg: StopCatchup, now_ns: int) -> None:
         st = self._s
         if msg.leadership_term_id != st.election_term() or msg.follower_member_id != st.member_id:
-            return  # for another term or another member: not ours to stop
+            st.ignore("StopCatchup", f"for term {msg.leadership_term_id} member {msg.follower_member_id}")
+            return
         self.is_catchup_active = False
         self.is_catchup_stopped = True
 

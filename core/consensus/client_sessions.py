@@ -240,13 +240,15 @@ class ClientSessions:
     def on_session_keep_alive(self, msg: SessionKeepAlive, now_ns: int) -> None:
         s = self.open_session(msg.cluster_session_id, msg.leadership_term_id)
         if s is None:
-            return  # a keep-alive of a closed session or an old term: nothing to refresh
+            self._s.ignore("SessionKeepAlive", f"session {msg.cluster_session_id} not open in this term")
+            return
         s.time_of_last_activity_ns = now_ns
 
     def on_session_close_request(self, msg: SessionCloseRequest, now_ns: int) -> None:
         s = self.open_session(msg.cluster_session_id, msg.leadership_term_id)
         if s is None:
-            return  # already closed, or a request of an old term
+            self._s.ignore("SessionCloseRequest", f"session {msg.cluster_session_id} not open in this term")
+            return
         s.closing(CloseReason.CLIENT_ACTION)
         self.append_session_close(s, now_ns)
 
@@ -264,7 +266,8 @@ class ClientSessions:
         st = self._s
         s = self.sessions.get(cluster_session_id)
         if s is None or s.state != ClusterSessionState.OPEN:
-            return  # closed already (by the client, a timeout or the log)
+            st.ignore("CloseSession", f"session {cluster_session_id} not open")
+            return
         s.closing(CloseReason.SERVICE_ACTION)
         if st.role == Role.LEADER and st.election is None and st.state == ConsensusModuleState.ACTIVE:
             self.append_session_close(s, now_ns)

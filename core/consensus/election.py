@@ -619,7 +619,7 @@ class Election:
             self.leadership_term_id,
             self.log_position,
             self.member_id,
-            self.ctx.member(self.member_id).catchup_endpoint if self.ctx.member(self.member_id) else "",
+            self._this_member.member.catchup_endpoint,
         )
         self.host.catchup_initiated(self.leadership_term_id, self.log_session_id, now_ns)
         self._transition(ElectionState.FOLLOWER_CATCHUP_AWAIT, now_ns)
@@ -746,11 +746,13 @@ class Election:
     # ------------------------------------------------------------------ handlers
     def on_canvass_position(self, msg: CanvassPosition, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("CanvassPosition", "election in INIT")
             return
         if msg.follower_member_id == self.graceful_closed_leader_id:
             self.graceful_closed_leader_id = NULL_VALUE
         s = self._status(msg.follower_member_id)
         if s is None or s.member_id == self.member_id:
+            self.host.ignore("CanvassPosition", f"from member {msg.follower_member_id}")
             return
         s.leadership_term_id = msg.log_leadership_term_id
         s.log_position = msg.log_position
@@ -765,6 +767,7 @@ class Election:
 
     def on_request_vote(self, msg: RequestVote, now_ns: int) -> None:
         if self.state == ElectionState.INIT or msg.candidate_member_id == self.member_id:
+            self.host.ignore("RequestVote", f"from {msg.candidate_member_id} in {self.state.name}")
             return
         if self._status(msg.candidate_member_id) is None:
             self.host.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
@@ -813,9 +816,11 @@ class Election:
             or msg.candidate_term_id != self.candidate_term_id
             or msg.candidate_member_id != self.member_id
         ):
+            self.host.ignore("Vote", f"not for our ballot of term {self.candidate_term_id} ({self.state.name})")
             return
         s = self._status(msg.follower_member_id)
         if s is None:
+            self.host.ignore("Vote", f"unknown member {msg.follower_member_id}")
             return
         s.candidate_term_id = msg.candidate_term_id
         s.leadership_term_id = msg.log_leadership_term_id
@@ -824,6 +829,7 @@ class Election:
 
     def on_new_leadership_term(self, msg: NewLeadershipTerm, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("NewLeadershipTerm", "election in INIT")
             return
         leader = self._status(msg.leader_member_id)
         if leader is None:
@@ -840,6 +846,7 @@ class Election:
             and msg.leadership_term_id == self.candidate_term_id
         )
         if not acceptable:
+            self.host.ignore("NewLeadershipTerm", f"term {msg.leadership_term_id} in {self.state.name}")
             return
         if msg.log_leadership_term_id != self.log_leadership_term_id:
             # Different view of which term our log ends in: keep canvassing; the leader answers
@@ -885,9 +892,11 @@ class Election:
 
     def on_append_position(self, leadership_term_id: int, log_position: int, member_id: int, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("AppendPosition", "election in INIT")
             return
         s = self._status(member_id)
         if s is None or leadership_term_id > self.leadership_term_id:
+            self.host.ignore("AppendPosition", f"from {member_id} in term {leadership_term_id}")
             return
         s.time_of_last_append_position_ns = now_ns
         if leadership_term_id != self.leadership_term_id:
@@ -900,6 +909,7 @@ class Election:
         self, leadership_term_id: int, log_position: int, leader_member_id: int, now_ns: int
     ) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("CommitPosition", "election in INIT")
             return
         if (
             self.state == ElectionState.FOLLOWER_CATCHUP

@@ -168,7 +168,9 @@ class ElectionLink:
             st.election.on_canvass_position(msg, now_ns)
             return
         if st.role != Role.LEADER or msg.log_leadership_term_id > st.leadership_term_id:
-            return  # only a leader answers, and only canvasses it can place in its history
+            # Only a leader answers, and only canvasses it can place in its history.
+            st.ignore("CanvassPosition", f"not a leader of log term {msg.log_leadership_term_id}")
+            return
         s = st.status(msg.follower_member_id)
         if s is None:
             st.ignore("CanvassPosition", f"unknown member {msg.follower_member_id}")
@@ -197,11 +199,14 @@ class ElectionLink:
             st.election.on_request_vote(msg, now_ns)
         elif msg.candidate_term_id > st.leadership_term_id:
             self.enter_election(now_ns, "unexpected vote request")
+        else:
+            st.ignore("RequestVote", f"candidate term {msg.candidate_term_id} not above ours")
 
     def on_vote(self, src: int, msg: Vote, now_ns: int) -> None:
         e = self._s.election
         if e is None:
-            return  # a late vote: our ballot is over
+            self._s.ignore("Vote", "no election runs")  # a late vote: our ballot is over
+            return
         e.on_vote(msg, now_ns)
 
     def on_new_leadership_term(self, src: int, msg: NewLeadershipTerm, now_ns: int) -> None:
@@ -222,6 +227,8 @@ class ElectionLink:
             st.time_of_last_log_update_ns = now_ns
         elif msg.leadership_term_id > st.leadership_term_id:
             self.enter_election(now_ns, "unexpected new leadership term event")
+        else:
+            st.ignore("NewLeadershipTerm", f"stale term {msg.leadership_term_id} from {msg.leader_member_id}")
 
     def on_commit_position(self, src: int, msg: CommitPosition, now_ns: int) -> None:
         st = self._s
@@ -229,13 +236,18 @@ class ElectionLink:
             st.time_of_last_leader_update_ns = now_ns
         if st.election is not None:
             st.election.on_commit_position(msg.leadership_term_id, msg.log_position, msg.leader_member_id, now_ns)
-        elif not self._replication.on_commit_position(msg, now_ns) and msg.leadership_term_id > st.leadership_term_id:
+        elif self._replication.on_commit_position(msg, now_ns):
+            pass  # a follower's commit notification from its leader
+        elif msg.leadership_term_id > st.leadership_term_id:
             self.enter_election(now_ns, "unexpected commit position from new leader")
+        else:
+            st.ignore("CommitPosition", f"not from our leader in term {msg.leadership_term_id}")
 
     def on_log_end_of_stream(self, src: int, msg: LogEndOfStream, now_ns: int) -> None:
         st = self._s
         if st.election is not None or st.role != Role.FOLLOWER or msg.leader_member_id != st.leader_member_id:
-            return  # not our leader's stream, or we are electing already
+            st.ignore("LogEndOfStream", f"not our leader's stream ({msg.leader_member_id})")
+            return
         self.enter_election(now_ns, "leader log end of stream", graceful_closed_leader_id=msg.leader_member_id)
 
     # ------------------------------------------------------------------ notifications

@@ -199,7 +199,8 @@ class LogReplication:
                 s.log_position = msg.log_position
                 s.leadership_term_id = msg.leadership_term_id
         else:
-            return  # not leading, or a newer term's report: the next election sorts it out
+            st.ignore("AppendPosition", f"not the leader of term {msg.leadership_term_id}")
+            return
         if st.role == Role.LEADER:
             self._on_follower_progress(s, msg, now_ns)
 
@@ -232,7 +233,8 @@ class LogReplication:
             return
         term = self.log_publication_term_id
         if st.role != Role.LEADER or term == NULL_VALUE or msg.leadership_term_id > term or s.catchup_active:
-            return  # not leading that term yet, or its catch-up already runs
+            st.ignore("CatchupPosition", f"not leading term {msg.leadership_term_id}, or its catch-up runs")
+            return
         stop = self._archive.stop_position
         if msg.log_position > stop:
             st.ignore("CatchupPosition", f"position {msg.log_position} beyond leader log {stop}")
@@ -304,7 +306,9 @@ class LogReplication:
         catchup = self._catchup
         following_term = self.log_subscription_term_id
         if following_term == NULL_VALUE or msg.leadership_term_id != following_term:
-            return  # not (yet) subscribed to this term's log: the leader resends when we report
+            # Not (yet) subscribed to this term's log: the leader resends when we report.
+            st.ignore("LogBlock", f"not following term {msg.leadership_term_id}")
+            return
         if msg.leader_member_id != st.leader_member_id and not (
             e is not None and msg.leader_member_id == e.leader_member_id
         ):
@@ -313,7 +317,9 @@ class LogReplication:
         stop = self._archive.stop_position
         end = msg.start_position + len(msg.entries)
         if msg.start_position > stop or end <= stop:
-            return  # a gap (lost block) or old data: wait for the leader to resend from our position
+            # A gap (lost block) or old data: wait for the leader to resend from our position.
+            st.ignore("LogBlock", "gap before the block" if msg.start_position > stop else "already appended")
+            return
         walk = walk_frames(msg.entries, msg.start_position)
         if walk.error is not None:
             st.ignore("LogBlock", f"bad entries at {walk.end_position}: {walk.error}")

@@ -5,6 +5,7 @@ every service acked it, and loading the latest on recovery. Aeron's ``ConsensusM
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.codec.enums import CloseReason, ClusterTimeUnit, SnapshotMark, SnapshotTypeId
@@ -90,7 +91,7 @@ class Snapshots:
         services = self._services
         service_count = services.service_count
         term = self.snapshot_leadership_term_id
-        marker = {
+        marker: dict[str, Any] = {
             "type_id": int(SnapshotTypeId.CONSENSUS_MODULE),
             "log_position": log_position,
             "leadership_term_id": term,
@@ -114,7 +115,9 @@ class Snapshots:
                     correlation_id=s.correlation_id,
                     opened_log_position=s.opened_log_position,
                     time_of_last_activity=NULL_VALUE,  # as Aeron writes it (PROTOCOL.md g)
-                    close_reason=s.close_reason if s.state == ClusterSessionState.CLOSING else CloseReason.NULL_VAL,
+                    close_reason=s.close_reason
+                    if s.state == ClusterSessionState.CLOSING and s.close_reason is not None
+                    else CloseReason.NULL_VAL,
                     response_stream_id=s.response_stream_id,
                     response_channel=s.response_channel,
                 ).encode()

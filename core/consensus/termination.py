@@ -58,7 +58,8 @@ class Termination:
         """Follower: our leader terminates at ``msg.log_position`` (also a sign of life from it)."""
         st = self._s
         if msg.leadership_term_id != st.leadership_term_id or st.role != Role.FOLLOWER:
-            return  # another term's, or we lead: not ours to follow
+            st.ignore("TerminationPosition", f"not a follower in term {msg.leadership_term_id}")
+            return
         self.termination_position = msg.log_position
         st.time_of_last_log_update_ns = now_ns
 
@@ -70,7 +71,8 @@ class Termination:
             or self.termination_position == NULL_POSITION
             or msg.log_position < self.termination_position
         ):
-            return  # a late or stray ack: no termination of ours awaits it
+            st.ignore("TerminationAck", "no termination of ours awaits it")
+            return
         if st.status(msg.member_id) is None:
             st.ignore("TerminationAck", f"unknown member {msg.member_id}")
             return
