@@ -21,7 +21,6 @@ from clusterlab.core.archive.layout import LOG_RECORDING_ID
 from clusterlab.core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
 from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.consensus.context import (
-    APP_VERSION,
     NULL_POSITION,
     NULL_SESSION_ID,
     NULL_VALUE,
@@ -30,6 +29,7 @@ from clusterlab.core.consensus.context import (
     ElectionState,
     Role,
 )
+from clusterlab.core.consensus.leadership_term import new_leadership_term
 from clusterlab.core.consensus.members import (
     MemberStatus,
     compare_log,
@@ -704,23 +704,13 @@ class Election:
         return 1
 
     def _publish_new_leadership_term(self, member_id: int, log_leadership_term_id: int, now_ns: int) -> None:
-        """The NLT a new leader sends; tailored to the recipient's ``log_leadership_term_id`` (b.4)."""
-        nxt = self.recording_log.find_term_entry(log_leadership_term_id + 1)
-        if nxt is not None:
-            next_term = nxt.leadership_term_id
-            next_base = nxt.term_base_log_position
-            next_log_position = nxt.log_position if nxt.log_position != NULL_POSITION else self.append_position
-        else:
-            next_term = self.leadership_term_id
-            next_base = self.append_position
-            next_log_position = NULL_POSITION
+        """The NLT a new leader sends; tailored to the recipient's ``log_leadership_term_id`` (b.4).
+        During the election the new term starts at our append position: base = log = append."""
         self.publisher.new_leadership_term(
             member_id,
-            NewLeadershipTerm(
+            new_leadership_term(
+                self.recording_log.find_term_entry,
                 log_leadership_term_id=log_leadership_term_id,
-                next_leadership_term_id=next_term,
-                next_term_base_log_position=next_base,
-                next_log_position=next_log_position,
                 leadership_term_id=self.leadership_term_id,
                 term_base_log_position=self.append_position,
                 log_position=self.append_position,
@@ -728,8 +718,7 @@ class Election:
                 timestamp=cluster_time_ms(now_ns),
                 leader_member_id=self.member_id,
                 log_session_id=self.log_session_id,
-                app_version=APP_VERSION,
-                is_startup=BooleanType.TRUE if self.is_node_startup else BooleanType.FALSE,
+                is_startup=self.is_node_startup,
             ),
         )
 
