@@ -409,6 +409,7 @@ class ClientSessions:
             assert 0 < sid < self.next_session_id, (
                 f"member {mid}: session id {sid} not below next {self.next_session_id}"
             )
-        pending_ids = [s.cluster_session_id for s in self.pending_sessions]
-        assert len(set(pending_ids)) == len(pending_ids), f"member {mid}: duplicate pending session ids {pending_ids}"
-        assert not set(pending_ids) & self.sessions.keys(), f"member {mid}: a pending session id is also open"
+        if self.pending_sessions:
+            pending_ids = [s.cluster_session_id for s in self.pending_sessions]
+            assert len(set(pending_ids)) == len(pending_ids), f"member {mid}: duplicate pending ids {pending_ids}"
+            assert not set(pending_ids) & self.sessions.keys(), f"member {mid}: a pending session id is also open"

@@ -585,7 +585,7 @@ class ConsensusModule:
                 deadline = min(deadline, max(now, timer * 1_000_000))
         if st.role == Role.LEADER and self.replication.has_blocks_to_send():
             deadline = now
-        if st.consumed_position < self.log_adapter.consumable_limit():
+        if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
             deadline = now
         return deadline
 

@@ -57,6 +57,7 @@ class ModuleState:
         self.statuses = [MemberStatus(m) for m in ctx.members]
         self._status_by_id = {s.member_id: s for s in self.statuses}
         self.this_member = self._status_by_id[self.member_id]
+        self._followers = tuple(s for s in self.statuses if s.member_id != self.member_id)
         self.state = ConsensusModuleState.INIT
         self.role = Role.FOLLOWER
         self.leadership_term_id = NULL_VALUE
@@ -79,9 +80,9 @@ class ModuleState:
     def status(self, member_id: int) -> MemberStatus | None:
         return self._status_by_id.get(member_id)
 
-    def followers(self) -> list[MemberStatus]:
-        """Every member but this one."""
-        return [s for s in self.statuses if s.member_id != self.member_id]
+    def followers(self) -> tuple[MemberStatus, ...]:
+        """Every member but this one (the membership is fixed for the module's life)."""
+        return self._followers
 
     @property
     def in_election(self) -> bool:

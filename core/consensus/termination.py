@@ -130,7 +130,8 @@ class Termination:
     def check_invariants(self) -> None:
         """Acks only from known followers; a terminated member is closed and had a termination position."""
         st = self._s
-        known = {s.member_id for s in st.followers()}
-        assert self.terminated_followers <= known, f"member {st.member_id}: acks from {self.terminated_followers}"
+        if self.terminated_followers:
+            known = {s.member_id for s in st.followers()}
+            assert self.terminated_followers <= known, f"member {st.member_id}: acks from {self.terminated_followers}"
         if self.terminated_reason:
             assert st.terminated and self.termination_position != NULL_POSITION
