@@ -479,6 +479,7 @@ class SimCluster:
             log=self._member_log(member_id),
             service_count=1 if self.service_name else 0,
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
+            check_invariants=True,  # every subsystem asserts its invariants after each input
         )
         member = self._factory(ctx)
         self._members[member_id] = member

@@ -24,8 +24,8 @@ from clusterlab.core.client.client import ClusterClient, EgressMessage
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.service import JoinLog
 from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.cluster_work import MAX_LONG
 from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
 

@@ -185,6 +185,9 @@ class ConsensusModuleContext:
     # Where the archive, recording log and node state live (clusterlab.core.archive.storage): FileStorage
     # on cluster_dir in real processes, MemoryStorage in the simulator. Required by ConsensusModule.
     storage: Storage | None = None
+    # Assert every subsystem's invariants after each input (ConsensusModule.check_invariants): on in
+    # the simulator and in tests, off by default in real member processes (CLUSTERLAB_CHECK_INVARIANTS=1).
+    check_invariants: bool = False
 
     def member(self, member_id: int) -> ClusterMember | None:
         for m in self.members:

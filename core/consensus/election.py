@@ -1,8 +1,8 @@
 """The Aeron Cluster election: every ``ElectionState``, one method per state, one ``_transition``.
 
 Mirrors ``io.aeron.cluster.Election``. The election owns the ballot and the per-term join
-choreography; the consensus module (``self.cm``) owns the log, archive, recording log and
-publishers, and the election calls into it exactly where Aeron's election calls
+choreography; the consensus module owns the log, archive and recording log, and the election
+calls into it through ``ElectionHost`` exactly where Aeron's election calls
 ``ConsensusModuleAgent``. Protocol anomalies and timeouts raise ``ElectionError``; ``do_work``
 catches it and restarts the election at INIT with ``log_position = commit position`` (Aeron's
 ``handleError``).
@@ -15,18 +15,21 @@ term is known and our log is level with its join position".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from clusterlab.core.archive.layout import LOG_RECORDING_ID
 from clusterlab.core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
 from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.consensus.context import (
-    APP_VERSION,
     NULL_POSITION,
     NULL_SESSION_ID,
     NULL_VALUE,
+    PROTOCOL_VERSION,
+    ConsensusModuleContext,
     ElectionState,
     Role,
 )
+from clusterlab.core.consensus.leadership_term import new_leadership_term
 from clusterlab.core.consensus.members import (
     MemberStatus,
     compare_log,
@@ -38,9 +41,74 @@ from clusterlab.core.consensus.members import (
     is_unanimous_leader,
     quorum_position,
 )
+from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.core.consensus.publishers import ConsensusPublisher
+from clusterlab.core.consensus.recording_log import RecordingLog
 
-if TYPE_CHECKING:
-    from clusterlab.core.consensus.module import ConsensusModule
+
+def cluster_time_ms(now_ns: int) -> int:
+    """Cluster time (ClusterTimeUnit.MILLIS) for timestamps in messages and node state."""
+    return now_ns // 1_000_000
+
+
+class ElectionHost(Protocol):
+    """What an election does to its consensus module: exactly the calls Aeron's ``Election`` makes
+    on ``ConsensusModuleAgent``. Everything else it needs is passed to it explicitly."""
+
+    @property
+    def role(self) -> Role: ...
+    @property
+    def leadership_term_id(self) -> int: ...
+    @property
+    def commit_position(self) -> int: ...
+    @property
+    def time_of_last_leader_update_ns(self) -> int: ...
+    @property
+    def is_catchup_stopped(self) -> bool: ...
+
+    # notifications
+    def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None: ...
+    def on_election_error(self, election: Election, reason: str, now_ns: int) -> None: ...
+    def ignore(self, what: str, reason: str) -> None: ...
+    def set_role(self, role: Role, now_ns: int) -> None: ...
+    def set_leader(self, leader_member_id: int) -> None: ...
+    def election_complete(self, election: Election, now_ns: int) -> None: ...
+
+    # the log, leader side
+    def prepare_for_new_leadership(self, log_position: int, now_ns: int) -> int: ...
+    def create_log_publication(self, leadership_term_id: int, position: int) -> int: ...
+    def stop_all_catchups(self) -> None: ...
+    def join_log_as_leader(
+        self, leadership_term_id: int, log_position: int, log_session_id: int, is_startup: bool, now_ns: int
+    ) -> None: ...
+    def update_leader_position(self, now_ns: int, append_position: int, leadership_term_id: int) -> int: ...
+    def publish_commit_position(self, leadership_term_id: int, position: int) -> None: ...
+    def append_new_leadership_term_event(
+        self, leadership_term_id: int, term_base_log_position: int, log_session_id: int, now_ns: int
+    ) -> bool: ...
+
+    # the log, both sides
+    def ensure_term_entry(
+        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+    ) -> None: ...
+    def truncate_log_entry(self, leadership_term_id: int, log_position: int, now_ns: int) -> None: ...
+    def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None: ...
+    def poll_log_replay(self, now_ns: int) -> int: ...
+    def replay_position(self) -> int: ...
+    def stop_log_replay(self) -> None: ...
+
+    # the log, follower side
+    def start_replication(self, leader_member_id: int, recording_id: int, stop_position: int, now_ns: int) -> None: ...
+    def poll_replication(self, now_ns: int) -> int: ...
+    def replicated_position(self) -> int: ...
+    def stop_replication(self) -> None: ...
+    def catchup_initiated(self, leadership_term_id: int, log_session_id: int, now_ns: int) -> None: ...
+    def has_log_joined(self) -> bool: ...
+    def catchup_poll(self, catchup_commit_position: int, now_ns: int) -> int: ...
+    def subscribe_to_log(self, leadership_term_id: int, log_session_id: int) -> None: ...
+    def has_log_subscription(self) -> bool: ...
+    def try_join_log_as_follower(self, log_position: int, is_startup: bool, now_ns: int) -> None: ...
+
 
 FAR_PAST_NS = -(86_400 * 1_000_000_000)  # "one day in the past" so the first send in a state is immediate
 
@@ -102,7 +170,12 @@ class Election:
 
     def __init__(
         self,
-        cm: ConsensusModule,
+        host: ElectionHost,
+        ctx: ConsensusModuleContext,
+        statuses: list[MemberStatus],
+        node_state: NodeState,
+        recording_log: RecordingLog,
+        publisher: ConsensusPublisher,
         *,
         is_node_startup: bool,
         leadership_term_id: int,
@@ -112,10 +185,16 @@ class Election:
         graceful_closed_leader_id: int,
         now_ns: int,
     ) -> None:
-        self.cm = cm
-        self.ctx = cm.ctx
-        self.timeouts = cm.ctx.timeouts
-        self.member_id = cm.member_id
+        self.host = host
+        self.ctx = ctx
+        self.timeouts = ctx.timeouts
+        self.member_id = ctx.member_id
+        self._statuses = statuses
+        self._status_by_id = {s.member_id: s for s in statuses}
+        self._this_member = self._status_by_id[ctx.member_id]
+        self.node_state = node_state
+        self.recording_log = recording_log  # read only: the leader's term history for NewLeadershipTerm
+        self.publisher = publisher
         self.is_node_startup = is_node_startup
         self.is_extended_canvass = is_node_startup
         self.is_first_init = True
@@ -147,23 +226,23 @@ class Election:
         self.last_append_position_sent = NULL_POSITION
         self.state = ElectionState.INIT
         self.is_state_entered = True
-        self.cm.on_election_state(None, ElectionState.INIT, now_ns)
+        self.host.on_election_state(None, ElectionState.INIT, now_ns)
         if self._is_single_member():
             # Aeron: the constructor of a single-member election goes straight to leadership.
-            self.candidate_term_id = max(leadership_term_id + 1, cm.node_state.candidate_term_id + 1)
+            self.candidate_term_id = max(leadership_term_id + 1, node_state.candidate_term_id + 1)
             self.leadership_term_id = self.candidate_term_id
             self.leader_member_id = self.member_id
-            cm.node_state.update_candidate_term_id(self.candidate_term_id, log_position, cm.cluster_time_ms(now_ns))
+            node_state.update_candidate_term_id(self.candidate_term_id, log_position, cluster_time_ms(now_ns))
             self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
 
     # ------------------------------------------------------------------ helpers
     @property
     def statuses(self) -> list[MemberStatus]:
-        return self.cm.statuses
+        return self._statuses
 
     @property
     def this_member(self) -> MemberStatus:
-        return self.cm.this_member
+        return self._this_member
 
     def _is_single_member(self) -> bool:
         return len(self.ctx.members) == 1 and self.ctx.members[0].member_id == self.member_id
@@ -172,7 +251,11 @@ class Election:
         return len(self.ctx.members)
 
     def _status(self, member_id: int) -> MemberStatus | None:
-        return self.cm.status(member_id)
+        return self._status_by_id.get(member_id)
+
+    def _term_base_of(self, leadership_term_id: int) -> int:
+        entry = self.recording_log.find_term_entry(leadership_term_id)
+        return entry.term_base_log_position if entry is not None else 0
 
     def describe(self) -> str:
         """One canonical line for logs and reports."""
@@ -199,20 +282,20 @@ class Election:
             self.this_member.leadership_term_id = self.log_leadership_term_id
             self.this_member.log_position = self.append_position
             self.leader_member_id = NULL_VALUE
-            self.cm.set_role(Role.FOLLOWER, now_ns)
+            self.host.set_role(Role.FOLLOWER, now_ns)
         elif new_state == ElectionState.CANDIDATE_BALLOT:
-            self.cm.set_role(Role.CANDIDATE, now_ns)
+            self.host.set_role(Role.CANDIDATE, now_ns)
         elif new_state == ElectionState.LEADER_LOG_REPLICATION:
-            self.cm.set_role(Role.LEADER, now_ns)
-            self.log_session_id = self.cm.create_log_publication(self.leadership_term_id, self.append_position)
+            self.host.set_role(Role.LEADER, now_ns)
+            self.log_session_id = self.host.create_log_publication(self.leadership_term_id, self.append_position)
         elif new_state in (ElectionState.FOLLOWER_LOG_REPLICATION, ElectionState.FOLLOWER_REPLAY):
-            self.cm.set_role(Role.FOLLOWER, now_ns)
+            self.host.set_role(Role.FOLLOWER, now_ns)
         self.state = new_state
         self.is_state_entered = True  # the new state's first action runs at once (a.2: "first send immediately")
         self.time_of_last_state_change_ns = now_ns
         self.time_of_last_update_ns = FAR_PAST_NS
         self.time_of_last_commit_publish_ns = FAR_PAST_NS
-        self.cm.on_election_state(old_state, new_state, now_ns)
+        self.host.on_election_state(old_state, new_state, now_ns)
 
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
@@ -225,8 +308,8 @@ class Election:
 
     def handle_error(self, now_ns: int, reason: str) -> None:
         """Aeron ``handleError``: log, reset ``log_position`` to commit, force INIT."""
-        self.cm.on_election_error(self, reason, now_ns)
-        self.log_position = self.cm.commit_position
+        self.host.on_election_error(self, reason, now_ns)
+        self.log_position = self.host.commit_position
         self._transition(ElectionState.INIT, now_ns)
 
     def _dispatch(self, now_ns: int) -> int:
@@ -288,22 +371,20 @@ class Election:
         if self.is_first_init:
             self.is_first_init = False
             if not self.is_node_startup:
-                self.append_position = self.cm.prepare_for_new_leadership(self.log_position, now_ns)
+                self.append_position = self.host.prepare_for_new_leadership(self.log_position, now_ns)
         else:
             # We came back after an error: tear down whatever was in flight.
-            self.cm.stop_all_catchups()
+            self.host.stop_all_catchups()
             self.replication_started = False
             self.replay_started = False
             self.log_session_id = NULL_SESSION_ID
-            self.append_position = self.cm.prepare_for_new_leadership(self.log_position, now_ns)
-        self.candidate_term_id = max(self.cm.node_state.candidate_term_id, self.leadership_term_id)
+            self.append_position = self.host.prepare_for_new_leadership(self.log_position, now_ns)
+        self.candidate_term_id = max(self.node_state.candidate_term_id, self.leadership_term_id)
         if self._is_single_member():
             self.candidate_term_id = max(self.leadership_term_id + 1, self.candidate_term_id + 1)
             self.leadership_term_id = self.candidate_term_id
             self.leader_member_id = self.member_id
-            self.cm.node_state.update_candidate_term_id(
-                self.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
-            )
+            self.node_state.update_candidate_term_id(self.candidate_term_id, self.log_position, cluster_time_ms(now_ns))
             self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
         else:
             self._transition(ElectionState.CANVASS, now_ns)
@@ -320,7 +401,7 @@ class Election:
         if self.is_extended_canvass:
             deadline = self.time_of_last_state_change_ns + self.timeouts.startup_canvass_timeout_ns
         else:
-            deadline = self.cm.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
+            deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
             now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, n)
@@ -333,8 +414,8 @@ class Election:
 
     def _nominate(self, now_ns: int) -> int:
         if now_ns >= self.nomination_deadline_ns:
-            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
-                self.candidate_term_id + 1, self.log_position, self.cm.cluster_time_ms(now_ns)
+            self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
+                self.candidate_term_id + 1, self.log_position, cluster_time_ms(now_ns)
             )
             for s in self.statuses:
                 s.vote = None
@@ -366,14 +447,14 @@ class Election:
         work = 0
         for s in self.statuses:
             if s.member_id != self.member_id and not s.is_ballot_sent:
-                self.cm.consensus_publisher.request_vote(
+                self.publisher.request_vote(
                     s.member_id,
                     RequestVote(
                         log_leadership_term_id=self.log_leadership_term_id,
                         log_position=self.append_position,
                         candidate_term_id=self.candidate_term_id,
                         candidate_member_id=self.member_id,
-                        protocol_version=self.cm.protocol_version,
+                        protocol_version=PROTOCOL_VERSION,
                     ),
                 )
                 s.is_ballot_sent = True
@@ -424,14 +505,14 @@ class Election:
             self.this_member.log_position = self.append_position
             self.this_member.leadership_term_id = self.leadership_term_id
             if self.log_position < self.append_position:
-                self.cm.start_log_replay(self.log_position, self.append_position, now_ns)
+                self.host.start_log_replay(self.log_position, self.append_position, now_ns)
             work += 1
-        if self.cm.replay_position() >= self.append_position or self.log_position >= self.append_position:
-            self.cm.stop_log_replay()
+        if self.host.replay_position() >= self.append_position or self.log_position >= self.append_position:
+            self.host.stop_log_replay()
             self.log_position = self.append_position
             self._transition(ElectionState.LEADER_INIT, now_ns)
             return work + 1
-        work += self.cm.poll_log_replay(now_ns)
+        work += self.host.poll_log_replay(now_ns)
         work += self._publish_new_leadership_term_on_interval(now_ns)
         quorum = quorum_position(
             (s.log_position for s in self.statuses if s.leadership_term_id == self.leadership_term_id),
@@ -441,15 +522,17 @@ class Election:
         return work
 
     def _leader_init(self, now_ns: int) -> int:
-        self.cm.join_log_as_leader(self.leadership_term_id, self.log_position, self.log_session_id, now_ns)
-        self.cm.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+        self.host.join_log_as_leader(
+            self.leadership_term_id, self.log_position, self.log_session_id, self.is_node_startup, now_ns
+        )
+        self.host.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
         self.term_base_log_position = self.log_position
         self.log_leadership_term_id = self.leadership_term_id
         self._transition(ElectionState.LEADER_READY, now_ns)
         return 1
 
     def _leader_ready(self, now_ns: int) -> int:
-        work = self.cm.update_leader_position(now_ns, self.append_position, self.leadership_term_id)
+        work = self.host.update_leader_position(now_ns, self.append_position, self.leadership_term_id)
         work += self._publish_new_leadership_term_on_interval(now_ns)
         followers_ready = has_voters_at_position(
             self.statuses, self.member_id, self.leadership_term_id, self.log_position
@@ -459,8 +542,10 @@ class Election:
                 self.statuses, self.member_id, self.leadership_term_id, self.log_position, self._member_count()
             )
         )
-        if followers_ready and self.cm.append_new_leadership_term_event(now_ns):
-            self.cm.election_complete(self, now_ns)
+        if followers_ready and self.host.append_new_leadership_term_event(
+            self.leadership_term_id, self.log_position, self.log_session_id, now_ns
+        ):
+            self.host.election_complete(self, now_ns)
             self._transition(ElectionState.CLOSED, now_ns)
             work += 1
         return work
@@ -474,20 +559,16 @@ class Election:
                 self._transition(ElectionState.CANVASS, now_ns)
                 return 1
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
-            self.cm.start_replication(
-                self.leader_member_id,
-                self.leader_recording_id,
-                self.append_position,
-                self.replication_stop_position,
-                now_ns,
+            self.host.start_replication(
+                self.leader_member_id, self.leader_recording_id, self.replication_stop_position, now_ns
             )
             work += 1
-        work += self.cm.poll_replication(now_ns)  # raises ElectionError when it stops progressing
-        replicated = self.cm.replicated_position()
+        work += self.host.poll_replication(now_ns)  # raises ElectionError when it stops progressing
+        replicated = self.host.replicated_position()
         if replicated > self.last_append_position_sent or (
             now_ns >= self.time_of_last_update_ns + self.timeouts.leader_heartbeat_interval_ns
         ):
-            self.cm.consensus_publisher.append_position(
+            self.publisher.append_position(
                 self.leader_member_id, self.leadership_term_id, replicated, self.member_id, 0
             )
             self.last_append_position_sent = replicated
@@ -496,7 +577,7 @@ class Election:
         if replicated >= self.replication_stop_position:
             if self.replication_commit_position >= replicated:
                 self.append_position = replicated
-                self.cm.stop_replication()
+                self.host.stop_replication()
                 self._update_recording_log_for_replication(now_ns)
                 self._transition(ElectionState.CANVASS, now_ns)
                 return work + 1
@@ -505,7 +586,7 @@ class Election:
         return work
 
     def _update_recording_log_for_replication(self, now_ns: int) -> None:
-        self.cm.ensure_term_entry(
+        self.host.ensure_term_entry(
             self.replication_leadership_term_id,
             self.replication_term_base_log_position,
             self.replication_stop_position,
@@ -520,34 +601,34 @@ class Election:
         if not self.replay_started:
             self.replay_started = True
             if self.log_position < self.append_position:
-                self.cm.start_log_replay(self.log_position, self.append_position, now_ns)
+                self.host.start_log_replay(self.log_position, self.append_position, now_ns)
             work += 1
-        if self.cm.replay_position() >= self.append_position or self.log_position >= self.append_position:
-            self.cm.stop_log_replay()
+        if self.host.replay_position() >= self.append_position or self.log_position >= self.append_position:
+            self.host.stop_log_replay()
             self.log_position = self.append_position
             if self.catchup_join_position != NULL_POSITION:
                 self._transition(ElectionState.FOLLOWER_CATCHUP_INIT, now_ns)
             else:
                 self._transition(ElectionState.FOLLOWER_LOG_INIT, now_ns)
             return work + 1
-        return work + self.cm.poll_log_replay(now_ns)
+        return work + self.host.poll_log_replay(now_ns)
 
     def _follower_catchup_init(self, now_ns: int) -> int:
-        self.cm.consensus_publisher.catchup_position(
+        self.publisher.catchup_position(
             self.leader_member_id,
             self.leadership_term_id,
             self.log_position,
             self.member_id,
-            own.catchup_endpoint if (own := self.ctx.member(self.member_id)) else "",
+            self._this_member.member.catchup_endpoint,
         )
-        self.cm.catchup_initiated(now_ns)
+        self.host.catchup_initiated(self.leadership_term_id, self.log_session_id, now_ns)
         self._transition(ElectionState.FOLLOWER_CATCHUP_AWAIT, now_ns)
         return 1
 
     def _follower_catchup_await(self, now_ns: int) -> int:
         # The catch-up "image" is available once the first catch-up block landed at our position.
-        if self.cm.has_log_joined(self.leadership_term_id, self.log_position):
-            self.cm.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
+        if self.host.has_log_joined():
+            self.host.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
             self._transition(ElectionState.FOLLOWER_CATCHUP, now_ns)
             return 1
         if now_ns >= self.time_of_last_state_change_ns + self.timeouts.leader_heartbeat_timeout_ns:
@@ -555,12 +636,12 @@ class Election:
         return 0
 
     def _follower_catchup(self, now_ns: int) -> int:
-        work = self.cm.catchup_poll(self.catchup_commit_position, now_ns)
-        commit = self.cm.commit_position
+        work = self.host.catchup_poll(self.catchup_commit_position, now_ns)
+        commit = self.host.commit_position
         if (
             commit >= self.catchup_join_position
             and commit >= self.catchup_commit_position
-            and self.cm.is_catchup_stopped
+            and self.host.is_catchup_stopped
         ):
             self.append_position = commit
             self.log_position = commit
@@ -569,11 +650,11 @@ class Election:
         return work
 
     def _follower_log_init(self, now_ns: int) -> int:
-        if self.cm.has_log_subscription():
+        if self.host.has_log_subscription():
             self._transition(ElectionState.FOLLOWER_READY, now_ns)
             return 1
         if self.log_session_id != NULL_SESSION_ID:
-            self.cm.subscribe_to_log(self.leadership_term_id, self.log_session_id)
+            self.host.subscribe_to_log(self.leadership_term_id, self.log_session_id)
             self._transition(ElectionState.FOLLOWER_LOG_AWAIT, now_ns)
             return 1
         return 0
@@ -581,10 +662,10 @@ class Election:
     def _follower_log_await(self, now_ns: int) -> int:
         # ZeroMQ stand-in for "the live image appeared at our position": the leader starts sending
         # from the position we report, so joining is possible as soon as the subscription exists.
-        if self.cm.has_log_subscription():
-            self.cm.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
+        if self.host.has_log_subscription():
+            self.host.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
             self.append_position = self.log_position
-            self.cm.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+            self.host.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
             self.log_leadership_term_id = self.leadership_term_id
             self._transition(ElectionState.FOLLOWER_READY, now_ns)
             return 1
@@ -593,10 +674,10 @@ class Election:
         return 0
 
     def _follower_ready(self, now_ns: int) -> int:
-        self.cm.consensus_publisher.append_position(
+        self.publisher.append_position(
             self.leader_member_id, self.leadership_term_id, self.log_position, self.member_id, 0
         )
-        self.cm.election_complete(self, now_ns)
+        self.host.election_complete(self, now_ns)
         self._transition(ElectionState.CLOSED, now_ns)
         return 1
 
@@ -607,11 +688,11 @@ class Election:
             log_position=self.append_position,
             leadership_term_id=self.leadership_term_id,
             follower_member_id=self.member_id,
-            protocol_version=self.cm.protocol_version,
+            protocol_version=PROTOCOL_VERSION,
         )
         for s in self.statuses:
             if s.member_id != self.member_id:
-                self.cm.consensus_publisher.canvass_position(s.member_id, msg)
+                self.publisher.canvass_position(s.member_id, msg)
 
     def _publish_new_leadership_term_on_interval(self, now_ns: int) -> int:
         if now_ns < self.time_of_last_update_ns + self.timeouts.leader_heartbeat_interval_ns:
@@ -623,32 +704,21 @@ class Election:
         return 1
 
     def _publish_new_leadership_term(self, member_id: int, log_leadership_term_id: int, now_ns: int) -> None:
-        """The NLT a new leader sends; tailored to the recipient's ``log_leadership_term_id`` (b.4)."""
-        nxt = self.cm.recording_log.find_term_entry(log_leadership_term_id + 1)
-        if nxt is not None:
-            next_term = nxt.leadership_term_id
-            next_base = nxt.term_base_log_position
-            next_log_position = nxt.log_position if nxt.log_position != NULL_POSITION else self.append_position
-        else:
-            next_term = self.leadership_term_id
-            next_base = self.append_position
-            next_log_position = NULL_POSITION
-        self.cm.consensus_publisher.new_leadership_term(
+        """The NLT a new leader sends; tailored to the recipient's ``log_leadership_term_id`` (b.4).
+        During the election the new term starts at our append position: base = log = append."""
+        self.publisher.new_leadership_term(
             member_id,
-            NewLeadershipTerm(
+            new_leadership_term(
+                self.recording_log.find_term_entry,
                 log_leadership_term_id=log_leadership_term_id,
-                next_leadership_term_id=next_term,
-                next_term_base_log_position=next_base,
-                next_log_position=next_log_position,
                 leadership_term_id=self.leadership_term_id,
                 term_base_log_position=self.append_position,
                 log_position=self.append_position,
-                leader_recording_id=self.cm.log_recording_id,
-                timestamp=self.cm.cluster_time_ms(now_ns),
+                leader_recording_id=LOG_RECORDING_ID,
+                timestamp=cluster_time_ms(now_ns),
                 leader_member_id=self.member_id,
                 log_session_id=self.log_session_id,
-                app_version=APP_VERSION,
-                is_startup=BooleanType.TRUE if self.is_node_startup else BooleanType.FALSE,
+                is_startup=self.is_node_startup,
             ),
         )
 
@@ -658,22 +728,24 @@ class Election:
         ):
             self.last_published_commit_position = quorum_position_
             self.time_of_last_commit_publish_ns = now_ns
-            self.cm.publish_commit_position(self.cm.leadership_term_id, quorum_position_)
+            self.host.publish_commit_position(self.host.leadership_term_id, quorum_position_)
             return 1
         return 0
 
     # ------------------------------------------------------------------ handlers
     def on_canvass_position(self, msg: CanvassPosition, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("CanvassPosition", "election in INIT")
             return
         if msg.follower_member_id == self.graceful_closed_leader_id:
             self.graceful_closed_leader_id = NULL_VALUE
         s = self._status(msg.follower_member_id)
         if s is None or s.member_id == self.member_id:
+            self.host.ignore("CanvassPosition", f"from member {msg.follower_member_id}")
             return
         s.leadership_term_id = msg.log_leadership_term_id
         s.log_position = msg.log_position
-        if self.cm.role == Role.LEADER and msg.log_leadership_term_id < self.leadership_term_id:
+        if self.host.role == Role.LEADER and msg.log_leadership_term_id < self.leadership_term_id:
             if self.log_session_id != NULL_SESSION_ID:
                 self._publish_new_leadership_term(s.member_id, msg.log_leadership_term_id, now_ns)
         elif msg.log_leadership_term_id > self.leadership_term_id and self.state in (
@@ -684,9 +756,10 @@ class Election:
 
     def on_request_vote(self, msg: RequestVote, now_ns: int) -> None:
         if self.state == ElectionState.INIT or msg.candidate_member_id == self.member_id:
+            self.host.ignore("RequestVote", f"from {msg.candidate_member_id} in {self.state.name}")
             return
         if self._status(msg.candidate_member_id) is None:
-            self.cm.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
+            self.host.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
             return
         if msg.candidate_term_id <= self.candidate_term_id:
             self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
@@ -694,11 +767,11 @@ class Election:
             compare_log(self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position)
             > 0
         ):
-            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
-                msg.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
+            self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
+                msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
             )
             self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
-            if self.cm.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
+            if self.host.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
                 self._publish_new_leadership_term(msg.candidate_member_id, msg.log_leadership_term_id, now_ns)
         elif self.state in (
             ElectionState.CANVASS,
@@ -707,14 +780,14 @@ class Election:
             ElectionState.FOLLOWER_BALLOT,
         ):
             # Durable before the vote leaves: a restarted node never votes twice in one term.
-            self.candidate_term_id = self.cm.node_state.propose_max_candidate_term_id(
-                msg.candidate_term_id, self.log_position, self.cm.cluster_time_ms(now_ns)
+            self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
+                msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
             )
             self._place_vote(msg.candidate_term_id, msg.candidate_member_id, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
 
     def _place_vote(self, candidate_term_id: int, candidate_member_id: int, vote: bool) -> None:
-        self.cm.consensus_publisher.vote(
+        self.publisher.vote(
             candidate_member_id,
             Vote(
                 candidate_term_id=candidate_term_id,
@@ -732,9 +805,11 @@ class Election:
             or msg.candidate_term_id != self.candidate_term_id
             or msg.candidate_member_id != self.member_id
         ):
+            self.host.ignore("Vote", f"not for our ballot of term {self.candidate_term_id} ({self.state.name})")
             return
         s = self._status(msg.follower_member_id)
         if s is None:
+            self.host.ignore("Vote", f"unknown member {msg.follower_member_id}")
             return
         s.candidate_term_id = msg.candidate_term_id
         s.leadership_term_id = msg.log_leadership_term_id
@@ -743,10 +818,11 @@ class Election:
 
     def on_new_leadership_term(self, msg: NewLeadershipTerm, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("NewLeadershipTerm", "election in INIT")
             return
         leader = self._status(msg.leader_member_id)
         if leader is None:
-            self.cm.ignore("NewLeadershipTerm", f"unknown leader {msg.leader_member_id}")
+            self.host.ignore("NewLeadershipTerm", f"unknown leader {msg.leader_member_id}")
             return
         if msg.leader_member_id == self.member_id and msg.leadership_term_id == self.leadership_term_id:
             return
@@ -759,6 +835,7 @@ class Election:
             and msg.leadership_term_id == self.candidate_term_id
         )
         if not acceptable:
+            self.host.ignore("NewLeadershipTerm", f"term {msg.leadership_term_id} in {self.state.name}")
             return
         if msg.log_leadership_term_id != self.log_leadership_term_id:
             # Different view of which term our log ends in: keep canvassing; the leader answers
@@ -766,7 +843,7 @@ class Election:
             self._transition(ElectionState.CANVASS, now_ns)
             return
         if msg.next_term_base_log_position != NULL_POSITION and msg.next_term_base_log_position < self.append_position:
-            self.cm.truncate_log_entry(self.log_leadership_term_id, msg.next_term_base_log_position, now_ns)
+            self.host.truncate_log_entry(self.log_leadership_term_id, msg.next_term_base_log_position, now_ns)
             self.append_position = msg.next_term_base_log_position
             raise ElectionError(
                 f"truncated log to {msg.next_term_base_log_position} for term {self.log_leadership_term_id}"
@@ -778,14 +855,14 @@ class Election:
         self.log_session_id = msg.log_session_id
         self.leader_recording_id = msg.leader_recording_id
         self.catchup_join_position = msg.log_position if self.append_position < msg.log_position else NULL_POSITION
-        self.cm.set_leader(msg.leader_member_id)
+        self.host.set_leader(msg.leader_member_id)
         if self.append_position < msg.term_base_log_position:
             if msg.next_leadership_term_id == NULL_VALUE:
                 raise ElectionError("missing next leadership term in NewLeadershipTerm")
             if self.append_position < msg.next_term_base_log_position:
                 self.replication_leadership_term_id = self.log_leadership_term_id
                 self.replication_stop_position = msg.next_term_base_log_position
-                self.replication_term_base_log_position = self.cm.term_base_of(self.log_leadership_term_id)
+                self.replication_term_base_log_position = self._term_base_of(self.log_leadership_term_id)
                 self._enter_follower_log_replication(now_ns)
             elif self.append_position == msg.next_term_base_log_position and msg.next_log_position != NULL_POSITION:
                 self.replication_leadership_term_id = msg.next_leadership_term_id
@@ -804,9 +881,11 @@ class Election:
 
     def on_append_position(self, leadership_term_id: int, log_position: int, member_id: int, now_ns: int) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("AppendPosition", "election in INIT")
             return
         s = self._status(member_id)
         if s is None or leadership_term_id > self.leadership_term_id:
+            self.host.ignore("AppendPosition", f"from {member_id} in term {leadership_term_id}")
             return
         s.time_of_last_append_position_ns = now_ns
         if leadership_term_id != self.leadership_term_id:
@@ -819,6 +898,7 @@ class Election:
         self, leadership_term_id: int, log_position: int, leader_member_id: int, now_ns: int
     ) -> None:
         if self.state == ElectionState.INIT:
+            self.host.ignore("CommitPosition", "election in INIT")
             return
         if (
             self.state == ElectionState.FOLLOWER_CATCHUP
@@ -837,7 +917,7 @@ class Election:
         self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
     ) -> None:
         """A NewLeadershipTermEvent met while replaying the local log (FOLLOWER_REPLAY / LEADER_REPLAY)."""
-        self.cm.ensure_term_entry(leadership_term_id, term_base_log_position, NULL_POSITION, now_ns)
+        self.host.ensure_term_entry(leadership_term_id, term_base_log_position, NULL_POSITION, now_ns)
         if self.state in (ElectionState.FOLLOWER_REPLAY, ElectionState.FOLLOWER_CATCHUP):
             # Our log now ends in this term: canvass and NLT matching must say so, or a later NLT
             # for the older term would ask us to truncate what we just committed.

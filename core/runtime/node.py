@@ -59,6 +59,7 @@ from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusM
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
+    CHECK_INVARIANTS_ENV,
     FAULT_ACK_BEFORE_APPEND_ENV,
     ClusterConfig,
     ConfigError,
@@ -276,6 +277,7 @@ class Node:
             events=self._on_event,
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
+            check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
         )
         if ctx.fault_ack_before_append:
             self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")

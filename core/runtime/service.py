@@ -36,8 +36,8 @@ from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.codec.service import JoinLog
 from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.cluster_work import MAX_LONG
 from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError

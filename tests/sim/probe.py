@@ -146,6 +146,7 @@ class Probe:
             service_count=self.service_count,
             events=sink,
             log=self.log_lines.append,
+            check_invariants=True,
         )
         return ConsensusModule(ctx)
 

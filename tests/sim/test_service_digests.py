@@ -227,7 +227,7 @@ def test_service_originated_messages_are_appended_exactly_once_across_a_leader_c
 @pytest.mark.parametrize("from_snapshot", [False, True], ids=["replay-whole-log", "replay-after-snapshot"])
 def test_a_member_that_replays_service_offers_does_not_append_them_again(sim: SimKit, from_snapshot: bool) -> None:
     # Regression: a consensus module replaying the log ahead of its service (restart) used to give the
-    # service's re-offers fresh ids and append them again (fixed in cluster_work: Aeron's
+    # service's re-offers fresh ids and append them again (fixed in service_link: Aeron's
     # PendingServiceMessageTracker rule, ids <= the log's are dropped).
     c = sim.cluster(members=3, seed=58, service="echo")
     c.await_leader()

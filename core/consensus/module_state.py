@@ -1,0 +1,156 @@
+"""The state every consensus subsystem shares: who we are, our role and term, and the log positions.
+
+TigerBeetle's ``Replica`` fields / Aeron's ``ConsensusModuleAgent`` fields that every part reads.
+Each subsystem (log replication, catch-up, sessions, snapshots …) receives this object plus only
+the collaborators it needs; it owns its own state. ``ignore`` and ``event`` are the one way a
+subsystem reports a dropped input or a trace event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from clusterlab.core.consensus.context import (
+    NULL_VALUE,
+    ConsensusModuleContext,
+    ConsensusModuleState,
+    ElectionState,
+    Role,
+)
+from clusterlab.core.consensus.members import MemberStatus
+
+if TYPE_CHECKING:
+    from clusterlab.core.consensus.election import Election
+
+MAX_LONG = (1 << 63) - 1
+
+# The role each election state implies (INIT and FOLLOWER_BALLOT may still carry the role of the
+# state the election came from; CLOSED hands over to election_complete).
+_ROLE_OF_ELECTION_STATE = {
+    ElectionState.CANVASS: Role.FOLLOWER,
+    ElectionState.NOMINATE: Role.FOLLOWER,
+    ElectionState.CANDIDATE_BALLOT: Role.CANDIDATE,
+    ElectionState.LEADER_LOG_REPLICATION: Role.LEADER,
+    ElectionState.LEADER_REPLAY: Role.LEADER,
+    ElectionState.LEADER_INIT: Role.LEADER,
+    ElectionState.LEADER_READY: Role.LEADER,
+    ElectionState.FOLLOWER_LOG_REPLICATION: Role.FOLLOWER,
+    ElectionState.FOLLOWER_REPLAY: Role.FOLLOWER,
+    ElectionState.FOLLOWER_CATCHUP_INIT: Role.FOLLOWER,
+    ElectionState.FOLLOWER_CATCHUP_AWAIT: Role.FOLLOWER,
+    ElectionState.FOLLOWER_CATCHUP: Role.FOLLOWER,
+    ElectionState.FOLLOWER_LOG_INIT: Role.FOLLOWER,
+    ElectionState.FOLLOWER_LOG_AWAIT: Role.FOLLOWER,
+    ElectionState.FOLLOWER_READY: Role.FOLLOWER,
+}
+
+
+class ModuleState:
+    """Shared consensus state of one member (see module docstring)."""
+
+    def __init__(self, ctx: ConsensusModuleContext) -> None:
+        if ctx.member(ctx.member_id) is None:
+            raise ValueError(
+                f"member {ctx.member_id} is not in the cluster members {[m.member_id for m in ctx.members]}"
+            )
+        self.member_id = ctx.member_id
+        self.statuses = [MemberStatus(m) for m in ctx.members]
+        self._status_by_id = {s.member_id: s for s in self.statuses}
+        self.this_member = self._status_by_id[self.member_id]
+        self._followers = tuple(s for s in self.statuses if s.member_id != self.member_id)
+        self.state = ConsensusModuleState.INIT
+        self.role = Role.FOLLOWER
+        self.leadership_term_id = NULL_VALUE
+        self.leader_member_id = NULL_VALUE
+        self.commit_position = 0
+        self.notified_commit_position = 0  # the leader's commit as a follower last heard it
+        self.consumed_position = 0  # log adapter position: entries processed up to here
+        self.election: Election | None = None
+        self.time_of_last_leader_update_ns = 0
+        self.time_of_last_log_update_ns = 0  # last sign of life of the leader's log (follower)
+        self.terminated = False
+        self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
+        self._log = ctx.log
+        self._events = ctx.events
+        # Invariant baselines (check_invariants).
+        self._checked_term = NULL_VALUE
+        self._checked_commit = 0
+
+    # ------------------------------------------------------------------ accessors
+    def status(self, member_id: int) -> MemberStatus | None:
+        return self._status_by_id.get(member_id)
+
+    def followers(self) -> tuple[MemberStatus, ...]:
+        """Every member but this one (the membership is fixed for the module's life)."""
+        return self._followers
+
+    @property
+    def in_election(self) -> bool:
+        return self.election is not None
+
+    def election_term(self) -> int:
+        """The term messages are sent in: the election's while one runs, else ours."""
+        e = self.election
+        return e.leadership_term_id if e is not None else self.leadership_term_id
+
+    @staticmethod
+    def cluster_time_ms(now_ns: int) -> int:
+        """Cluster time (ClusterTimeUnit.MILLIS) for log timestamps."""
+        return now_ns // 1_000_000
+
+    # ------------------------------------------------------------------ reporting
+    def ignore(self, what: str, reason: str) -> None:
+        """A peer's bad or stale message: counted and logged, never raised into the duty cycle."""
+        key = f"{what}: {reason}"
+        self.ignored[key] = self.ignored.get(key, 0) + 1
+        self._log(f"member {self.member_id} ignored {key}")
+
+    def event(self, kind: str, detail: dict[str, Any], term: int | None = None, pos: int | None = None) -> None:
+        self._events(kind, self.member_id, term, pos, detail)
+
+    def log(self, line: str) -> None:
+        self._log(line)
+
+    # ------------------------------------------------------------------ shared transitions
+    def set_commit_position(self, position: int) -> None:
+        assert position >= self.commit_position, f"commit position moved back {self.commit_position} -> {position}"
+        self.commit_position = position
+        self.event("commit", {}, term=self.leadership_term_id, pos=position)
+
+    def set_role(self, role: Role) -> None:
+        if role != self.role:
+            self.role = role
+            self.event("role", {"role": role.name})
+
+    def set_leader(self, leader_member_id: int) -> None:
+        self.leader_member_id = leader_member_id
+        for s in self.statuses:
+            s.is_leader = s.member_id == leader_member_id
+
+    # ------------------------------------------------------------------ invariants
+    def check_invariants(self, append_position: int) -> None:
+        """Term and commit never go back; commit never passes the local log; role matches the election."""
+        assert self.leadership_term_id >= self._checked_term, (
+            f"member {self.member_id}: leadership_term_id went back {self._checked_term} -> {self.leadership_term_id}"
+        )
+        assert self.commit_position >= self._checked_commit, (
+            f"member {self.member_id}: commit position went back {self._checked_commit} -> {self.commit_position}"
+        )
+        assert self.commit_position <= append_position, (
+            f"member {self.member_id}: commit {self.commit_position} beyond append position {append_position}"
+        )
+        assert self.consumed_position <= append_position, (
+            f"member {self.member_id}: consumed {self.consumed_position} beyond append position {append_position}"
+        )
+        self._checked_term = self.leadership_term_id
+        self._checked_commit = self.commit_position
+        e = self.election
+        if e is None:
+            assert self.role != Role.CANDIDATE, f"member {self.member_id}: CANDIDATE outside an election"
+        else:
+            expected = _ROLE_OF_ELECTION_STATE.get(e.state)
+            assert expected is None or self.role == expected, (
+                f"member {self.member_id}: role {self.role.name} in election state {e.state.name}"
+            )
+        if self.terminated:
+            assert self.state == ConsensusModuleState.CLOSED, f"member {self.member_id}: terminated but {self.state}"

@@ -1,0 +1,79 @@
+"""Recovery at start (PROTOCOL.md c.10): make the recording log describe the log the archive holds,
+invalidate snapshots whose log was lost, load the latest consensus-module snapshot and set the
+positions the log adapter resumes from. Aeron's ``ConsensusModuleAgent.onStart`` / ``RecoveryPlan``."""
+
+from __future__ import annotations
+
+from clusterlab.core.archive.archive import Archive
+from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
+from clusterlab.core.consensus.module_state import ModuleState
+from clusterlab.core.consensus.recording_log import EntryType, RecordingLog, RecoveryPlan
+from clusterlab.core.consensus.snapshots import Snapshots
+
+
+def recover(
+    st: ModuleState, archive_store: Archive, recording_log: RecordingLog, snapshots: Snapshots, service_count: int
+) -> RecoveryPlan:
+    """Recover one member's state from disk; returns the recovery plan the startup election starts from."""
+    archive = archive_store.recording
+    # The recording log may describe more log than the archive holds (a torn tail repaired on
+    # open, or a recording truncated while the member was down): make it describe what we have,
+    # so we canvass with a true (log term, append position) and the leader walks us forward.
+    # A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
+    # recovery: this member must refetch that log and replay it from the start (issue 4: "a follower
+    # that lacks the snapshot's log replays from the start"). Invalidated here, before the service
+    # process reads the recovery plan, so node and service agree.
+    for entry in recording_log.entries():
+        if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > archive.stop_position:
+            recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
+            st.event(
+                "snapshot_invalidated",
+                {
+                    "recording_id": entry.recording_id,
+                    "service_id": entry.service_id,
+                    "reason": "log behind the snapshot is missing",
+                },
+                pos=entry.log_position,
+            )
+    last = recording_log.find_last_term()
+    stop = archive.stop_position
+    removed = []
+    if last is not None and (
+        last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
+    ):
+        removed = recording_log.truncate_terms_after(stop)
+    if removed:
+        st.event(
+            "truncate",
+            {"recording_log": [e.describe() for e in removed], "reason": "recording shorter than recording log"},
+            pos=archive.stop_position,
+        )
+    plan = recording_log.create_recovery_plan(service_count, archive_store.recording_extent)
+    if archive.repair is not None:
+        r = archive.repair
+        st.event(
+            "truncate",
+            {"repair": "torn tail", "from": r.from_position, "to": r.to_position, "reason": r.reason},
+            pos=r.to_position,
+        )
+    st.leadership_term_id = plan.last_leadership_term_id
+    st.commit_position = 0
+    if plan.snapshots:
+        # Recovery = latest valid snapshot + replay of the log after it (c.10). The service loads
+        # its own snapshot from the same recovery plan (Aeron's RecoveryState counter).
+        cm_snapshot = plan.snapshots[0]
+        st.commit_position = snapshots.load_snapshot(cm_snapshot.recording_id)
+        st.event(
+            "snapshot_loaded",
+            {"recording_id": cm_snapshot.recording_id},
+            term=cm_snapshot.leadership_term_id,
+            pos=st.commit_position,
+        )
+    st.consumed_position = st.commit_position
+    st.notified_commit_position = st.commit_position
+    st.state = ConsensusModuleState.ACTIVE
+    st.event(
+        "start",
+        {"append_position": archive.stop_position, "last_leadership_term_id": plan.last_leadership_term_id},
+    )
+    return plan
