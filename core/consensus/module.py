@@ -274,6 +274,7 @@ class ConsensusModule(ClusterWork):
             term=leadership_term_id,
             pos=self.commit_position,
         )
+        self.end_service_log_on_step_down()
         self.role = Role.FOLLOWER
         self.election = Election(
             self,
@@ -329,10 +330,25 @@ class ConsensusModule(ClusterWork):
         entry = self.recording_log.find_term_entry(leadership_term_id)
         return entry.term_base_log_position if entry is not None else 0
 
+    def end_service_log_on_step_down(self) -> None:
+        """A leader or candidate becoming a follower ends its service's log (issue 16 item 2).
+
+        Aeron's service sees every role change through the role counter; ours learns its role from
+        JoinLog and from the end of its log (LogEndOfStream -> role FOLLOWER)."""
+        if self.role != Role.FOLLOWER:
+            self._to_service(
+                LogEndOfStream(
+                    leadership_term_id=self.leadership_term_id,
+                    log_position=self.consumed_position,
+                    leader_member_id=self.leader_member_id,
+                ).encode()
+            )
+
     def prepare_for_new_leadership(self, log_position: int, now_ns: int) -> int:
         """Aeron ``prepareForNewLeadership``: drop the log stream, go back to the commit point.
 
         Returns the append position (the local recording's stop position)."""
+        self.end_service_log_on_step_down()
         self.role = Role.FOLLOWER
         self.log_publication_term_id = NULL_VALUE
         self.log_session_id = NULL_SESSION_ID
