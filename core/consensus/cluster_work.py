@@ -205,8 +205,12 @@ class ClusterWork:
         if self.ctx.service_count > 0:
             self.ctx.outbox.send(self.member_id, Channel.SERVICE, payload)
 
-    def send_join_log(self: ConsensusModule, log_position: int, max_log_position: int, is_startup: bool) -> None:
-        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop)."""
+    def send_join_log(
+        self: ConsensusModule, log_position: int, max_log_position: int, is_startup: bool, role: Role | None = None
+    ) -> None:
+        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop).
+
+        ``role`` defaults to the module's own."""
         self._to_service(
             JoinLog(
                 log_position=log_position,
@@ -215,7 +219,7 @@ class ClusterWork:
                 log_session_id=self.log_session_id,
                 log_stream_id=100,
                 is_startup=BooleanType.TRUE if is_startup else BooleanType.FALSE,
-                role=int(self.role),
+                role=int(self.role if role is None else role),
                 log_channel=f"log:{self.leadership_term_id}",
             ).encode()
         )

@@ -384,7 +384,9 @@ class ConsensusModule(ClusterWork):
         stop = to_position if self.role == Role.LEADER else min(to_position, self.commit_position)
         self.replay_stop_position = stop
         if stop > self.consumed_position:
-            self.send_join_log(self.consumed_position, stop, True)
+            # Replayed entries were answered when first applied: the service replays as a FOLLOWER
+            # (Aeron), so a new leader sends no egress for them (issue 16 item 7).
+            self.send_join_log(self.consumed_position, stop, True, Role.FOLLOWER)
 
     def poll_log_replay(self, now_ns: int) -> int:
         if self.replay_stop_position == NULL_POSITION:
