@@ -552,8 +552,10 @@ class ClusterWork:
         return True
 
     def on_replayed_cluster_action(self: ConsensusModule, ev: ClusterActionRequest, now_ns: int) -> bool:
-        if ev.leadership_term_id != self.leadership_term_id and self.election is None:
-            return True  # an action of an earlier term, already handled then
+        # Every committed action is handled, whatever its term (issue 16 item 3): Aeron's module
+        # tracks the log's term while it replays (so its "same term" check always holds), and our
+        # follower consumes an earlier term's committed tail after the election; skipping a SNAPSHOT
+        # there left the services' snapshots without the module's.
         if ev.action == ClusterAction.SUSPEND:
             self.state = ConsensusModuleState.SUSPENDED
         elif ev.action == ClusterAction.RESUME:
