@@ -154,6 +154,10 @@ class ClusterWork:
         self.sessions: dict[int, ClusterSession] = {}
         self.pending_sessions: list[ClusterSession] = []
         self.next_session_id = 1
+        # The next session id as the committed log has it (what the snapshot holds, the same on every
+        # member); next_session_id runs ahead on the leader, which also numbers rejected connects.
+        self.log_next_session_id = 1
+        self.appended_session_opens: deque[tuple[int, int]] = deque()  # leader: (end position, session id)
         self.timer_service = TimerService()
         self.uncommitted_timers: deque[tuple[int, int]] = deque()  # (log position, correlation id)
         self.uncommitted_closed_sessions: deque[tuple[int, ClusterSession]] = deque()
@@ -548,6 +552,7 @@ class ClusterWork:
                 opened_log_position=frame.end_position,
             )
             self.next_session_id = max(self.next_session_id, ev.cluster_session_id + 1)
+            self.log_next_session_id = max(self.log_next_session_id, ev.cluster_session_id + 1)
         elif template_id == SessionCloseEvent.TEMPLATE_ID:
             self.sessions.pop(SessionCloseEvent.decode(payload).cluster_session_id, None)
         elif template_id == ClusterActionRequest.TEMPLATE_ID:
@@ -571,8 +576,15 @@ class ClusterWork:
             return False
         return True
 
+    def _commit_session_opens(self: ConsensusModule, log_position: int) -> None:
+        """Leader: fold the session opens appended up to ``log_position`` into log_next_session_id."""
+        opens = self.appended_session_opens
+        while opens and opens[0][0] <= log_position:
+            self.log_next_session_id = max(self.log_next_session_id, opens.popleft()[1] + 1)
+
     def sweep_uncommitted(self: ConsensusModule, commit_position: int) -> None:
         """Leader: forget bookkeeping for entries that are now committed."""
+        self._commit_session_opens(commit_position)
         while self.uncommitted_timers and self.uncommitted_timers[0][0] <= commit_position:
             self.uncommitted_timers.popleft()
         while self.uncommitted_closed_sessions and self.uncommitted_closed_sessions[0][0] <= commit_position:
@@ -583,6 +595,8 @@ class ClusterWork:
 
     def restore_uncommitted(self: ConsensusModule, log_position: int, now_ns: int) -> None:
         """Aeron ``prepareForNewLeadership`` bookkeeping: undo what was appended but not committed."""
+        self._commit_session_opens(log_position)
+        self.appended_session_opens.clear()  # opens past log_position are lost (or learned again)
         for session in list(self.sessions.values()):
             if session.opened_log_position > log_position:
                 self._session_event(session, EventCode.CLOSED, "election")
@@ -667,6 +681,7 @@ class ClusterWork:
                 )
                 s.state = ClusterSessionState.OPEN
                 s.opened_log_position = end
+                self.appended_session_opens.append((end, s.cluster_session_id))
                 s.time_of_last_activity_ns = now_ns
                 self.sessions[s.cluster_session_id] = s
                 self.pending_sessions.remove(s)
@@ -827,9 +842,10 @@ class ClusterWork:
             "app_version": APP_VERSION,
         }
         records = [SnapshotMarker(mark=SnapshotMark.BEGIN, **marker).encode()]
+        self._commit_session_opens(log_position)
         records.append(
             ConsensusModuleSnapshot(
-                next_session_id=self.next_session_id,
+                next_session_id=self.log_next_session_id,
                 next_service_session_id=self.next_service_session_ids[0] if self.ctx.service_count else 0,
                 log_service_session_id=self.log_service_session_ids[0] if self.ctx.service_count else 0,
                 pending_message_capacity=0,
@@ -893,6 +909,7 @@ class ClusterWork:
                 self.leadership_term_id = max(self.leadership_term_id, msg.leadership_term_id)
             elif isinstance(msg, ConsensusModuleSnapshot):
                 self.next_session_id = msg.next_session_id
+                self.log_next_session_id = msg.next_session_id
             elif isinstance(msg, ClusterSessionRecord):
                 closing = msg.close_reason not in (None, CloseReason.NULL_VAL)
                 self.sessions[msg.cluster_session_id] = ClusterSession(
