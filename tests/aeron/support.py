@@ -218,4 +218,3 @@ class AeronCluster:
 def aeron_cluster(sim: Any, members: int = 3, seed: int = 0, **kwargs: Any) -> AeronCluster:
     """A SimCluster from the ``sim`` kit with the Aeron test service on every member."""
     return AeronCluster(sim.cluster(members=members, seed=seed, service=SERVICE_NAME, **kwargs))
-

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode
-from clusterlab.core.codec.session import AdminRequest, AdminResponse
 from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.session import AdminRequest, AdminResponse
 from clusterlab.core.codec.snapshot import ConsensusModuleSnapshot
 from clusterlab.core.consensus.authenticator import DefaultAuthenticator, SessionProxy
 from clusterlab.core.consensus.context import SECOND, Channel, ElectionState, Role
@@ -125,13 +125,20 @@ def test_an_admin_request_of_unknown_type_gets_an_error_response(sim: SimKit) ->
     a = aeron_cluster(sim, members=3, seed=5)
     leader = a.await_leader()
     seen: list[tuple[bytes, int]] = []
-    a.c.member(leader).ctx.authorise_admin = lambda principal, request_type: seen.append((principal, request_type)) or True  # type: ignore[attr-defined, func-returns-value]
+
+    def authorise(principal: bytes, request_type: int) -> bool:
+        seen.append((principal, request_type))
+        return True
+
+    a.c.member(leader).ctx.authorise_admin = authorise  # type: ignore[attr-defined]
     client = a.connect_client()
     responses: list[AdminResponse] = []
     a.c.network.on_deliver.append(
-        lambda d: responses.append(AdminResponse.decode(d.payload))
-        if d.channel == Channel.EGRESS and d.payload[2:4] == AdminResponse.TEMPLATE_ID.to_bytes(2, "little")
-        else None
+        lambda d: (
+            responses.append(AdminResponse.decode(d.payload))
+            if d.channel == Channel.EGRESS and d.payload[2:4] == AdminResponse.TEMPLATE_ID.to_bytes(2, "little")
+            else None
+        )
     )
     request = AdminRequest(
         leadership_term_id=a.c.member(leader).leadership_term_id,
@@ -182,7 +189,9 @@ def test_next_session_id_in_the_snapshot_is_the_same_on_every_member(sim: SimKit
     ClusterTest.shouldStopLeaderAndFollowersThenRestartAllWithSnapshot restores it on every member:
     rejected connects take a session id on the leader only, yet the snapshot holds the committed
     next session id, the same on every member."""
-    a = AeronCluster(sim.cluster(members=3, seed=6, service=SERVICE_NAME, authenticator_factory=RejectNamedAuthenticator))
+    a = AeronCluster(
+        sim.cluster(members=3, seed=6, service=SERVICE_NAME, authenticator_factory=RejectNamedAuthenticator)
+    )
     a.await_leader()
     a.connect_client()
     for _ in range(2):
