@@ -175,8 +175,8 @@ class AeronCluster:
             self.sent += 1
 
     def response_count(self) -> int:
-        assert self.client is not None
-        return sum(1 for m in self.client.received if m.payload.startswith(b"msg-"))
+        """Echoes received by every client so far (Aeron's TestCluster counts across reconnects)."""
+        return sum(1 for client in self.c.clients for m in client.received if m.payload.startswith(b"msg-"))
 
     def await_response_message_count(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
         self.await_condition(lambda: self.response_count() >= count, f"{count} responses", timeout_ns)
@@ -199,6 +199,74 @@ class AeronCluster:
         self.send_messages(count)
         self.await_response_message_count(total if total is not None else self.sent)
         self.await_services_message_count(total if total is not None else self.sent)
+
+    def election_count(self, member_id: int) -> int:
+        """Aeron's election counter: elections this incarnation entered."""
+        return int(self.c.member(member_id).election_count)  # type: ignore[attr-defined]
+
+    def leadership_term_id(self, member_id: int) -> int:
+        return self.c.member(member_id).leadership_term_id
+
+    def role(self, member_id: int) -> Role:
+        return self.c.member(member_id).role
+
+    def await_election_closed(self, member_id: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.c.member(member_id).election_state is None,
+            f"member {member_id}'s election closed",
+            timeout_ns,
+        )
+
+    def await_leader_other_than(self, member_id: int, timeout_ns: int = 10 * SECOND) -> int:
+        self.await_condition(
+            lambda: self.c.leader_id() not in (None, member_id), f"a leader other than {member_id}", timeout_ns
+        )
+        leader = self.c.leader_id()
+        assert leader is not None
+        return leader
+
+    def await_new_leadership_event(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        """The client saw ``count`` NewLeaderEvents (Aeron awaitNewLeadershipEvent)."""
+        self.await_condition(
+            lambda: self.client is not None and self.client.client.leader_changes >= count,
+            f"{count} NewLeaderEvents at the client",
+            timeout_ns,
+        )
+
+    def await_snapshots_loaded(self, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: all(self.service(m).was_snapshot_loaded for m in self.c.members_alive()),
+            "every live service loaded a snapshot",
+            timeout_ns,
+        )
+
+    def await_commit_position(self, member_id: int, position: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.c.member(member_id).commit_position >= position,
+            f"member {member_id} committed {position}",
+            timeout_ns,
+        )
+
+    def is_terminated(self, member_id: int) -> bool:
+        return bool(self.c.member(member_id).terminated)  # type: ignore[attr-defined]
+
+    def await_node_terminations(self, members: list[int] | None = None, timeout_ns: int = 10 * SECOND) -> None:
+        targets = self.c.members_alive() if members is None else members
+        self.await_condition(
+            lambda: all(self.is_terminated(m) for m in targets), f"members {targets} terminated", timeout_ns
+        )
+
+    def shutdown_cluster(self) -> None:
+        """ClusterControl SHUTDOWN through the leader: snapshot, then every member terminates."""
+        self.await_condition(lambda: self.c.control("shutdown"), "the control toggle accepted SHUTDOWN")
+
+    def abort_cluster(self) -> None:
+        """ClusterControl ABORT through the leader: every member terminates without a snapshot."""
+        self.await_condition(lambda: self.c.control("abort"), "the control toggle accepted ABORT")
+
+    def restart_all_nodes(self, clean_start: bool = False) -> None:
+        for m in range(self.c.member_count):
+            self.start_static_node(m, clean_start)
 
     # --- control
     def take_snapshot(self) -> None:
