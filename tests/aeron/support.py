@@ -25,6 +25,8 @@ from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_parts import SimClient
 
 SERVICE_NAME = "aeron-test"
+REGISTER_TIMER_MSG = b"register-timer"  # Aeron TestNode.REGISTER_TIMER_MSG
+TIMER_CORRELATION_ID = 1
 DOMAIN = b"aeron-test"
 
 
@@ -62,6 +64,9 @@ class AeronTestService(ClusteredService):
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
         self._digest.replace(("count", self.message_count), ("count", self.message_count + 1))
         self.message_count += 1
+        if payload == REGISTER_TIMER_MSG and self.cluster is not None:
+            # Aeron TestService: the same correlation id every time, due at once.
+            self.cluster.schedule_timer(TIMER_CORRELATION_ID, timestamp)
         if session is not None:
             session.offer(payload)
 
@@ -274,6 +279,11 @@ class AeronCluster:
 
     def snapshot_count(self, member_id: int) -> int:
         return int(self.c.member(member_id).snapshot_count)  # type: ignore[attr-defined]
+
+    def await_snapshot_count_everywhere(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        """Aeron TestCluster.awaitSnapshotCount(count): every live member."""
+        for m in self.c.members_alive():
+            self.await_snapshot_count(m, count, timeout_ns)
 
     def await_snapshot_count(self, member_id: int, count: int, timeout_ns: int = 10 * SECOND) -> None:
         self.await_condition(
