@@ -1,0 +1,117 @@
+"""The services of Aeron's ClusterNodeRestartTest, registered for the simulator.
+
+``aeron-numbered`` is ``launchService``: every message carries an int the service expects to equal
+its counter (a replay that skipped or repeated an entry fails the service), a timer message also
+schedules a timer; the snapshot holds (next correlation id, counter, counter as text).
+``aeron-rescheduling`` is ``launchReschedulingService``: a message schedules timer 7 at +200 ms and
+every firing reschedules it; the snapshot holds the firing count."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from clusterlab.core.codec import CloseReason
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from clusterlab.harness.services import SERVICES
+from clusterlab.harness.services.digest import MultisetDigest
+
+NUMBERED = "aeron-numbered"
+RESCHEDULING = "aeron-rescheduling"
+MESSAGE = struct.Struct("<i")  # MESSAGE_VALUE_OFFSET 0: the value
+TIMER_MESSAGE = struct.Struct("<iqq")  # value, TIMER_MESSAGE_ID_OFFSET, TIMER_MESSAGE_DELAY_OFFSET
+
+
+def numbered(value: int) -> bytes:
+    return MESSAGE.pack(value)
+
+
+def timer_message(value: int, correlation_id: int, delay_ms: int) -> bytes:
+    return TIMER_MESSAGE.pack(value, correlation_id, delay_ms)
+
+
+class _Base(ClusteredService):
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self._digest = MultisetDigest(b"aeron-restart")
+
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        pass
+
+    def on_session_close(self, session: ClientSession, timestamp: int, close_reason: CloseReason) -> None:
+        pass
+
+    def on_role_change(self, new_role: Role) -> None:
+        pass
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        pass
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        pass
+
+    def state_digest(self) -> bytes:
+        return self._digest.digest()
+
+
+class NumberedService(_Base):
+    """ClusterNodeRestartTest.launchService."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_correlation_id = 0
+        self.counter_value = 0
+        self.service_state: str | None = None
+        self.message_count = 0  # the test's serviceMsgCount, per incarnation
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        if snapshot is not None and snapshot.records:
+            self.next_correlation_id, self.counter_value, self.service_state = json.loads(snapshot.records[0])
+        self._digest.add("counter", self.counter_value)
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        sent_value = MESSAGE.unpack_from(payload)[0]
+        assert sent_value == self.counter_value, f"expected value {self.counter_value}, got {sent_value}"
+        self._digest.replace(("counter", self.counter_value), ("counter", self.counter_value + 1))
+        self.counter_value += 1
+        self.service_state = str(self.counter_value)
+        self.message_count += 1
+        if len(payload) == TIMER_MESSAGE.size and self.cluster is not None:
+            _value, _id, delay_ms = TIMER_MESSAGE.unpack(payload)
+            correlation_id = self.next_correlation_id
+            self.next_correlation_id += 1
+            assert self.cluster.schedule_timer(correlation_id, timestamp + delay_ms)
+        if session is not None:
+            session.offer(self.service_state.encode())
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(json.dumps([self.next_correlation_id, self.counter_value, str(self.counter_value)]).encode())
+
+
+class ReschedulingService(_Base):
+    """ClusterNodeRestartTest.launchReschedulingService."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.triggered_timers = 0
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        if snapshot is not None and snapshot.records:
+            self.triggered_timers = int(json.loads(snapshot.records[0]))
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        assert self.cluster is not None and self.cluster.schedule_timer(7, timestamp + 200)
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self._digest.replace(("fired", self.triggered_timers), ("fired", self.triggered_timers + 1))
+        self.triggered_timers += 1
+        assert self.cluster is not None and self.cluster.schedule_timer(correlation_id, timestamp + 200)
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(json.dumps(self.triggered_timers).encode())
+
+
+SERVICES.setdefault(NUMBERED, NumberedService)
+SERVICES.setdefault(RESCHEDULING, ReschedulingService)
