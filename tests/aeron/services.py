@@ -115,3 +115,61 @@ class ReschedulingService(_Base):
 
 SERVICES.setdefault(NUMBERED, NumberedService)
 SERVICES.setdefault(RESCHEDULING, ReschedulingService)
+
+
+TIMED = "aeron-timed"
+SERVICE_INGRESS = "aeron-service-ingress"
+
+
+class TimedService(_Base):
+    """ClusterNodeTest.launchTimedService: a message schedules a timer at +100 ms whose firing
+    answers ``<msg>-scheduled`` to the session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cluster_session_id = -1
+        self.next_correlation_id = 0
+        self.msg = b""
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        assert session is not None and self.cluster is not None
+        self.cluster_session_id = session.id
+        self.msg = payload
+        correlation_id = self.next_correlation_id
+        self.next_correlation_id += 1
+        assert self.cluster.schedule_timer(correlation_id, timestamp + 100)
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        assert self.cluster is not None
+        session = self.cluster.get_client_session(self.cluster_session_id)
+        assert session is not None
+        session.offer(self.msg + b"-scheduled")
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(b"{}")
+
+
+class ServiceMessageIngressService(_Base):
+    """ClusterNodeTest.launchServiceMessageIngressService: a client's message is offered back to the
+    log as a service message, which is then echoed to every client session."""
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        assert self.cluster is not None
+        if session is not None:
+            assert self.cluster.offer(payload)
+        else:
+            for s in self.cluster.client_sessions():
+                s.offer(payload)
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(b"{}")
+
+
+SERVICES.setdefault(TIMED, TimedService)
+SERVICES.setdefault(SERVICE_INGRESS, ServiceMessageIngressService)
