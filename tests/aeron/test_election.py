@@ -1,0 +1,300 @@
+"""Ports of Aeron's ``ElectionTest`` (aeron-cluster/src/test/java/io/aeron/cluster).
+
+Aeron drives an ``Election`` against mocks and verifies the election-state counter, the consensus
+publisher's sends and the agent calls. Here the probe (tests/sim/probe.py) drives a real
+ConsensusModule whose peers the test plays: the states it enters (``election_state`` events) stand
+for the state counter, the messages it sends for the publisher, and the module's own state for the
+agent calls. Time steps are Aeron's (``electionTimeoutNs >> 1`` passes any nomination back-off)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clusterlab.core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.codec.service import JoinLog
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, PROTOCOL_VERSION, Channel, ElectionState, Role
+from clusterlab.core.consensus.recording_log import RecordingLog
+
+from tests.sim.probe import Probe
+
+ES = ElectionState
+
+
+def states(probe: Probe) -> list[ElectionState]:
+    return probe.states_entered()
+
+
+def in_order(entered: list[ElectionState], expected: list[ElectionState]) -> bool:
+    """``expected`` is a subsequence of ``entered`` (Mockito's InOrder on the state counter)."""
+    it = iter(entered)
+    return all(any(s == e for s in it) for e in expected)
+
+
+def test_should_elect_single_node_cluster_leader(tmp_path: Path) -> None:
+    """ElectionTest.shouldElectSingleNodeClusterLeader"""
+    probe = Probe(tmp_path, members=1)
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.cm.election is None)
+    assert ES.LEADER_READY in states(probe)
+    assert probe.cm.election_count == 1
+    assert probe.cm.leadership_term_id == 0  # NULL_VALUE + 1
+    assert probe.cm.role == Role.LEADER
+    with RecordingLog.open(tmp_path) as rl:
+        term = rl.find_term_entry(0)
+    assert term is not None and (term.term_base_log_position, term.log_position) == (0, NULL_POSITION)
+
+
+def test_should_elect_appointed_leader(tmp_path: Path) -> None:
+    """ElectionTest.shouldElectAppointedLeader"""
+    probe = Probe(tmp_path, member_id=0, appointed_leader_id=0)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    probe.deliver(1, probe.canvass(1))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(2)
+    assert probe.state == ES.NOMINATE
+    mark = probe.mark()
+    probe.run_for(probe.timeouts.election_timeout_ns >> 1, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    probe.settle()
+    candidate_term_id = 0
+    for peer in (1, 2):
+        assert probe.sent(RequestVote, dst=peer, since=mark) == [
+            RequestVote(
+                log_leadership_term_id=NULL_VALUE,
+                log_position=0,
+                candidate_term_id=candidate_term_id,
+                candidate_member_id=0,
+                protocol_version=PROTOCOL_VERSION,
+            )
+        ]
+    assert probe.state == ES.CANDIDATE_BALLOT and probe.cm.role == Role.CANDIDATE
+    probe.deliver(1, probe.vote(1, yes=True))
+    probe.deliver(2, probe.vote(2, yes=True))
+    mark = probe.mark()
+    probe.settle()
+    assert ES.LEADER_LOG_REPLICATION in states(probe)
+    for peer in (1, 2):
+        nlt = probe.sent(NewLeadershipTerm, dst=peer, since=mark)[0]
+        assert (nlt.log_leadership_term_id, nlt.leadership_term_id, nlt.log_position) == (NULL_VALUE, 0, 0)
+        assert (nlt.leader_member_id, nlt.term_base_log_position) == (0, 0)
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state == ES.LEADER_READY)
+    assert in_order(states(probe), [ES.LEADER_LOG_REPLICATION, ES.LEADER_REPLAY, ES.LEADER_INIT, ES.LEADER_READY])
+    assert probe.election.leadership_term_id == candidate_term_id
+    with RecordingLog.open(tmp_path) as rl:
+        term = rl.find_term_entry(candidate_term_id)
+    assert term is not None and term.term_base_log_position == 0
+    probe.deliver(1, probe.append_position(1, candidate_term_id, 0))
+    probe.deliver(2, probe.append_position(2, candidate_term_id, 0))
+    probe.settle(lambda: probe.cm.election is None)
+    assert states(probe)[-1] == ES.CLOSED
+    assert probe.cm.role == Role.LEADER
+
+
+def test_should_vote_for_appointed_leader(tmp_path: Path) -> None:
+    """ElectionTest.shouldVoteForAppointedLeader"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    mark = probe.mark()
+    probe.deliver(0, probe.request_vote(0, candidate_term_id=0))
+    probe.settle()
+    assert probe.sent(Vote, dst=0, since=mark) == [
+        Vote(
+            candidate_term_id=0,
+            log_leadership_term_id=NULL_VALUE,
+            log_position=0,
+            candidate_member_id=0,
+            follower_member_id=1,
+            vote=BooleanType.TRUE,
+        )
+    ]
+    assert probe.state == ES.FOLLOWER_BALLOT
+    mark = probe.mark()
+    probe.deliver(0, probe.new_leadership_term(0, 0, log_session_id=-7))
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.cm.election is None)
+    assert in_order(
+        states(probe),
+        [ES.FOLLOWER_BALLOT, ES.FOLLOWER_REPLAY, ES.FOLLOWER_LOG_INIT, ES.FOLLOWER_LOG_AWAIT, ES.FOLLOWER_READY],
+    )
+    appends = [a for a in probe.sends(since=mark) if type(a.msg).__name__ == "AppendPosition" and a.dst == 0]
+    assert appends and (appends[0].msg.leadership_term_id, appends[0].msg.log_position) == (0, 0)  # type: ignore[attr-defined]
+    assert states(probe)[-1] == ES.CLOSED
+    assert probe.cm.role == Role.FOLLOWER
+
+
+def test_should_canvass_members_in_successful_leadership_bid(tmp_path: Path) -> None:
+    """ElectionTest.shouldCanvassMembersInSuccessfulLeadershipBid"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(0)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    for peer in (0, 2):
+        assert CanvassPosition(
+            log_leadership_term_id=NULL_VALUE,
+            log_position=0,
+            leadership_term_id=NULL_VALUE,
+            follower_member_id=1,
+            protocol_version=PROTOCOL_VERSION,
+        ) in probe.sent(CanvassPosition, dst=peer)
+    probe.deliver(0, probe.canvass(0))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(2)
+    assert probe.state == ES.NOMINATE
+
+
+def test_should_vote_for_candidate_during_nomination(tmp_path: Path) -> None:
+    """ElectionTest.shouldVoteForCandidateDuringNomination"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    probe.work(2)
+    probe.deliver(0, probe.canvass(0))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(3)
+    assert probe.state == ES.NOMINATE
+    probe.deliver(0, probe.request_vote(0, candidate_term_id=0), now_ns=4)
+    probe.work(4)
+    assert probe.state == ES.FOLLOWER_BALLOT
+
+
+def test_should_timeout_canvass_with_majority(tmp_path: Path) -> None:
+    """ElectionTest.shouldTimeoutCanvassWithMajority: member 0 reports by AppendPosition, then the
+    startup canvass timeout passes with a quorum."""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    probe.deliver(0, probe.append_position(0, NULL_VALUE, 0))
+    probe.work(2)
+    assert probe.state == ES.CANVASS
+    probe.work(2 + probe.timeouts.startup_canvass_timeout_ns)
+    assert probe.state == ES.NOMINATE
+
+
+def test_should_win_candidate_ballot_with_majority(tmp_path: Path) -> None:
+    """ElectionTest.shouldWinCandidateBallotWithMajority"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    probe.deliver(0, probe.canvass(0))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(2)
+    assert probe.state == ES.NOMINATE
+    probe.run_for(probe.timeouts.election_timeout_ns >> 1, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANDIDATE_BALLOT
+    probe.deliver(2, probe.vote(2, yes=True))
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.LEADER_LOG_REPLICATION
+
+
+@pytest.mark.parametrize(
+    ("is_leader_start", "is_node_start"), [(True, True), (True, False), (False, False), (False, True)]
+)
+def test_should_base_startup_value_on_leader(tmp_path: Path, is_leader_start: bool, is_node_start: bool) -> None:
+    """ElectionTest.shouldBaseStartupValueOnLeader: the follower joins the log with the leader's
+    is_startup (the JoinLog its service gets), whatever its own start."""
+    probe = Probe(tmp_path, member_id=1, service_count=1, start=False)
+    if is_node_start:
+        probe.cm.on_start(0)
+    else:
+        probe.cm.on_start(0)
+        probe.to_follower(leader=0, leadership_term_id=0)
+        probe.cm.enter_election(probe.now_ns, "test")  # a runtime election, not a node start
+    probe.work()
+    assert probe.state == ES.CANVASS
+    term = probe.cm.leadership_term_id if not is_node_start else 0
+    log_position = probe.cm.append_position
+    mark = probe.mark()
+    probe.deliver(
+        0,
+        probe.new_leadership_term(
+            0,
+            term,
+            log_leadership_term_id=term if not is_node_start else NULL_VALUE,
+            term_base_log_position=0 if is_node_start else probe.cm.term_base_of(term),
+            log_position=log_position,
+            is_startup=is_leader_start,
+        ),
+    )
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.cm.election is None)
+    joins = [s.msg for s in probe.sends(JoinLog, since=mark) if s.channel == Channel.SERVICE]
+    assert joins, probe.cm.describe()
+    assert joins[-1].is_startup == (BooleanType.TRUE if is_leader_start else BooleanType.FALSE)
+
+
+def test_should_elect_candidate_with_full_vote(tmp_path: Path) -> None:
+    """ElectionTest.shouldElectCandidateWithFullVote"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    probe.deliver(0, probe.canvass(0))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(2)
+    assert probe.state == ES.NOMINATE
+    probe.run_for(probe.timeouts.election_timeout_ns >> 1, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    probe.deliver(0, probe.vote(0, yes=True), now_ns=probe.now_ns + 1)
+    probe.deliver(2, probe.vote(2, yes=True))
+    probe.work()
+    assert probe.state == ES.LEADER_LOG_REPLICATION
+
+
+def test_should_timeout_candidate_ballot_without_majority(tmp_path: Path) -> None:
+    """ElectionTest.shouldTimeoutCandidateBallotWithoutMajority"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    probe.deliver(0, probe.canvass(0))
+    probe.deliver(2, probe.canvass(2))
+    probe.work(2)
+    probe.run_for(probe.timeouts.election_timeout_ns >> 1, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANDIDATE_BALLOT
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.CANDIDATE_BALLOT)
+    assert in_order(states(probe), [ES.CANVASS, ES.NOMINATE, ES.CANDIDATE_BALLOT, ES.CANVASS])
+    assert probe.election.leadership_term_id == NULL_VALUE
+
+
+def test_should_timeout_failed_candidate_ballot_on_split_vote_then_succeed_on_retry(tmp_path: Path) -> None:
+    """ElectionTest.shouldTimeoutFailedCandidateBallotOnSplitVoteThenSucceedOnRetry"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    probe.deliver(0, probe.canvass(0))
+    probe.run_for(probe.timeouts.startup_canvass_timeout_ns, lambda: probe.state == ES.NOMINATE)
+    assert probe.state == ES.NOMINATE
+    probe.run_for(probe.timeouts.election_timeout_ns >> 1, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANDIDATE_BALLOT
+    probe.deliver(2, probe.vote(2, yes=False), now_ns=probe.now_ns + 1)
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANVASS
+    probe.deliver(0, probe.canvass(0))
+    probe.run_for(probe.timeouts.leader_heartbeat_timeout_ns, lambda: probe.state == ES.NOMINATE)
+    assert probe.state == ES.NOMINATE
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANDIDATE_BALLOT
+    candidate_term_id = NULL_VALUE + 2
+    assert probe.election.candidate_term_id == candidate_term_id
+    probe.deliver(2, probe.vote(2, yes=True))
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state == ES.LEADER_READY)
+    assert probe.election.leadership_term_id == candidate_term_id
+    assert in_order(states(probe), [ES.CANDIDATE_BALLOT, ES.LEADER_LOG_REPLICATION, ES.LEADER_REPLAY, ES.LEADER_READY])
+
+
+def test_should_timeout_follower_ballot_without_leader_emerging(tmp_path: Path) -> None:
+    """ElectionTest.shouldTimeoutFollowerBallotWithoutLeaderEmerging"""
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    probe.deliver(0, probe.request_vote(0, candidate_term_id=0))
+    probe.work(2)
+    assert probe.state == ES.FOLLOWER_BALLOT
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.FOLLOWER_BALLOT)
+    assert in_order(states(probe), [ES.CANVASS, ES.FOLLOWER_BALLOT, ES.CANVASS])
+    assert probe.election.leadership_term_id == NULL_VALUE
+
+
+def test_should_become_follower_if_entering_new_election(tmp_path: Path) -> None:
+    """ElectionTest.shouldBecomeFollowerIfEnteringNewElection: a leader entering an election goes back
+    to its commit position (prepareForNewLeadership) and is a FOLLOWER in CANVASS."""
+    probe = Probe(tmp_path, member_id=0)
+    probe.to_leader()
+    commit = probe.cm.commit_position
+    probe.cm.enter_election(probe.now_ns, "test")
+    probe.work()
+    assert probe.state == ES.CANVASS
+    assert probe.cm.role == Role.FOLLOWER
+    assert probe.election.log_position == commit
