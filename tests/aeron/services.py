@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import struct
 
-from clusterlab.core.codec import CloseReason
+from clusterlab.core.codec import CloseReason, ClusterTimeUnit
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.services.digest import MultisetDigest
@@ -173,3 +173,82 @@ class ServiceMessageIngressService(_Base):
 
 SERVICES.setdefault(TIMED, TimedService)
 SERVICES.setdefault(SERVICE_INGRESS, ServiceMessageIngressService)
+
+
+TIMER_RESCHEDULING = "aeron-timer-rescheduling"
+TIMER_RESCHEDULE_SAME_ID = "aeron-timer-same-id"
+INTERVAL_MS = 20  # ClusterTimerTest.INTERVAL_MS
+
+
+class TimerReschedulingService(_Base):
+    """ClusterTimerTest.launchReschedulingService: every new leadership term and every firing
+    schedules the next timer (a new correlation id) 20 ms later; the snapshot holds the next id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer_correlation_id = 1
+        self.triggered_timers = 0
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        if snapshot is not None and snapshot.records:
+            self.timer_correlation_id = int(json.loads(snapshot.records[0]))
+
+    def _schedule_next(self, timestamp: int) -> None:
+        assert self.cluster is not None
+        correlation_id = self.timer_correlation_id
+        self.timer_correlation_id += 1
+        assert self.cluster.schedule_timer(correlation_id, timestamp + INTERVAL_MS)
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        pass
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self.triggered_timers += 1
+        self._schedule_next(timestamp)
+
+    def on_new_leadership_term_event(
+        self,
+        leadership_term_id: int,
+        log_position: int,
+        timestamp: int,
+        term_base_log_position: int,
+        leader_member_id: int,
+        log_session_id: int,
+        time_unit: ClusterTimeUnit,
+        app_version: int,
+    ) -> None:
+        self._schedule_next(timestamp)
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(json.dumps(self.timer_correlation_id).encode())
+
+
+class TimerSameIdService(_Base):
+    """ClusterTimerTest.shouldRescheduleTimerWhenSchedulingWithExistingCorrelationId's service."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer_counts = {1: 0, 2: 0}
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        assert self.cluster is not None
+        assert self.cluster.schedule_timer(1, timestamp + 1_000_000)  # too far in the future
+        assert self.cluster.schedule_timer(1, timestamp + 20)
+        assert self.cluster.schedule_timer(2, timestamp + 30)
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        pass
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self.timer_counts[1 if correlation_id == 1 else 2] += 1
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(b"{}")
+
+
+SERVICES.setdefault(TIMER_RESCHEDULING, TimerReschedulingService)
+SERVICES.setdefault(TIMER_RESCHEDULE_SAME_ID, TimerSameIdService)
