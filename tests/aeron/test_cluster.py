@@ -831,3 +831,115 @@ def test_should_recover_when_followers_is_multiple_terms_behind_from_empty_log_a
                 [(e.leadership_term_id, e.term_base_log_position) for e in recording_log.entries() if e.type == 0]
             )
     assert all(t == terms[0] for t in terms), terms
+
+
+def send_unexpected_messages(a: AeronCluster, count: int) -> None:
+    """Aeron TestCluster.sendUnexpectedMessages: messages that must never be applied (here: they are
+    offered while no quorum can commit them)."""
+    assert a.client is not None
+    for i in range(count):
+        a.await_condition(
+            lambda i=i: a.client is not None and a.client.client.offer(f"unexpected-{i}".encode(), a.c.now_ns) > 0,  # type: ignore[union-attr]
+            "offered",
+        )
+
+
+def test_should_recover_with_uncommitted_messages_after_restart_when_new_commit_pos_exceeds_previous_appended_pos(
+    sim: SimKit,
+) -> None:
+    """ClusterTest.shouldRecoverWithUncommittedMessagesAfterRestartWhenNewCommitPosExceedsPreviousAppendedPos"""
+    a = aeron_cluster(sim, members=5, seed=148)
+    leader = a.await_leader()
+    follower_a, follower_b, follower_c, follower_d = a.followers()
+    a.connect_client()
+    for f in (follower_a, follower_b, follower_c):
+        a.stop_node(f)
+    send_unexpected_messages(a, 10)
+    commit = a.c.member(leader).commit_position
+    a.await_condition(lambda: a.c.member(leader).append_position > commit, "uncommitted appends")
+    target = a.c.member(leader).append_position
+    a.stop_node(follower_d)
+    a.stop_node(leader)
+    assert a.client is not None
+    a.client.client.close(a.c.now_ns)
+    for f in (follower_a, follower_b, follower_c):
+        a.start_static_node(f)
+    a.await_leader()
+    for f in (follower_a, follower_b, follower_c):
+        a.await_election_closed(f)
+    a.connect_client()
+    count = 0
+    while a.c.member(follower_a).commit_position < target:
+        a.send_messages(1)
+        count += 1
+        a.c.run_for(10_000_000)
+    a.await_response_message_count(count)
+    for f in (follower_a, follower_b, follower_c):
+        a.await_service_message_count(f, count)
+        assert a.service(f).message_count == count, "no unexpected message was applied"
+    a.start_static_node(leader)
+    a.start_static_node(follower_d)
+    for m in (leader, follower_d):
+        a.await_service_message_count(m, count)
+        assert a.service(m).message_count == count
+
+
+def test_should_recover_with_uncommitted_messages_after_restart_when_new_commit_pos_is_less_than_previous_appended_pos(
+    sim: SimKit,
+) -> None:
+    """ClusterTest.shouldRecoverWithUncommittedMessagesAfterRestartWhenNewCommitPosIsLessThanPreviousAppendedPos"""
+    a = aeron_cluster(sim, members=5, seed=149)
+    leader = a.await_leader()
+    follower_a, follower_b, follower_c, follower_d = a.followers()
+    a.connect_client()
+    for f in (follower_a, follower_b, follower_c):
+        a.stop_node(f)
+    send_unexpected_messages(a, 10)
+    commit = a.c.member(leader).commit_position
+    a.await_condition(lambda: a.c.member(leader).append_position > commit, "uncommitted appends")
+    a.stop_node(leader)
+    a.stop_node(follower_d)
+    assert a.client is not None
+    a.client.client.close(a.c.now_ns)
+    for f in (follower_a, follower_b, follower_c):
+        a.start_static_node(f)
+    a.await_leader()
+    a.start_static_node(leader)
+    a.start_static_node(follower_d)
+    a.await_election_closed(leader)
+    a.connect_client()
+    a.send_and_await_messages(10)
+    a.c.run_for(SECOND)
+    for m in range(5):
+        assert a.service(m).message_count == 10, f"member {m} applied an unexpected message"
+
+
+def test_should_recover_while_messages_continue(sim: SimKit) -> None:
+    """ClusterTest.shouldRecoverWhileMessagesContinue: a publisher keeps sending (here one message
+    per 10 ms of simulated time) while a follower is stopped for 2 s and restarted."""
+    a = aeron_cluster(sim, seed=150)
+    a.await_leader()
+    follower = a.followers()[1]
+    a.connect_client()
+
+    def publish_for(duration_ns: int) -> None:
+        end = a.c.now_ns + duration_ns
+        while a.c.now_ns < end:
+            assert a.client is not None
+            if a.client.client.offer(f"msg-{a.sent}".encode(), a.c.now_ns) > 0:
+                a.sent += 1
+            a.c.run_for(10_000_000)
+
+    a.await_condition(lambda: a.c.member(follower).commit_position > 0, "follower committed something")
+    a.stop_node(follower)
+    publish_for(2 * SECOND)
+    a.start_static_node(follower)
+    while a.c.member(follower).election_state is not None:
+        publish_for(10_000_000)
+    publish_for(2 * SECOND)
+    a.await_response_message_count(a.sent)
+    a.await_service_message_count(follower, a.sent)
+    assert a.client is not None
+    a.client.client.close(a.c.now_ns)
+    leader = a.await_leader()
+    a.await_condition(lambda: not a.c.member(leader).sessions, "no active session")  # type: ignore[attr-defined]

@@ -185,7 +185,7 @@ def snapshot_next_session_id(a: AeronCluster, member_id: int) -> int:
 
 
 def test_next_session_id_in_the_snapshot_is_the_same_on_every_member(sim: SimKit) -> None:
-    """Defect 6. Ports ConsensusModuleSnapshotTakerTest.snapshotConsensusModuleState's value as
+    """Defect 6. Ports the ConsensusModuleSnapshot (ConsensusModuleSnapshotTaker)'s value as
     ClusterTest.shouldStopLeaderAndFollowersThenRestartAllWithSnapshot restores it on every member:
     rejected connects take a session id on the leader only, yet the snapshot holds the committed
     next session id, the same on every member."""
