@@ -252,3 +252,77 @@ class TimerSameIdService(_Base):
 
 SERVICES.setdefault(TIMER_RESCHEDULING, TimerReschedulingService)
 SERVICES.setdefault(TIMER_RESCHEDULE_SAME_ID, TimerSameIdService)
+
+
+MESSAGE_TRACKING = "aeron-message-tracking"
+SERVICE_MESSAGES_PER_INGRESS = 3
+TIMER_MESSAGES_PER_INGRESS = 2
+
+
+class MessageTrackingService(_Base):
+    """Aeron TestNode.MessageTrackingService (service id 1): each client message (an int) is recorded,
+    offers 3 service messages and schedules 2 timers due at once, and is echoed; service messages and
+    timer firings are recorded. Everything is snapshotted."""
+
+    service_id = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client_messages: list[int] = []
+        self.service_messages: list[int] = []
+        self.timers: list[int] = []
+        self.message_count = 0
+        self.next_service_message_number = 1_000_000 * self.service_id
+        self.next_timer_correlation_id = -1_000_000 * self.service_id
+        self.was_snapshot_loaded = False
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        if snapshot is not None and snapshot.records:
+            state = json.loads(snapshot.records[0])
+            assert state["service_id"] == self.service_id, "Invalid snapshot!"
+            self.message_count = state["message_count"]
+            self.next_service_message_number = state["next_service_message_number"]
+            self.next_timer_correlation_id = state["next_timer_correlation_id"]
+            self.client_messages = state["client_messages"]
+            self.service_messages = state["service_messages"]
+            self.timers = state["timers"]
+            self.was_snapshot_loaded = True
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        assert self.cluster is not None
+        (number,) = MESSAGE.unpack_from(payload)
+        if session is not None:
+            self.client_messages.append(number)
+            for _ in range(SERVICE_MESSAGES_PER_INGRESS):
+                self.next_service_message_number += 1
+                assert self.cluster.offer(MESSAGE.pack(self.next_service_message_number))
+            for _ in range(TIMER_MESSAGES_PER_INGRESS):
+                self.next_timer_correlation_id -= 1
+                assert self.cluster.schedule_timer(self.next_timer_correlation_id, self.cluster.time - 1)
+            session.offer(payload)
+        else:
+            self.service_messages.append(number)
+        self.message_count += 1
+        self._digest.replace(("count", self.message_count - 1), ("count", self.message_count))
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self.timers.append(correlation_id)
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        writer.write(
+            json.dumps(
+                {
+                    "service_id": self.service_id,
+                    "message_count": self.message_count,
+                    "next_service_message_number": self.next_service_message_number,
+                    "next_timer_correlation_id": self.next_timer_correlation_id,
+                    "client_messages": self.client_messages,
+                    "service_messages": self.service_messages,
+                    "timers": self.timers,
+                }
+            ).encode()
+        )
+
+
+SERVICES.setdefault(MESSAGE_TRACKING, MessageTrackingService)
