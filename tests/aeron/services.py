@@ -118,6 +118,7 @@ SERVICES.setdefault(RESCHEDULING, ReschedulingService)
 
 
 TIMED = "aeron-timed"
+ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER = b"echo-service-ipc-ingress-skip-follower"
 SERVICE_INGRESS = "aeron-service-ingress"
 
 
@@ -162,7 +163,9 @@ class ServiceMessageIngressService(_Base):
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
         assert self.cluster is not None
         if session is not None:
-            assert self.cluster.offer(payload)
+            # Aeron ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER: only the leader's service offers this one.
+            if payload != ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER or self.cluster.role == Role.LEADER:
+                assert self.cluster.offer(payload)
         else:
             for s in self.cluster.client_sessions():
                 s.offer(payload)

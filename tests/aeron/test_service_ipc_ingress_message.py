@@ -7,6 +7,7 @@ import pytest
 from clusterlab.core.consensus.context import SECOND
 
 from tests.aeron.services import (
+    ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER,
     MESSAGE,
     MESSAGE_TRACKING,
     SERVICE_INGRESS,
@@ -96,3 +97,24 @@ def test_should_process_service_messages_without_duplicates_after_a_full_cluster
     await_message_counts(a, 30)
     a.c.run_for(SECOND)
     assert_tracked_messages(a, 30)
+
+
+def test_should_handle_service_messages_missed_on_the_follower_when_snapshot(sim: SimKit) -> None:
+    """ServiceIpcIngressMessageTest.shouldHandleServiceMessagesMissedOnTheFollowerWhenSnapshot"""
+    c = sim.cluster(members=3, seed=903, service=SERVICE_INGRESS)
+    c.await_leader()
+    client = c.connect_client()
+    messages = [ECHO_SERVICE_IPC_INGRESS_MSG] * 5 + [ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER]
+    messages += [ECHO_SERVICE_IPC_INGRESS_MSG] * 5
+    for payload in messages:
+        c.await_condition(lambda p=payload: client.client.offer(p, c.now_ns) > 0, SECOND, "sent")
+    c.await_condition(lambda: len(client.received) >= 11, 5 * SECOND, "11 responses")
+    assert [m.payload for m in client.received] == messages
+    assert c.control("snapshot")
+    c.await_condition(lambda: all(c.member(m).snapshot_count == 1 for m in range(3)), 5 * SECOND, "snapshots")  # type: ignore[attr-defined]
+    for m in range(3):
+        c.stop(m)
+    for m in range(3):
+        c.restart(m)
+    c.await_leader()
+    c.await_condition(lambda: all(c.member(m).election_state is None for m in range(3)), 5 * SECOND, "elections closed")
