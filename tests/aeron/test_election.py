@@ -298,3 +298,36 @@ def test_should_become_follower_if_entering_new_election(tmp_path: Path) -> None
     assert probe.state == ES.CANVASS
     assert probe.cm.role == Role.FOLLOWER
     assert probe.election.log_position == commit
+
+
+def test_leader_should_move_to_log_replication_then_wait_for_commit_position(tmp_path: Path) -> None:
+    """ElectionTest.leaderShouldMoveToLogReplicationThenWaitForCommitPosition: a leader whose log (in
+    term ``log_term``, ending at ``append``) is ahead of the live follower (at 96) wins after the
+    startup canvass timeout, stays in LEADER_LOG_REPLICATION sending NewLeadershipTerms while the
+    quorum position is behind its append position, and replays once a follower holds the whole log."""
+    from clusterlab.core.codec.consensus import NewLeadershipTerm as NLT
+
+    probe = Probe(tmp_path, member_id=0)
+    log_term, append = probe.with_uncommitted_log(entries=3)
+    probe.work()
+    assert in_order(states(probe), [ES.INIT, ES.CANVASS])
+    probe.deliver(1, probe.canvass(1, log_leadership_term_id=log_term, log_position=96))
+    probe.run_for(2 * probe.timeouts.startup_canvass_timeout_ns, lambda: probe.state == ES.NOMINATE)
+    assert probe.state == ES.NOMINATE
+    probe.run_for(2 * probe.timeouts.election_timeout_ns, lambda: probe.state == ES.CANDIDATE_BALLOT)
+    assert probe.state == ES.CANDIDATE_BALLOT
+    candidate_term_id = probe.election.candidate_term_id
+    assert candidate_term_id == log_term + 1
+    probe.deliver(1, probe.vote(1, yes=True, log_leadership_term_id=log_term, log_position=96))
+    probe.run_for(2 * probe.timeouts.election_timeout_ns, lambda: probe.state == ES.LEADER_LOG_REPLICATION)
+    assert probe.state == ES.LEADER_LOG_REPLICATION
+    mark = probe.mark()
+    probe.run_for(probe.timeouts.election_timeout_ns)
+    assert probe.state == ES.LEADER_LOG_REPLICATION, "no move while the quorum position is behind"
+    for peer in (1, 2):
+        nlt = probe.sent(NLT, dst=peer, since=mark)[-1]
+        assert (nlt.leadership_term_id, nlt.leader_member_id) == (candidate_term_id, 0)
+        assert (nlt.log_leadership_term_id, nlt.term_base_log_position, nlt.log_position) == (log_term, append, append)
+    probe.deliver(1, probe.append_position(1, candidate_term_id, append))
+    probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.LEADER_LOG_REPLICATION)
+    assert ES.LEADER_REPLAY in states(probe)
