@@ -943,3 +943,48 @@ def test_should_recover_while_messages_continue(sim: SimKit) -> None:
     a.client.client.close(a.c.now_ns)
     leader = a.await_leader()
     a.await_condition(lambda: not a.c.member(leader).sessions, "no active session")  # type: ignore[attr-defined]
+
+
+LARGE_MSG = b"msg-" + b"a" * 1020  # Aeron ClusterTests.LARGE_MSG: 1 KiB
+
+
+@pytest.mark.slow
+def test_should_catchup_and_join_as_follower_while_sending_big_messages(sim: SimKit) -> None:
+    """ClusterTest.shouldCatchupAndJoinAsFollowerWhileSendingBigMessages (1 KiB messages: 1,000, then
+    one per 50 ms for 10 s with a follower down and 30 s after it restarted; no further election)."""
+    a = aeron_cluster(sim, seed=151)
+    leader = a.await_leader()
+    assert a.election_count(leader) == 1
+    followers = a.followers()
+    for f in followers:
+        assert a.election_count(f) == 1
+    client = a.connect_client()
+    count = 0
+
+    def send_large() -> None:
+        nonlocal count
+        a.await_condition(lambda: client.client.offer(LARGE_MSG, a.c.now_ns) > 0, "large message sent")
+        count += 1
+
+    for _ in range(1000):
+        send_large()
+    # Stop the slower follower, so a quorum remains.
+    follower1, follower2 = sorted(followers, key=lambda f: a.c.member(f).append_position, reverse=True)
+    assert len({leader, follower1, follower2}) == 3
+    a.stop_node(follower2)
+    end = a.c.now_ns + 10 * SECOND
+    while a.c.now_ns < end:
+        send_large()
+        a.c.run_for(50_000_000)
+    a.start_static_node(follower2)
+    assert a.await_leader() == leader, "leader changed"
+    a.await_election_closed(follower2)
+    end = a.c.now_ns + 30 * SECOND
+    while a.c.now_ns < end:
+        send_large()
+        a.c.run_for(50_000_000)
+    a.await_response_message_count(count, 30 * SECOND)
+    a.await_services_message_count(count, 30 * SECOND)
+    assert a.election_count(leader) == 1, "unexpected election on leader"
+    assert a.election_count(follower1) == 1, "unexpected election on follower 1"
+    assert a.election_count(follower2) == 1, "election loop detected"
