@@ -331,3 +331,120 @@ def test_leader_should_move_to_log_replication_then_wait_for_commit_position(tmp
     probe.deliver(1, probe.append_position(1, candidate_term_id, append))
     probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state != ES.LEADER_LOG_REPLICATION)
     assert ES.LEADER_REPLAY in states(probe)
+
+
+def test_follower_should_replicate_and_send_append_position_when_log_replication_done(tmp_path: Path) -> None:
+    """ElectionTest.followerShouldReplicateAndSendAppendPositionWhenLogReplicationDone: the leader's
+    NewLeadershipTerm says our log's term ended at ``end`` and term 1 runs to ``end + 60``; the follower
+    replicates up to ``end`` from the leader's archive, reports AppendPosition(term 1, end) and, once
+    the leader's CommitPosition covers it, canvasses again (its second CANVASS). Our empty log is in
+    term NULL_VALUE where Aeron's starts in term 0 at position 0."""
+    from clusterlab.core.codec.consensus import AppendPosition
+    from clusterlab.core.codec.enums import ReplayBlockFlags, ReplayPurpose
+    from clusterlab.core.codec.transport import ReplayBlock, ReplayRequest
+
+    from tests.sim.probe import session_entries
+
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    entries = b"".join(session_entries(0, 0, [b"x" * 28]))
+    end = len(entries)
+    leader_log_position = end + 60
+    probe.deliver(
+        0,
+        probe.new_leadership_term(
+            0,
+            1,
+            next_leadership_term_id=0,
+            next_term_base_log_position=0,
+            next_log_position=end,
+            term_base_log_position=end,
+            log_position=leader_log_position,
+        ),
+    )
+    assert probe.state == ES.FOLLOWER_LOG_REPLICATION
+    probe.settle()
+    [request] = probe.sent(ReplayRequest, dst=0)
+    assert (request.from_position, request.to_position) == (0, end)
+    mark = probe.mark()
+    probe.deliver(
+        0,
+        ReplayBlock(
+            correlation_id=request.correlation_id,
+            recording_id=0,
+            start_position=0,
+            recording_stop_position=end,
+            leadership_term_id=1,
+            purpose=ReplayPurpose.REPLICATION,
+            flags=ReplayBlockFlags.LAST,
+            entries=entries,
+        ),
+        channel=Channel.ARCHIVE,
+    )
+    probe.run_for(probe.timeouts.leader_heartbeat_interval_ns + 1, lambda: bool(probe.sent(AppendPosition, since=mark)))
+    append = probe.sent(AppendPosition, dst=0, since=mark)[-1]
+    assert (append.leadership_term_id, append.log_position, append.follower_member_id) == (1, end, 1)
+    probe.deliver(0, probe.commit_position(0, 1, leader_log_position))
+    probe.settle()
+    assert states(probe).count(ES.CANVASS) == 2
+
+
+def test_follower_should_timeout_leader_if_replicate_log_position_is_not_committed_by_leader(tmp_path: Path) -> None:
+    """ElectionTest.followerShouldTimeoutLeaderIfReplicateLogPositionIsNotCommittedByLeader: after a
+    RequestVote (FOLLOWER_BALLOT) the leader's NewLeadershipTerm sends the follower to replicate; it
+    replicates and reports, never enters FOLLOWER_REPLAY, and when the leader does not commit within
+    the heartbeat timeout the election fails (Aeron: TimeoutException; ours: an election error and
+    INIT, as every election error)."""
+    from clusterlab.core.codec.consensus import AppendPosition
+    from clusterlab.core.codec.enums import ReplayBlockFlags, ReplayPurpose
+    from clusterlab.core.codec.transport import ReplayBlock, ReplayRequest
+
+    from tests.sim.probe import session_entries
+
+    probe = Probe(tmp_path, member_id=1)
+    probe.work(1)
+    assert probe.state == ES.CANVASS
+    entries = b"".join(session_entries(0, 0, [b"x" * 28]))
+    end = len(entries)
+    probe.deliver(0, probe.request_vote(0, candidate_term_id=1, log_leadership_term_id=0, log_position=end))
+    probe.settle()
+    assert probe.state == ES.FOLLOWER_BALLOT
+    probe.deliver(
+        0,
+        probe.new_leadership_term(
+            0,
+            1,
+            next_leadership_term_id=0,
+            next_term_base_log_position=0,
+            next_log_position=end,
+            term_base_log_position=end,
+        ),
+    )
+    assert probe.state == ES.FOLLOWER_LOG_REPLICATION
+    probe.settle()
+    [request] = probe.sent(ReplayRequest, dst=0)
+    mark = probe.mark()
+    probe.deliver(
+        0,
+        ReplayBlock(
+            correlation_id=request.correlation_id,
+            recording_id=0,
+            start_position=0,
+            recording_stop_position=end,
+            leadership_term_id=1,
+            purpose=ReplayPurpose.REPLICATION,
+            flags=ReplayBlockFlags.LAST,
+            entries=entries,
+        ),
+        channel=Channel.ARCHIVE,
+    )
+    probe.run_for(probe.timeouts.leader_heartbeat_interval_ns + 1, lambda: bool(probe.sent(AppendPosition, since=mark)))
+    append = probe.sent(AppendPosition, dst=0, since=mark)[-1]
+    assert (append.leadership_term_id, append.log_position) == (1, end)
+    assert ES.FOLLOWER_REPLAY not in states(probe)
+    probe.run_for(probe.timeouts.leader_heartbeat_timeout_ns + probe.timeouts.leader_heartbeat_interval_ns)
+    assert ES.FOLLOWER_REPLAY not in states(probe)
+    errors = probe.events_of("error")
+    assert errors and errors[0]["detail"]["where"] == "FOLLOWER_LOG_REPLICATION"
+    assert states(probe).count(ES.INIT) >= 2, "the election restarted at INIT"
