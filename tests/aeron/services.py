@@ -1,4 +1,5 @@
-"""The services of Aeron's ClusterNodeRestartTest, registered for the simulator.
+"""The services of Aeron's ClusterNodeRestartTest, ClusterNodeTest, ClusterTimerTest and
+ServiceIpcIngressMessageTest, for the simulator (tests/aeron/conftest.py registers them).
 
 ``aeron-numbered`` is ``launchService``: every message carries an int the service expects to equal
 its counter (a replay that skipped or repeated an entry fails the service), a timer message also
@@ -13,7 +14,6 @@ import struct
 
 from clusterlab.core.codec import CloseReason, ClusterTimeUnit
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from clusterlab.harness.services import SERVICES
 from clusterlab.harness.services.digest import MultisetDigest
 
 NUMBERED = "aeron-numbered"
@@ -113,10 +113,6 @@ class ReschedulingService(_Base):
         writer.write(json.dumps(self.triggered_timers).encode())
 
 
-SERVICES.setdefault(NUMBERED, NumberedService)
-SERVICES.setdefault(RESCHEDULING, ReschedulingService)
-
-
 TIMED = "aeron-timed"
 ECHO_SERVICE_IPC_INGRESS_MSG_SKIP_FOLLOWER = b"echo-service-ipc-ingress-skip-follower"
 SERVICE_INGRESS = "aeron-service-ingress"
@@ -172,10 +168,6 @@ class ServiceMessageIngressService(_Base):
 
     def on_take_snapshot(self, writer: SnapshotWriter) -> None:
         writer.write(b"{}")
-
-
-SERVICES.setdefault(TIMED, TimedService)
-SERVICES.setdefault(SERVICE_INGRESS, ServiceMessageIngressService)
 
 
 TIMER_RESCHEDULING = "aeron-timer-rescheduling"
@@ -253,10 +245,6 @@ class TimerSameIdService(_Base):
         writer.write(b"{}")
 
 
-SERVICES.setdefault(TIMER_RESCHEDULING, TimerReschedulingService)
-SERVICES.setdefault(TIMER_RESCHEDULE_SAME_ID, TimerSameIdService)
-
-
 MESSAGE_TRACKING = "aeron-message-tracking"
 SERVICE_MESSAGES_PER_INGRESS = 3
 TIMER_MESSAGES_PER_INGRESS = 2
@@ -328,4 +316,13 @@ class MessageTrackingService(_Base):
         )
 
 
-SERVICES.setdefault(MESSAGE_TRACKING, MessageTrackingService)
+# Registered into clusterlab.harness.services.SERVICES for the tests of tests/aeron only (conftest).
+AERON_SERVICES: dict[str, type[ClusteredService]] = {
+    NUMBERED: NumberedService,
+    RESCHEDULING: ReschedulingService,
+    TIMED: TimedService,
+    SERVICE_INGRESS: ServiceMessageIngressService,
+    TIMER_RESCHEDULING: TimerReschedulingService,
+    TIMER_RESCHEDULE_SAME_ID: TimerSameIdService,
+    MESSAGE_TRACKING: MessageTrackingService,
+}

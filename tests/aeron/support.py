@@ -3,7 +3,8 @@
 Aeron's cluster tests run a ``TestNode.TestService`` on every member: it counts the messages it
 applied, echoes each one back to its session, remembers whether it took or loaded a snapshot and
 every role change it was told of. :class:`AeronTestService` is that service (registered as
-``aeron-test``). :class:`AeronCluster` is the part of ``TestCluster`` the ports use (``awaitLeader``,
+``aeron-test`` by tests/aeron/conftest.py). :class:`AeronCluster` is the part of ``TestCluster``
+the ports use (``awaitLeader``,
 ``connectClient``, ``sendMessages``, ``awaitResponseMessageCount``, ``awaitServicesMessageCount``,
 ``takeSnapshot``, ``awaitSnapshotCount``, ``stopNode``, ``startStaticNode`` ...), with Aeron's
 names in Python spelling; every wait is bounded in simulated time.
@@ -19,7 +20,6 @@ from clusterlab.core.codec import CloseReason
 from clusterlab.core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE, Role
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, SnapshotImage, SnapshotWriter
-from clusterlab.harness.services import SERVICES
 from clusterlab.harness.services.digest import MultisetDigest
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_parts import SimClient
@@ -87,9 +87,6 @@ class AeronTestService(ClusteredService):
 
     def state_digest(self) -> bytes:
         return self._digest.digest()
-
-
-SERVICES.setdefault(SERVICE_NAME, AeronTestService)
 
 
 def consensus_module_snapshots(c: SimCluster, member_id: int, valid_only: bool = True) -> list[Any]:
