@@ -29,6 +29,7 @@ from clusterlab.core.codec import Frame
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.framing import walk_frames
 from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.codec.service import ServiceAck
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext, Role
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
@@ -163,7 +164,8 @@ def _replay(
         if on_entry is not None:
             on_entry(entry)
 
-    agent = ClusteredServiceAgent(0, 0, service_factory(), lambda _m: None, lambda *_a: None, store, applied)
+    to_module: list[bytes] = []  # what the service sends its module: only acks matter here (snapshots)
+    agent = ClusteredServiceAgent(0, 0, service_factory(), to_module.append, lambda *_a: None, store, applied)
     try:
         agent.start(None)
         position = 0
@@ -184,13 +186,15 @@ def _replay(
         cm.role = Role.FOLLOWER
         cm.commit_position = end
         cm.start_log_replay(0, end, 0)
-        _pump(outbox, agent)
+        _pump(outbox, agent, to_module, cm)
         polls = 0
         while cm.consumed_position < end:
             polls += 1
-            if polls > MAX_POLLS_PER_ENTRY * (len(rows) + 1) or not cm.poll_log_replay(0):
+            # A replayed SNAPSHOT action holds the log adapter until the module has its service's ack
+            # and writes its snapshot, as in a member's duty cycle (snapshot_work).
+            if polls > MAX_POLLS_PER_ENTRY * (len(rows) + 1) or not (cm.poll_log_replay(0) or cm.snapshot_work(0)):
                 raise ReplayError(f"the consensus module's log adapter stopped at {cm.consumed_position} of {end}")
-            _pump(outbox, agent)
+            _pump(outbox, agent, to_module, cm)
         result.end_position = end
     except ReplayError as e:
         result.error = str(e)
@@ -201,9 +205,14 @@ def _replay(
     return result
 
 
-def _pump(outbox: _Outbox, agent: ClusteredServiceAgent) -> None:
+def _pump(outbox: _Outbox, agent: ClusteredServiceAgent, to_module: list[bytes], cm: ConsensusModule) -> None:
     while outbox.to_service:
         agent.on_service_message(outbox.to_service.pop(0), is_replay=True)
+    for payload in to_module:
+        msg = decode(payload)
+        if isinstance(msg, ServiceAck):
+            cm.on_service_ack(msg, 0)
+    to_module.clear()
 
 
 def frames_of(entry: bytes, position: int) -> list[Frame]:

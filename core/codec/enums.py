@@ -4,8 +4,9 @@ All are encoded as int32 unless noted. Names and values are Aeron's.
 
 Nulls: SBE gives every enum a null value (INT32_MIN for int32 enums); Aeron's Java codecs expose it as
 a ``NULL_VAL`` constant. Where docs/protocol.md documents the null as meaningful we do the same:
-``CloseReason.NULL_VAL`` ("not closing") and ``ClusterTimeUnit.NULL_VAL`` (receivers treat it as
-MILLIS). Every other enum is strict: decoding an undefined value, including INT32_MIN, is a
+``CloseReason.NULL_VAL`` ("not closing"), ``ClusterTimeUnit.NULL_VAL`` (receivers treat it as
+MILLIS) and ``AdminRequestType.NULL_VAL`` (answered "Unknown request type", as Aeron). Every other
+enum is strict: decoding an undefined value, including INT32_MIN, is a
 DecodeError.
 
 ``Cluster.Role`` (JoinLog.role, an int32 on the wire) and ``ConsensusModule.State`` live in
@@ -86,8 +87,9 @@ class ClusterTimeUnit(IntEnum):
 
 
 class AdminRequestType(IntEnum):
-    """``AdminRequest.requestType``."""
+    """``AdminRequest.requestType``; ``NULL_VAL`` (Aeron's SBE null) is answered "Unknown request type"."""
 
+    NULL_VAL = INT32_MIN
     SNAPSHOT = 0
 
 

@@ -1,0 +1,295 @@
+"""What Aeron's system tests get from ``TestCluster`` / ``TestNode``, on our SimCluster.
+
+Aeron's cluster tests run a ``TestNode.TestService`` on every member: it counts the messages it
+applied, echoes each one back to its session, remembers whether it took or loaded a snapshot and
+every role change it was told of. :class:`AeronTestService` is that service (registered as
+``aeron-test`` by tests/aeron/conftest.py). :class:`AeronCluster` is the part of ``TestCluster``
+the ports use (``awaitLeader``,
+``connectClient``, ``sendMessages``, ``awaitResponseMessageCount``, ``awaitServicesMessageCount``,
+``takeSnapshot``, ``awaitSnapshotCount``, ``stopNode``, ``startStaticNode`` ...), with Aeron's
+names in Python spelling; every wait is bounded in simulated time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from clusterlab.core.codec import CloseReason
+from clusterlab.core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE, Role
+from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.digest import MultisetDigest
+from clusterlab.harness.sim import SimCluster
+from clusterlab.harness.sim_parts import SimClient
+
+SERVICE_NAME = "aeron-test"
+REGISTER_TIMER_MSG = b"register-timer"  # Aeron TestNode.REGISTER_TIMER_MSG
+TIMER_CORRELATION_ID = 1
+DOMAIN = b"aeron-test"
+
+
+class AeronTestService(ClusteredService):
+    """Aeron ``TestNode.TestService``: echo, count, remember snapshots and role changes.
+
+    ``fail_snapshots`` (class attribute, set by a test) makes ``on_take_snapshot`` raise, the way
+    Aeron's tests plant a failing snapshot."""
+
+    fail_snapshots = False
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.message_count = 0
+        self.was_snapshot_taken = False
+        self.was_snapshot_loaded = False
+        self.role_changes: list[Role] = []
+        self.timer_count = 0
+        self._digest = MultisetDigest(DOMAIN)
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.cluster = cluster
+        if snapshot is not None and snapshot.records:
+            self.message_count = int(json.loads(snapshot.records[0])["message_count"])
+            self.was_snapshot_loaded = True
+        self._digest = MultisetDigest(DOMAIN)
+        self._digest.add("count", self.message_count)
+
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        pass
+
+    def on_session_close(self, session: ClientSession, timestamp: int, close_reason: CloseReason) -> None:
+        pass
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        self._digest.replace(("count", self.message_count), ("count", self.message_count + 1))
+        self.message_count += 1
+        if payload == REGISTER_TIMER_MSG and self.cluster is not None:
+            # Aeron TestService: the same correlation id every time, due at once.
+            self.cluster.schedule_timer(TIMER_CORRELATION_ID, timestamp)
+        if session is not None:
+            session.offer(payload)
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self.timer_count += 1
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        if AeronTestService.fail_snapshots:
+            raise RuntimeError("planted snapshot failure")
+        writer.write(json.dumps({"message_count": self.message_count}).encode())
+        self.was_snapshot_taken = True
+
+    def on_role_change(self, new_role: Role) -> None:
+        self.role_changes.append(new_role)
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        pass
+
+    def state_digest(self) -> bytes:
+        return self._digest.digest()
+
+
+def consensus_module_snapshots(c: SimCluster, member_id: int, valid_only: bool = True) -> list[Any]:
+    """The member's consensus-module SNAPSHOT entries (read from its recording log on disk)."""
+    with RecordingLog.open(c.member_dir(member_id)) as recording_log:
+        return [
+            e
+            for e in recording_log.entries()
+            if e.type == EntryType.SNAPSHOT
+            and e.service_id == SERVICE_ID_CONSENSUS_MODULE
+            and (e.is_valid or not valid_only)
+        ]
+
+
+def service_snapshots(c: SimCluster, member_id: int, valid_only: bool = True) -> list[Any]:
+    """The member's service (id 0) SNAPSHOT entries."""
+    with RecordingLog.open(c.member_dir(member_id)) as recording_log:
+        return [
+            e
+            for e in recording_log.entries()
+            if e.type == EntryType.SNAPSHOT and e.service_id == 0 and (e.is_valid or not valid_only)
+        ]
+
+
+class AeronCluster:
+    """Aeron ``TestCluster`` on a SimCluster running :class:`AeronTestService` on every member."""
+
+    def __init__(self, c: SimCluster) -> None:
+        self.c = c
+        self.client: SimClient | None = None
+        self.sent = 0
+        self._next_message = 0
+
+    # --- nodes
+    def await_leader(self, timeout_ns: int = 10 * SECOND) -> int:
+        return self.c.await_leader(timeout_ns)
+
+    def followers(self) -> list[int]:
+        leader = self.c.leader_id()
+        return [m for m in self.c.members_alive() if m != leader]
+
+    def service(self, member_id: int) -> AeronTestService:
+        service = self.c.service(member_id).service
+        assert isinstance(service, AeronTestService)
+        return service
+
+    def stop_node(self, member_id: int) -> None:
+        self.c.stop(member_id)
+
+    def kill_node(self, member_id: int) -> None:
+        self.c.kill(member_id)
+
+    def start_static_node(self, member_id: int, clean_start: bool = False) -> None:
+        if clean_start:
+            self.c.restart_wiped(member_id)
+        else:
+            self.c.restart(member_id)
+
+    def stop_all_nodes(self) -> None:
+        for m in self.c.members_alive():
+            self.c.stop(m)
+
+    def await_condition(self, predicate: Callable[[], bool], what: str, timeout_ns: int = 10 * SECOND) -> None:
+        self.c.await_condition(predicate, timeout_ns, what)
+
+    # --- client
+    def connect_client(self) -> SimClient:
+        self.client = self.c.connect_client()
+        return self.client
+
+    def reconnect_client(self) -> SimClient:
+        if self.client is not None and self.client.client.is_connected:
+            self.client.client.close(self.c.now_ns)
+        self.client = None
+        return self.connect_client()
+
+    def send_messages(self, count: int) -> None:
+        """Offer ``count`` messages (retried while the leader back-pressures)."""
+        assert self.client is not None, "connect_client first"
+        for _ in range(count):
+            payload = f"msg-{self._next_message}".encode()
+            self._next_message += 1
+            self.c.await_condition(
+                lambda p=payload: self.client is not None and self.client.client.offer(p, self.c.now_ns) > 0,  # type: ignore[union-attr]
+                5 * SECOND,
+                "message offered",
+            )
+            self.sent += 1
+
+    def response_count(self) -> int:
+        """Echoes received by every client so far (Aeron's TestCluster counts across reconnects)."""
+        return sum(1 for client in self.c.clients for m in client.received if m.payload.startswith(b"msg-"))
+
+    def await_response_message_count(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(lambda: self.response_count() >= count, f"{count} responses", timeout_ns)
+
+    def await_services_message_count(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: all(self.service(m).message_count >= count for m in self.c.members_alive()),
+            f"every live service applied {count} messages",
+            timeout_ns,
+        )
+
+    def await_service_message_count(self, member_id: int, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.service(member_id).message_count >= count,
+            f"service {member_id} applied {count} messages",
+            timeout_ns,
+        )
+
+    def send_and_await_messages(self, count: int, total: int | None = None) -> None:
+        self.send_messages(count)
+        self.await_response_message_count(total if total is not None else self.sent)
+        self.await_services_message_count(total if total is not None else self.sent)
+
+    def election_count(self, member_id: int) -> int:
+        """Aeron's election counter: elections this incarnation entered."""
+        return int(self.c.member(member_id).election_count)  # type: ignore[attr-defined]
+
+    def leadership_term_id(self, member_id: int) -> int:
+        return self.c.member(member_id).leadership_term_id
+
+    def role(self, member_id: int) -> Role:
+        return self.c.member(member_id).role
+
+    def await_election_closed(self, member_id: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.c.member(member_id).election_state is None,
+            f"member {member_id}'s election closed",
+            timeout_ns,
+        )
+
+    def await_leader_other_than(self, member_id: int, timeout_ns: int = 10 * SECOND) -> int:
+        self.await_condition(
+            lambda: self.c.leader_id() not in (None, member_id), f"a leader other than {member_id}", timeout_ns
+        )
+        leader = self.c.leader_id()
+        assert leader is not None
+        return leader
+
+    def await_new_leadership_event(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        """The client saw ``count`` NewLeaderEvents (Aeron awaitNewLeadershipEvent)."""
+        self.await_condition(
+            lambda: self.client is not None and self.client.client.leader_changes >= count,
+            f"{count} NewLeaderEvents at the client",
+            timeout_ns,
+        )
+
+    def await_snapshots_loaded(self, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: all(self.service(m).was_snapshot_loaded for m in self.c.members_alive()),
+            "every live service loaded a snapshot",
+            timeout_ns,
+        )
+
+    def await_commit_position(self, member_id: int, position: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.c.member(member_id).commit_position >= position,
+            f"member {member_id} committed {position}",
+            timeout_ns,
+        )
+
+    def is_terminated(self, member_id: int) -> bool:
+        return bool(self.c.member(member_id).terminated)  # type: ignore[attr-defined]
+
+    def await_node_terminations(self, members: list[int] | None = None, timeout_ns: int = 10 * SECOND) -> None:
+        targets = self.c.members_alive() if members is None else members
+        self.await_condition(
+            lambda: all(self.is_terminated(m) for m in targets), f"members {targets} terminated", timeout_ns
+        )
+
+    def shutdown_cluster(self) -> None:
+        """ClusterControl SHUTDOWN through the leader: snapshot, then every member terminates."""
+        self.await_condition(lambda: self.c.control("shutdown"), "the control toggle accepted SHUTDOWN")
+
+    def abort_cluster(self) -> None:
+        """ClusterControl ABORT through the leader: every member terminates without a snapshot."""
+        self.await_condition(lambda: self.c.control("abort"), "the control toggle accepted ABORT")
+
+    def restart_all_nodes(self, clean_start: bool = False) -> None:
+        for m in range(self.c.member_count):
+            self.start_static_node(m, clean_start)
+
+    # --- control
+    def take_snapshot(self) -> None:
+        self.await_condition(lambda: self.c.control("snapshot"), "the control toggle accepted SNAPSHOT")
+
+    def snapshot_count(self, member_id: int) -> int:
+        return int(self.c.member(member_id).snapshot_count)  # type: ignore[attr-defined]
+
+    def await_snapshot_count_everywhere(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        """Aeron TestCluster.awaitSnapshotCount(count): every live member."""
+        for m in self.c.members_alive():
+            self.await_snapshot_count(m, count, timeout_ns)
+
+    def await_snapshot_count(self, member_id: int, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        self.await_condition(
+            lambda: self.c.is_alive(member_id) and self.snapshot_count(member_id) >= count,
+            f"member {member_id} took {count} snapshots",
+            timeout_ns,
+        )
+
+
+def aeron_cluster(sim: Any, members: int = 3, seed: int = 0, **kwargs: Any) -> AeronCluster:
+    """A SimCluster from the ``sim`` kit with the Aeron test service on every member."""
+    return AeronCluster(sim.cluster(members=members, seed=seed, service=SERVICE_NAME, **kwargs))
