@@ -82,6 +82,16 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.dirlock import lock_cluster_directory
+from clusterlab.core.runtime.security import (
+    ADMIN,
+    CLIENT,
+    ClientCredentials,
+    ProcessSecurity,
+    create_keys,
+    credentials_path,
+    member_key_name,
+)
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import kv
@@ -259,43 +269,37 @@ class LocalCluster:
         run_id: str | None = None,
         scenario: str = "local",
         fault_ack_before_append: bool = False,
+        secure: bool | None = None,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
-        restarted from disk with its own configuration (``members`` None accepts any size)."""
+        restarted from disk with its own configuration (``members`` None accepts any size).
+
+        ``secure`` (default: on with ``tcp``, off on ipc) makes a new cluster's keys and credentials
+        (clusterlab.core.runtime.security); a restarted directory keeps its own setting. The
+        directory is locked (clusterlab.core.runtime.dirlock) until ``close()``: a second
+        LocalCluster or ``cluster start`` on it raises at once, naming this process."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        # First of all: nothing in the directory is read or written unless we own it.
+        self._lock = lock_cluster_directory(self.directory)
+        try:
+            self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure)
+        except BaseException:
+            self._lock.release()
+            raise
         self.keep_directory = keep_directory
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        if (self.directory / "cluster.json").exists():
-            self.config = ClusterConfig.load(self.directory)
-            if members is not None and len(self.config.members) != members:
-                raise LocalClusterError(
-                    f"{self.directory} holds a {len(self.config.members)}-member cluster, not {members}"
-                )
-            if self.config.ensure_socket_root():
-                self.config.save()
-        else:
-            if members is None:
-                raise LocalClusterError(f"{self.directory} has no cluster.json and no member count was given")
-            self.config = ClusterConfig.create(
-                self.directory,
-                members,
-                service=service,
-                timeouts=timeouts,
-                tcp=tcp,
-                seed=seed,
-                appointed_leader_id=appointed_leader_id,
-            )
-            self.config.save()
         self.directory = self.config.directory
         self.member_count = len(self.config.members)
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
+        # The operator's key: the harness speaks to control sockets as "admin".
+        self.security = ProcessSecurity(self.directory, self.config.secure, ADMIN, self.zctx, authenticate=False)
         self._all: list[_Process] = []  # every process ever started (the finalizer's list)
         self._current: dict[tuple[int, str], _Process] = {}
         # A restarted directory continues its members' incarnation numbers (log files never clash).
@@ -335,6 +339,43 @@ class LocalCluster:
                 },
                 extra={"harness": "LocalCluster"},
             )
+
+    def _init(
+        self,
+        members: int | None,
+        service: str | None,
+        timeouts: Timeouts | None,
+        tcp: bool,
+        seed: int,
+        appointed_leader_id: int,
+        secure: bool | None,
+    ) -> None:
+        """Load the directory's configuration, or create it (and a secured cluster's keys)."""
+        if (self.directory / "cluster.json").exists():
+            self.config = ClusterConfig.load(self.directory)
+            if members is not None and len(self.config.members) != members:
+                raise LocalClusterError(
+                    f"{self.directory} holds a {len(self.config.members)}-member cluster, not {members}"
+                )
+            if self.config.ensure_socket_root():
+                self.config.save()
+        else:
+            if members is None:
+                raise LocalClusterError(f"{self.directory} has no cluster.json and no member count was given")
+            self.config = ClusterConfig.create(
+                self.directory,
+                members,
+                service=service,
+                timeouts=timeouts,
+                tcp=tcp,
+                seed=seed,
+                appointed_leader_id=appointed_leader_id,
+                secure=tcp if secure is None else secure,
+            )
+            self.config.save()
+            os.chmod(self.directory, 0o700)  # its ipc sockets: reachable by this user only
+        if self.config.secure:
+            create_keys(self.directory, range(len(self.config.members)))  # keeps the keys it has
 
     def _last_incarnation(self, member_id: int) -> int:
         last = -1
@@ -397,8 +438,10 @@ class LocalCluster:
                 control.close()
             self.zctx.term()
             remove_socket_root(self.config)
+            self.security.close()
             self._finalizer.detach()
             self._write_processes()
+            self._lock.release()  # last: the directory is free once nothing of ours writes to it
             if self._owns_directory and not self.keep_directory and not self.failed:
                 shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -438,6 +481,8 @@ class LocalCluster:
                 cwd=self.directory,
                 env=env,
                 start_new_session=True,
+                # The directory lock, shared: it stays held while any member process runs.
+                pass_fds=(self._lock.fd,),
             )
         process = _Process(member_id, kind, incarnation, popen, log_path)
         self._all.append(process)
@@ -475,7 +520,11 @@ class LocalCluster:
         control = self._controls.get(key)
         if control is None:
             m = self.config.member(member_id)
-            control = ControlClient(self.zctx, m.control if kind == NODE else m.service_control)
+            control = ControlClient(
+                self.zctx,
+                m.control if kind == NODE else m.service_control,
+                self.security.connector(member_key_name(member_id)),
+            )
             self._controls[key] = control
         return control
 
@@ -863,8 +912,19 @@ class LocalCluster:
         self._event("control", leader, action=target, accepted=ok)
         return ok
 
-    def client(self, *, connect: bool = True, timeout_s: float = 10.0) -> LocalClient:
-        """A new client (its own session); connected unless ``connect`` is False."""
+    def client(
+        self,
+        *,
+        connect: bool = True,
+        timeout_s: float = 10.0,
+        credentials: ClientCredentials | None = None,
+        anonymous: bool = False,
+    ) -> LocalClient:
+        """A new client (its own session); connected unless ``connect`` is False. On a secured
+        cluster it presents ``credentials`` (default: the cluster's own, from its keys directory)
+        unless ``anonymous``."""
+        if credentials is None and self.config.secure and not anonymous:
+            credentials = ClientCredentials.from_file(credentials_path(self.directory))
         client_id = len(self.clients)
         recorder = (
             process_recorder(
@@ -873,7 +933,9 @@ class LocalCluster:
             if self.trace_dir is not None
             else None
         )
-        client = LocalClient(self.config, zctx=self.zctx, recorder=recorder, client_id=client_id)
+        client = LocalClient(
+            self.config, zctx=self.zctx, recorder=recorder, client_id=client_id, credentials=credentials
+        )
         self.clients.append(client)
         if connect:
             client.connect(timeout_s)
@@ -911,7 +973,11 @@ class LocalClient:
         attempt_timeout_s: float | None = None,
         recorder: Any = None,
         client_id: int = 0,
+        credentials: ClientCredentials | None = None,
     ) -> None:
+        """``credentials``: what the client presents to the cluster's authenticator (a secured
+        cluster rejects a client without them); on a secured cluster the client also uses the
+        cluster's client key (CURVE) for ingress."""
         self.config = config
         # Jepsen-style history in the trace's ``ops`` table: invoke, then ok / fail, or info when the
         # outcome is unknown (no reply by close). NullRecorder when the cluster does not record.
@@ -923,12 +989,16 @@ class LocalClient:
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
+        security = ProcessSecurity(config.directory, config.secure, CLIENT, None, authenticate=False)
         self.conn = ClusterConnection(
             {m.member_id: m.ingress for m in config.members},
             config.client_endpoint(name),
             zctx=zctx,
             message_timeout_ns=max(5 * 10**9, 2 * t.leader_heartbeat_timeout_ns),
             keepalive_interval_ns=max(t.session_timeout_ns // 4, 10**7),
+            credentials=credentials.connect_credentials if credentials is not None else b"",
+            on_challenge=credentials.on_challenge if credentials is not None else None,
+            ingress_setup=security.connector_for_member if config.secure else None,
         )
         self.request_timeout_s = request_timeout_s
         self.attempt_timeout_s = (

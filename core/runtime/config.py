@@ -123,6 +123,7 @@ class ClusterConfig:
     seed: int = 0
     transport: str = "ipc"
     socket_root: str = ""  # where ipc socket paths start (the directory, or a short link to it)
+    secure: bool = False  # CURVE keys + ZAP on every socket (clusterlab.core.runtime.security)
 
     # --------------------------------------------------------------------------- layout
     def member_dir(self, member_id: int) -> Path:
@@ -190,6 +191,7 @@ class ClusterConfig:
             "seed": self.seed,
             "transport": self.transport,
             "socket_root": self.socket_root,
+            "secure": self.secure,
         }
 
     def save(self) -> None:
@@ -224,6 +226,7 @@ class ClusterConfig:
                 seed=int(raw["seed"]),
                 transport=raw["transport"],
                 socket_root=raw["socket_root"],
+                secure=bool(raw.get("secure", False)),
             )
         except ConfigError:
             raise
@@ -242,6 +245,7 @@ class ClusterConfig:
         tcp: bool = False,
         seed: int = 0,
         appointed_leader_id: int = NULL_VALUE,
+        secure: bool = False,
     ) -> ClusterConfig:
         """A new configuration for ``members`` members in ``directory`` (not yet saved)."""
         if members < 1:
@@ -277,6 +281,7 @@ class ClusterConfig:
             seed=seed,
             transport="tcp" if tcp else "ipc",
             socket_root=str(root),
+            secure=secure,
         )
 
 

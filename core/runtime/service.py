@@ -42,6 +42,7 @@ from clusterlab.core.consensus.context import Channel
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.dirlock import hold_member_lock
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
@@ -50,7 +51,26 @@ from clusterlab.core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
-from clusterlab.core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
+from clusterlab.core.runtime.security import (
+    DOMAIN_CONTROL,
+    DOMAIN_MEMBER,
+    ProcessSecurity,
+    member_key_name,
+    node_routing_id,
+    service_routing_id,
+    source_rejection,
+)
+from clusterlab.core.runtime.transport import (
+    NO_MEMBER,
+    EgressCache,
+    Link,
+    bind,
+    drain,
+    drain_routed,
+    header,
+    parse,
+    remove_ipc_files,
+)
 from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.recorder import RECV, SEND, NullRecorder, process_recorder
@@ -99,6 +119,11 @@ class ServiceProcess:
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
+        # Before any socket binds: the ZAP handler must be there when the node connects.
+        self.security = ProcessSecurity(
+            config.directory, config.secure, member_key_name(member_id), self.zctx, authenticate=True
+        )
+        self.rejected = 0  # messages not from this member's node (claimed source vs connection)
         self.egress = EgressCache(self.zctx, self.log)
         self.ignored: dict[str, int] = {}
         self.received = 0
@@ -108,11 +133,23 @@ class ServiceProcess:
         self._head = header(Channel.SERVICE, member_id)
         self._control_head = header(Channel.CONTROL, member_id)
 
-        self.inbound, _ = bind(self.zctx, zmq.PULL, own.to_service, rcvhwm=0)
+        security = self.security
+        self.inbound, _ = bind(
+            self.zctx, zmq.ROUTER, own.to_service, rcvhwm=0, setup=lambda s: security.serve(s, DOMAIN_MEMBER)
+        )
         self.cycle.register(self.inbound, self._on_inbound)
-        self.control, _ = bind(self.zctx, zmq.ROUTER, own.service_control)
+        self.control, _ = bind(
+            self.zctx, zmq.ROUTER, own.service_control, setup=lambda s: security.serve(s, DOMAIN_CONTROL)
+        )
         self.cycle.register(self.control, self._on_control)
-        self.to_node = Link(self.zctx, own.from_service, sndhwm=0, immediate=False)
+        self.to_node = Link(
+            self.zctx,
+            own.from_service,
+            sndhwm=0,
+            immediate=False,
+            routing_id=service_routing_id(member_id),
+            setup=security.connector(member_key_name(member_id)),
+        )
         self._node_connected = False
         self._monitor = self.to_node.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self.cycle.register(self._monitor, self._on_monitor)
@@ -186,13 +223,18 @@ class ServiceProcess:
             self._flush_applied()
 
     def _on_inbound_batch(self) -> int:
-        batch = drain(self.inbound, BATCH_LIMIT)
+        batch = drain_routed(self.inbound, BATCH_LIMIT, user_ids=self.security.enabled)
         member_id = self.member_id
         agent = self.agent
-        for frames in batch:
+        for routing_id, user_id, frames in batch:
             parsed = parse(frames, Channel.SERVICE, lambda src: src == member_id)
             if isinstance(parsed, str):
                 self._ignore("to-service socket", parsed)
+                continue
+            rejection = source_rejection(routing_id, user_id, parsed[0], node_routing_id)
+            if rejection is not None:
+                self.rejected += 1
+                self._ignore("to-service socket", f"rejected: {rejection}")
                 continue
             payload = parsed[1]
             self.rec.message(RECV, Channel.SERVICE, member_id, payload, peer_process=f"node-{member_id}")
@@ -327,6 +369,7 @@ class ServiceProcess:
         self.egress.close(min(linger, 100))
         self.inbound.close(0)
         self.control.close(0)
+        self.security.close()
         self.zctx.term()
         self.cycle.close()
         remove_ipc_files(self.own.to_service, self.own.service_control)
@@ -341,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
+        # Held until exit (the kernel releases it, SIGKILL included): one service per member.
+        member_lock = hold_member_lock(config.member_dir(args.member_id), "service", args.member_id)
         rec = process_recorder(
             args.trace_dir,
             args.run_id,
@@ -352,7 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"service: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+    try:
+        return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+    finally:
+        member_lock.release()
 
 
 if __name__ == "__main__":
