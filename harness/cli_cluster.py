@@ -3,11 +3,13 @@
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (harness/cli.py); they also run on
 their own: ``python -m clusterlab.harness.cli_cluster cluster start --members 3``.
 
-    clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
+    clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp] [--secure | --no-secure]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
-        (an existing D with a cluster.json is restarted from disk)
-    clusterlab client --dir D put KEY VALUE | get KEY | cas KEY VALUE [--expected OLD] | delete KEY
-        one KV request through a client session; prints the reply as JSON
+        (an existing D with a cluster.json is restarted from disk; a D in use is refused).
+        --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
+    clusterlab client --dir D [--credentials FILE] put KEY VALUE | get KEY | cas ... | delete KEY
+        one KV request through a client session; prints the reply as JSON. A secured cluster
+        needs credentials (a ``user:password`` file; default: the cluster's own D/keys/client.credentials)
     clusterlab tool D list-members | snapshot | suspend | resume | shutdown | abort
         ClusterTool: member status, or cluster control through the leader's toggle
 
@@ -70,6 +72,12 @@ def register(subparsers: Any) -> None:
     start.add_argument("--service", default="kv", help="service: kv, counter, echo, module:factory, none")
     start.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a new temp dir)")
     start.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 with OS-assigned ports, not ipc")
+    start.add_argument(
+        "--secure",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="CURVE keys + ZAP authentication and client credentials (default: on with --tcp, off on ipc)",
+    )
     start.add_argument("--seed", type=int, default=0)
     start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
@@ -77,6 +85,12 @@ def register(subparsers: Any) -> None:
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
     client.add_argument("--dir", type=Path, required=True, help="the cluster directory (holds cluster.json)")
     client.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
+    client.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        help="a 'user:password' file for a secured cluster (default: DIR/keys/client.credentials)",
+    )
     ops = client.add_subparsers(dest="op", metavar="OP")
     ops.required = True
     put = _one_line_errors(ops.add_parser("put", help="put KEY VALUE"))
@@ -126,11 +140,20 @@ class ClusterTool:
 
     def __init__(self, config: ClusterConfig) -> None:
         from clusterlab.core.runtime.control import ControlClient
+        from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
         from clusterlab.core.runtime.transport import new_context
 
         self.config = config
         self._zctx = new_context()
-        self._controls = {m.member_id: ControlClient(self._zctx, m.control) for m in config.members}
+        try:  # a secured cluster's control sockets take the operator's (admin) key only
+            security = ProcessSecurity(config.directory, config.secure, ADMIN, self._zctx, authenticate=False)
+        except ConfigError as e:
+            self._zctx.term()
+            raise CommandError(str(e)) from None
+        self._controls = {
+            m.member_id: ControlClient(self._zctx, m.control, security.connector_for_member(m.member_id))
+            for m in config.members
+        }
 
     def statuses(self, timeout_s: float) -> dict[int, NodeStatus | None]:
         out: dict[int, NodeStatus | None] = {}
@@ -202,6 +225,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             service=service,
             directory=directory,
             tcp=args.tcp,
+            secure=args.secure,
             seed=args.seed,
             keep_directory=True,
         )
@@ -210,7 +234,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
     try:
         console.print(
             f"{'restarting' if existing else 'starting'} a {cluster.member_count}-member cluster "
-            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}); Ctrl-C stops it"
+            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}"
+            f"{', secured' if cluster.config.secure else ''}); Ctrl-C stops it"
         )
         try:
             cluster.__enter__()
@@ -259,7 +284,7 @@ def cmd_client(args: argparse.Namespace) -> int:
         "cas": lambda rid: kv.cas(rid, args.key, args.expected, args.value),
         "delete": lambda rid: kv.delete(rid, args.key),
     }
-    client = LocalClient(config, request_timeout_s=args.timeout)
+    client = LocalClient(config, request_timeout_s=args.timeout, credentials=_credentials(args, config))
     try:
         deadline = time.monotonic() + args.timeout
         try:
@@ -276,6 +301,21 @@ def cmd_client(args: argparse.Namespace) -> int:
         client.close()
     print(json.dumps(reply, sort_keys=True))
     return EXIT_OK
+
+
+def _credentials(args: argparse.Namespace, config: ClusterConfig) -> Any:
+    """``--credentials FILE``, else a secured cluster's own credentials file, else None."""
+    from clusterlab.core.runtime.security import ClientCredentials, credentials_path
+
+    path = args.credentials
+    if path is None and config.secure:
+        path = credentials_path(config.directory)
+    if path is None:
+        return None
+    try:
+        return ClientCredentials.from_file(path)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------- tool
