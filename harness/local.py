@@ -64,7 +64,7 @@ from clusterlab.core.codec.control import (
     ServiceStatus,
     StatusRequest,
 )
-from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.codec.enums import EventCode, ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
     ConsensusModuleState,
@@ -1031,7 +1031,8 @@ class LocalClient:
                 last = e
             except ConnectError as e:
                 last = e
-                if "session limit" in str(e):
+                # Definitive answers: retrying cannot change them (wrong credentials, full cluster).
+                if "session limit" in str(e) or e.code == EventCode.AUTHENTICATION_REJECTED:
                     raise
         raise LocalClientTimeout(f"no session within {timeout_s} s: {last}; {self.conn.client.describe()}")
 
