@@ -86,6 +86,7 @@ from clusterlab.core.runtime.dirlock import lock_cluster_directory
 from clusterlab.core.runtime.security import (
     ADMIN,
     CLIENT,
+    DOMAIN_EGRESS,
     ClientCredentials,
     ProcessSecurity,
     create_keys,
@@ -298,8 +299,9 @@ class LocalCluster:
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
-        # The operator's key: the harness speaks to control sockets as "admin".
-        self.security = ProcessSecurity(self.directory, self.config.secure, ADMIN, self.zctx, authenticate=False)
+        # The operator's key: the harness speaks to control sockets as "admin"; its ZAP handler
+        # admits only members to its clients' response channels.
+        self.security = ProcessSecurity(self.directory, self.config.secure, ADMIN, self.zctx, authenticate=True)
         self._all: list[_Process] = []  # every process ever started (the finalizer's list)
         self._current: dict[tuple[int, str], _Process] = {}
         # A restarted directory continues its members' incarnation numbers (log files never clash).
@@ -436,9 +438,9 @@ class LocalCluster:
         finally:
             for control in self._controls.values():
                 control.close()
+            self.security.close()  # its ZAP thread's sockets first: term() waits for every socket
             self.zctx.term()
             remove_socket_root(self.config)
-            self.security.close()
             self._finalizer.detach()
             self._write_processes()
             self._lock.release()  # last: the directory is free once nothing of ours writes to it
@@ -989,7 +991,17 @@ class LocalClient:
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
-        security = ProcessSecurity(config.directory, config.secure, CLIENT, None, authenticate=False)
+        # A secured cluster: the client key for ingress and the response channel; a client with a
+        # context of its own runs the ZAP handler that admits members' egress there.
+        self._own_context: Any = None
+        self._security: ProcessSecurity | None = None
+        if config.secure and zctx is None:
+            zctx = self._own_context = new_context()
+        security = ProcessSecurity(
+            config.directory, config.secure, CLIENT, zctx, authenticate=self._own_context is not None
+        )
+        if self._own_context is not None:
+            self._security = security
         self.conn = ClusterConnection(
             {m.member_id: m.ingress for m in config.members},
             config.client_endpoint(name),
@@ -999,6 +1011,7 @@ class LocalClient:
             credentials=credentials.connect_credentials if credentials is not None else b"",
             on_challenge=credentials.on_challenge if credentials is not None else None,
             ingress_setup=security.connector_for_member if config.secure else None,
+            egress_setup=(lambda sock: security.serve(sock, DOMAIN_EGRESS)) if config.secure else None,
         )
         self.request_timeout_s = request_timeout_s
         self.attempt_timeout_s = (
@@ -1183,7 +1196,13 @@ class LocalClient:
             self.recorder.op(self.client_id, rid, "info", f, key, None if value is None else str(value))
         self._open_ops.clear()
         self.recorder.close()
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            if self._security is not None:
+                self._security.close()
+            if self._own_context is not None:
+                self._own_context.term()
 
 
 def load_config(directory: Path | str) -> ClusterConfig:

@@ -64,16 +64,19 @@ class ClusterConnection:
         credentials: bytes = b"",
         on_challenge: Callable[[bytes], bytes] | None = None,
         ingress_setup: Callable[[int], SocketSetup | None] | None = None,
+        egress_setup: SocketSetup | None = None,
     ) -> None:
         """``credentials`` and ``on_challenge`` go to the ClusterClient (the cluster's authenticator
         checks them); ``ingress_setup(member_id)`` sets the options of the ingress socket to that
-        member before it connects (a secured cluster's CURVE keys, clusterlab.core.runtime.security)."""
+        member before it connects (a secured cluster's CURVE keys, clusterlab.core.runtime.security);
+        ``egress_setup`` those of the response channel before it binds (a CURVE server whose ZAP
+        handler, on ``zctx``, admits the members only)."""
         self._owns_context = zctx is None
         self.zctx = zctx if zctx is not None else zmq.Context(io_threads=1)
         path = ipc_path(response_endpoint)
         if path is not None:
             path.parent.mkdir(exist_ok=True)  # the cluster's socket directory must exist already
-        self.egress, self.response_channel = bind(self.zctx, zmq.PULL, response_endpoint, rcvhwm=0)
+        self.egress, self.response_channel = bind(self.zctx, zmq.PULL, response_endpoint, rcvhwm=0, setup=egress_setup)
         self._response_path: Path | None = path
         self.clock = Clock()
         self.client = ClusterClient(

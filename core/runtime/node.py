@@ -73,6 +73,7 @@ from clusterlab.core.runtime.runner import (
     run_profiled,
 )
 from clusterlab.core.runtime.security import (
+    CLIENT,
     DOMAIN_CONTROL,
     DOMAIN_INGRESS,
     DOMAIN_MEMBER,
@@ -163,7 +164,8 @@ class Node:
         )
         self.rejected: dict[str, int] = {}  # messages whose claimed source is not their connection's
         self.gate = ChaosGate(member_id, random.Random(f"{config.seed}:gate:{member_id}:{incarnation}"))
-        self.egress = EgressCache(self.zctx, self.log)
+        # Egress goes to clients' response channels: CURVE servers with the client key when secured.
+        self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.module: ConsensusModule | None = None
         self.ignored: dict[str, int] = {}
         self.received = 0

@@ -8,6 +8,7 @@ ZAP handler (``zmq.auth.ThreadAuthenticator``) against the public keys in ``<dir
     member   consensus, log, catchup, archive, to/from-service        member-<i> (every member)
     ingress  client ingress                                           client, admin
     control  node and service control                                 admin
+    egress   a client's response channel (the client binds it)        member-<i>
 
 The authenticator names each accepted key (``member-3``, ``client``, ``admin``); ZeroMQ stamps that
 name on every message of the connection (the ``User-Id`` property), and the receiver checks it
@@ -44,6 +45,7 @@ ADMIN = "admin"
 DOMAIN_MEMBER = "clusterlab-member"
 DOMAIN_INGRESS = "clusterlab-ingress"
 DOMAIN_CONTROL = "clusterlab-control"
+DOMAIN_EGRESS = "clusterlab-egress"
 USER_ID = "User-Id"
 
 
@@ -193,8 +195,9 @@ class _KeyAuthenticator(ThreadAuthenticator):
 
 
 class ProcessSecurity:
-    """One process's CURVE identity and (for a member) its ZAP authenticator; inert when the
-    cluster is not secured. Set a socket's options with :meth:`serve` before it binds and
+    """One process's CURVE identity and (with ``authenticate``) the ZAP authenticator of its
+    context (one per context: a member's, or a client process's, for its response channels); inert
+    when the cluster is not secured. Set a socket's options with :meth:`serve` before it binds and
     :meth:`connect_to` before it connects."""
 
     def __init__(
@@ -218,6 +221,7 @@ class ProcessSecurity:
                 DOMAIN_MEMBER: members,
                 DOMAIN_INGRESS: frozenset({CLIENT, ADMIN}),
                 DOMAIN_CONTROL: frozenset({ADMIN}),
+                DOMAIN_EGRESS: members,
             }
             self._auth = _KeyAuthenticator(zctx, {k: n for n, k in self._publics.items()}, allowed)
             self._auth.start()

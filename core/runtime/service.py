@@ -52,6 +52,7 @@ from clusterlab.core.runtime.runner import (
     run_profiled,
 )
 from clusterlab.core.runtime.security import (
+    CLIENT,
     DOMAIN_CONTROL,
     DOMAIN_MEMBER,
     ProcessSecurity,
@@ -124,7 +125,7 @@ class ServiceProcess:
             config.directory, config.secure, member_key_name(member_id), self.zctx, authenticate=True
         )
         self.rejected = 0  # messages not from this member's node (claimed source vs connection)
-        self.egress = EgressCache(self.zctx, self.log)
+        self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.ignored: dict[str, int] = {}
         self.received = 0
         self._replay_max = -1

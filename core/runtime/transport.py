@@ -254,8 +254,12 @@ class EgressCache:
     A client binds its response channel and puts its address in SessionConnectRequest; the node
     (session events) and the service process (replies) connect to it on first use."""
 
-    def __init__(self, ctx: zmq.Context, log: Logger, capacity: int = EGRESS_CACHE_SIZE) -> None:
+    def __init__(
+        self, ctx: zmq.Context, log: Logger, capacity: int = EGRESS_CACHE_SIZE, setup: SocketSetup | None = None
+    ) -> None:
+        """``setup`` sets each link's options before it connects (a secured cluster's CURVE keys)."""
         self._ctx = ctx
+        self._setup = setup
         self._log = log
         self._capacity = capacity
         self._links: OrderedDict[str, Link] = OrderedDict()
@@ -280,7 +284,7 @@ class EgressCache:
             try:
                 # Not "immediate": the first message (the connect answer) is sent right after
                 # connect(), before the connection completes, and must wait for it.
-                link = Link(self._ctx, response_channel, sndhwm=EGRESS_SNDHWM, immediate=False)
+                link = Link(self._ctx, response_channel, sndhwm=EGRESS_SNDHWM, immediate=False, setup=self._setup)
             except zmq.ZMQError as e:
                 self.bad_channels += 1
                 self._log(f"egress: ignored response channel {response_channel!r:.80}: {e}")

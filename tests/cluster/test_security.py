@@ -264,6 +264,19 @@ def test_secured_every_socket_refuses_a_stranger_and_a_member_key_cannot_speak_f
             )
             # Each socket refused the stranger at least once (it reconnects and is refused again).
             _await_counter_above(c, i, AUTH_REFUSED, before + len(node_sockets), f"member {i} refusing on every socket")
+        # A client's response channel (egress) admits members only: a forged reply is refused.
+        refused_before = c.security.refused
+        client_key = load_public_keys(c.directory)["client"]
+        forged_reply = json.dumps({"id": 999, "ok": True, "value": "forged"}).encode()
+        send_raw(
+            c.zctx,
+            client.conn.response_channel,
+            [[header(Channel.EGRESS, -1), forged_reply]] * FORGED_COPIES,
+            setup=_stranger(client_key),
+        )
+        c.await_condition(lambda: c.security.refused > refused_before, 15.0, "the client refusing forged egress")
+        client.pump(0.2)
+        assert 999 not in client.replies
         # A member's key speaks for that member only: member 2's key claiming member 1 (down).
         victim, holder = [i for i in range(3) if i != leader][:2]
         c.kill(victim)
