@@ -87,6 +87,10 @@ class DirectoryLock:
             os.close(self.fd)
             self.fd = -1
 
+    def __del__(self) -> None:
+        # An owner dropped without release() (a constructor that raised): free the directory.
+        self.release()
+
 
 def _refusal(path: Path, what: str, owner: dict[str, Any]) -> str:
     pid = owner.get("pid")
