@@ -407,10 +407,17 @@ def test_a_directory_left_by_a_sigkilled_owner_restarts_normally(tmp_path: Path)
                 tool.close()
 
         wait_until(leader_answers, 60.0, "the cli cluster electing a leader")
-        rows = json.loads((directory / "processes.json").read_text())
-        members = [r["pid"] for r in rows]
+
+        def all_launched() -> bool:  # no launch in flight (a forked child holds the lock too)
+            rows = json.loads((directory / "processes.json").read_text())
+            return len(rows) == 6 and all(r["running"] for r in rows)
+
+        wait_until(all_launched, 60.0, "the cli cluster's six processes launched")
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(30)
+        # The owner is dead, so processes.json is final: every process it started.
+        members = [r["pid"] for r in json.loads((directory / "processes.json").read_text())]
+        assert members
         for pid in members:  # what a crash leaves: every process gone, the lock file still there
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
