@@ -750,7 +750,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec = process_recorder(
         args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
     )
-    node = Node(config, args.member_id, args.incarnation, rec)
+    try:
+        node = Node(config, args.member_id, args.incarnation, rec)
+    except ConfigError as e:  # a secured cluster's keys missing or unreadable
+        print(f"node: {e}", file=sys.stderr)
+        rec.close()
+        member_lock.release()
+        return EXIT_CONFIG
     try:
         return run_profiled(node.run, f"node-{args.member_id}-{args.incarnation}")
     finally:
