@@ -374,9 +374,9 @@ def test_second_start_on_a_running_directory_is_refused_at_once(tmp_path: Path) 
 
 
 @contextlib.contextmanager
-def _cli_cluster(directory: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _cli_cluster(directory: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--dir", str(directory)],
+        [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--dir", str(directory), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -425,3 +425,23 @@ def test_a_directory_left_by_a_sigkilled_owner_restarts_normally(tmp_path: Path)
         assert (directory / "cluster.lock").exists()
     with running_cluster(tmp_path, "cluster", members=None) as c:
         assert c.client().put("after", "restart")["ok"]
+
+
+def test_cli_secure_ipc_cluster_serves_its_own_client_and_tool(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    cli = [sys.executable, "-m", "clusterlab.harness.cli_cluster"]
+    with _cli_cluster(directory, "--secure") as owner:
+
+        def listed() -> bool:
+            if not (directory / "cluster.json").exists():
+                return False
+            r = subprocess.run([*cli, "tool", str(directory), "list-members"], capture_output=True, text=True)
+            return r.returncode == 0 and "leader: none" not in r.stdout
+
+        wait_until(listed, 60.0, "clusterlab tool listing the secured cluster with a leader")
+        assert ClusterConfig.load(directory).secure
+        assert (directory.stat().st_mode & 0o777) == 0o700
+        put = subprocess.run([*cli, "client", "--dir", str(directory), "put", "k", "v"], capture_output=True, text=True)
+        assert put.returncode == 0 and json.loads(put.stdout)["ok"], put.stderr
+        owner.send_signal(signal.SIGTERM)  # a clean stop, as Ctrl-C
+        assert owner.wait(60) == 0
