@@ -10,14 +10,17 @@ consensus module terminates when its service stops heart-beating).
 Sockets (see clusterlab.core.runtime.transport for framing):
 
     bound    ingress (PULL)       clients -> leader: connect, messages, keep-alives, admin
-             consensus, log, catchup, archive (PULL)   peers -> this member, one socket per channel
-             from-service (PULL)  this member's service -> its consensus module (lossless)
+             consensus, log, catchup, archive (ROUTER)   peers -> this member, one socket per channel
+             from-service (ROUTER)  this member's service -> its consensus module (lossless)
              control (ROUTER)     harness/tools: status, gate rules, clock offset, cluster control
-    connect  per peer and channel (PUSH, immediate: a down peer drops, like UDP)
-             to-service (PUSH, unbounded: the service must see the committed log without gaps)
+    connect  per peer and channel (DEALER ``node-<i>``, immediate: a down peer drops, like UDP)
+             to-service (DEALER ``node-<i>``, unbounded: the service must see the committed log)
              egress (PUSH per client response channel, lazily, LRU-cached)
 
-Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate).
+Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate). A message on a
+ROUTER is taken only from the connection of the member its header claims (its routing id, and on a
+secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security. Drops are logged
+and counted (``source_rejected=`` and ``auth_refused=`` in the status detail).
 
 Recording (clusterlab.harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
 sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason

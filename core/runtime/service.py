@@ -7,9 +7,10 @@ container, it reads its recovery plan (the latest service snapshot) from the rec
 node has just reconciled. The service is ``cluster.json``'s ``service``: a name of
 ``clusterlab.harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
 
-Sockets: ``to-service`` (PULL, bound; from its node: JoinLog, committed log blocks, termination;
-lossless), ``from-service`` (PUSH to the node: acks, timers, offers, lossless), ``service-control``
-(ROUTER: status with the service's log position and state digest), egress (PUSH per client).
+Sockets: ``to-service`` (ROUTER, bound; from its node's ``node-<i>`` connection only: JoinLog,
+committed log blocks, termination; lossless), ``from-service`` (DEALER ``service-<i>`` to the node:
+acks, timers, offers, lossless), ``service-control`` (ROUTER: status with the service's log position
+and state digest), egress (PUSH per client). Secured: clusterlab.core.runtime.security.
 
 Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log entry (and the
 snapshot it started from), and every message on the node link (``service``), egress and control.

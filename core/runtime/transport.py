@@ -11,6 +11,11 @@ Sending never blocks (``zmq.NOBLOCK``): a full queue or an absent peer drops the
 counts it, like a UDP datagram to a dead host; the protocol resends what matters. The one
 exception is the node <-> service link, which is lossless (unbounded queue, same host): the
 service must see the committed log without gaps (Aeron: an IPC publication).
+
+Member links are DEALERs announcing a routing id (``node-<i>``) into ROUTERs, so a receiver knows
+which connection a message came on (:func:`drain_routed`); clients' ingress and egress stay
+PUSH -> PULL. Socket options (CURVE keys) come from clusterlab.core.runtime.security through a
+``setup`` hook on :func:`bind` and :class:`Link`.
 """
 
 from __future__ import annotations
