@@ -925,8 +925,6 @@ class LocalCluster:
         """A new client (its own session); connected unless ``connect`` is False. On a secured
         cluster it presents ``credentials`` (default: the cluster's own, from its keys directory)
         unless ``anonymous``."""
-        if credentials is None and self.config.secure and not anonymous:
-            credentials = ClientCredentials.from_file(credentials_path(self.directory))
         client_id = len(self.clients)
         recorder = (
             process_recorder(
@@ -936,7 +934,12 @@ class LocalCluster:
             else None
         )
         client = LocalClient(
-            self.config, zctx=self.zctx, recorder=recorder, client_id=client_id, credentials=credentials
+            self.config,
+            zctx=self.zctx,
+            recorder=recorder,
+            client_id=client_id,
+            credentials=credentials,
+            anonymous=anonymous,
         )
         self.clients.append(client)
         if connect:
@@ -976,10 +979,14 @@ class LocalClient:
         recorder: Any = None,
         client_id: int = 0,
         credentials: ClientCredentials | None = None,
+        anonymous: bool = False,
     ) -> None:
         """``credentials``: what the client presents to the cluster's authenticator (a secured
-        cluster rejects a client without them); on a secured cluster the client also uses the
-        cluster's client key (CURVE) for ingress."""
+        cluster rejects a client without them; default there: the cluster's own, from its keys
+        directory, unless ``anonymous``); on a secured cluster the client also uses the cluster's
+        client key (CURVE) for ingress and its response channel."""
+        if credentials is None and config.secure and not anonymous:
+            credentials = ClientCredentials.from_file(credentials_path(config.directory))
         self.config = config
         # Jepsen-style history in the trace's ``ops`` table: invoke, then ok / fail, or info when the
         # outcome is unknown (no reply by close). NullRecorder when the cluster does not record.
