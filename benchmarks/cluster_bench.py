@@ -41,7 +41,9 @@ so its driver runs inside the leader process (the failover probe inside both sur
 spares it the client hop the others pay.
 
 Systems: ``pysyncobj`` (defaults), ``pysyncobj-nobatch`` (``appendEntriesUseBatch=False``, its
-latency-leaning setting; load only), ``raw`` (the bound), ``clusterlab`` (recording off and on).
+latency-leaning setting; load only), ``raw`` (the bound), ``clusterlab`` (recording off and on),
+``clusterlab-auth`` (recording off, authentication off and on: CURVE keys and ZAP on every socket,
+per-message User-Id checks, client credentials; the pair is the cost of security).
 
 Contention: every process of a system shares the machine's cores with the client and with anything
 else running. Each saturation line prints the cores each process used and "other processes" (the
@@ -416,11 +418,12 @@ class ClusterlabSubject(Subject):
         "election_status_interval_ns": 10_000_000,
     }
 
-    def __init__(self, recording: bool) -> None:
+    def __init__(self, recording: bool, secure: bool = False) -> None:
         super().__init__()
         self.recording = recording
-        self.key = f"clusterlab-rec-{'on' if recording else 'off'}"
-        self.label = f"clusterlab (recording {'on' if recording else 'off'})"
+        self.secure = secure  # CURVE + ZAP on every socket and client credentials (runtime.security)
+        self.key = f"clusterlab-rec-{'on' if recording else 'off'}{'-auth' if secure else ''}"
+        self.label = f"clusterlab (recording {'on' if recording else 'off'}{', auth on' if secure else ''})"
         self.cluster: Any = None
         self._client: _ClusterlabClient | None = None
 
@@ -442,6 +445,8 @@ class ClusterlabSubject(Subject):
         from clusterlab.harness.local import LocalCluster
 
         kwargs: dict[str, Any] = {"members": 3, "service": "kv", "timeouts": self._timeouts(profile)}
+        if self.secure:
+            kwargs["secure"] = True
         if "record" in inspect.signature(LocalCluster).parameters:
             kwargs["record"] = self.recording
         elif not self.recording:
@@ -780,9 +785,14 @@ def build_subjects(names: list[str]) -> list[Subject]:
             out.append(RawZmqSubject())
         elif n == "clusterlab":
             out.extend([ClusterlabSubject(recording=False), ClusterlabSubject(recording=True)])
+        elif n == "clusterlab-auth":  # authentication off and on, recording off: the cost of security
+            out.extend([ClusterlabSubject(recording=False), ClusterlabSubject(recording=False, secure=True)])
         else:
-            raise SystemExit(f"unknown system {n!r} (pysyncobj, pysyncobj-nobatch, raw, clusterlab)")
-    return out
+            raise SystemExit(f"unknown system {n!r} (pysyncobj, pysyncobj-nobatch, raw, clusterlab, clusterlab-auth)")
+    unique: dict[str, Subject] = {}
+    for subject in out:  # clusterlab and clusterlab-auth both measure recording off, auth off: once
+        unique.setdefault(subject.key, subject)
+    return list(unique.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -790,7 +800,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short durations, 1 kill per profile (smoke run)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output file")
     parser.add_argument(
-        "--systems", default="pysyncobj,pysyncobj-nobatch,raw,clusterlab", help="comma-separated subset"
+        "--systems",
+        default="pysyncobj,pysyncobj-nobatch,raw,clusterlab,clusterlab-auth",
+        help="comma-separated subset (clusterlab-auth: recording off, authentication off and on)",
     )
     parser.add_argument("--window", type=int, default=None, help="outstanding requests at saturation (20000)")
     parser.add_argument("--kills", type=int, default=None, help="leader kills per timeout profile (10; quick 1)")

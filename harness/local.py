@@ -67,7 +67,7 @@ from clusterlab.core.codec.control import (
     StatusRequest,
     StorageFault,
 )
-from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.codec.enums import EventCode, ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
     ConsensusModuleState,
@@ -85,6 +85,17 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.dirlock import lock_cluster_directory
+from clusterlab.core.runtime.security import (
+    ADMIN,
+    CLIENT,
+    DOMAIN_EGRESS,
+    ClientCredentials,
+    ProcessSecurity,
+    create_keys,
+    credentials_path,
+    member_key_name,
+)
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
@@ -267,43 +278,38 @@ class LocalCluster:
         run_id: str | None = None,
         scenario: str = "local",
         fault_ack_before_append: bool = False,
+        secure: bool | None = None,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
-        restarted from disk with its own configuration (``members`` None accepts any size)."""
+        restarted from disk with its own configuration (``members`` None accepts any size).
+
+        ``secure`` (default: on with ``tcp``, off on ipc) makes a new cluster's keys and credentials
+        (clusterlab.core.runtime.security); a restarted directory keeps its own setting. The
+        directory is locked (clusterlab.core.runtime.dirlock) until ``close()``: a second
+        LocalCluster or ``cluster start`` on it raises at once, naming this process."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        # First of all: nothing in the directory is read or written unless we own it.
+        self._lock = lock_cluster_directory(self.directory)
+        try:
+            self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure)
+        except BaseException:
+            self._lock.release()
+            raise
         self.keep_directory = keep_directory
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        if (self.directory / "cluster.json").exists():
-            self.config = ClusterConfig.load(self.directory)
-            if members is not None and len(self.config.members) != members:
-                raise LocalClusterError(
-                    f"{self.directory} holds a {len(self.config.members)}-member cluster, not {members}"
-                )
-            if self.config.ensure_socket_root():
-                self.config.save()
-        else:
-            if members is None:
-                raise LocalClusterError(f"{self.directory} has no cluster.json and no member count was given")
-            self.config = ClusterConfig.create(
-                self.directory,
-                members,
-                service=service,
-                timeouts=timeouts,
-                tcp=tcp,
-                seed=seed,
-                appointed_leader_id=appointed_leader_id,
-            )
-            self.config.save()
         self.directory = self.config.directory
         self.member_count = len(self.config.members)
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
+        # The operator's key: the harness speaks to control sockets as "admin"; its ZAP handler
+        # admits only members to its clients' response channels.
+        self.security = ProcessSecurity(self.directory, self.config.secure, ADMIN, self.zctx, authenticate=True)
         self._all: list[_Process] = []  # every process ever started (the finalizer's list)
         self._current: dict[tuple[int, str], _Process] = {}
         # A restarted directory continues its members' incarnation numbers (log files never clash).
@@ -343,6 +349,43 @@ class LocalCluster:
                 },
                 extra={"harness": "LocalCluster"},
             )
+
+    def _init(
+        self,
+        members: int | None,
+        service: str | None,
+        timeouts: Timeouts | None,
+        tcp: bool,
+        seed: int,
+        appointed_leader_id: int,
+        secure: bool | None,
+    ) -> None:
+        """Load the directory's configuration, or create it (and a secured cluster's keys)."""
+        if (self.directory / "cluster.json").exists():
+            self.config = ClusterConfig.load(self.directory)
+            if members is not None and len(self.config.members) != members:
+                raise LocalClusterError(
+                    f"{self.directory} holds a {len(self.config.members)}-member cluster, not {members}"
+                )
+            if self.config.ensure_socket_root():
+                self.config.save()
+        else:
+            if members is None:
+                raise LocalClusterError(f"{self.directory} has no cluster.json and no member count was given")
+            self.config = ClusterConfig.create(
+                self.directory,
+                members,
+                service=service,
+                timeouts=timeouts,
+                tcp=tcp,
+                seed=seed,
+                appointed_leader_id=appointed_leader_id,
+                secure=tcp if secure is None else secure,
+            )
+            self.config.save()
+            os.chmod(self.directory, 0o700)  # its ipc sockets: reachable by this user only
+        if self.config.secure:
+            create_keys(self.directory, range(len(self.config.members)))  # keeps the keys it has
 
     def _last_incarnation(self, member_id: int) -> int:
         last = -1
@@ -405,10 +448,12 @@ class LocalCluster:
         finally:
             for control in self._controls.values():
                 control.close()
+            self.security.close()  # its ZAP thread's sockets first: term() waits for every socket
             self.zctx.term()
             remove_socket_root(self.config)
             self._finalizer.detach()
             self._write_processes()
+            self._lock.release()  # last: the directory is free once nothing of ours writes to it
             if self._owns_directory and not self.keep_directory and not self.failed:
                 shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -448,6 +493,8 @@ class LocalCluster:
                 cwd=self.directory,
                 env=env,
                 start_new_session=True,
+                # The directory lock, shared: it stays held while any member process runs.
+                pass_fds=(self._lock.fd,),
             )
         process = _Process(member_id, kind, incarnation, popen, log_path)
         self._all.append(process)
@@ -483,7 +530,11 @@ class LocalCluster:
         control = self._controls.get(key)
         if control is None:
             m = self.config.member(member_id)
-            control = ControlClient(self.zctx, m.control if kind == NODE else m.service_control)
+            control = ControlClient(
+                self.zctx,
+                m.control if kind == NODE else m.service_control,
+                self.security.connector(member_key_name(member_id)),
+            )
             self._controls[key] = control
         return control
 
@@ -894,8 +945,17 @@ class LocalCluster:
         self._event("control", leader, action=target, accepted=ok)
         return ok
 
-    def client(self, *, connect: bool = True, timeout_s: float = 10.0) -> LocalClient:
-        """A new client (its own session); connected unless ``connect`` is False."""
+    def client(
+        self,
+        *,
+        connect: bool = True,
+        timeout_s: float = 10.0,
+        credentials: ClientCredentials | None = None,
+        anonymous: bool = False,
+    ) -> LocalClient:
+        """A new client (its own session); connected unless ``connect`` is False. On a secured
+        cluster it presents ``credentials`` (default: the cluster's own, from its keys directory)
+        unless ``anonymous``."""
         client_id = len(self.clients)
         recorder = (
             process_recorder(
@@ -904,7 +964,14 @@ class LocalCluster:
             if self.trace_dir is not None
             else None
         )
-        client = LocalClient(self.config, zctx=self.zctx, recorder=recorder, client_id=client_id)
+        client = LocalClient(
+            self.config,
+            zctx=self.zctx,
+            recorder=recorder,
+            client_id=client_id,
+            credentials=credentials,
+            anonymous=anonymous,
+        )
         self.clients.append(client)
         if connect:
             client.connect(timeout_s)
@@ -942,7 +1009,15 @@ class LocalClient:
         attempt_timeout_s: float | None = None,
         recorder: Any = None,
         client_id: int = 0,
+        credentials: ClientCredentials | None = None,
+        anonymous: bool = False,
     ) -> None:
+        """``credentials``: what the client presents to the cluster's authenticator (a secured
+        cluster rejects a client without them; default there: the cluster's own, from its keys
+        directory, unless ``anonymous``); on a secured cluster the client also uses the cluster's
+        client key (CURVE) for ingress and its response channel."""
+        if credentials is None and config.secure and not anonymous:
+            credentials = ClientCredentials.from_file(credentials_path(config.directory))
         self.config = config
         # Jepsen-style history in the trace's ``ops`` table: invoke, then ok / fail, or info when the
         # outcome is unknown (no reply by close). NullRecorder when the cluster does not record.
@@ -954,12 +1029,27 @@ class LocalClient:
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
+        # A secured cluster: the client key for ingress and the response channel; a client with a
+        # context of its own runs the ZAP handler that admits members' egress there.
+        self._own_context: Any = None
+        self._security: ProcessSecurity | None = None
+        if config.secure and zctx is None:
+            zctx = self._own_context = new_context()
+        security = ProcessSecurity(
+            config.directory, config.secure, CLIENT, zctx, authenticate=self._own_context is not None
+        )
+        if self._own_context is not None:
+            self._security = security
         self.conn = ClusterConnection(
             {m.member_id: m.ingress for m in config.members},
             config.client_endpoint(name),
             zctx=zctx,
             message_timeout_ns=max(5 * 10**9, 2 * t.leader_heartbeat_timeout_ns),
             keepalive_interval_ns=max(t.session_timeout_ns // 4, 10**7),
+            credentials=credentials.connect_credentials if credentials is not None else b"",
+            on_challenge=credentials.on_challenge if credentials is not None else None,
+            ingress_setup=security.connector_for_member if config.secure else None,
+            egress_setup=(lambda sock: security.serve(sock, DOMAIN_EGRESS)) if config.secure else None,
         )
         self.request_timeout_s = request_timeout_s
         self.attempt_timeout_s = (
@@ -992,7 +1082,8 @@ class LocalClient:
                 last = e
             except ConnectError as e:
                 last = e
-                if "session limit" in str(e):
+                # Definitive answers: retrying cannot change them (wrong credentials, full cluster).
+                if "session limit" in str(e) or e.code == EventCode.AUTHENTICATION_REJECTED:
                     raise
         raise LocalClientTimeout(f"no session within {timeout_s} s: {last}; {self.conn.client.describe()}")
 
@@ -1144,7 +1235,13 @@ class LocalClient:
             self.recorder.op(self.client_id, rid, "info", f, key, None if value is None else str(value))
         self._open_ops.clear()
         self.recorder.close()
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            if self._security is not None:
+                self._security.close()
+            if self._own_context is not None:
+                self._own_context.term()
 
 
 def load_config(directory: Path | str) -> ClusterConfig:

@@ -2,11 +2,13 @@
 
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
-    clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp]
+    clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp] [--secure | --no-secure]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
-        (an existing D with a cluster.json is restarted from disk)
-    clusterlab client --dir D put KEY VALUE | get KEY | cas KEY VALUE [--expected OLD] | delete KEY
-        one KV request through a client session; prints the reply as JSON
+        (an existing D with a cluster.json is restarted from disk; a D in use is refused).
+        --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
+    clusterlab client --dir D [--credentials FILE] put KEY VALUE | get KEY | cas ... | delete KEY
+        one KV request through a client session; prints the reply as JSON. A secured cluster
+        needs credentials (a ``user:password`` file; default: the cluster's own D/keys/client.credentials)
     clusterlab tool D list-members | snapshot | suspend | resume | shutdown | abort
         ClusterTool: member status, or cluster control through the leader's toggle
 
@@ -40,6 +42,7 @@ from clusterlab.core.codec.control import (
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.local import (
     LocalClient,
@@ -84,6 +87,12 @@ def register(subparsers: Any) -> None:
     start.add_argument("--service", default="kv", help="service: kv, counter, echo, module:factory, none")
     start.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a new temp dir)")
     start.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 with OS-assigned ports, not ipc")
+    start.add_argument(
+        "--secure",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="CURVE keys + ZAP authentication and client credentials (default: on with --tcp, off on ipc)",
+    )
     start.add_argument("--seed", type=int, default=0)
     start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
     start.add_argument("--no-record", action="store_true", help="no trace recording (nothing written under DIR/trace)")
@@ -92,6 +101,12 @@ def register(subparsers: Any) -> None:
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
     client.add_argument("--dir", type=Path, required=True, help="the cluster directory (holds cluster.json)")
     client.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
+    client.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        help="a 'user:password' file for a secured cluster (default: DIR/keys/client.credentials)",
+    )
     ops = client.add_subparsers(dest="op", metavar="OP")
     ops.required = True
     put = _one_line_errors(ops.add_parser("put", help="put KEY VALUE"))
@@ -144,10 +159,17 @@ class ClusterTool:
     """Status and cluster control of a running cluster through its members' control sockets."""
 
     def __init__(self, config: ClusterConfig) -> None:
-
         self.config = config
         self._zctx = new_context()
-        self._controls = {m.member_id: ControlClient(self._zctx, m.control) for m in config.members}
+        try:  # a secured cluster's control sockets take the operator's (admin) key only
+            security = ProcessSecurity(config.directory, config.secure, ADMIN, self._zctx, authenticate=False)
+        except ConfigError as e:
+            self._zctx.term()
+            raise CommandError(str(e)) from None
+        self._controls = {
+            m.member_id: ControlClient(self._zctx, m.control, security.connector_for_member(m.member_id))
+            for m in config.members
+        }
 
     def statuses(self, timeout_s: float) -> dict[int, NodeStatus | None]:
         out: dict[int, NodeStatus | None] = {}
@@ -211,6 +233,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             service=service,
             directory=directory,
             tcp=args.tcp,
+            secure=args.secure,
             seed=args.seed,
             keep_directory=True,
             record=not args.no_record,
@@ -221,7 +244,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
         console.print(
             f"{'restarting' if existing else 'starting'} a {cluster.member_count}-member cluster "
             f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}"
-            f"{'' if cluster.trace_dir is not None else ', not recorded'}); Ctrl-C or SIGTERM stops it"
+            f"{'' if cluster.trace_dir is not None else ', not recorded'}"
+            f"{', secured' if cluster.config.secure else ''}); Ctrl-C or SIGTERM stops it"
         )
         try:
             try:
@@ -376,7 +400,7 @@ def cmd_client(args: argparse.Namespace) -> int:
     deadline = started + args.timeout
     # Keep part of the bound for asking the members why, if no reply comes.
     request_deadline = deadline - min(STATUS_BUDGET_S, 0.2 * args.timeout)
-    client = LocalClient(config, request_timeout_s=args.timeout)
+    client = LocalClient(config, request_timeout_s=args.timeout, credentials=_credentials(args, config))
     client.connect_timeout_s = args.timeout
     try:
         try:
@@ -433,6 +457,21 @@ def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
     if _leader(statuses) is None:
         return "; the cluster has no leader now (an election may be running, or a majority is unreachable)"
     return ""
+
+
+def _credentials(args: argparse.Namespace, config: ClusterConfig) -> Any:
+    """``--credentials FILE``, else a secured cluster's own credentials file, else None."""
+    from clusterlab.core.runtime.security import ClientCredentials, credentials_path
+
+    path = args.credentials
+    if path is None and config.secure:
+        path = credentials_path(config.directory)
+    if path is None:
+        return None
+    try:
+        return ClientCredentials.from_file(path)
+    except ConfigError as e:
+        raise CommandError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------- tool

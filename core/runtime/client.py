@@ -27,7 +27,17 @@ from clusterlab.core.consensus.context import SECOND, Channel
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ipc_path
 from clusterlab.core.runtime.runner import BATCH_LIMIT
-from clusterlab.core.runtime.transport import MAX_BATCH, NO_MEMBER, Link, batch_header, bind, drain, header, parse_batch
+from clusterlab.core.runtime.transport import (
+    MAX_BATCH,
+    NO_MEMBER,
+    Link,
+    SocketSetup,
+    batch_header,
+    bind,
+    drain,
+    header,
+    parse_batch,
+)
 
 FRESH_LINK_GRACE_NS = 300 * 1_000_000  # how long a refused send on a new link is retried
 RETRY_POLL_MS = 2
@@ -52,13 +62,21 @@ class ClusterConnection:
         keepalive_interval_ns: int | None = SECOND,
         connect_retry_interval_ns: int = 500_000_000,
         credentials: bytes = b"",
+        on_challenge: Callable[[bytes], bytes] | None = None,
+        ingress_setup: Callable[[int], SocketSetup | None] | None = None,
+        egress_setup: SocketSetup | None = None,
     ) -> None:
+        """``credentials`` and ``on_challenge`` go to the ClusterClient (the cluster's authenticator
+        checks them); ``ingress_setup(member_id)`` sets the options of the ingress socket to that
+        member before it connects (a secured cluster's CURVE keys, clusterlab.core.runtime.security);
+        ``egress_setup`` those of the response channel before it binds (a CURVE server whose ZAP
+        handler, on ``zctx``, admits the members only)."""
         self._owns_context = zctx is None
         self.zctx = zctx if zctx is not None else zmq.Context(io_threads=1)
         path = ipc_path(response_endpoint)
         if path is not None:
             path.parent.mkdir(exist_ok=True)  # the cluster's socket directory must exist already
-        self.egress, self.response_channel = bind(self.zctx, zmq.PULL, response_endpoint, rcvhwm=0)
+        self.egress, self.response_channel = bind(self.zctx, zmq.PULL, response_endpoint, rcvhwm=0, setup=egress_setup)
         self._response_path: Path | None = path
         self.clock = Clock()
         self.client = ClusterClient(
@@ -67,10 +85,13 @@ class ClusterConnection:
             dict(ingress_endpoints),
             self._send,
             credentials=credentials,
+            on_challenge=on_challenge,
             message_timeout_ns=message_timeout_ns,
             keepalive_interval_ns=keepalive_interval_ns,
             connect_retry_interval_ns=connect_retry_interval_ns,
         )
+        self._ingress_setup = ingress_setup
+        self._members_of: dict[str, int] = {endpoint: i for i, endpoint in ingress_endpoints.items()}
         self._links: dict[str, tuple[Link, int]] = {}  # endpoint -> (link, created_ns)
         # refused on a fresh link: (link, give_up_ns, payloads)
         self._pending: list[tuple[Link, int, list[bytes]]] = []
@@ -89,7 +110,10 @@ class ClusterConnection:
     def _link(self, endpoint: str) -> tuple[Link, int]:
         entry = self._links.get(endpoint)
         if entry is None:
-            entry = (Link(self.zctx, endpoint, sndhwm=10_000, immediate=True), self.clock.now_ns())
+            member_id = self._members_of.get(endpoint)
+            setup = None if self._ingress_setup is None or member_id is None else self._ingress_setup(member_id)
+            link = Link(self.zctx, endpoint, sndhwm=10_000, immediate=True, setup=setup)
+            entry = (link, self.clock.now_ns())
             self._links[endpoint] = entry
         return entry
 
@@ -98,6 +122,7 @@ class ClusterConnection:
         if endpoint is None:
             self.dropped += 1
             return
+        self._members_of[endpoint] = member_id
         queue = self._outgoing.get(endpoint)
         if queue is None:
             queue = self._outgoing[endpoint] = []

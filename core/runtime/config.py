@@ -126,6 +126,7 @@ class ClusterConfig:
     seed: int = 0
     transport: str = "ipc"
     socket_root: str = ""  # where ipc socket paths start (the directory, or a short link to it)
+    secure: bool = False  # CURVE keys + ZAP on every socket (clusterlab.core.runtime.security)
 
     # --------------------------------------------------------------------------- layout
     def member_dir(self, member_id: int) -> Path:
@@ -193,6 +194,7 @@ class ClusterConfig:
             "seed": self.seed,
             "transport": self.transport,
             "socket_root": self.socket_root,
+            "secure": self.secure,
         }
 
     def save(self) -> None:
@@ -225,6 +227,7 @@ class ClusterConfig:
                 seed=int(raw["seed"]),
                 transport=raw["transport"],
                 socket_root=raw["socket_root"],
+                secure=bool(raw.get("secure", False)),
             )
         except ConfigError:
             raise
@@ -243,6 +246,7 @@ class ClusterConfig:
         tcp: bool = False,
         seed: int = 0,
         appointed_leader_id: int = NULL_VALUE,
+        secure: bool = False,
     ) -> ClusterConfig:
         """A new configuration for ``members`` members in ``directory`` (not yet saved)."""
         if members < 1:
@@ -278,6 +282,7 @@ class ClusterConfig:
             seed=seed,
             transport="tcp" if tcp else "ipc",
             socket_root=str(root),
+            secure=secure,
         )
 
 

@@ -14,7 +14,7 @@ from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.consensus.context import Channel
-from clusterlab.core.runtime.transport import NO_MEMBER, header, parse
+from clusterlab.core.runtime.transport import NO_MEMBER, SocketSetup, header, parse
 
 M = TypeVar("M", bound=Message)
 
@@ -22,8 +22,10 @@ M = TypeVar("M", bound=Message)
 class ControlClient:
     """Requests to one process's control endpoint. Not thread-safe (one ZeroMQ socket)."""
 
-    def __init__(self, zctx: zmq.Context, endpoint: str) -> None:
+    def __init__(self, zctx: zmq.Context, endpoint: str, setup: SocketSetup | None = None) -> None:
+        """``setup`` sets socket options before connecting (a secured cluster's CURVE keys)."""
         self.endpoint = endpoint
+        self._setup = setup
         self._zctx = zctx
         self._sock: zmq.Socket | None = None
         self._seq = 0
@@ -37,6 +39,8 @@ class ControlClient:
             sock.setsockopt(zmq.SNDHWM, 100)
             sock.setsockopt(zmq.RECONNECT_IVL, 10)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 200)
+            if self._setup is not None:
+                self._setup(sock)
             sock.connect(self.endpoint)
             self._sock = sock
         return self._sock

@@ -10,14 +10,17 @@ consensus module terminates when its service stops heart-beating).
 Sockets (see clusterlab.core.runtime.transport for framing):
 
     bound    ingress (PULL)       clients -> leader: connect, messages, keep-alives, admin
-             consensus, log, catchup, archive (PULL)   peers -> this member, one socket per channel
-             from-service (PULL)  this member's service -> its consensus module (lossless)
+             consensus, log, catchup, archive (ROUTER)   peers -> this member, one socket per channel
+             from-service (ROUTER)  this member's service -> its consensus module (lossless)
              control (ROUTER)     harness/tools: status, gate rules, clock offset, cluster control
-    connect  per peer and channel (PUSH, immediate: a down peer drops, like UDP)
-             to-service (PUSH, unbounded: the service must see the committed log without gaps)
+    connect  per peer and channel (DEALER ``node-<i>``, immediate: a down peer drops, like UDP)
+             to-service (DEALER ``node-<i>``, unbounded: the service must see the committed log)
              egress (PUSH per client response channel, lazily, LRU-cached)
 
-Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate).
+Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate). A message on a
+ROUTER is taken only from the connection of the member its header claims (its routing id, and on a
+secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security. Drops are logged
+and counted (``source_rejected=`` and ``auth_refused=`` in the status detail).
 
 Recording (clusterlab.harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
 sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason
@@ -66,6 +69,7 @@ from clusterlab.core.runtime.config import (
     format_members,
     parse_members,
 )
+from clusterlab.core.runtime.dirlock import DirectoryLockError, hold_member_lock
 from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
 from clusterlab.core.runtime.recording import DROP, RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
@@ -75,6 +79,18 @@ from clusterlab.core.runtime.runner import (
     exit_with_parent,
     process_argument_parser,
     run_profiled,
+)
+from clusterlab.core.runtime.security import (
+    CLIENT,
+    DOMAIN_CONTROL,
+    DOMAIN_INGRESS,
+    DOMAIN_MEMBER,
+    ProcessSecurity,
+    cluster_authenticator,
+    member_key_name,
+    node_routing_id,
+    service_routing_id,
+    source_rejection,
 )
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import (
@@ -86,6 +102,7 @@ from clusterlab.core.runtime.transport import (
     Link,
     bind,
     drain,
+    drain_routed,
     header,
     msg_id_of,
     parse,
@@ -118,6 +135,10 @@ SERVICE_GONE_GRACE_NS = 500 * 1_000_000
 INGRESS_BATCH_LIMIT = 4
 
 
+SOURCE_REJECTED = "source_rejected"  # status detail: messages whose claimed source was not their connection's
+AUTH_REFUSED = "auth_refused"  # status detail: connections the ZAP authenticator refused
+
+
 def _any_source(_src: int) -> bool:
     return True
 
@@ -147,8 +168,14 @@ class Node:
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
+        # Before any socket binds: the ZAP handler must be there when the first peer connects.
+        self.security = ProcessSecurity(
+            config.directory, config.secure, member_key_name(member_id), self.zctx, authenticate=True
+        )
+        self.rejected: dict[str, int] = {}  # messages whose claimed source is not their connection's
         self.gate = ChaosGate(member_id, random.Random(f"{config.seed}:gate:{member_id}:{incarnation}"))
-        self.egress = EgressCache(self.zctx, self.log)
+        # Egress goes to clients' response channels: CURVE servers with the client key when secured.
+        self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.module: ConsensusModule | None = None
         self.ignored: dict[str, int] = {}
         self.received = 0
@@ -170,12 +197,15 @@ class Node:
             (Channel.CATCHUP, self.own.catchup),
             (Channel.ARCHIVE, self.own.archive),
         ):
-            sock, actual = self._bind_member_socket(endpoint)
+            ingress = channel is Channel.INGRESS
+            sock, actual = self._bind_member_socket(
+                endpoint, zmq.PULL if ingress else zmq.ROUTER, DOMAIN_INGRESS if ingress else DOMAIN_MEMBER
+            )
             bound[channel.value] = actual
-            if channel is Channel.INGRESS:
+            if ingress:
                 self.cycle.register(sock, self._ingress_handler(sock))
             else:
-                self.cycle.register(sock, self._member_handler(sock, channel, self._is_peer))
+                self.cycle.register(sock, self._member_handler(sock, channel, self._is_peer, node_routing_id))
         self.own_member = ClusterMember(
             member_id,
             ingress_endpoint=bound["ingress"],
@@ -189,19 +219,40 @@ class Node:
         ]
         self.peer_ids = frozenset(m.member_id for m in self.members if m.member_id != member_id)
 
-        self.control, _ = bind(self.zctx, zmq.ROUTER, self.own.control)
+        self.control, _ = bind(
+            self.zctx, zmq.ROUTER, self.own.control, setup=lambda s: self.security.serve(s, DOMAIN_CONTROL)
+        )
         self._sockets.append(self.control)
         self.cycle.register(self.control, self._on_control_readable)
 
         self.to_service: Link | None = None
         self._service_monitor: zmq.Socket | None = None
         if config.service:
-            from_service, _ = bind(self.zctx, zmq.PULL, self.own.from_service, rcvhwm=0)
+            from_service, _ = bind(
+                self.zctx,
+                zmq.ROUTER,
+                self.own.from_service,
+                rcvhwm=0,
+                setup=lambda s: self.security.serve(s, DOMAIN_MEMBER),
+            )
             self._sockets.append(from_service)
             self.cycle.register(
-                from_service, self._member_handler(from_service, Channel.SERVICE, lambda src: src == member_id)
+                from_service,
+                self._member_handler(
+                    from_service,
+                    Channel.SERVICE,
+                    lambda src: src == member_id,
+                    lambda _src: service_routing_id(member_id),
+                ),
             )
-            self.to_service = Link(self.zctx, self.own.to_service, sndhwm=0, immediate=False)
+            self.to_service = Link(
+                self.zctx,
+                self.own.to_service,
+                sndhwm=0,
+                immediate=False,
+                routing_id=node_routing_id(member_id),
+                setup=self.security.connector(member_key_name(member_id)),
+            )
             self._service_monitor = self.to_service.sock.get_monitor_socket(
                 zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
             )
@@ -217,15 +268,18 @@ class Node:
             self.log("waiting for the members' endpoints (MembersConfig on the control socket)")
 
     # ------------------------------------------------------------------ sockets
-    def _bind_member_socket(self, endpoint: str) -> tuple[zmq.Socket, str]:
+    def _bind_member_socket(self, endpoint: str, kind: int, domain: str) -> tuple[zmq.Socket, str]:
+        def setup(sock: zmq.Socket) -> None:
+            self.security.serve(sock, domain)
+
         try:
-            sock, actual = bind(self.zctx, zmq.PULL, endpoint)
+            sock, actual = bind(self.zctx, kind, endpoint, setup=setup)
         except zmq.ZMQError as e:
             if not endpoint.startswith("tcp://") or e.errno != zmq.EADDRINUSE:
                 raise
             fallback = endpoint.rsplit(":", 1)[0] + ":0"
             self.log(f"{endpoint} is taken ({e}); binding {fallback} instead")
-            sock, actual = bind(self.zctx, zmq.PULL, fallback)
+            sock, actual = bind(self.zctx, kind, fallback, setup=setup)
         self._sockets.append(sock)
         return sock, actual
 
@@ -257,7 +311,12 @@ class Node:
                     continue
                 if link is not None:
                     link.close()
-                links[channel] = Link(self.zctx, endpoints[channel])
+                links[channel] = Link(
+                    self.zctx,
+                    endpoints[channel],
+                    routing_id=node_routing_id(self.member_id),
+                    setup=self.security.connector(member_key_name(m.member_id)),
+                )
             self.peers[m.member_id] = links
 
     # ------------------------------------------------------------------ module
@@ -278,6 +337,8 @@ class Node:
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
+            # A secured cluster's clients prove who they are (challenge/response); else accept all.
+            authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
         if ctx.fault_ack_before_append:
             self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")
@@ -355,33 +416,47 @@ class Node:
         self.ignored[key] = self.ignored.get(key, 0) + 1
         self.log(f"ignored {key}")
 
+    def _reject(self, where: str, reason: str) -> None:
+        """A message from a connection that may not speak for the member it names: dropped, counted."""
+        key = f"{where}: {reason}"
+        self.rejected[key] = self.rejected.get(key, 0) + 1
+        self.log(f"rejected {key}")
+
     def _member_handler(
-        self, sock: zmq.Socket, channel: Channel, allowed_src: Callable[[int], bool]
+        self,
+        sock: zmq.Socket,
+        channel: Channel,
+        allowed_src: Callable[[int], bool],
+        routing_id_of: Callable[[int], bytes],
     ) -> Callable[[int], int]:
+        """Messages on a ROUTER from peers (or this member's service): well framed, and from the
+        connection of the member they claim (runtime.security.source_rejection)."""
         record = self.rec.message
         member_id = self.member_id
+        user_ids = self.security.enabled
 
-        def peer_process(src: int) -> str | None:
-            if channel is Channel.INGRESS:
-                return None
+        def peer_process(src: int) -> str:
             return f"service-{member_id}" if channel is Channel.SERVICE else f"node-{src}"
 
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
-            batch = drain(sock, BATCH_LIMIT)
+            batch = drain_routed(sock, BATCH_LIMIT, user_ids=user_ids)
             module = self.module
-            for frames in batch:
+            for routing_id, user_id, frames in batch:
                 parsed = parse(frames, channel, allowed_src)
                 if isinstance(parsed, str):
                     self._ignore(f"{channel} socket", parsed)
                     continue
-                src = NO_MEMBER if channel is Channel.INGRESS else parsed[0]
-                record(RECV, channel, src, parsed[1], peer_process=peer_process(src), msg_id=msg_id_of(frames[0]))
+                src, payload = parsed
+                rejection = source_rejection(routing_id, user_id, src, routing_id_of)
+                if rejection is not None:
+                    self._reject(f"{channel} socket", rejection)
+                    continue
+                record(RECV, channel, src, payload, peer_process=peer_process(src), msg_id=msg_id_of(frames[0]))
                 if module is None:
                     self._ignore(f"{channel} socket", "module not started (waiting for the members' endpoints)")
                     continue
-                src, payload = parsed
-                module.on_message(NO_MEMBER if channel is Channel.INGRESS else src, channel, payload, now_ns)
+                module.on_message(src, channel, payload, now_ns)
             self.received += len(batch)
             return len(batch)
 
@@ -537,6 +612,15 @@ class Node:
             self._connect_peers()
         return ControlResponse(msg.correlation_id, ControlResponseCode.OK, "")
 
+    @property
+    def rejected_count(self) -> int:
+        """Messages dropped because their claimed source was not their connection's."""
+        return sum(self.rejected.values())
+
+    def _with_security_detail(self, detail: str) -> str:
+        # The status detail carries the source-check counters (NodeStatus has no field of its own).
+        return f"{detail} {SOURCE_REJECTED}={self.rejected_count} {AUTH_REFUSED}={self.security.refused}"
+
     def stats(self) -> str:
         """Traffic counters: how much each duty cycle batched (messages in, messages out per channel)."""
         sent: dict[str, int] = {}
@@ -556,7 +640,7 @@ class Node:
         m = self.module
         peer_dropped = sum(link.dropped for links in self.peers.values() for link in links.values())
         send_dropped = self.egress.dropped + peer_dropped
-        ignored = sum(self.ignored.values()) + self.egress.bad_channels
+        ignored = sum(self.ignored.values()) + self.egress.bad_channels + self.rejected_count
         if m is None:
             return NodeStatus(
                 correlation_id=correlation_id,
@@ -576,7 +660,7 @@ class Node:
                 snapshot_count=0,
                 pid=os.getpid(),
                 endpoints=_ascii(self.own_member.describe()),
-                detail="not started",
+                detail=self._with_security_detail("not started"),
             )
         es = m.election_state
         return NodeStatus(
@@ -597,7 +681,9 @@ class Node:
             snapshot_count=m.snapshot_count,
             pid=os.getpid(),
             endpoints=_ascii(self.own_member.describe()),
-            detail=_ascii(m.describe() + (f" storage failure: {m.storage_failure}" if m.storage_failure else "")),
+            detail=self._with_security_detail(
+                _ascii(m.describe() + (f" storage failure: {m.storage_failure}" if m.storage_failure else ""))
+            ),
         )
 
     # ------------------------------------------------------------------ duty cycle
@@ -659,6 +745,7 @@ class Node:
         self.egress.close(linger)
         for sock in self._sockets:
             sock.close(0)
+        self.security.close()
         self.zctx.term()
         self.cycle.close()
         m = self.own_member
@@ -685,11 +772,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"node: {e}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        # Held until exit (the kernel releases it, SIGKILL included): one node per member.
+        member_lock = hold_member_lock(config.member_dir(args.member_id), "node", args.member_id)
+    except DirectoryLockError as e:
+        print(f"node: {e}", file=sys.stderr)
+        return EXIT_CONFIG
     rec = open_recorder(
         args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
     )
-    node = Node(config, args.member_id, args.incarnation, rec)
-    return run_profiled(node.run, f"node-{args.member_id}-{args.incarnation}")
+    try:
+        node = Node(config, args.member_id, args.incarnation, rec)
+    except ConfigError as e:  # a secured cluster's keys missing or unreadable
+        print(f"node: {e}", file=sys.stderr)
+        rec.close()
+        member_lock.release()
+        return EXIT_CONFIG
+    try:
+        return run_profiled(node.run, f"node-{args.member_id}-{args.incarnation}")
+    finally:
+        member_lock.release()
 
 
 if __name__ == "__main__":

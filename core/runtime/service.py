@@ -7,9 +7,10 @@ container, it reads its recovery plan (the latest service snapshot) from the rec
 node has just reconciled. The service is ``cluster.json``'s ``service``: a name of
 ``clusterlab.harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
 
-Sockets: ``to-service`` (PULL, bound; from its node: JoinLog, committed log blocks, termination;
-lossless), ``from-service`` (PUSH to the node: acks, timers, offers, lossless), ``service-control``
-(ROUTER: status with the service's log position and state digest), egress (PUSH per client).
+Sockets: ``to-service`` (ROUTER, bound; from its node's ``node-<i>`` connection only: JoinLog,
+committed log blocks, termination; lossless), ``from-service`` (DEALER ``service-<i>`` to the node:
+acks, timers, offers, lossless), ``service-control`` (ROUTER: status with the service's log position
+and state digest), egress (PUSH per client). Secured: clusterlab.core.runtime.security.
 
 Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log entry (and the
 snapshot it started from), and every message on the node link (``service``), egress and control.
@@ -41,6 +42,7 @@ from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.dirlock import hold_member_lock
 from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
@@ -51,8 +53,28 @@ from clusterlab.core.runtime.runner import (
     process_argument_parser,
     run_profiled,
 )
+from clusterlab.core.runtime.security import (
+    CLIENT,
+    DOMAIN_CONTROL,
+    DOMAIN_MEMBER,
+    ProcessSecurity,
+    member_key_name,
+    node_routing_id,
+    service_routing_id,
+    source_rejection,
+)
 from clusterlab.core.runtime.storage import FileStorage
-from clusterlab.core.runtime.transport import NO_MEMBER, EgressCache, Link, bind, drain, header, parse, remove_ipc_files
+from clusterlab.core.runtime.transport import (
+    NO_MEMBER,
+    EgressCache,
+    Link,
+    bind,
+    drain,
+    drain_routed,
+    header,
+    parse,
+    remove_ipc_files,
+)
 from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
 from clusterlab.core.service.api import ClusteredService
 from zmq.utils.monitor import recv_monitor_message
@@ -96,7 +118,12 @@ class ServiceProcess:
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
-        self.egress = EgressCache(self.zctx, self.log)
+        # Before any socket binds: the ZAP handler must be there when the node connects.
+        self.security = ProcessSecurity(
+            config.directory, config.secure, member_key_name(member_id), self.zctx, authenticate=True
+        )
+        self.rejected = 0  # messages not from this member's node (claimed source vs connection)
+        self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.ignored: dict[str, int] = {}
         self.received = 0
         self._replay_max = -1
@@ -105,11 +132,23 @@ class ServiceProcess:
         self._head = header(Channel.SERVICE, member_id)
         self._control_head = header(Channel.CONTROL, member_id)
 
-        self.inbound, _ = bind(self.zctx, zmq.PULL, own.to_service, rcvhwm=0)
+        security = self.security
+        self.inbound, _ = bind(
+            self.zctx, zmq.ROUTER, own.to_service, rcvhwm=0, setup=lambda s: security.serve(s, DOMAIN_MEMBER)
+        )
         self.cycle.register(self.inbound, self._on_inbound)
-        self.control, _ = bind(self.zctx, zmq.ROUTER, own.service_control)
+        self.control, _ = bind(
+            self.zctx, zmq.ROUTER, own.service_control, setup=lambda s: security.serve(s, DOMAIN_CONTROL)
+        )
         self.cycle.register(self.control, self._on_control)
-        self.to_node = Link(self.zctx, own.from_service, sndhwm=0, immediate=False)
+        self.to_node = Link(
+            self.zctx,
+            own.from_service,
+            sndhwm=0,
+            immediate=False,
+            routing_id=service_routing_id(member_id),
+            setup=security.connector(member_key_name(member_id)),
+        )
         self._node_connected = False
         self._monitor = self.to_node.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self.cycle.register(self._monitor, self._on_monitor)
@@ -184,13 +223,18 @@ class ServiceProcess:
             self._flush_applied()
 
     def _on_inbound_batch(self) -> int:
-        batch = drain(self.inbound, BATCH_LIMIT)
+        batch = drain_routed(self.inbound, BATCH_LIMIT, user_ids=self.security.enabled)
         member_id = self.member_id
         agent = self.agent
-        for frames in batch:
+        for routing_id, user_id, frames in batch:
             parsed = parse(frames, Channel.SERVICE, lambda src: src == member_id)
             if isinstance(parsed, str):
                 self._ignore("to-service socket", parsed)
+                continue
+            rejection = source_rejection(routing_id, user_id, parsed[0], node_routing_id)
+            if rejection is not None:
+                self.rejected += 1
+                self._ignore("to-service socket", f"rejected: {rejection}")
                 continue
             payload = parsed[1]
             self.rec.message(RECV, Channel.SERVICE, member_id, payload, peer_process=f"node-{member_id}")
@@ -325,6 +369,7 @@ class ServiceProcess:
         self.egress.close(min(linger, 100))
         self.inbound.close(0)
         self.control.close(0)
+        self.security.close()
         self.zctx.term()
         self.cycle.close()
         remove_ipc_files(self.own.to_service, self.own.service_control)
@@ -339,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
+        # Held until exit (the kernel releases it, SIGKILL included): one service per member.
+        member_lock = hold_member_lock(config.member_dir(args.member_id), "service", args.member_id)
         rec = open_recorder(
             args.trace_dir,
             args.run_id,
@@ -350,7 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"service: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+    try:
+        return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+    finally:
+        member_lock.release()
 
 
 if __name__ == "__main__":

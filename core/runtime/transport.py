@@ -11,6 +11,11 @@ Sending never blocks (``zmq.NOBLOCK``): a full queue or an absent peer drops the
 counts it, like a UDP datagram to a dead host; the protocol resends what matters. The one
 exception is the node <-> service link, which is lossless (unbounded queue, same host): the
 service must see the committed log without gaps (Aeron: an IPC publication).
+
+Member links are DEALERs announcing a routing id (``node-<i>``) into ROUTERs, so a receiver knows
+which connection a message came on (:func:`drain_routed`); clients' ingress and egress stay
+PUSH -> PULL. Socket options (CURVE keys) come from clusterlab.core.runtime.security through a
+``setup`` hook on :func:`bind` and :class:`Link`.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ ZERO_COPY_BYTES = 256 * 1024
 RECONNECT_IVL_MAX_MS = 200
 
 Logger = Callable[[str], None]
+SocketSetup = Callable[[zmq.Socket], None]  # options set before bind/connect (CURVE keys: runtime.security)
 
 
 def header(channel: Channel, src: int) -> bytes:
@@ -79,13 +85,17 @@ def _common(sock: zmq.Socket) -> zmq.Socket:
     return sock
 
 
-def bind(ctx: zmq.Context, kind: int, endpoint: str, *, rcvhwm: int = INBOUND_RCVHWM) -> tuple[zmq.Socket, str]:
+def bind(
+    ctx: zmq.Context, kind: int, endpoint: str, *, rcvhwm: int = INBOUND_RCVHWM, setup: SocketSetup | None = None
+) -> tuple[zmq.Socket, str]:
     """A bound socket and the endpoint it actually bound (a tcp ``:0`` / ``:*`` gets its OS port).
 
     Raises zmq.ZMQError when the address is taken or invalid."""
     sock = _common(ctx.socket(kind))
     sock.setsockopt(zmq.RCVHWM, rcvhwm)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    if setup is not None:
+        setup(sock)
     address = endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
     try:
         sock.bind(address)
@@ -96,13 +106,26 @@ def bind(ctx: zmq.Context, kind: int, endpoint: str, *, rcvhwm: int = INBOUND_RC
     return sock, bound
 
 
-def connect_push(ctx: zmq.Context, endpoint: str, *, sndhwm: int, immediate: bool) -> zmq.Socket:
+def connect_push(
+    ctx: zmq.Context,
+    endpoint: str,
+    *,
+    sndhwm: int,
+    immediate: bool,
+    routing_id: bytes | None = None,
+    setup: SocketSetup | None = None,
+) -> zmq.Socket:
     """A PUSH socket connected to ``endpoint``. ``immediate``: queue only on a live connection (a
-    peer that is down drops messages instead of receiving a stale burst when it comes back)."""
-    sock = _common(ctx.socket(zmq.PUSH))
+    peer that is down drops messages instead of receiving a stale burst when it comes back).
+    With a ``routing_id`` a DEALER announcing it instead, for a ROUTER that checks who sends."""
+    sock = _common(ctx.socket(zmq.PUSH if routing_id is None else zmq.DEALER))
     sock.setsockopt(zmq.SNDHWM, sndhwm)
+    if routing_id is not None:
+        sock.setsockopt(zmq.ROUTING_ID, routing_id)
     if immediate:
         sock.setsockopt(zmq.IMMEDIATE, 1)
+    if setup is not None:
+        setup(sock)
     sock.connect(endpoint)
     return sock
 
@@ -190,9 +213,18 @@ class Link:
 
     __slots__ = ("dropped", "endpoint", "sent", "sock")
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, *, sndhwm: int = PEER_SNDHWM, immediate: bool = True) -> None:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        endpoint: str,
+        *,
+        sndhwm: int = PEER_SNDHWM,
+        immediate: bool = True,
+        routing_id: bytes | None = None,
+        setup: SocketSetup | None = None,
+    ) -> None:
         self.endpoint = endpoint
-        self.sock = connect_push(ctx, endpoint, sndhwm=sndhwm, immediate=immediate)
+        self.sock = connect_push(ctx, endpoint, sndhwm=sndhwm, immediate=immediate, routing_id=routing_id, setup=setup)
         self.sent = 0
         self.dropped = 0
 
@@ -227,8 +259,12 @@ class EgressCache:
     A client binds its response channel and puts its address in SessionConnectRequest; the node
     (session events) and the service process (replies) connect to it on first use."""
 
-    def __init__(self, ctx: zmq.Context, log: Logger, capacity: int = EGRESS_CACHE_SIZE) -> None:
+    def __init__(
+        self, ctx: zmq.Context, log: Logger, capacity: int = EGRESS_CACHE_SIZE, setup: SocketSetup | None = None
+    ) -> None:
+        """``setup`` sets each link's options before it connects (a secured cluster's CURVE keys)."""
         self._ctx = ctx
+        self._setup = setup
         self._log = log
         self._capacity = capacity
         self._links: OrderedDict[str, Link] = OrderedDict()
@@ -253,7 +289,7 @@ class EgressCache:
             try:
                 # Not "immediate": the first message (the connect answer) is sent right after
                 # connect(), before the connection completes, and must wait for it.
-                link = Link(self._ctx, response_channel, sndhwm=EGRESS_SNDHWM, immediate=False)
+                link = Link(self._ctx, response_channel, sndhwm=EGRESS_SNDHWM, immediate=False, setup=self._setup)
             except zmq.ZMQError as e:
                 self.bad_channels += 1
                 self._log(f"egress: ignored response channel {response_channel!r:.80}: {e}")
@@ -288,6 +324,29 @@ def drain(sock: zmq.Socket, limit: int) -> list[list[bytes]]:
     try:
         for _ in range(limit):
             out.append(recv(zmq.NOBLOCK))
+    except zmq.Again:
+        pass
+    return out
+
+
+def drain_routed(sock: zmq.Socket, limit: int, *, user_ids: bool) -> list[tuple[bytes, str | None, list[bytes]]]:
+    """Up to ``limit`` messages queued on a ROUTER, as ``(routing id, User-Id, frames)``; the ZAP
+    User-Id (runtime.security) only with ``user_ids`` (it costs a zero-copy receive), else None."""
+    out: list[tuple[bytes, str | None, list[bytes]]] = []
+    try:
+        if not user_ids:
+            recv = sock.recv_multipart
+            for _ in range(limit):
+                frames = recv(zmq.NOBLOCK)
+                out.append((frames[0], None, frames[1:]))
+        else:
+            for _ in range(limit):
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                try:
+                    user = parts[0].get("User-Id")
+                except zmq.ZMQError:  # not authenticated by ZAP: never a member
+                    user = ""
+                out.append((parts[0].bytes, str(user), [p.bytes for p in parts[1:]]))
     except zmq.Again:
         pass
     return out

@@ -67,12 +67,12 @@ def test_malformed_bytes_on_every_socket_are_ignored_and_the_cluster_keeps_servi
             peer = (i + 1) % c.member_count
             targets = [
                 (m.ingress, Channel.INGRESS, -1, "push", 7),  # any source may send ingress
-                (m.consensus, Channel.CONSENSUS, peer, "push", i),  # a member may not send to itself
-                (m.log, Channel.LOG, peer, "push", 77),
-                (m.catchup, Channel.CATCHUP, peer, "push", -1),
-                (m.archive, Channel.ARCHIVE, peer, "push", 12345),
-                (m.from_service, Channel.SERVICE, i, "push", peer),  # only its own service
-                (m.to_service, Channel.SERVICE, i, "push", peer),  # only its own node
+                (m.consensus, Channel.CONSENSUS, peer, "dealer", i),  # a member may not send to itself
+                (m.log, Channel.LOG, peer, "dealer", 77),
+                (m.catchup, Channel.CATCHUP, peer, "dealer", -1),
+                (m.archive, Channel.ARCHIVE, peer, "dealer", 12345),
+                (m.from_service, Channel.SERVICE, i, "dealer", peer),  # only its own service
+                (m.to_service, Channel.SERVICE, i, "dealer", peer),  # only its own node
                 (m.control, Channel.CONTROL, -1, "dealer", -1),
                 (m.service_control, Channel.CONTROL, -1, "dealer", -1),
             ]
@@ -82,7 +82,9 @@ def test_malformed_bytes_on_every_socket_are_ignored_and_the_cluster_keeps_servi
                     messages.append([header(channel, src), VOTE])  # decodable, but not a control request
                 sent += send_raw(c.zctx, endpoint, messages, socket=kind)
             # A frame over the size limit: ZeroMQ drops that connection; the socket keeps serving.
-            send_raw(c.zctx, m.consensus, [[header(Channel.CONSENSUS, peer), bytes(MAX_MESSAGE_BYTES + 1)]])
+            send_raw(
+                c.zctx, m.consensus, [[header(Channel.CONSENSUS, peer), bytes(MAX_MESSAGE_BYTES + 1)]], socket="dealer"
+            )
         assert sent > 250
 
         def all_seen() -> bool:
@@ -108,5 +110,6 @@ def test_malformed_bytes_on_every_socket_are_ignored_and_the_cluster_keeps_servi
             "malformed",
             "unknown template id 1234",
             "unexpected Vote",
+            "on a connection announced as",  # a claimed source that is not its connection's
         ):
             assert reason in logs, reason
