@@ -863,8 +863,9 @@ class LocalCluster:
         self._event("control", leader, action=target, accepted=ok)
         return ok
 
-    def client(self, *, connect: bool = True, timeout_s: float = 10.0) -> LocalClient:
-        """A new client (its own session); connected unless ``connect`` is False."""
+    def client(self, *, connect: bool = True, timeout_s: float = 10.0, first_member: int = 0) -> LocalClient:
+        """A new client (its own session); connected unless ``connect`` is False. ``first_member``: the
+        member it asks first (a follower redirects it to the leader)."""
         client_id = len(self.clients)
         recorder = (
             process_recorder(
@@ -873,7 +874,9 @@ class LocalCluster:
             if self.trace_dir is not None
             else None
         )
-        client = LocalClient(self.config, zctx=self.zctx, recorder=recorder, client_id=client_id)
+        client = LocalClient(
+            self.config, zctx=self.zctx, recorder=recorder, client_id=client_id, first_member=first_member
+        )
         self.clients.append(client)
         if connect:
             client.connect(timeout_s)
@@ -911,6 +914,7 @@ class LocalClient:
         attempt_timeout_s: float | None = None,
         recorder: Any = None,
         client_id: int = 0,
+        first_member: int = 0,
     ) -> None:
         self.config = config
         # Jepsen-style history in the trace's ``ops`` table: invoke, then ok / fail, or info when the
@@ -923,8 +927,9 @@ class LocalClient:
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
+        members = config.members[first_member:] + config.members[:first_member]  # asked in this order
         self.conn = ClusterConnection(
-            {m.member_id: m.ingress for m in config.members},
+            {m.member_id: m.ingress for m in members},
             config.client_endpoint(name),
             zctx=zctx,
             message_timeout_ns=max(5 * 10**9, 2 * t.leader_heartbeat_timeout_ns),
@@ -1014,6 +1019,8 @@ class LocalClient:
             command = {}
         f, key, value = str(command.get("op", "?")), command.get("key"), command.get("value")
         self._open_ops[rid] = (f, key, value)
+        # The other argument a checker needs: cas's expected value, add's delta (as JSON).
+        arg = "expected" if f == "cas" else "delta" if f == "add" else None
         self.recorder.op(
             self.client_id,
             rid,
@@ -1022,6 +1029,7 @@ class LocalClient:
             key,
             None if value is None else str(value),
             cluster_session_id=self.conn.client.cluster_session_id if self.conn.client.is_connected else None,
+            arg=json.dumps(command.get(arg)) if arg is not None and arg in command else None,
         )
 
     def _record_completion(self, rid: int, reply: dict[str, Any]) -> None:
@@ -1093,6 +1101,34 @@ class LocalClient:
                     f"no reply to request {rid} within {timeout_s} s ({attempts} attempts): "
                     f"{self.conn.client.describe()}"
                 )
+
+    def begin(self, build: Callable[[int], bytes]) -> tuple[int, bytes]:
+        """Start a request without waiting (``request``'s first attempt): its id and the bytes to
+        :meth:`resend`. A concurrent workload drives several clients this way from one thread."""
+        rid = self._next_id
+        self._next_id += 1
+        payload = self._tagged(build(rid))
+        self._record_invoke(rid, payload)
+        self.resend(payload, reconnect=False)
+        return rid, payload
+
+    def resend(self, payload: bytes, *, reconnect: bool) -> None:
+        """Send a request again (same id: the kv service applies it once); ``reconnect``: open a new
+        session first (the old one may have gone with its leader)."""
+        try:
+            if reconnect:
+                self.reconnects += 1
+                self.conn.client.close(self.conn.clock.now_ns())
+            self._offer(payload)
+        except (ClientError, LocalClientTimeout):
+            pass
+
+    def take_reply(self, rid: int) -> dict[str, Any] | None:
+        """The reply to ``rid`` if it has arrived (handles egress first, without blocking)."""
+        with contextlib.suppress(ClientError):
+            self.conn.pump(0.0)
+        self._collect()
+        return self.replies.pop(rid, None)
 
     # --- KV helpers (clusterlab.harness.services.kv)
     def put(self, key: str, value: str, timeout_s: float | None = None) -> dict[str, Any]:

@@ -540,14 +540,18 @@ class SimCluster:
         truncate_at(self.member_dir(member_id), position)
         self._harness_event("truncate", member_id, log_position=position)
 
-    def add_client(self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000) -> SimClient:
-        """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``)."""
+    def add_client(
+        self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000, first_member: int = 0
+    ) -> SimClient:
+        """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``).
+        ``first_member``: the member it asks first (a follower redirects it to the leader)."""
         client = SimClient(
             len(self.clients),
             self.member_count,
             lambda src, dst, channel, payload: self.network.send(self.clock.now_ns, src, dst, channel, payload),
             credentials=credentials,
             keepalive_interval_ns=keepalive_interval_ns,
+            first_member=first_member,
         )
         self.clients.append(client)
         return client
