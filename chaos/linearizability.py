@@ -47,6 +47,9 @@ COUNTER_KEY = "counter"  # the partition of a counter's operations (they carry n
 DEFAULT_MAX_STATES = 200_000  # per key
 DEFAULT_MAX_SECONDS = 20.0  # per key
 _NEVER = float("inf")
+# A cas whose expected value the trace does not have (recorded before the ops table's ``arg``): its
+# precondition is not checked, only what it returned.
+UNKNOWN_ARG = "\u0000unknown"
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ class RegisterModel(Model):
             return op.value if not ok or op.result == state else _IMPOSSIBLE
         if op.f == "delete":
             return None if not ok or op.result == state else _IMPOSSIBLE
+        if op.f == "cas" and op.arg == UNKNOWN_ARG:
+            if not ok or op.result == op.value:
+                return op.value  # an unknown one "took effect" only if it swapped (or never)
+            return state if op.result == state else _IMPOSSIBLE
         if op.f == "cas":
             swaps = state == op.arg
             if not ok:
@@ -361,6 +368,8 @@ def check_key(
 ) -> KeyVerdict:
     """Check one key's history; a violation comes with its minimal sub-history."""
     model = model or model_for(ops)
+    if model.name == "counter" and any(o.f == "add" and o.value is None for o in ops):
+        return KeyVerdict(key, model.name, UNKNOWN, len(ops), 0, "adds recorded without their delta (no arg column)")
     got = linearizable(ops, model, max_states=max_states, max_seconds=max_seconds)
     verdict = KeyVerdict(key, model.name, got.verdict, len(ops), got.explored, got.reason)
     if got.verdict == VIOLATION and minimise:
@@ -435,10 +444,10 @@ def operations_from_rows(rows: Iterable[dict[str, Any]]) -> list[Operation]:
         arg = _arg(inv.get("arg"))
         value: Any = inv.get("value")
         if f == "add":
-            value = arg if arg is not None else _arg(value)
+            value = arg if arg is not None else _arg(value)  # None: the counter's verdict is unknown
             arg = None
-            if value is None:
-                continue  # an add without its delta (a trace from before ``arg``): cannot be judged
+        elif f == "cas" and inv.get("arg") is None:
+            arg = UNKNOWN_ARG
         result = _result(done.get("result")) if status == OK and done is not None else None
         out.append(
             Operation(
@@ -469,6 +478,7 @@ __all__ = [
     "MODELS",
     "OK",
     "UNKNOWN",
+    "UNKNOWN_ARG",
     "VIOLATION",
     "CounterModel",
     "HistoryVerdict",

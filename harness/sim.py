@@ -469,12 +469,12 @@ class SimCluster:
         self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
         member.on_start(self.clock.now_ns)
         if self.service_name:
-            from clusterlab.harness.services import SERVICES
+            from clusterlab.harness.services import service_factory
 
             host = SimServiceHost(
                 member_id,
                 cluster_dir,
-                SERVICES[self.service_name],
+                service_factory(self.service_name),
                 outbox.send_egress,
                 self._applied_sink(member_id, incarnation),
                 self._member_log(member_id),
