@@ -152,7 +152,11 @@ class RegisterModel(Model):
 
     def explains(self, ops: Sequence[Operation]) -> bool:
         written = {None} | {o.value for o in ops if o.f in ("put", "cas")}
-        return all(o.result in written for o in ops if o.status == OK and o.checked)
+        # What each kept op returned, and what a cas that swapped found, was written by a kept op.
+        swapped = (o.arg for o in ops if o.f == "cas" and o.status == OK and o.result == o.value)
+        return all(o.result in written for o in ops if o.status == OK and o.checked) and all(
+            a in written for a in swapped if a != UNKNOWN_ARG
+        )
 
 
 class CounterModel(Model):

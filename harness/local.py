@@ -893,6 +893,9 @@ def _groups(group_of: dict[int, int]) -> list[list[int]]:
 _client_names = itertools.count()
 
 
+CLIENT_ID_STRIDE = 1_000_000_000  # request ids of client k start at 1 + k * stride
+
+
 class LocalClientTimeout(AssertionError):
     """A request got no reply in time (with every retry)."""
 
@@ -942,7 +945,9 @@ class LocalClient:
         # How long a request's (re)connect may block: a chaos workload keeps it short so a step never
         # outlasts its fault (clusterlab.chaos.workload.LocalWorkload sets it).
         self.connect_timeout_s = 10.0
-        self._next_id = 1
+        # Request ids (the ops table's op_id) unique across a run's clients, so the durability check
+        # can match an acknowledged op to its log entry by id when several clients run at once.
+        self._next_id = 1 + client_id * CLIENT_ID_STRIDE
         self.replies: dict[int, dict[str, Any]] = {}
         self.other_messages: list[bytes] = []
         self.reconnects = 0
