@@ -8,10 +8,9 @@ violation the minimal sub-history as JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
-import pandas as pd
 from clusterlab.chaos.linearizability import (
     COUNTER_KEY,
     DEFAULT_MAX_SECONDS,
@@ -34,15 +33,11 @@ RESULT_SCHEMA = (
 def _judge(budget: tuple[int, float]) -> Any:
     max_states, max_seconds = budget
 
-    def judge(rows: pd.DataFrame) -> Iterator[pd.DataFrame]:
-        records = rows.astype(object).where(rows.notna(), None).to_dict("records")
-        run_id, key = records[0]["run_id"], records[0]["part"]
-        v = check_key(key, operations_from_rows(records), max_states=max_states, max_seconds=max_seconds)
+    def judge(group: tuple[tuple[str, str], Iterable[dict[str, Any]]]) -> tuple[Any, ...]:
+        (run_id, key), rows = group
+        v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
         minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
-        yield pd.DataFrame(
-            [[run_id, key, v.model, v.verdict, v.ops, v.explored, v.reason, minimal]],
-            columns=["run_id", "key", "model", "verdict", "ops", "explored", "reason", "minimal"],
-        )
+        return (run_id, key, v.model, v.verdict, v.ops, v.explored, v.reason, minimal)
 
     return judge
 
@@ -51,11 +46,14 @@ def judge_ops(
     ops: DataFrame, max_states: int = DEFAULT_MAX_STATES, max_seconds: float = DEFAULT_MAX_SECONDS
 ) -> DataFrame:
     """Per (run, key) verdicts of an ``ops`` DataFrame (the ``clustertrace`` source's columns; ``arg``
-    may be missing in traces older than it)."""
+    may be missing in traces older than it). Grouped with the RDD API: Spark's Arrow/pandas UDFs
+    need pandas on every worker, plain Python functions do not."""
     if "arg" not in ops.columns:
         ops = ops.withColumn("arg", F.lit(None).cast("string"))
     ops = ops.select(*_OPS_COLUMNS).withColumn("part", F.coalesce(F.col("key"), F.lit(COUNTER_KEY)))
-    return ops.groupBy("run_id", "part").applyInPandas(_judge((max_states, max_seconds)), RESULT_SCHEMA)
+    groups = ops.rdd.map(lambda r: ((r["run_id"], r["part"]), r.asDict())).groupByKey()
+    verdicts = groups.map(_judge((max_states, max_seconds)))
+    return ops.sparkSession.createDataFrame(verdicts, RESULT_SCHEMA)
 
 
 def violations(
