@@ -559,7 +559,7 @@ class SimWorkload(Workload):
                 c = self.cluster.add_client(first_member=i % self.cluster.member_count)
                 c.client.connect(self.cluster.now_ns)
                 self._sim_clients[i], self._sim_seen[i], self._sim_moves[i] = c, 0, 0
-            op = self._sim_flights.get(i)
+            op: Op | None = self._sim_flights.get(i)
             for msg in c.received[self._sim_seen[i] :]:
                 try:
                     reply = decode(msg.payload)
