@@ -323,6 +323,11 @@ def _drive(
         result.op_counts = workload.counts()
 
 
+def _workload_meta(result: RunResult) -> dict[str, Any]:
+    """run.json's ``workload``: the service, the concurrent clients and any planted bug."""
+    return {"service": result.service, "clients": result.clients, "fault_stale_read": result.fault_stale_read}
+
+
 def _run_local(
     result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
 ) -> None:
@@ -339,6 +344,8 @@ def _run_local(
         startup_timeout_s=max(20.0, settle_s),
         fault_ack_before_append=result.fault_ack_before_append,
     )
+    if cluster.recorder is not None:
+        cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run
     with cluster:
         t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
         workload = make_workload(t, result.service, result.seed, rate, clients=result.clients)
@@ -386,4 +393,4 @@ def _run_sim(
                 result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
     finally:
         if rec is not None:
-            rec.close(outcome)
+            rec.close(outcome, extra={"workload": _workload_meta(result)})
