@@ -35,6 +35,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterlab.chaos.linearizability import (
+    COUNTER_KEY,
+    FAIL,
+    INFO,
+    OK,
+    VIOLATION,
+    Operation,
+    check_key,
+)
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout
@@ -199,6 +208,7 @@ class Workload:
     _final: list[str] | None = None  # keys still to read in the final phase
     _in_flight: int = 0
     _last_seen: dict[str, str | None] = field(default_factory=dict)  # concurrent: a key's last value seen
+    _judged: bool = False  # concurrent: the history was checked for linearizability after the final reads
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
@@ -318,6 +328,60 @@ class Workload:
         self.history.append(op)
         return op
 
+    def _judge_when_done(self) -> None:
+        """Concurrent clients: once the final reads are answered, every key's history so far is
+        checked for linearizability (ops in flight count as of unknown outcome), so a run fails with
+        the violation at once instead of at the trace check."""
+        if self._judged or not self.final_done:
+            return
+        self._judged = True
+        by_key: dict[str, list[Operation]] = {}
+        for o in self.history:
+            by_key.setdefault(o.key or COUNTER_KEY, []).append(_operation(o))
+        for key, ops in sorted(by_key.items()):
+            got = check_key(key, ops, max_states=50_000, max_seconds=5.0)
+            if got.verdict == VIOLATION:
+                raise SafetyViolation(
+                    f"acknowledged history broken: key {key} is not linearizable across {self.clients} clients "
+                    "(an acknowledged write is missing, or a read is stale); minimal sub-history: "
+                    + "; ".join(o.describe() for o in got.minimal)
+                )
+
+    def _check_final_read(self, op: Op, reply: dict[str, Any]) -> None:
+        """Concurrent clients, a final read: it must return what some write could have left last (one
+        no acknowledged write was invoked after the completion of; unknown and in-flight ones may land
+        any time), the counter a sum of every acknowledged add and some of the unknown ones. The same
+        online "acknowledged write is missing" as the sequential model's; the linearizability checker
+        judges the whole history after the run."""
+        never = float("inf")
+        mine = [o for o in self.history if o.key == op.key and not o.final and o is not op]
+        got = reply.get("value")
+        if self.service == "counter":
+            adds = [o for o in mine if o.f == "add"]
+            lo = sum(o.delta for o in adds if o.outcome == "ok")
+            hi = lo + sum(o.delta for o in adds if o.outcome in (None, "info"))
+            if not isinstance(got, int) or not lo <= got <= hi:
+                self.model._fail(op, f"final read: an acknowledged write is missing (possible: {lo}..{hi})")
+            self.model.checked += 1
+            return
+        writes = [
+            o
+            for o in mine
+            if o.outcome in (None, "info", "ok")
+            and (o.f in ("put", "delete") or (o.f == "cas" and (o.outcome != "ok" or (o.reply or {}).get("ok"))))
+        ]
+        acked = [o.invoked_at for o in writes if o.outcome == "ok"]
+        possible: set[str | None] = set() if acked else {None}
+        for o in writes:
+            done = o.completed_at if o.outcome == "ok" and o.completed_at is not None else never
+            if not any(t > done for t in acked):
+                possible.add(None if o.f == "delete" else o.value)
+        if got not in possible:
+            self.model._fail(
+                op, f"final read: an acknowledged write is missing (possible: {sorted(map(str, possible))})"
+            )
+        self.model.checked += 1
+
     def _due(self, now: float) -> bool:
         if now < self._next_at:
             return False
@@ -329,6 +393,9 @@ class Workload:
         op.outcome = "fail" if "error" in reply else "ok"
         if self.concurrent:
             self._in_flight -= 1
+            if op.final and op.outcome == "ok":
+                self._check_final_read(op, reply)
+            self._judge_when_done()
             if op.key is not None and op.outcome == "ok":
                 self._last_seen[op.key] = (
                     None if op.f == "delete" else op.value if op.f == "put" else reply.get("value")
@@ -345,6 +412,7 @@ class Workload:
             self._in_flight -= 1
             if op.final:
                 self._final = [*(self._final or []), op.key or "counter"]  # read it again
+            self._judge_when_done()
             return  # the key stays: the checker allows for the unknown outcome
         self._busy.discard(op.key or "counter")
         self.model.on_unknown(op)
@@ -460,6 +528,24 @@ class LocalWorkload(Workload):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _operation(op: Op) -> Operation:
+    """A workload op as the linearizability checker sees it (in flight: outcome unknown)."""
+    ok = op.outcome == "ok"
+    status = {"ok": OK, "fail": FAIL}.get(op.outcome or "", INFO)
+    return Operation(
+        client=op.client,
+        op_id=op.op_id,
+        f=op.f,
+        key=op.key,
+        invoke=round(op.invoked_at * 1e9),
+        complete=round(op.completed_at * 1e9) if ok and op.completed_at is not None else None,
+        status=status,
+        value=op.delta if op.f == "add" else op.value,
+        arg=op.expected if op.f == "cas" else None,
+        result=(op.reply or {}).get("value") if ok else None,
+    )
 
 
 @dataclass
