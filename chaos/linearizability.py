@@ -213,7 +213,6 @@ def linearizable(
     for i, o in enumerate(hist):
         if o.status == OK:
             required |= 1 << i
-    by_completion = sorted((i for i in range(n) if hist[i].status == OK), key=lambda i: complete[i])
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     seen: set[tuple[int, Any]] = set()
     stack: list[tuple[int, Any]] = [(0, model.init)]
@@ -230,10 +229,18 @@ def linearizable(
             return Search(UNKNOWN, explored, f"search budget of {max_states} states spent")
         if deadline is not None and explored % 1024 == 0 and time.monotonic() > deadline:
             return Search(UNKNOWN, explored, f"time budget of {max_seconds} s spent")
-        # The earliest completion among pending ok ops bounds what may be linearized next.
-        bound = next((complete[i] for i in by_completion if not done >> i & 1), _NEVER)
+        # The earliest completion among pending ok ops bounds what may be linearized next. Ops are
+        # sorted by invocation and everything below ``low`` is linearized, so both scans start at
+        # ``low`` and stop at the first op invoked after the bound (it completes later still).
+        low = (~done & (done + 1)).bit_length() - 1
+        bound = _NEVER
+        for i in range(low, n):
+            if invoke[i] > bound:
+                break
+            if not done >> i & 1 and complete[i] < bound:
+                bound = complete[i]
         children = []
-        for i in range(n):
+        for i in range(low, n):
             if invoke[i] > bound:
                 break
             if done >> i & 1:
