@@ -54,9 +54,9 @@ def _register(sub: argparse._SubParsersAction, name: str) -> None:
     import importlib
 
     try:
-        module = importlib.import_module(f"harness.{name}")
+        module = importlib.import_module(f"clusterlab.harness.{name}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"harness.{name}":
+        if exc.name != f"clusterlab.harness.{name}":
             raise
         return  # a command whose module is not in this tree yet
     module.register(sub)
