@@ -455,13 +455,19 @@ def linearizability_html(verdict: dict[str, Any], max_keys: int = 5) -> str:
             f'<text x="{right - 80}" y="{height - 4}" font-size="10" text-anchor="end">'
             f"+{span / 1e6:.3f} ms</text>"
         )
+        run = f" (run {_esc(v['run_id'])})" if v.get("run_id") else ""
         parts.append(
-            f"<h3>key {_esc(v.get('key'))} ({_esc(v.get('run_id', ''))}): {len(ops)} of {_esc(v.get('ops'))} ops "
-            "cannot be linearized</h3>"
+            f"<h3>key {_esc(v.get('key'))}{run}: {len(ops)} of {_esc(v.get('ops'))} ops cannot be linearized</h3>"
             f'<svg width="{right + 10}" height="{height}" xmlns="http://www.w3.org/2000/svg">{"".join(shapes)}</svg>'
             "<pre>" + _esc("\n".join(o["text"] for o in ops)) + "</pre>"
         )
     more = len(found) - max_keys
+    parts.insert(
+        0,
+        "<p>Each key's smallest set of ops that no order can explain. Bars run from invocation to "
+        "completion (dashed: outcome unknown); red: the read that cannot be placed. <code>= ?</code>: "
+        "the value the op returned is not needed to show the violation.</p>",
+    )
     return "".join(parts) + (f"<p>... and {more} more key(s).</p>" if more > 0 else "")
 
 
