@@ -195,6 +195,7 @@ def write_run(
                         pa.nulls(2 * k, pa.int64()),
                         pa.nulls(2 * k, pa.int64()),
                         pa.array(np.arange(counts["ops"], counts["ops"] + 2 * k, dtype=np.int64)),
+                        pa.nulls(2 * k, pa.string()),
                     ],
                     schema=SCHEMAS["ops"],
                 )

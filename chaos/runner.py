@@ -24,6 +24,10 @@ from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 
+DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
+# The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
+STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
+
 
 class ChaosFailure(AssertionError):
     """A chaos run failed: the message carries the seed and the exact command to re-run it."""
@@ -55,6 +59,8 @@ class RunResult:
     verdict: Verdict | None = None
     elapsed_s: float = 0.0
     fault_ack_before_append: bool = False
+    clients: int = DEFAULT_CLIENTS
+    fault_stale_read: bool = False
 
     @property
     def ok(self) -> bool:
@@ -68,8 +74,12 @@ class RunResult:
         parts = ["sim", self.scenario, f"n{self.members}", f"s{self.seed}", f"d{self.duration_s:g}"]
         if self.service != "kv":
             parts.append(self.service)
+        if self.clients != 1:
+            parts.append(f"c{self.clients}")
         if self.fault_ack_before_append:
             parts.append("broken")
+        if self.fault_stale_read:
+            parts.append("stale-read")
         return "-".join(parts)
 
     def rerun_command(self) -> str:
@@ -86,10 +96,14 @@ class RunResult:
         ]
         if self.service != "kv":
             cmd += ["--service", self.service]
+        if self.clients != DEFAULT_CLIENTS:
+            cmd += ["--clients", str(self.clients)]
         if self.sim:
             cmd.append("--sim")
         if self.fault_ack_before_append:
             cmd.append("--fault-ack-before-append")
+        if self.fault_stale_read:
+            cmd.append("--fault-stale-read")
         return shlex.join(cmd)
 
     def summary(self) -> dict[str, Any]:
@@ -118,6 +132,11 @@ class RunResult:
             "schedule": self.schedule,
             "rerun": self.rerun_command(),
             "fault_ack_before_append": self.fault_ack_before_append,
+            "clients": self.clients,
+            "fault_stale_read": self.fault_stale_read,
+            "linearizability": self.verdict.linearizability.verdict
+            if self.verdict is not None and self.verdict.linearizability is not None
+            else None,
         }
 
     def failure_message(self) -> str:
@@ -139,6 +158,8 @@ def run_scenario(
     fault_ack_before_append: bool = False,
     service: str = "kv",
     rate: float | None = None,
+    clients: int = DEFAULT_CLIENTS,
+    fault_stale_read: bool = False,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -146,12 +167,18 @@ def run_scenario(
 
     ``service``: ``kv`` (put/get/cas/delete) or ``counter`` (add/get); ``rate``: ops per second the
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
-    on the final healed phase (a leader, an acknowledged op, every member caught up)."""
+    on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
+    concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
+    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``)."""
     spec = find_scenario(name)
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
     if members < 1:
         raise ValueError(f"members must be at least 1, not {members}")
+    if clients < 1:
+        raise ValueError(f"clients must be at least 1, not {clients}")
+    if fault_stale_read and service != "kv":
+        raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
     if members not in spec.sizes and members != 3:
         raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
@@ -172,6 +199,8 @@ def run_scenario(
         schedule.describe(),
         fault_ack_before_append=fault_ack_before_append,
         service=service,
+        clients=clients,
+        fault_stale_read=fault_stale_read,
     )
     started = time.monotonic()
     try:
@@ -184,6 +213,9 @@ def run_scenario(
     if result.trace_dir.is_dir():
         result.verdict = verify_run(result.trace_dir)
         result.elections_s = result.verdict.elections_s
+        if clients > 1 and result.verdict.linearizability is not None:
+            # Concurrent clients: their replies are checked by the linearizability checker instead.
+            result.model_checked = sum(k.ops for k in result.verdict.linearizability.keys if k.verdict == "ok")
     result.elapsed_s = time.monotonic() - started
     return result
 
@@ -294,13 +326,18 @@ def _drive(
         result.op_counts = workload.counts()
 
 
+def _workload_meta(result: RunResult) -> dict[str, Any]:
+    """run.json's ``workload``: the service, the concurrent clients and any planted bug."""
+    return {"service": result.service, "clients": result.clients, "fault_stale_read": result.fault_stale_read}
+
+
 def _run_local(
     result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
 ) -> None:
 
     cluster = LocalCluster(
         result.members,
-        service=result.service,
+        service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
         directory=root / "cluster",
         seed=result.seed,
         trace_dir=trace,
@@ -309,9 +346,11 @@ def _run_local(
         startup_timeout_s=max(20.0, settle_s),
         fault_ack_before_append=result.fault_ack_before_append,
     )
+    if cluster.recorder is not None:
+        cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run
     with cluster:
         t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
-        workload = make_workload(t, result.service, result.seed, rate)
+        workload = make_workload(t, result.service, result.seed, rate, clients=result.clients)
         checker = OnlineChecker(t)
         try:
             _drive(t, workload, checker, schedule, result, settle_s, on_step)
@@ -338,12 +377,12 @@ def _run_sim(
             members=result.members,
             seed=result.seed,
             directory=root / "cluster",
-            service=result.service,
+            service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
             member_factory=factory,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
-            workload = make_workload(t, result.service, result.seed, rate, recording=rec)
+            workload = make_workload(t, result.service, result.seed, rate, recording=rec, clients=result.clients)
             checker = OnlineChecker(t)
             try:
                 _drive(t, workload, checker, schedule, result, settle_s, on_step)
@@ -353,4 +392,4 @@ def _run_sim(
                 result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
     finally:
         if rec is not None:
-            rec.close(outcome)
+            rec.close(outcome, extra={"workload": _workload_meta(result)})

@@ -39,7 +39,11 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     Runs of the deliberately broken build (``--fault-ack-before-append``) form their own groups."""
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
-        driver = ("sim" if r["sim"] else "real") + (" broken" if r.get("fault_ack_before_append") else "")
+        driver = (
+            ("sim" if r["sim"] else "real")
+            + (" broken" if r.get("fault_ack_before_append") else "")
+            + (" stale-read" if r.get("fault_stale_read") else "")
+        )
         groups[(r["scenario"], driver, int(r["members"]))].append(r)
     out: dict[str, dict[str, Any]] = {}
     for (scenario, driver, members), rs in sorted(groups.items()):

@@ -1,4 +1,4 @@
-"""The local verdict on a recorded run: the Spark check's five properties computed with pyarrow in
+"""The local verdict on a recorded run: the Spark check's six properties computed with pyarrow in
 one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
 The properties the online checker also judges are its definitions (clusterlab.harness.invariants).
 
@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
 from clusterlab.harness.completeness import Completeness, Status
 from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCommit
 from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
+CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
 _FRAME_HEADER, _MESSAGE_HEADER = 32, 8
 
 
@@ -33,6 +34,7 @@ class Verdict:
     torn: int = 0
     elections_s: list[float] = field(default_factory=list)  # per leader fault: until another member led
     completeness: Completeness | None = None  # judged first; an incomplete run's checks are not run
+    linearizability: HistoryVerdict | None = None  # per key, with the minimal sub-history of a violation
 
     @property
     def complete(self) -> bool:
@@ -72,7 +74,11 @@ class Verdict:
                     t.add_row("", "", "", f.describe())
                 return t  # not judged: the protocol checks would judge missing data
         for check, v in self.violations.items():
-            t.add_row(check, "[red]FAIL[/]" if v else "[green]ok[/]", str(len(v)), v[0] if v else "")
+            note = ""
+            if check == "linearizability" and not v and self.linearizability is not None:
+                unknown = self.linearizability.unknown()
+                note = f"unknown on {len(unknown)} key(s): {unknown[0].describe()}" if unknown else ""
+            t.add_row(check, "[red]FAIL[/]" if v else "[green]ok[/]", str(len(v)), v[0] if v else note)
         return t
 
 
@@ -157,7 +163,12 @@ def verify_run(trace_dir: Path | str) -> Verdict:
         if k in last and last[k] != r["state_digest"] and r["entry_type"] == "SessionMessage":
             changed_at.add(r["log_position"])
         last[k] = r["state_digest"]
-    for op in run.ops.to_pylist():
+    ops_rows = run.ops.to_pylist()
+    # Linearizability of the clients' history (every client, per key): a violation fails the run;
+    # a key whose search ran out of budget is "unknown" and says so, but does not fail it.
+    v.linearizability = check_history(operations_from_rows(ops_rows))
+    v.violations["linearizability"] = [k.describe() for k in v.linearizability.violations()]
+    for op in ops_rows:
         if op["kind"] != "ok":
             continue
         key = (op["op_id"], op["f"], op["key"], op["value"])

@@ -16,6 +16,12 @@ An op whose outcome is unknown (no reply in time, its session replaced) might st
 later, so its key is retired (``k3`` becomes ``k3.1``) and never checked again. A reply that
 contradicts the model raises :class:`~clusterlab.harness.invariants.SafetyViolation` at once.
 
+**Concurrent clients** (``clients`` > 1, the chaos runs' default 3): each client its own session,
+client ``i`` asking member ``i`` first (so followers redirect it), at most one op in flight per
+client, keys shared, so ops on a key overlap. The sequential model above no longer applies (it
+assumes one op per key at a time); the history is judged after the run by the linearizability
+checker (:mod:`clusterlab.chaos.linearizability`, in :func:`clusterlab.chaos.verify.verify_run`).
+
 Acknowledgement times give the client-visible failover: from a leader fault to the first op
 *invoked after it* that is acknowledged (an op already in flight may be acknowledged by egress
 that was on the wire when the leader died, which says nothing about failover).
@@ -23,11 +29,21 @@ that was on the wire when the leader died, which says nothing about failover).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from clusterlab.chaos.linearizability import (
+    COUNTER_KEY,
+    FAIL,
+    INFO,
+    OK,
+    VIOLATION,
+    Operation,
+    check_key,
+)
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout
@@ -48,6 +64,7 @@ class Op:
     key: str | None
     value: str | None
     invoked_at: float
+    client: int = 0  # which of the workload's clients runs it
     expected: str | None = None  # cas: the value expected
     delta: int = 0  # counter add
     final: bool = False  # a read of the final phase (checked against every possible outcome)
@@ -180,6 +197,7 @@ class Workload:
     seed: int = 0
     rate: float = 100.0  # ops per second offered (target time)
     keys: int = 8
+    clients: int = 1  # concurrent clients (sessions); >1: judged by the linearizability checker
     history: list[Op] = field(default_factory=list)
     unknown: int = 0
     model: Model = field(init=False)
@@ -188,10 +206,15 @@ class Workload:
     _busy: set[str] = field(default_factory=set)  # keys with an op outstanding
     _next_at: float = 0.0
     _final: list[str] | None = None  # keys still to read in the final phase
+    _in_flight: int = 0
+    _last_seen: dict[str, str | None] = field(default_factory=dict)  # concurrent: a key's last value seen
+    _judged: bool = False  # concurrent: the history was checked for linearizability after the final reads
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
             raise ValueError(f"no workload for service {self.service!r}; known: {', '.join(SERVICES)}")
+        if self.clients < 1:
+            raise ValueError(f"clients must be at least 1, not {self.clients}")
         self.model = Model(self.service)
         self._rng = random.Random(f"workload:{self.service}:{self.seed}")
 
@@ -232,15 +255,25 @@ class Workload:
 
     @property
     def final_done(self) -> bool:
-        return self._final is not None and not self._final and not self._busy
+        return self._final is not None and not self._final and not self._busy and not self._in_flight
+
+    @property
+    def concurrent(self) -> bool:
+        """Several clients: keys are shared and the sequential model is off."""
+        return self.clients > 1
 
     # --- generating ops
     def _key(self, slot: int) -> str:
         g = self._generation.get(slot, 0)
         return f"k{slot}" if g == 0 else f"k{slot}.{g}"
 
-    def _new_op(self, now: float) -> Op | None:
-        """The next op on a key with nothing outstanding (None if every key is busy)."""
+    def _new_op(self, now: float, client: int = 0) -> Op | None:
+        """The next op on a key with nothing outstanding (None if every key is busy); with concurrent
+        clients, on any key (their ops overlap)."""
+        if self.concurrent:
+            op = self._new_concurrent_op(now, client)
+            self._in_flight += op is not None
+            return op
         op_id = len(self.history) + 1
         if self._final is not None:
             free = [k for k in self._final if k not in self._busy]
@@ -273,6 +306,82 @@ class Workload:
         self.history.append(op)
         return op
 
+    def _new_concurrent_op(self, now: float, client: int) -> Op | None:
+        op_id = len(self.history) + 1
+        if self._final is not None:
+            if not self._final:
+                return None
+            key = self._final.pop(0)
+            op = Op(op_id, "get", None if self.service == "counter" else key, None, now, client, final=True)
+        elif self.service == "counter":
+            f = self._rng.choices(list(COUNTER_MIX), weights=list(COUNTER_MIX.values()))[0]
+            op = Op(op_id, f, None, None, now, client, delta=self._rng.randrange(1, 10) if f == "add" else 0)
+        else:
+            key = self._key(self._rng.randrange(self.keys))
+            f = self._rng.choices(list(KV_MIX), weights=list(KV_MIX.values()))[0]
+            value = f"v{op_id}" if f in ("put", "cas") else None  # unique: the checker needs that
+            expected = None
+            if f == "cas":
+                seen = self._last_seen.get(key)
+                expected = seen if self._rng.random() < 0.8 else f"v{op_id - 1}"
+            op = Op(op_id, f, key, value, now, client, expected=expected)
+        self.history.append(op)
+        return op
+
+    def _judge_when_done(self) -> None:
+        """Concurrent clients: once the final reads are answered, every key's history so far is
+        checked for linearizability (ops in flight count as of unknown outcome), so a run fails with
+        the violation at once instead of at the trace check."""
+        if self._judged or not self.final_done:
+            return
+        self._judged = True
+        by_key: dict[str, list[Operation]] = {}
+        for o in self.history:
+            by_key.setdefault(o.key or COUNTER_KEY, []).append(_operation(o))
+        for key, ops in sorted(by_key.items()):
+            got = check_key(key, ops, max_states=50_000, max_seconds=5.0)
+            if got.verdict == VIOLATION:
+                raise SafetyViolation(
+                    f"acknowledged history broken: key {key} is not linearizable across {self.clients} clients "
+                    "(an acknowledged write is missing, or a read is stale); minimal sub-history: "
+                    + "; ".join(o.describe() for o in got.minimal)
+                )
+
+    def _check_final_read(self, op: Op, reply: dict[str, Any]) -> None:
+        """Concurrent clients, a final read: it must return what some write could have left last (one
+        no acknowledged write was invoked after the completion of; unknown and in-flight ones may land
+        any time), the counter a sum of every acknowledged add and some of the unknown ones. The same
+        online "acknowledged write is missing" as the sequential model's; the linearizability checker
+        judges the whole history after the run."""
+        never = float("inf")
+        mine = [o for o in self.history if o.key == op.key and not o.final and o is not op]
+        got = reply.get("value")
+        if self.service == "counter":
+            adds = [o for o in mine if o.f == "add"]
+            lo = sum(o.delta for o in adds if o.outcome == "ok")
+            hi = lo + sum(o.delta for o in adds if o.outcome in (None, "info"))
+            if not isinstance(got, int) or not lo <= got <= hi:
+                self.model._fail(op, f"final read: an acknowledged write is missing (possible: {lo}..{hi})")
+            self.model.checked += 1
+            return
+        writes = [
+            o
+            for o in mine
+            if o.outcome in (None, "info", "ok")
+            and (o.f in ("put", "delete") or (o.f == "cas" and (o.outcome != "ok" or (o.reply or {}).get("ok"))))
+        ]
+        acked = [o.invoked_at for o in writes if o.outcome == "ok"]
+        possible: set[str | None] = set() if acked else {None}
+        for o in writes:
+            done = o.completed_at if o.outcome == "ok" and o.completed_at is not None else never
+            if not any(t > done for t in acked):
+                possible.add(None if o.f == "delete" else o.value)
+        if got not in possible:
+            self.model._fail(
+                op, f"final read: an acknowledged write is missing (possible: {sorted(map(str, possible))})"
+            )
+        self.model.checked += 1
+
     def _due(self, now: float) -> bool:
         if now < self._next_at:
             return False
@@ -282,6 +391,16 @@ class Workload:
     def _complete(self, op: Op, reply: dict[str, Any], now: float) -> None:
         op.completed_at, op.reply = now, reply
         op.outcome = "fail" if "error" in reply else "ok"
+        if self.concurrent:
+            self._in_flight -= 1
+            if op.final and op.outcome == "ok":
+                self._check_final_read(op, reply)
+            self._judge_when_done()
+            if op.key is not None and op.outcome == "ok":
+                self._last_seen[op.key] = (
+                    None if op.f == "delete" else op.value if op.f == "put" else reply.get("value")
+                )
+            return
         self._busy.discard(op.key or "counter")
         self.model.on_reply(op, reply)
 
@@ -289,6 +408,12 @@ class Workload:
         """No reply: the outcome is unknown; retire the key (a late application is never checked)."""
         op.completed_at, op.outcome = now, "info"
         self.unknown += 1
+        if self.concurrent:
+            self._in_flight -= 1
+            if op.final:
+                self._final = [*(self._final or []), op.key or "counter"]  # read it again
+            self._judge_when_done()
+            return  # the key stays: the checker allows for the unknown outcome
         self._busy.discard(op.key or "counter")
         self.model.on_unknown(op)
         if op.final:
@@ -318,8 +443,13 @@ class LocalWorkload(Workload):
     request_timeout_s: float = 3.0
     attempt_timeout_s: float = 0.5
     _client: Any = None
+    _clients: list[Any] = field(default_factory=list)  # concurrent: one LocalClient per client
+    _flights: dict[int, _Flight] = field(default_factory=dict)  # concurrent: client -> its op in flight
 
     def step(self) -> None:
+        if self.concurrent:
+            self._step_concurrent()
+            return
         now = time.monotonic()
         if not self._due(now):
             time.sleep(min(self._next_at - now, 0.005))  # pacing the offered rate, not synchronisation
@@ -343,10 +473,91 @@ class LocalWorkload(Workload):
             return
         self._complete(op, reply, time.monotonic())
 
+    def _step_concurrent(self) -> None:
+        """Every client: collect its reply, resend or give up on silence, or start its next op; one
+        thread drives them all without blocking on any (``LocalClient.request``'s logic per client)."""
+        if not self._clients:
+            for i in range(self.clients):
+                c = self.cluster.client(connect=False, first_member=i % self.cluster.member_count)
+                c.connect_timeout_s = self.attempt_timeout_s
+                self._clients.append(c)
+        waiting = True
+        for i, c in enumerate(self._clients):
+            now = time.monotonic()
+            flight = self._flights.get(i)
+            if flight is not None:
+                reply = c.take_reply(flight.rid)
+                now = time.monotonic()
+                if reply is not None:
+                    del self._flights[i]
+                    self._complete(flight.op, reply, now)
+                    waiting = False
+                elif now >= flight.deadline:
+                    del self._flights[i]
+                    self._give_up(flight.op, now)
+                elif now >= flight.attempt_at and self.service == "kv":  # a counter op is sent once
+                    flight.attempts += 1
+                    c.resend(flight.payload, reconnect=flight.attempts % 2 == 1)
+                    flight.attempt_at = time.monotonic() + self.attempt_timeout_s
+                continue
+            if not self._due(now):
+                continue
+            if not c.client.is_connected:
+                try:
+                    c.connect(self.attempt_timeout_s)
+                except LocalClientTimeout:
+                    continue  # no leader to talk to (yet): nothing invoked
+            op = self._new_op(time.monotonic(), i)
+            if op is None:
+                continue
+            rid, payload = c.begin(op.payload)
+            now = time.monotonic()
+            self._flights[i] = _Flight(op, rid, payload, now + self.request_timeout_s, now + self.attempt_timeout_s)
+            waiting = False
+        if waiting:
+            time.sleep(0.001)  # pacing the poll of replies, not synchronisation
+
     def close(self) -> None:
+        now = time.monotonic()
+        for _i, flight in sorted(self._flights.items()):
+            self._give_up(flight.op, now)
+        self._flights.clear()
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _operation(op: Op) -> Operation:
+    """A workload op as the linearizability checker sees it (in flight: outcome unknown)."""
+    ok = op.outcome == "ok"
+    status = {"ok": OK, "fail": FAIL}.get(op.outcome or "", INFO)
+    return Operation(
+        client=op.client,
+        op_id=op.op_id,
+        f=op.f,
+        key=op.key,
+        invoke=round(op.invoked_at * 1e9),
+        complete=round(op.completed_at * 1e9) if ok and op.completed_at is not None else None,
+        status=status,
+        value=op.delta if op.f == "add" else op.value,
+        arg=op.expected if op.f == "cas" else None,
+        result=(op.reply or {}).get("value") if ok else None,
+    )
+
+
+@dataclass
+class _Flight:
+    """A concurrent client's op in flight: its request id and bytes, deadlines and attempts."""
+
+    op: Op
+    rid: int
+    payload: bytes
+    deadline: float
+    attempt_at: float
+    attempts: int = 1
 
 
 @dataclass
@@ -365,22 +576,31 @@ class SimWorkload(Workload):
     _leader_changes: int = 0
     _open: dict[int, Op] = field(default_factory=dict)  # request id (= op id) -> op
 
-    def _rec(self) -> Any:
-        return self.recording.recorder(f"client-{self._client.client_id}", -1, 0) if self.recording else None
+    _sim_clients: dict[int, Any] = field(default_factory=dict)  # concurrent: client -> SimClient
+    _sim_seen: dict[int, int] = field(default_factory=dict)
+    _sim_moves: dict[int, int] = field(default_factory=dict)
+    _sim_flights: dict[int, Op] = field(default_factory=dict)
 
-    def _record(self, op: Op, kind: str, result: str | None = None) -> None:
-        rec = self._rec()
+    def _rec(self, c: Any = None) -> Any:
+        c = c or self._client
+        return self.recording.recorder(f"client-{c.client_id}", -1, 0) if self.recording else None
+
+    def _record(self, op: Op, kind: str, result: str | None = None, c: Any = None) -> None:
+        c = c or self._client
+        rec = self._rec(c)
         if rec is not None:
             value = op.value if op.f != "add" else None
+            arg = json.dumps(op.expected) if op.f == "cas" else str(op.delta) if op.f == "add" else None
             rec.op(
-                self._client.client_id,
+                c.client_id,
                 op.op_id,
                 kind,
                 op.f,
                 op.key,
                 value,
                 result,
-                cluster_session_id=self._client.client.cluster_session_id,
+                cluster_session_id=c.client.cluster_session_id,
+                arg=arg if kind == "invoke" else None,
             )
 
     def _ensure_client(self, now: float) -> Any:
@@ -414,7 +634,50 @@ class SimWorkload(Workload):
             self._complete(op, reply, now)
         self._seen = len(c.received)
 
+    def _step_concurrent(self) -> None:
+        """Each client: its replies, its op given up when unanswered or its session moved, its next op."""
+        now = self.cluster.now_ns / SECOND
+        decode = kv.decode_reply if self.service == "kv" else counter.decode_reply
+        for i in range(self.clients):
+            c = self._sim_clients.get(i)
+            if c is None or c.client.is_closed or c.errors:
+                if c is not None:
+                    self.reconnects += 1
+                c = self.cluster.add_client(first_member=i % self.cluster.member_count)
+                c.client.connect(self.cluster.now_ns)
+                self._sim_clients[i], self._sim_seen[i], self._sim_moves[i] = c, 0, 0
+            op: Op | None = self._sim_flights.get(i)
+            for msg in c.received[self._sim_seen[i] :]:
+                try:
+                    reply = decode(msg.payload)
+                except ValueError:
+                    continue
+                if op is not None and reply.get("id") == op.op_id:
+                    del self._sim_flights[i]
+                    self._record(op, "fail" if "error" in reply else "ok", kv._dumps(reply).decode(), c)
+                    self._complete(op, reply, now)
+                    op = None
+            self._sim_seen[i] = len(c.received)
+            moved = c.client.leader_changes != self._sim_moves[i]
+            self._sim_moves[i] = c.client.leader_changes
+            if op is not None and (moved or c.errors or now - op.invoked_at > self.request_timeout_s):
+                del self._sim_flights[i]
+                self._record(op, "info", None, c)
+                self._give_up(op, now)
+                op = None
+            if op is not None or not c.client.is_connected or not self._due(now):
+                continue
+            op = self._new_op(now, i)
+            if op is None:
+                continue
+            self._sim_flights[i] = op
+            self._record(op, "invoke", None, c)
+            c.client.offer(op.payload(op.op_id), self.cluster.now_ns)
+
     def step(self) -> None:
+        if self.concurrent:
+            self._step_concurrent()
+            return
         now = self.cluster.now_ns / SECOND
         c = self._ensure_client(now)
         self._drain(now)
@@ -435,6 +698,10 @@ class SimWorkload(Workload):
             c.client.offer(new.payload(new.op_id), self.cluster.now_ns)
 
     def close(self) -> None:
+        for i, op in sorted(self._sim_flights.items()):
+            self._record(op, "info", None, self._sim_clients[i])
+            self._give_up(op, self.cluster.now_ns / SECOND)
+        self._sim_flights.clear()
         if self._client is not None:
             now = self.cluster.now_ns / SECOND
             self._drain(now)
@@ -444,11 +711,21 @@ class SimWorkload(Workload):
             self._open.clear()
 
 
-def make_workload(target: Any, service: str, seed: int, rate: float | None = None, recording: Any = None) -> Workload:
-    """The workload for ``target`` (a chaos Target): LocalWorkload or SimWorkload."""
+def make_workload(
+    target: Any, service: str, seed: int, rate: float | None = None, recording: Any = None, clients: int = 1
+) -> Workload:
+    """The workload for ``target`` (a chaos Target): LocalWorkload or SimWorkload, with ``clients``
+    concurrent clients."""
     if target.kind == "sim":
-        return SimWorkload(service=service, seed=seed, rate=rate or 100.0, cluster=target.cluster, recording=recording)
-    return LocalWorkload(service=service, seed=seed, rate=rate or 200.0, cluster=target.cluster)
+        return SimWorkload(
+            service=service,
+            seed=seed,
+            rate=rate or 100.0,
+            cluster=target.cluster,
+            recording=recording,
+            clients=clients,
+        )
+    return LocalWorkload(service=service, seed=seed, rate=rate or 200.0, cluster=target.cluster, clients=clients)
 
 
 __all__ = [

@@ -201,8 +201,10 @@ class ChaosRunner:
 
         if "duration" in kwargs:
             kwargs["duration_s"] = kwargs.pop("duration")
-        tag = f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}" + (
-            "-broken" if kwargs.get("fault_ack_before_append") else ""
+        tag = (
+            f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}"
+            + ("-broken" if kwargs.get("fault_ack_before_append") else "")
+            + ("-stale-read" if kwargs.get("fault_stale_read") else "")
         )
         run_dir, kept = _run_dir(self.request, self.tmp_path, tag)
         work = Path(tempfile.mkdtemp(prefix=f"work-{tag}-", dir=self.tmp_path))  # never kept under --trace-dir

@@ -52,6 +52,7 @@ def regenerate(
                 duration_s=recipe.duration_s,
                 sim=recipe.driver == "sim",
                 directory=work,
+                clients=1,  # the shipped goldens' workload: one client
             )
             if not r.ok:
                 last = r.failure_message()

@@ -197,16 +197,21 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
             pass
 
     v = verify_run(run_dir)
+    checks: dict[str, Any] = {
+        name: {"ok": not found, "count": len(found), "violations": found[:20]} for name, found in v.violations.items()
+    }
+    if v.linearizability is not None and "linearizability" in checks:
+        # Structured, as in check.json: each violating key with its minimal sub-history (drawn below).
+        checks["linearizability"]["violations"] = [
+            {**k.as_dict(), "problem": k.describe()} for k in v.linearizability.violations()[:20]
+        ]
     return {
         "source": "local verdict (pyarrow)",
         "ok": v.ok,
         "status": v.status,
         "rows": v.rows,
         "torn": v.torn,
-        "checks": {
-            name: {"ok": not found, "count": len(found), "violations": found[:20]}
-            for name, found in v.violations.items()
-        },
+        "checks": checks,
     }
 
 
@@ -528,7 +533,9 @@ def _verdict_html(verdict: dict[str, Any]) -> str:
         first_text = (
             first
             if isinstance(first, str)
-            else json.dumps({k: v for k, v in (first or {}).items() if k != "messages"}, default=str)[:400]
+            else json.dumps({k: v for k, v in (first or {}).items() if k not in ("messages", "minimal")}, default=str)[
+                :400
+            ]
         )
         rows.append(
             f'<tr><td>{_esc(name)}</td><td class="{"pass" if c.get("ok") else "fail"}">'
@@ -579,6 +586,77 @@ def _divergence_html(div: dict[str, Any] | None) -> str:
             else ""
         )
     )
+
+
+_OP_COLOURS = {"ok": "#9ecae1", "info": "#fdd0a2", "stale": "#fb6a4a"}
+
+
+def linearizability_html(verdict: dict[str, Any], max_keys: int = 5) -> str:
+    """Each non-linearizable key's minimal sub-history drawn as Porcupine does: one row per client,
+    each op a bar from invocation to completion (an op of unknown outcome runs on to the right edge,
+    hatched), labelled with the call and what it returned; a read is red when it returned a value
+    the write drawn after it had already replaced."""
+    check = verdict.get("checks", {}).get("linearizability")
+    if not check:
+        return "<p>Not checked (a verdict from before the linearizability check).</p>"
+    found = [v for v in check.get("violations") or [] if isinstance(v, dict) and v.get("minimal")]
+    if not found:
+        return (
+            "<p>Every key's history is linearizable.</p>"
+            if check.get("ok")
+            else "<p>Violations without a sub-history to draw.</p>"
+        )
+    parts = []
+    for v in found[:max_keys]:
+        ops = v["minimal"]
+        t0 = min(o["invoke"] for o in ops)
+        t1 = max(max(o["invoke"], o["complete"] or o["invoke"]) for o in ops)
+        span = max(1, t1 - t0)
+        clients = sorted({o["client"] for o in ops})
+        left, width, row = 70, 760, 34
+        right = left + width
+        height = row * len(clients) + 30
+
+        def x(t: int, t0: int = t0, span: int = span, left: int = left, width: int = width) -> float:
+            return left + (t - t0) / span * (width - 80)  # room on the right for unknown outcomes
+
+        shapes = [
+            f'<text x="4" y="{row * i + 22}" font-size="12">client {_esc(c)}</text>' for i, c in enumerate(clients)
+        ]
+        for o in ops:
+            y = row * clients.index(o["client"]) + 6
+            a = x(o["invoke"])
+            b = right if o["complete"] is None else max(a + 3, x(o["complete"]))
+            colour = _OP_COLOURS["info" if o["status"] != "ok" else "ok"]
+            if o["f"] == "get" and o is ops[-1]:
+                colour = _OP_COLOURS["stale"]
+            dash = ' stroke-dasharray="4 2"' if o["complete"] is None else ""
+            shapes.append(
+                f'<rect x="{a:.1f}" y="{y}" width="{b - a:.1f}" height="22" fill="{colour}" stroke="#555"{dash}>'
+                f"<title>{_esc(o['text'])}; invoked +{(o['invoke'] - t0) / 1e6:.3f} ms"
+                + ("" if o["complete"] is None else f", completed +{(o['complete'] - t0) / 1e6:.3f} ms")
+                + "</title></rect>"
+                f'<text x="{a + 3:.1f}" y="{y + 15}" font-size="11">{_esc(o["text"].split(" ", 2)[-1])}</text>'
+            )
+        shapes.append(
+            f'<text x="{left}" y="{height - 4}" font-size="10">0 ms</text>'
+            f'<text x="{right - 80}" y="{height - 4}" font-size="10" text-anchor="end">'
+            f"+{span / 1e6:.3f} ms</text>"
+        )
+        run = f" (run {_esc(v['run_id'])})" if v.get("run_id") else ""
+        parts.append(
+            f"<h3>key {_esc(v.get('key'))}{run}: {len(ops)} of {_esc(v.get('ops'))} ops cannot be linearized</h3>"
+            f'<svg width="{right + 10}" height="{height}" xmlns="http://www.w3.org/2000/svg">{"".join(shapes)}</svg>'
+            "<pre>" + _esc("\n".join(o["text"] for o in ops)) + "</pre>"
+        )
+    more = len(found) - max_keys
+    parts.insert(
+        0,
+        "<p>Each key's smallest set of ops that no order can explain. Bars run from invocation to "
+        "completion (dashed: outcome unknown); red: the read that cannot be placed. <code>= ?</code>: "
+        "the value the op returned is not needed to show the violation.</p>",
+    )
+    return "".join(parts) + (f"<p>... and {more} more key(s).</p>" if more > 0 else "")
 
 
 def render(run_dir: Path | str) -> str:
@@ -637,6 +715,8 @@ report written {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}</p>
 {svg}
 <h2>First divergence</h2>
 {_divergence_html(first_divergence(verdict)) if verdict.get("checks") else "<p>Not judged.</p>"}
+<h2>Linearizability: minimal non-linearizable sub-histories</h2>
+{linearizability_html(verdict)}
 </body></html>
 """
 

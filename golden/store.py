@@ -301,6 +301,7 @@ def bless(
             "format": GOLDEN_FORMAT,
             **asdict(recipe),
             "service": service,
+            "clients": int((meta.get("workload") or {}).get("clients", 1)),  # the re-run's concurrent clients
             "clusterlab_version": __version__,
             "git_commit": git_commit(),
             "blessed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -952,10 +952,12 @@ class LocalCluster:
         timeout_s: float = 10.0,
         credentials: ClientCredentials | None = None,
         anonymous: bool = False,
+        first_member: int = 0,
     ) -> LocalClient:
         """A new client (its own session); connected unless ``connect`` is False. On a secured
         cluster it presents ``credentials`` (default: the cluster's own, from its keys directory)
-        unless ``anonymous``."""
+        unless ``anonymous``. ``first_member``: the member it asks first (a follower redirects it to
+        the leader)."""
         client_id = len(self.clients)
         recorder = (
             process_recorder(
@@ -971,6 +973,7 @@ class LocalCluster:
             client_id=client_id,
             credentials=credentials,
             anonymous=anonymous,
+            first_member=first_member,
         )
         self.clients.append(client)
         if connect:
@@ -986,6 +989,9 @@ def _groups(group_of: dict[int, int]) -> list[list[int]]:
 
 
 _client_names = itertools.count()
+
+
+CLIENT_ID_STRIDE = 1_000_000_000  # request ids of client k start at 1 + k * stride
 
 
 class LocalClientTimeout(AssertionError):
@@ -1011,6 +1017,7 @@ class LocalClient:
         client_id: int = 0,
         credentials: ClientCredentials | None = None,
         anonymous: bool = False,
+        first_member: int = 0,
     ) -> None:
         """``credentials``: what the client presents to the cluster's authenticator (a secured
         cluster rejects a client without them; default there: the cluster's own, from its keys
@@ -1040,8 +1047,9 @@ class LocalClient:
         )
         if self._own_context is not None:
             self._security = security
+        members = config.members[first_member:] + config.members[:first_member]  # asked in this order
         self.conn = ClusterConnection(
-            {m.member_id: m.ingress for m in config.members},
+            {m.member_id: m.ingress for m in members},
             config.client_endpoint(name),
             zctx=zctx,
             message_timeout_ns=max(5 * 10**9, 2 * t.leader_heartbeat_timeout_ns),
@@ -1058,7 +1066,9 @@ class LocalClient:
         # How long a request's (re)connect may block: a chaos workload keeps it short so a step never
         # outlasts its fault (clusterlab.chaos.workload.LocalWorkload sets it).
         self.connect_timeout_s = 10.0
-        self._next_id = 1
+        # Request ids (the ops table's op_id) unique across a run's clients, so the durability check
+        # can match an acknowledged op to its log entry by id when several clients run at once.
+        self._next_id = 1 + client_id * CLIENT_ID_STRIDE
         self.replies: dict[int, dict[str, Any]] = {}
         self.other_messages: list[bytes] = []
         self.reconnects = 0
@@ -1136,6 +1146,8 @@ class LocalClient:
             command = {}
         f, key, value = str(command.get("op", "?")), command.get("key"), command.get("value")
         self._open_ops[rid] = (f, key, value)
+        # The other argument a checker needs: cas's expected value, add's delta (as JSON).
+        arg = "expected" if f == "cas" else "delta" if f == "add" else None
         self.recorder.op(
             self.client_id,
             rid,
@@ -1144,6 +1156,7 @@ class LocalClient:
             key,
             None if value is None else str(value),
             cluster_session_id=self.conn.client.cluster_session_id if self.conn.client.is_connected else None,
+            arg=json.dumps(command.get(arg)) if arg is not None and arg in command else None,
         )
 
     def _record_completion(self, rid: int, reply: dict[str, Any]) -> None:
@@ -1216,6 +1229,34 @@ class LocalClient:
                     f"no reply to request {rid} within {timeout_s} s ({attempts} attempts): "
                     f"{self.conn.client.describe()}"
                 )
+
+    def begin(self, build: Callable[[int], bytes]) -> tuple[int, bytes]:
+        """Start a request without waiting (``request``'s first attempt): its id and the bytes to
+        :meth:`resend`. A concurrent workload drives several clients this way from one thread."""
+        rid = self._next_id
+        self._next_id += 1
+        payload = self._tagged(build(rid))
+        self._record_invoke(rid, payload)
+        self.resend(payload, reconnect=False)
+        return rid, payload
+
+    def resend(self, payload: bytes, *, reconnect: bool) -> None:
+        """Send a request again (same id: the kv service applies it once); ``reconnect``: open a new
+        session first (the old one may have gone with its leader)."""
+        try:
+            if reconnect:
+                self.reconnects += 1
+                self.conn.client.close(self.conn.clock.now_ns())
+            self._offer(payload)
+        except (ClientError, LocalClientTimeout):
+            pass
+
+    def take_reply(self, rid: int) -> dict[str, Any] | None:
+        """The reply to ``rid`` if it has arrived (handles egress first, without blocking)."""
+        with contextlib.suppress(ClientError):
+            self.conn.pump(0.0)
+        self._collect()
+        return self.replies.pop(rid, None)
 
     # --- KV helpers (clusterlab.harness.services.kv)
     def put(self, key: str, value: str, timeout_s: float | None = None) -> dict[str, Any]:

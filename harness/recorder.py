@@ -198,6 +198,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("log_position", pa.int64(), True),
             # added columns
             _f("seq", pa.int64()),
+            _f("arg", pa.string(), True),  # JSON of the op's other argument: cas expected, add delta
         ]
     ),
     "log": pa.schema(
@@ -902,8 +903,10 @@ class ProcessRecorder:
         log_position: int | None = None,
         *,
         wall_ns: int | None = None,
+        arg: str | None = None,
     ) -> None:
-        """One client history row: ``invoke``, then ``ok``, ``fail`` or ``info`` for the same op_id."""
+        """One client history row: ``invoke``, then ``ok``, ``fail`` or ``info`` for the same op_id.
+        ``arg``: JSON of the op's other argument (cas: the expected value; add: the delta)."""
         self.writer("ops").append(
             client_id,
             op_id,
@@ -916,6 +919,7 @@ class ProcessRecorder:
             cluster_session_id,
             correlation_id,
             log_position,
+            arg,
         )
 
     # ------------------------------------------------------------------------------------- flushing

@@ -45,7 +45,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.module import ConsensusModule
-from clusterlab.harness.services import SERVICES
+from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
     SimClient,
@@ -494,7 +494,7 @@ class SimCluster:
             host = SimServiceHost(
                 member_id,
                 storage,
-                SERVICES[self.service_name],
+                service_factory(self.service_name),
                 outbox.send_egress,
                 self._applied_sink(member_id, incarnation),
                 self._member_log(member_id),
@@ -564,14 +564,18 @@ class SimCluster:
         faults.truncate_at(self._storages[member_id], position)
         self._harness_event("truncate", member_id, log_position=position)
 
-    def add_client(self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000) -> SimClient:
-        """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``)."""
+    def add_client(
+        self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000, first_member: int = 0
+    ) -> SimClient:
+        """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``).
+        ``first_member``: the member it asks first (a follower redirects it to the leader)."""
         client = SimClient(
             len(self.clients),
             self.member_count,
             lambda src, dst, channel, payload: self.network.send(self.clock.now_ns, src, dst, channel, payload),
             credentials=credentials,
             keepalive_interval_ns=keepalive_interval_ns,
+            first_member=first_member,
         )
         self.clients.append(client)
         return client

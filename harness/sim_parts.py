@@ -116,6 +116,7 @@ class SimClient:
         send: Callable[[int, int, Channel, bytes], None],
         credentials: bytes = b"",
         keepalive_interval_ns: int | None = 1_000_000_000,
+        first_member: int = 0,
     ) -> None:
         self.client_id = client_id
         self.network_id = client_network_id(client_id)
@@ -124,7 +125,11 @@ class SimClient:
         self.client = ClusterClient(
             client_id,
             client_response_channel(client_id),
-            {m: f"sim-member:{m}" for m in range(member_count)},
+            # The first member is the one it connects to first (a follower answers REDIRECT).
+            {
+                m % member_count: f"sim-member:{m % member_count}"
+                for m in range(first_member, first_member + member_count)
+            },
             lambda member_id, payload: send(self.network_id, member_id, Channel.INGRESS, payload),
             credentials=credentials,
             keepalive_interval_ns=keepalive_interval_ns,

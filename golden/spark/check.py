@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix")
+CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
 DEFAULT_LIMIT = 50
 AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
 
@@ -55,6 +55,7 @@ class CheckResult:
     count: int
     violations: list[dict[str, Any]] = field(default_factory=list)
     per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
+    unknown: list[dict[str, Any]] = field(default_factory=list)  # linearizability: keys not decided
 
     @property
     def ok(self) -> bool:
@@ -541,6 +542,17 @@ def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame
 # ------------------------------------------------------------------------------------------ entry
 
 
+def check_linearizability(tables: Tables, limit: int) -> CheckResult:
+    """Every run's client history, per key, linearizable (golden/spark/linearizability.py); keys whose
+    search ran out of budget are reported as ``unknown`` (not violations)."""
+    from clusterlab.golden.spark.linearizability import judge_ops, violations
+
+    count, shown, per_run, unknown = violations(judge_ops(tables.read("ops")), limit)
+    result = CheckResult("linearizability", count, shown, per_run)
+    result.unknown = unknown
+    return result
+
+
 def check_runs(
     run_dirs: Sequence[Path | str],
     *,
@@ -590,6 +602,7 @@ def check_runs(
             "election_safety": check_election_safety(events, limit),
             "durability": check_durability(tables, limit),
             "committed_prefix": check_committed_prefix(tables, flagged, events, limit),
+            "linearizability": check_linearizability(tables, limit),
         }
     finally:
         flagged.unpersist()

@@ -15,4 +15,16 @@ SERVICES: dict[str, Callable[[], ClusteredService]] = {
     "echo": EchoService,
 }
 
-__all__ = ["SERVICES", "CounterService", "EchoService", "KeyValueService"]
+
+def service_factory(name: str) -> Callable[[], ClusteredService]:
+    """A service by name (``kv``, ``counter``, ``echo``) or ``package.module:factory`` (KeyError if unknown)."""
+    if ":" in name:
+        import importlib
+
+        module_name, _, attr = name.partition(":")
+        factory: Callable[[], ClusteredService] = getattr(importlib.import_module(module_name), attr)
+        return factory
+    return SERVICES[name]
+
+
+__all__ = ["SERVICES", "CounterService", "EchoService", "KeyValueService", "service_factory"]

@@ -164,6 +164,10 @@ class KeyValueService(ClusteredService):
         self._dirty: set[str] = set()
         # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
         self.replies: dict[int, dict[int, dict[str, Any]]] = {}
+        # The planted stale read (stale_read_service, tests only): session -> key -> the value that
+        # session last saw; its gets are answered from there, blind to other sessions' writes.
+        self.fault_stale_read = False
+        self._session_view: dict[int, dict[str, str | None]] = {}
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -323,13 +327,37 @@ class KeyValueService(ClusteredService):
         pass
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
-        reply = self.execute(payload)
+        if self.fault_stale_read and session is not None:
+            reply = self._stale_read_execute(session.id, payload)
+        else:
+            reply = self.execute(payload)
         # A follower's offer goes nowhere (Aeron mocks it): only a leader encodes the reply.
         if session is not None and (self.cluster is None or self.cluster.role is Role.LEADER):
             session.offer(encode_reply(reply))
 
     def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
         pass
+
+    def _stale_read_execute(self, session_id: int, payload: bytes) -> dict[str, Any]:
+        """The planted bug: a get answered from what this session saw last (a per-session read cache
+        never invalidated by other sessions' writes). Deterministic (every member keeps the same
+        cache from the log), invisible to one client, a stale read between clients."""
+        view = self._session_view.setdefault(session_id, {})
+        try:
+            command = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            command = None
+        key = command.get("key") if type(command) is dict else None
+        request_id = command.get("id") if type(command) is dict else None
+        if type(command) is dict and command.get("op") == "get" and isinstance(key, str) and key in view:
+            if isinstance(request_id, int):  # else execute() answers the malformed request
+                value = view[key]
+                return self._reply(request_id, value is not None, value)
+        reply = self.execute(payload)
+        if isinstance(key, str) and "error" not in reply:
+            op = command.get("op") if type(command) is dict else None
+            view[key] = None if op == "delete" else command.get("value") if op == "put" else reply.get("value")
+        return reply
 
     def on_take_snapshot(self, writer: SnapshotWriter) -> None:
         replies = [[c, rid, r] for c, remembered in sorted(self.replies.items()) for rid, r in remembered.items()]
@@ -344,3 +372,10 @@ class KeyValueService(ClusteredService):
 
     def on_terminate(self, cluster: Cluster) -> None:
         pass
+
+
+def stale_read_service() -> KeyValueService:
+    """The kv store with the planted stale read switched on (``--fault-stale-read``; tests only)."""
+    service = KeyValueService()
+    service.fault_stale_read = True
+    return service

@@ -38,7 +38,7 @@ from clusterlab.core.runtime.security import (
     node_routing_id,
 )
 from clusterlab.core.runtime.transport import header
-from clusterlab.harness.cli_cluster import ClusterTool
+from clusterlab.cli.cluster import ClusterTool
 from clusterlab.harness.local import LocalClient, LocalClientTimeout, LocalCluster, pid_alive, wait_until
 from clusterlab.harness.services import kv
 
@@ -335,7 +335,7 @@ def test_cli_client_credentials_option(tmp_path: Path) -> None:
     with running_cluster(tmp_path, secure=True) as c:
         creds = tmp_path / "creds"
         creds.write_text((c.directory / "keys" / "client.credentials").read_text())
-        cli = [sys.executable, "-m", "clusterlab.harness.cli_cluster", "client", "--dir", str(c.directory)]
+        cli = [sys.executable, "-m", "clusterlab.cli", "client", "--dir", str(c.directory)]
         ok = subprocess.run([*cli, "--credentials", str(creds), "put", "a", "1"], capture_output=True, text=True)
         assert ok.returncode == 0 and json.loads(ok.stdout)["ok"], ok.stderr
         creds.write_text("client:not-the-password\n")
@@ -353,7 +353,7 @@ def test_second_start_on_a_running_directory_is_refused_at_once(tmp_path: Path) 
         with pytest.raises(DirectoryLockError, match=f"in use by PID {os.getpid()}.*kill {os.getpid()}"):
             LocalCluster(directory=c.directory)
         cli = subprocess.run(
-            [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--dir", str(c.directory)],
+            [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--dir", str(c.directory)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -376,7 +376,7 @@ def test_second_start_on_a_running_directory_is_refused_at_once(tmp_path: Path) 
 @contextlib.contextmanager
 def _cli_cluster(directory: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterlab.harness.cli_cluster", "cluster", "start", "--dir", str(directory), *extra],
+        [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--dir", str(directory), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -429,7 +429,7 @@ def test_a_directory_left_by_a_sigkilled_owner_restarts_normally(tmp_path: Path)
 
 def test_cli_secure_ipc_cluster_serves_its_own_client_and_tool(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
-    cli = [sys.executable, "-m", "clusterlab.harness.cli_cluster"]
+    cli = [sys.executable, "-m", "clusterlab.cli"]
     with _cli_cluster(directory, "--secure") as owner:
 
         def listed() -> bool:

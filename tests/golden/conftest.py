@@ -24,6 +24,7 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean simulator leader-kill trace (seed 1). Read-only: copy it before planting."""
     from clusterlab.chaos.runner import run_scenario
 
-    r = run_scenario("leader-kill", seed=1, sim=True, directory=tmp_path_factory.mktemp("sim-leader-kill"))
+    # One client, as the shipped goldens: the planted-variant tests pick log positions of its puts.
+    r = run_scenario("leader-kill", seed=1, sim=True, directory=tmp_path_factory.mktemp("sim-leader-kill"), clients=1)
     assert r.ok, r.failure_message()
     return r.trace_dir
