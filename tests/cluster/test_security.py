@@ -38,10 +38,10 @@ from clusterlab.core.runtime.security import (
     node_routing_id,
 )
 from clusterlab.core.runtime.transport import header
-from clusterlab.cli.cluster import ClusterTool
 from clusterlab.harness.local import LocalClient, LocalClientTimeout, LocalCluster, pid_alive, wait_until
 from clusterlab.harness.services import kv
 
+from clusterlab.cli.cluster import ClusterTool
 from tests.cluster.helpers import LEADER_S, assert_services_agree, await_caught_up, running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

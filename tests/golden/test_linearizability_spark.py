@@ -12,6 +12,7 @@ import pytest
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.spark.check import check_runs
+
 from clusterlab.cli import main
 
 
