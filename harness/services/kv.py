@@ -349,10 +349,11 @@ class KeyValueService(ClusteredService):
             command = None
         key = command.get("key") if type(command) is dict else None
         request_id = command.get("id") if type(command) is dict else None
-        if type(command) is dict and command.get("op") == "get" and isinstance(key, str) and key in view:
-            if isinstance(request_id, int):  # else execute() answers the malformed request
-                value = view[key]
-                return self._reply(request_id, value is not None, value)
+        # A request without an int id falls through: execute() answers it as malformed.
+        is_get = type(command) is dict and command.get("op") == "get"
+        if is_get and isinstance(key, str) and key in view and isinstance(request_id, int):
+            value = view[key]
+            return self._reply(request_id, value is not None, value)
         reply = self.execute(payload)
         if isinstance(key, str) and "error" not in reply:
             op = command.get("op") if type(command) is dict else None
