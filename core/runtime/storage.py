@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from clusterlab.core.archive.storage import StorageFile
+from clusterlab.core.atomic import write_atomically
 
 
 class _File:
@@ -80,23 +81,8 @@ class FileStorage:
         return self._real(path).read_bytes()
 
     def replace(self, path: str, data: bytes, *, sync: bool) -> None:
-        real = self._real(path)
-        tmp = real.with_name(real.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)  # a failed write (ENOSPC) leaves the old file and no temp
-            raise
-        os.close(fd)
-        os.replace(tmp, real)
-        if sync:
-            self._fsync_dir(real.parent)
+        # The one atomic-write helper: a failed write (ENOSPC) leaves the old file and no temp.
+        write_atomically(self._real(path), data, file_sync=sync)
 
     def exists(self, path: str) -> bool:
         return self._real(path).exists()
