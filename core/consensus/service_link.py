@@ -23,8 +23,8 @@ from clusterlab.core.codec.service import (
     ServiceAck,
 )
 from clusterlab.core.codec.session import SessionMessageHeader, encode_session_message
-from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.context import NULL_POSITION, Channel, ClusterMember, Outbox
+from clusterlab.core.codec.transport import LogBlock, LogEndOfStream
+from clusterlab.core.consensus.context import NULL_POSITION, Channel, ClusterMember, Outbox, Role
 from clusterlab.core.consensus.module_state import ModuleState
 from clusterlab.core.consensus.timers import TimerService
 
@@ -95,6 +95,22 @@ class ServiceLink:
                 is_startup=BooleanType.TRUE if is_startup else BooleanType.FALSE,
                 role=int(s.role),
                 log_channel=f"log:{s.leadership_term_id}",
+            ).encode()
+        )
+
+    def end_log_on_step_down(self) -> None:
+        """A leader or candidate becoming a follower ends its service's log (issue 16 item 2).
+
+        Aeron's service sees every role change through the role counter; ours learns its role from
+        JoinLog and from the end of its log (LogEndOfStream -> role FOLLOWER)."""
+        s = self._s
+        if s.role == Role.FOLLOWER:
+            return  # the service already follows: nothing to tell it
+        self.to_service(
+            LogEndOfStream(
+                leadership_term_id=s.leadership_term_id,
+                log_position=s.consumed_position,
+                leader_member_id=s.leader_member_id,
             ).encode()
         )
 
