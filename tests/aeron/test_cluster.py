@@ -623,7 +623,7 @@ def test_should_recover_when_follower_arrive_part_way_through_term_after_missing
 def invalidate_latest_snapshot(a: AeronCluster) -> None:
     """Aeron TestCluster.invalidateLatestSnapshot: on every (stopped) member's recording log."""
     for m in range(a.c.member_count):
-        with RecordingLog.open(a.c.member_dir(m)) as recording_log:
+        with RecordingLog.open(a.c.storage(m)) as recording_log:
             assert recording_log.invalidate_latest_snapshot()
 
 
@@ -826,7 +826,7 @@ def test_should_recover_when_followers_is_multiple_terms_behind_from_empty_log_a
     sim.converge(c)
     terms = []
     for m in range(5):
-        with RecordingLog.open(c.member_dir(m)) as recording_log:
+        with RecordingLog.open(c.storage(m)) as recording_log:
             terms.append(
                 [(e.leadership_term_id, e.term_base_log_position) for e in recording_log.entries() if e.type == 0]
             )

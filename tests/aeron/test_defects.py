@@ -81,7 +81,7 @@ def test_followers_take_the_replayed_snapshots_of_an_earlier_term(sim: SimKit) -
             a.await_snapshot_count(m, i + 1)
     a.stop_all_nodes()
     for m in range(3):
-        with RecordingLog.open(a.c.member_dir(m)) as recording_log:
+        with RecordingLog.open(a.c.storage(m)) as recording_log:
             assert recording_log.invalidate_latest_snapshot()
             assert recording_log.invalidate_latest_snapshot()
     for m in range(3):
