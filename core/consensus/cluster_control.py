@@ -79,10 +79,14 @@ class ClusterControl:
                 ).encode(),
             )
 
-        if msg.request_type != AdminRequestType.SNAPSHOT:
-            respond(AdminResponseCode.ERROR, f"Unknown request type: {msg.request_type}")
-        elif not self._authorise_admin(s.encoded_principal, msg.request_type):
-            respond(AdminResponseCode.UNAUTHORISED_ACCESS, "Execution of the SNAPSHOT request was not authorised")
+        # Aeron's order: authorise first (whatever the type), then an unknown type is an ERROR response.
+        if not self._authorise_admin(s.encoded_principal, msg.request_type):
+            respond(
+                AdminResponseCode.UNAUTHORISED_ACCESS,
+                f"Execution of the {msg.request_type.name} request was not authorised",
+            )
+        elif msg.request_type != AdminRequestType.SNAPSHOT:
+            respond(AdminResponseCode.ERROR, f"Unknown request type: {msg.request_type.name}")
         elif self.toggle_control(ToggleState.SNAPSHOT):
             respond(AdminResponseCode.OK, "")
         else:
