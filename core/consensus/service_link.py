@@ -82,8 +82,12 @@ class ServiceLink:
         if self.service_count > 0:
             self._outbox.send(self._s.member_id, Channel.SERVICE, payload)
 
-    def send_join_log(self, log_position: int, max_log_position: int, is_startup: bool) -> None:
-        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop)."""
+    def send_join_log(
+        self, log_position: int, max_log_position: int, is_startup: bool, role: Role | None = None
+    ) -> None:
+        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop).
+
+        ``role`` defaults to the module's own."""
         s = self._s
         self.to_service(
             JoinLog(
@@ -93,7 +97,7 @@ class ServiceLink:
                 log_session_id=self._log_session_id(),
                 log_stream_id=100,
                 is_startup=BooleanType.TRUE if is_startup else BooleanType.FALSE,
-                role=int(s.role),
+                role=int(s.role if role is None else role),
                 log_channel=f"log:{s.leadership_term_id}",
             ).encode()
         )
