@@ -6,7 +6,8 @@ Ports that need a capability we lack are listed in docs/aeron-parity.md."""
 from __future__ import annotations
 
 import pytest
-from clusterlab.core.consensus.context import SECOND, Role
+from clusterlab.core.consensus.context import SECOND, ConsensusModuleContext, Role
+from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 from tests.aeron.support import SERVICE_NAME, AeronCluster, aeron_cluster
@@ -481,9 +482,13 @@ def test_should_reject_take_snapshot_request_with_an_authorisation_error(sim: Si
     """ClusterTest.shouldRejectTakeSnapshotRequestWithAnAuthorisationError"""
     from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode
 
-    a = aeron_cluster(sim, seed=133)
-    leader = a.await_leader()
-    a.c.member(leader).ctx.authorise_admin = lambda principal, request_type: False  # type: ignore[attr-defined]
+    def denying(ctx: ConsensusModuleContext) -> ConsensusModule:
+        # The policy is the context's, read when the module is built (as Aeron's authorisation service).
+        ctx.authorise_admin = lambda principal, request_type: False
+        return ConsensusModule(ctx)
+
+    a = aeron_cluster(sim, seed=133, member_factory=denying)
+    a.await_leader()
     client = a.connect_client()
     correlation_id = client.client.send_admin_request(AdminRequestType.SNAPSHOT, a.c.now_ns)
     a.await_condition(lambda: correlation_id in client.client.admin_responses, "the AdminResponse")
