@@ -211,7 +211,7 @@ def test_should_base_startup_value_on_leader(tmp_path: Path, is_leader_start: bo
             0,
             term,
             log_leadership_term_id=term if not is_node_start else NULL_VALUE,
-            term_base_log_position=0 if is_node_start else probe.cm.term_base_of(term),
+            term_base_log_position=0 if is_node_start else probe.cm.election_link.term_base_of(term),
             log_position=log_position,
             is_startup=is_leader_start,
         ),
