@@ -211,7 +211,7 @@ def _pump(outbox: _Outbox, agent: ClusteredServiceAgent, to_module: list[bytes],
     for payload in to_module:
         msg = decode(payload)
         if isinstance(msg, ServiceAck):
-            cm.on_service_ack(msg, 0)
+            cm.on_service_message(msg, 0)
     to_module.clear()
 
 

@@ -92,6 +92,10 @@ class ClientSessions:
         self.sessions: dict[int, ClusterSession] = {}
         self.pending_sessions: list[ClusterSession] = []
         self.next_session_id = 1
+        # The next session id as the committed log has it (what the snapshot holds, the same on every
+        # member); next_session_id runs ahead on the leader, which also numbers rejected connects.
+        self.log_next_session_id = 1
+        self.appended_session_opens: deque[tuple[int, int]] = deque()  # leader: (end position, session id)
         self.uncommitted_closed_sessions: deque[tuple[int, ClusterSession]] = deque()
         self.held_ingress: list[SessionMessageHeader] = []
         self.timed_out_client_count = 0
@@ -298,6 +302,7 @@ class ClientSessions:
                 )
                 s.state = ClusterSessionState.OPEN
                 s.opened_log_position = end
+                self.appended_session_opens.append((end, s.cluster_session_id))
                 s.time_of_last_activity_ns = now_ns
                 self.sessions[s.cluster_session_id] = s
                 self.pending_sessions.remove(s)
@@ -376,16 +381,26 @@ class ClientSessions:
             opened_log_position=end_position,
         )
         self.next_session_id = max(self.next_session_id, ev.cluster_session_id + 1)
+        self.log_next_session_id = max(self.log_next_session_id, ev.cluster_session_id + 1)
 
     def on_log_session_close(self, payload: bytes) -> None:
         self.sessions.pop(SessionCloseEvent.decode(payload).cluster_session_id, None)
 
+    def commit_session_opens(self, log_position: int) -> None:
+        """Leader: fold the session opens appended up to ``log_position`` into log_next_session_id."""
+        opens = self.appended_session_opens
+        while opens and opens[0][0] <= log_position:
+            self.log_next_session_id = max(self.log_next_session_id, opens.popleft()[1] + 1)
+
     def sweep_uncommitted(self, commit_position: int) -> None:
+        self.commit_session_opens(commit_position)
         while self.uncommitted_closed_sessions and self.uncommitted_closed_sessions[0][0] <= commit_position:
             self.uncommitted_closed_sessions.popleft()
 
     def restore_uncommitted(self, log_position: int) -> None:
         """Undo opens and closes appended after ``log_position``; drop pending sessions and held ingress."""
+        self.commit_session_opens(log_position)
+        self.appended_session_opens.clear()  # opens past log_position are lost (or learned again)
         for session in list(self.sessions.values()):
             if session.opened_log_position > log_position:
                 self.session_event(session, EventCode.CLOSED, "election")
@@ -402,13 +417,22 @@ class ClientSessions:
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
-        """Session ids unique and below the next id; pending sessions are not open ones."""
+        """Session ids unique and below the next id (the committed one not above it); appended opens
+        in log order; pending sessions are not open ones."""
         mid = self._s.member_id
         for sid, s in self.sessions.items():
             assert s.cluster_session_id == sid, f"member {mid}: session {s.cluster_session_id} filed under {sid}"
             assert 0 < sid < self.next_session_id, (
                 f"member {mid}: session id {sid} not below next {self.next_session_id}"
             )
+        assert self.log_next_session_id <= self.next_session_id, (
+            f"member {mid}: committed next session id {self.log_next_session_id} above {self.next_session_id}"
+        )
+        last = 0
+        for position, sid in self.appended_session_opens:
+            assert position >= last, f"member {mid}: appended session opens out of log order"
+            assert sid < self.next_session_id, f"member {mid}: appended open {sid} not below {self.next_session_id}"
+            last = position
         if self.pending_sessions:
             pending_ids = [s.cluster_session_id for s in self.pending_sessions]
             assert len(set(pending_ids)) == len(pending_ids), f"member {mid}: duplicate pending ids {pending_ids}"

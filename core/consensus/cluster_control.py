@@ -79,10 +79,14 @@ class ClusterControl:
                 ).encode(),
             )
 
-        if msg.request_type != AdminRequestType.SNAPSHOT:
-            respond(AdminResponseCode.ERROR, f"Unknown request type: {msg.request_type}")
-        elif not self._authorise_admin(s.encoded_principal, msg.request_type):
-            respond(AdminResponseCode.UNAUTHORISED_ACCESS, "Execution of the SNAPSHOT request was not authorised")
+        # Aeron's order: authorise first (whatever the type), then an unknown type is an ERROR response.
+        if not self._authorise_admin(s.encoded_principal, msg.request_type):
+            respond(
+                AdminResponseCode.UNAUTHORISED_ACCESS,
+                f"Execution of the {msg.request_type.name} request was not authorised",
+            )
+        elif msg.request_type != AdminRequestType.SNAPSHOT:
+            respond(AdminResponseCode.ERROR, f"Unknown request type: {msg.request_type.name}")
         elif self.toggle_control(ToggleState.SNAPSHOT):
             respond(AdminResponseCode.OK, "")
         else:
@@ -163,8 +167,10 @@ class ClusterControl:
         """A ClusterActionRequest in the committed log; False pauses the log adapter (snapshot)."""
         st = self._s
         ev = ClusterActionRequest.decode(payload)
-        if ev.leadership_term_id != st.leadership_term_id and st.election is None:
-            return True  # an action of an earlier term, already handled then
+        # Every committed action is handled, whatever its term (issue 16 item 3): Aeron's module
+        # tracks the log's term while it replays (so its "same term" check always holds), and our
+        # follower consumes an earlier term's committed tail after the election; skipping a SNAPSHOT
+        # there left the services' snapshots without the module's.
         if ev.action == ClusterAction.SUSPEND:
             st.state = ConsensusModuleState.SUSPENDED
         elif ev.action == ClusterAction.RESUME:

@@ -125,6 +125,7 @@ class ElectionLink:
             term=leadership_term_id,
             pos=st.commit_position,
         )
+        self._services.end_log_on_step_down()
         st.role = Role.FOLLOWER
         st.election = Election(
             self,
@@ -296,6 +297,7 @@ class ElectionLink:
 
         Returns the append position (the local recording's stop position)."""
         st = self._s
+        self._services.end_log_on_step_down()
         st.role = Role.FOLLOWER
         self._replication.reset()
         self._catchup.reset()

@@ -166,7 +166,9 @@ class LogAdapter:
         stop = to_position if st.role == Role.LEADER else min(to_position, st.commit_position)
         self.replay_stop_position = stop
         if stop > st.consumed_position:
-            self._services.send_join_log(st.consumed_position, stop, True)
+            # Replayed entries were answered when first applied: the service replays as a FOLLOWER
+            # (Aeron), so a new leader sends no egress for them (issue 16 item 7).
+            self._services.send_join_log(st.consumed_position, stop, True, Role.FOLLOWER)
 
     def poll_log_replay(self, now_ns: int) -> int:
         st = self._s

@@ -427,6 +427,10 @@ class ConsensusModule:
     def poll_log_replay(self, now_ns: int) -> int:
         return self.log_adapter.poll_log_replay(now_ns)
 
+    def snapshot_work(self, now_ns: int) -> int:
+        """A replayed SNAPSHOT action holds the log adapter until this writes the snapshot."""
+        return self.snapshots.work(now_ns)
+
     # ------------------------------------------------------------------ inputs
     def on_message(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         """Decode and dispatch one message; malformed input is ignored with a counted reason."""

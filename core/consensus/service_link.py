@@ -23,8 +23,8 @@ from clusterlab.core.codec.service import (
     ServiceAck,
 )
 from clusterlab.core.codec.session import SessionMessageHeader, encode_session_message
-from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.context import NULL_POSITION, Channel, ClusterMember, Outbox
+from clusterlab.core.codec.transport import LogBlock, LogEndOfStream
+from clusterlab.core.consensus.context import NULL_POSITION, Channel, ClusterMember, Outbox, Role
 from clusterlab.core.consensus.module_state import ModuleState
 from clusterlab.core.consensus.timers import TimerService
 
@@ -82,8 +82,12 @@ class ServiceLink:
         if self.service_count > 0:
             self._outbox.send(self._s.member_id, Channel.SERVICE, payload)
 
-    def send_join_log(self, log_position: int, max_log_position: int, is_startup: bool) -> None:
-        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop)."""
+    def send_join_log(
+        self, log_position: int, max_log_position: int, is_startup: bool, role: Role | None = None
+    ) -> None:
+        """Tell the service which log it now follows (live: max = Long.MAX; replay: its stop).
+
+        ``role`` defaults to the module's own."""
         s = self._s
         self.to_service(
             JoinLog(
@@ -93,8 +97,24 @@ class ServiceLink:
                 log_session_id=self._log_session_id(),
                 log_stream_id=100,
                 is_startup=BooleanType.TRUE if is_startup else BooleanType.FALSE,
-                role=int(s.role),
+                role=int(s.role if role is None else role),
                 log_channel=f"log:{s.leadership_term_id}",
+            ).encode()
+        )
+
+    def end_log_on_step_down(self) -> None:
+        """A leader or candidate becoming a follower ends its service's log (issue 16 item 2).
+
+        Aeron's service sees every role change through the role counter; ours learns its role from
+        JoinLog and from the end of its log (LogEndOfStream -> role FOLLOWER)."""
+        s = self._s
+        if s.role == Role.FOLLOWER:
+            return  # the service already follows: nothing to tell it
+        self.to_service(
+            LogEndOfStream(
+                leadership_term_id=s.leadership_term_id,
+                log_position=s.consumed_position,
+                leader_member_id=s.leader_member_id,
             ).encode()
         )
 

@@ -100,9 +100,11 @@ class Snapshots:
             "app_version": APP_VERSION,
         }
         records = [SnapshotMarker(mark=SnapshotMark.BEGIN, **marker).encode()]
+        # The committed next session id, the same on every member (issue 16 item 6).
+        self._sessions.commit_session_opens(log_position)
         records.append(
             ConsensusModuleSnapshot(
-                next_session_id=self._sessions.next_session_id,
+                next_session_id=self._sessions.log_next_session_id,
                 next_service_session_id=services.next_service_session_ids[0] if service_count else 0,
                 log_service_session_id=services.log_service_session_ids[0] if service_count else 0,
                 pending_message_capacity=0,
@@ -170,6 +172,7 @@ class Snapshots:
                 st.leadership_term_id = max(st.leadership_term_id, msg.leadership_term_id)
             elif isinstance(msg, ConsensusModuleSnapshot):
                 sessions.next_session_id = msg.next_session_id
+                sessions.log_next_session_id = msg.next_session_id
             elif isinstance(msg, ClusterSessionRecord):
                 closing = msg.close_reason not in (None, CloseReason.NULL_VAL)
                 sessions.sessions[msg.cluster_session_id] = ClusterSession(

@@ -90,8 +90,8 @@ class AeronTestService(ClusteredService):
 
 
 def consensus_module_snapshots(c: SimCluster, member_id: int, valid_only: bool = True) -> list[Any]:
-    """The member's consensus-module SNAPSHOT entries (read from its recording log on disk)."""
-    with RecordingLog.open(c.member_dir(member_id)) as recording_log:
+    """The member's consensus-module SNAPSHOT entries (read from its recording log in its storage)."""
+    with RecordingLog.open(c.storage(member_id)) as recording_log:
         return [
             e
             for e in recording_log.entries()
@@ -103,7 +103,7 @@ def consensus_module_snapshots(c: SimCluster, member_id: int, valid_only: bool =
 
 def service_snapshots(c: SimCluster, member_id: int, valid_only: bool = True) -> list[Any]:
     """The member's service (id 0) SNAPSHOT entries."""
-    with RecordingLog.open(c.member_dir(member_id)) as recording_log:
+    with RecordingLog.open(c.storage(member_id)) as recording_log:
         return [
             e
             for e in recording_log.entries()

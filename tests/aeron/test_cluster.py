@@ -6,7 +6,8 @@ Ports that need a capability we lack are listed in docs/aeron-parity.md."""
 from __future__ import annotations
 
 import pytest
-from clusterlab.core.consensus.context import SECOND, Role
+from clusterlab.core.consensus.context import SECOND, ConsensusModuleContext, Role
+from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 from tests.aeron.support import SERVICE_NAME, AeronCluster, aeron_cluster
@@ -481,9 +482,13 @@ def test_should_reject_take_snapshot_request_with_an_authorisation_error(sim: Si
     """ClusterTest.shouldRejectTakeSnapshotRequestWithAnAuthorisationError"""
     from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode
 
-    a = aeron_cluster(sim, seed=133)
-    leader = a.await_leader()
-    a.c.member(leader).ctx.authorise_admin = lambda principal, request_type: False  # type: ignore[attr-defined]
+    def denying(ctx: ConsensusModuleContext) -> ConsensusModule:
+        # The policy is the context's, read when the module is built (as Aeron's authorisation service).
+        ctx.authorise_admin = lambda principal, request_type: False
+        return ConsensusModule(ctx)
+
+    a = aeron_cluster(sim, seed=133, member_factory=denying)
+    a.await_leader()
     client = a.connect_client()
     correlation_id = client.client.send_admin_request(AdminRequestType.SNAPSHOT, a.c.now_ns)
     a.await_condition(lambda: correlation_id in client.client.admin_responses, "the AdminResponse")
@@ -623,7 +628,7 @@ def test_should_recover_when_follower_arrive_part_way_through_term_after_missing
 def invalidate_latest_snapshot(a: AeronCluster) -> None:
     """Aeron TestCluster.invalidateLatestSnapshot: on every (stopped) member's recording log."""
     for m in range(a.c.member_count):
-        with RecordingLog.open(a.c.member_dir(m)) as recording_log:
+        with RecordingLog.open(a.c.storage(m)) as recording_log:
             assert recording_log.invalidate_latest_snapshot()
 
 
@@ -826,7 +831,7 @@ def test_should_recover_when_followers_is_multiple_terms_behind_from_empty_log_a
     sim.converge(c)
     terms = []
     for m in range(5):
-        with RecordingLog.open(c.member_dir(m)) as recording_log:
+        with RecordingLog.open(c.storage(m)) as recording_log:
             terms.append(
                 [(e.leadership_term_id, e.term_base_log_position) for e in recording_log.entries() if e.type == 0]
             )

@@ -196,7 +196,7 @@ def test_should_restart_service_twice_with_invalid_snapshot_and_further_log(sim:
     n.send(numbered(3))
     n.await_value(lambda: n.service().message_count, 4, "serviceMsgCount")
     n.force_close_for_restart()
-    with RecordingLog.open(n.c.member_dir(0)) as recording_log:
+    with RecordingLog.open(n.c.storage(0)) as recording_log:
         assert recording_log.invalidate_latest_snapshot()
     n.launch()
     n.await_value(lambda: n.service().message_count, 4, "the whole log replayed")
@@ -220,7 +220,7 @@ def test_should_restart_service_after_shutdown_with_invalidated_snapshot(sim: Si
     assert n.c.control("shutdown")
     n.c.await_condition(lambda: n.c.member(0).terminated, 5 * SECOND, "terminated")  # type: ignore[attr-defined]
     n.force_close_for_restart()
-    with RecordingLog.open(n.c.member_dir(0)) as recording_log:
+    with RecordingLog.open(n.c.storage(0)) as recording_log:
         assert recording_log.invalidate_latest_snapshot()
     n.launch()
     n.await_value(lambda: n.service().message_count, 3, "the whole log replayed")

@@ -102,7 +102,7 @@ def test_on_new_leadership_term_should_update_time_of_last_leader_message_receiv
     probe.to_follower(leader=0, leadership_term_id=0)
     t = probe.now_ns + 12345
     probe.deliver(0, probe.new_leadership_term(0, 0), now_ns=t)
-    assert probe.cm.time_of_last_leader_update_ns == t
+    assert probe.cm.s.time_of_last_leader_update_ns == t
 
 
 def test_on_commit_position_should_update_time_of_last_leader_message_received(tmp_path: Path) -> None:
@@ -111,4 +111,4 @@ def test_on_commit_position_should_update_time_of_last_leader_message_received(t
     probe.to_follower(leader=0, leadership_term_id=0)
     t = probe.now_ns + 444
     probe.deliver(0, probe.commit_position(0, 0, 0), now_ns=t)
-    assert probe.cm.time_of_last_leader_update_ns == t
+    assert probe.cm.s.time_of_last_leader_update_ns == t

@@ -13,7 +13,8 @@ from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.session import AdminRequest, AdminResponse
 from clusterlab.core.codec.snapshot import ConsensusModuleSnapshot
 from clusterlab.core.consensus.authenticator import DefaultAuthenticator, SessionProxy
-from clusterlab.core.consensus.context import SECOND, Channel, ElectionState, Role
+from clusterlab.core.consensus.context import SECOND, Channel, ConsensusModuleContext, ElectionState, Role
+from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 from tests.aeron.support import (
@@ -81,7 +82,7 @@ def test_followers_take_the_replayed_snapshots_of_an_earlier_term(sim: SimKit) -
             a.await_snapshot_count(m, i + 1)
     a.stop_all_nodes()
     for m in range(3):
-        with RecordingLog.open(a.c.member_dir(m)) as recording_log:
+        with RecordingLog.open(a.c.storage(m)) as recording_log:
             assert recording_log.invalidate_latest_snapshot()
             assert recording_log.invalidate_latest_snapshot()
     for m in range(3):
@@ -122,15 +123,18 @@ def test_a_failed_service_snapshot_does_not_crash_the_simulator(sim: SimKit) -> 
 def test_an_admin_request_of_unknown_type_gets_an_error_response(sim: SimKit) -> None:
     """Defect 5. Ports ClusterTest.shouldRejectAnInvalidAdminRequest: AdminRequest with request type
     NULL_VAL is authorised first, then answered ERROR "Unknown request type: NULL_VAL"."""
-    a = aeron_cluster(sim, members=3, seed=5)
-    leader = a.await_leader()
     seen: list[tuple[bytes, int]] = []
 
     def authorise(principal: bytes, request_type: int) -> bool:
         seen.append((principal, request_type))
         return True
 
-    a.c.member(leader).ctx.authorise_admin = authorise  # type: ignore[attr-defined]
+    def recording(ctx: ConsensusModuleContext) -> ConsensusModule:
+        ctx.authorise_admin = authorise  # the policy is the context's, read when the module is built
+        return ConsensusModule(ctx)
+
+    a = aeron_cluster(sim, members=3, seed=5, member_factory=recording)
+    leader = a.await_leader()
     client = a.connect_client()
     responses: list[AdminResponse] = []
     a.c.network.on_deliver.append(

@@ -16,6 +16,7 @@ from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.codec.service import JoinLog
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, PROTOCOL_VERSION, Channel, ElectionState, Role
 from clusterlab.core.consensus.recording_log import RecordingLog
+from clusterlab.core.runtime.storage import FileStorage
 
 from tests.sim.probe import Probe
 
@@ -40,7 +41,7 @@ def test_should_elect_single_node_cluster_leader(tmp_path: Path) -> None:
     assert probe.cm.election_count == 1
     assert probe.cm.leadership_term_id == 0  # NULL_VALUE + 1
     assert probe.cm.role == Role.LEADER
-    with RecordingLog.open(tmp_path) as rl:
+    with RecordingLog.open(FileStorage(tmp_path)) as rl:
         term = rl.find_term_entry(0)
     assert term is not None and (term.term_base_log_position, term.log_position) == (0, NULL_POSITION)
 
@@ -81,7 +82,7 @@ def test_should_elect_appointed_leader(tmp_path: Path) -> None:
     probe.run_for(probe.timeouts.election_timeout_ns, lambda: probe.state == ES.LEADER_READY)
     assert in_order(states(probe), [ES.LEADER_LOG_REPLICATION, ES.LEADER_REPLAY, ES.LEADER_INIT, ES.LEADER_READY])
     assert probe.election.leadership_term_id == candidate_term_id
-    with RecordingLog.open(tmp_path) as rl:
+    with RecordingLog.open(FileStorage(tmp_path)) as rl:
         term = rl.find_term_entry(candidate_term_id)
     assert term is not None and term.term_base_log_position == 0
     probe.deliver(1, probe.append_position(1, candidate_term_id, 0))
@@ -210,7 +211,7 @@ def test_should_base_startup_value_on_leader(tmp_path: Path, is_leader_start: bo
             0,
             term,
             log_leadership_term_id=term if not is_node_start else NULL_VALUE,
-            term_base_log_position=0 if is_node_start else probe.cm.term_base_of(term),
+            term_base_log_position=0 if is_node_start else probe.cm.election_link.term_base_of(term),
             log_position=log_position,
             is_startup=is_leader_start,
         ),

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, SERVICE_ID_CONSENSUS_MODULE
 from clusterlab.core.consensus.recording_log import Entry, EntryType, RecordingLog, RecordingLogError
+from clusterlab.core.runtime.storage import FileStorage
 
 SERVICE_ID = SERVICE_ID_CONSENSUS_MODULE
 RECORDING_ID = 9234236
@@ -67,15 +68,15 @@ def extent_of(start: int = 0, stop: int = 1000):  # type: ignore[no-untyped-def]
 
 def test_should_create_new_index(tmp_path: Path) -> None:
     """RecordingLogTest.shouldCreateNewIndex"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert len(rl.entries()) == 0
 
 
 def test_should_append_and_then_reload_latest_snapshot(tmp_path: Path) -> None:
     """RecordingLogTest.shouldAppendAndThenReloadLatestSnapshot"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(1, 3, 2, 777, 4, SERVICE_ID)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert len(rl.entries()) == 1
         snapshot = rl.latest_snapshot(SERVICE_ID)
         assert snapshot is not None
@@ -84,11 +85,11 @@ def test_should_append_and_then_reload_latest_snapshot(tmp_path: Path) -> None:
 
 def test_should_ignore_incomplete_snapshot_in_recovery_plan(tmp_path: Path) -> None:
     """RecordingLogTest.shouldIgnoreIncompleteSnapshotInRecoveryPlan"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(1, 1, 0, 777, 0, 0)
         rl.append_snapshot(2, 1, 0, 777, 0, SERVICE_ID)
         rl.append_snapshot(3, 1, 0, 888, 0, 0)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert len(rl.entries()) == 3
         plan = rl.create_recovery_plan(1, extent_of())
         assert len(plan.snapshots) == 2
@@ -98,13 +99,13 @@ def test_should_ignore_incomplete_snapshot_in_recovery_plan(tmp_path: Path) -> N
 
 def test_should_ignore_invalid_mid_snapshot_in_recovery_plan(tmp_path: Path) -> None:
     """RecordingLogTest.shouldIgnoreInvalidMidSnapshotInRecoveryPlan"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         for i, position in enumerate((777, 888, 999)):
             rl.append_snapshot(2 * i + 1, 1, 0, position, 0, 0)
             rl.append_snapshot(2 * i + 2, 1, 0, position, 0, SERVICE_ID)
         rl.invalidate_entry(1, 2)
         rl.invalidate_entry(1, 3)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         plan = rl.create_recovery_plan(1, extent_of())
         assert len(plan.snapshots) == 2
         assert (plan.snapshots[0].service_id, plan.snapshots[0].recording_id) == (SERVICE_ID, 6)
@@ -114,7 +115,7 @@ def test_should_ignore_invalid_mid_snapshot_in_recovery_plan(tmp_path: Path) -> 
 def test_should_ignore_invalid_term_in_recovery_plan(tmp_path: Path) -> None:
     """RecordingLogTest.shouldIgnoreInvalidTermInRecoveryPlan"""
     removed_leadership_term = 11
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(0, 9, 444, 0)
         rl.append_term(0, 10, 666, 0)
         rl.append_snapshot(1, 10, 666, 777, 0, 0)
@@ -125,7 +126,7 @@ def test_should_ignore_invalid_term_in_recovery_plan(tmp_path: Path) -> None:
         last = rl.find_last_term()
         assert last is not None and last.term_base_log_position == 999
         rl.invalidate_entry(removed_leadership_term, 6)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         plan = rl.create_recovery_plan(1, extent_of())
         assert plan.log is not None
         assert (plan.log.recording_id, plan.log.leadership_term_id, plan.log.term_base_log_position) == (0, 10, 666)
@@ -143,22 +144,22 @@ def test_should_ignore_invalid_term_in_recovery_plan(tmp_path: Path) -> None:
 def test_should_append_and_then_commit_term_position(tmp_path: Path) -> None:
     """RecordingLogTest.shouldAppendAndThenCommitTermPosition"""
     new_position = 9999
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(1, 1111, 2222, 3333)
         rl.commit_log_position(1111, new_position)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert len(rl.entries()) == 1
         assert rl.entries()[0].log_position == new_position
 
 
 def test_should_remove_entry(tmp_path: Path) -> None:
     """RecordingLogTest.shouldRemoveEntry"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(1, 3, 2, 4)
         rl.append_term(1, 4, 3, 5)
         rl.remove_entry(4, rl.next_entry_index - 1)
         assert len(rl.entries()) == 1
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert len(rl.entries()) == 1
         assert rl.next_entry_index == 2
 
@@ -166,7 +167,7 @@ def test_should_remove_entry(tmp_path: Path) -> None:
 def test_should_correctly_order_snapshots(tmp_path: Path) -> None:
     """RecordingLogTest.shouldCorrectlyOrderSnapshots: a set is [module, service 0, 1, 2] in the plan
     (Aeron's addSnapshots, here through create_recovery_plan on entries appended services-first)."""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(0, 0, 0, 0)
         rl.append_snapshot(4, 0, 0, 100, 0, 2)
         rl.append_snapshot(5, 0, 0, 100, 0, 1)
@@ -181,7 +182,7 @@ def test_should_invalidate_latest_snapshot(tmp_path: Path) -> None:
     """RecordingLogTest.shouldInvalidateLatestSnapshot"""
     term_base, increment = 0, 640
     term, position, timestamp = 7, 0, 1000
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(1, term, term_base, timestamp)
         timestamp += 1
         position += increment
@@ -195,7 +196,7 @@ def test_should_invalidate_latest_snapshot(tmp_path: Path) -> None:
         rl.append_term(1, term, position, timestamp)
         assert rl.invalidate_latest_snapshot()
         assert len(rl.entries()) == 6
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         entries = rl.entries()
         assert len(entries) == 6
         assert [e.is_valid for e in entries] == [True, True, True, False, False, True]
@@ -203,7 +204,7 @@ def test_should_invalidate_latest_snapshot(tmp_path: Path) -> None:
         assert rl.latest_snapshot(SERVICE_ID) == entries[2]
         assert rl.invalidate_latest_snapshot()
         assert len(rl.entries()) == 6
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         entries = rl.entries()
         assert [e.is_valid for e in entries] == [True, False, False, False, False, True]
         assert not rl.invalidate_latest_snapshot()
@@ -212,20 +213,20 @@ def test_should_invalidate_latest_snapshot(tmp_path: Path) -> None:
 
 def test_should_recover_snapshots_mid_log_marked_invalid(tmp_path: Path) -> None:
     """RecordingLogTest.shouldRecoverSnapshotsMidLogMarkedInvalid"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         for i, position in enumerate((555, 777, 888)):
             rl.append_snapshot(2 * i + 1, 1, 10, position, 0, 0)
             rl.append_snapshot(2 * i + 2, 1, 10, position, 0, SERVICE_ID)
         rl.invalidate_entry(1, 2)
         rl.invalidate_entry(1, 3)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(7, 1, 10, 777, 555, 0)
         rl.append_snapshot(8, 1, 10, 777, -999, SERVICE_ID)
         entries = rl.entries()
         assert len(entries) == 6
         assert entries[2].is_valid and entries[2].recording_id == 7
         assert entries[3].is_valid and entries[3].recording_id == 8
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         entries = rl.entries()
         assert len(entries) == 6
         assert entries[2].is_valid and entries[2].recording_id == 7
@@ -234,7 +235,7 @@ def test_should_recover_snapshots_mid_log_marked_invalid(tmp_path: Path) -> None
 
 def test_should_recover_snapshots_last_in_log_marked_with_invalid(tmp_path: Path) -> None:
     """RecordingLogTest.shouldRecoverSnapshotsLastInLogMarkedWithInvalid"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(-10, 1, 0, 777, 0, 0)
         rl.append_snapshot(-11, 1, 0, 777, 0, SERVICE_ID)
         rl.append_term(1, 2, 10, 0)
@@ -245,7 +246,7 @@ def test_should_recover_snapshots_last_in_log_marked_with_invalid(tmp_path: Path
         rl.append_snapshot(-15, 3, 20, 999, 0, SERVICE_ID)
         rl.invalidate_latest_snapshot()
         rl.invalidate_latest_snapshot()
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(1, 2, 10, 888, 0, 0)
         rl.append_snapshot(2, 2, 10, 888, 0, SERVICE_ID)
         rl.append_snapshot(3, 3, 20, 999, 0, 0)
@@ -261,7 +262,7 @@ def test_should_recover_snapshots_last_in_log_marked_with_invalid(tmp_path: Path
 
 def test_should_not_allow_invalidate_of_snapshot_without_parent_term(tmp_path: Path) -> None:
     """RecordingLogTest.shouldNotAllowInvalidateOfSnapshotWithoutParentTerm"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(-10, 1, 0, 777, 0, 0)
         rl.append_snapshot(-11, 1, 0, 777, 0, SERVICE_ID)
         with pytest.raises(RecordingLogError, match="no matching term for snapshot: leadership_term_id=1"):
@@ -270,7 +271,7 @@ def test_should_not_allow_invalidate_of_snapshot_without_parent_term(tmp_path: P
 
 def test_should_fail_to_recover_snapshots_marked_invalid_if_fields_do_not_match_correctly(tmp_path: Path) -> None:
     """RecordingLogTest.shouldFailToRecoverSnapshotsMarkedInvalidIfFieldsDoNotMatchCorrectly"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(10, 0, 0, 0)
         rl.append_term(10, 1, 500, 0)
         for i, position in enumerate((777, 888, 999)):
@@ -278,7 +279,7 @@ def test_should_fail_to_recover_snapshots_marked_invalid_if_fields_do_not_match_
             rl.append_snapshot(2 * i + 1, 1, 500, position, 0, SERVICE_ID)
         rl.append_term(10, 2, 1000, 5)
         assert rl.invalidate_latest_snapshot()
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_snapshot(6, 2, 500, 999, 0, SERVICE_ID)
         rl.append_snapshot(7, 1, 501, 999, 0, SERVICE_ID)
         rl.append_snapshot(8, 1, 500, 998, 0, SERVICE_ID)
@@ -303,7 +304,7 @@ def test_should_append_term_with_leadership_term_id_out_of_order(tmp_path: Path)
         aeron_entry(0, 2, 2048, 5000, 0, NULL_VALUE, TERM, True, 1),
         aeron_entry(0, 3, 5000, NULL_POSITION, 100, NULL_VALUE, TERM, True, 2),
     ]
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(0, 0, 0, 0)
         rl.append_term(0, 2, 2048, 0)
         rl.append_term(0, 3, 5000, 100)
@@ -313,7 +314,7 @@ def test_should_append_term_with_leadership_term_id_out_of_order(tmp_path: Path)
         assert [fields(e) for e in entries] == expected
         for term in range(4):
             assert rl.get_term_entry(term) == entries[term]
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert [fields(e) for e in rl.entries()] == expected
 
 
@@ -327,7 +328,7 @@ def test_should_append_snapshot_with_leadership_term_id_out_of_order(tmp_path: P
         aeron_entry(100, 2, 200, 250, 100, 0, SNAPSHOT, True, 5),
         aeron_entry(3, 3, 2048, NULL_POSITION, 0, NULL_VALUE, TERM, True, 3),
     ]
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(3, 1, 0, 0)
         rl.append_snapshot(10, 1, 0, 56, 42, SERVICE_ID)
         rl.invalidate_entry(1, 1)
@@ -346,13 +347,13 @@ def test_should_append_snapshot_with_leadership_term_id_out_of_order(tmp_path: P
         assert rl.get_term_entry(2) == entries[2]
         assert rl.get_term_entry(3) == entries[5]
         assert rl.latest_snapshot(SERVICE_ID) == entries[1]
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         assert [fields(e) for e in rl.entries()] == expected
 
 
 def test_append_term_should_reject_null_value_as_recording_id(tmp_path: Path) -> None:
     """RecordingLogTest.appendTermShouldRejectNullValueAsRecordingId"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         with pytest.raises(RecordingLogError, match="invalid recording_id=-1"):
             rl.append_term(NULL_VALUE, 0, 0, 0)
         assert len(rl.entries()) == 0
@@ -360,7 +361,7 @@ def test_append_term_should_reject_null_value_as_recording_id(tmp_path: Path) ->
 
 def test_append_snapshot_should_reject_null_value_as_recording_id(tmp_path: Path) -> None:
     """RecordingLogTest.appendSnapshotShouldRejectNullValueAsRecordingId"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         with pytest.raises(RecordingLogError, match="invalid recording_id=-1"):
             rl.append_snapshot(NULL_VALUE, 0, 0, 0, 0, 0)
         assert len(rl.entries()) == 0
@@ -368,12 +369,12 @@ def test_append_snapshot_should_reject_null_value_as_recording_id(tmp_path: Path
 
 def test_append_term_should_not_accept_different_recording_ids(tmp_path: Path) -> None:
     """RecordingLogTest.appendTermShouldNotAcceptDifferentRecordingIds"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(42, 0, 0, 0)
         with pytest.raises(RecordingLogError, match="invalid TERM recording_id=21, expected 42"):
             rl.append_term(21, 1, 0, 0)
         assert len(rl.entries()) == 1
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         with pytest.raises(RecordingLogError, match="invalid TERM recording_id=-5, expected 42"):
             rl.append_term(-5, -5, -5, -5)
         assert len(rl.entries()) == 1
@@ -381,7 +382,7 @@ def test_append_term_should_not_accept_different_recording_ids(tmp_path: Path) -
 
 def test_append_term_should_only_allow_a_single_valid_term_for_the_same_leadership_term_id(tmp_path: Path) -> None:
     """RecordingLogTest.appendTermShouldOnlyAllowASingleValidTermForTheSameLeadershipTermId"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(8, 0, 0, 0)
         rl.append_term(8, 1, 1, 1)
         rl.invalidate_entry(0, 0)
@@ -401,7 +402,7 @@ def test_should_create_initial_empty_terms_with_an_empty_recording_log(
     """RecordingLogTest.shouldCreateInitialEmptyTermsWithAnEmptyRecordingLog"""
     log_position = initial_term_base_log_position + 500
     timestamp_ms = 10_000
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.ensure_coherent(
             RECORDING_ID,
             initial_log_leadership_term_id,
@@ -430,7 +431,7 @@ def test_should_create_initial_empty_terms_with_an_empty_recording_log(
 
 def test_should_not_create_initial_term_with_minus_one_term_id(tmp_path: Path) -> None:
     """RecordingLogTest.shouldNotCreateInitialTermWithMinusOneTermId"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.ensure_coherent(RECORDING_ID, -1, 0, 4, 0, 500, 1)
         assert rl.entries()
         assert all(e.leadership_term_id != -1 for e in rl.entries())
@@ -446,7 +447,7 @@ def test_should_back_fill_empty_leadership_terms_in_a_nonempty_recording_log(
     """RecordingLogTest.shouldBackFillEmptyLeadershipTermsInANonemptyRecordingLog"""
     term_base_log_position = initial_term_base_log_position + 100
     log_position = initial_term_base_log_position + 500
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(RECORDING_ID, initial_log_leadership_term_id, initial_term_base_log_position, 1)
         rl.ensure_coherent(
             RECORDING_ID,
@@ -476,7 +477,7 @@ def test_should_complete_existing_term(
     """RecordingLogTest.shouldCompleteExistingTerm"""
     term_base_log_position = initial_term_base_log_position + 100
     log_position = initial_term_base_log_position + 500
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(RECORDING_ID, leadership_term_id, term_base_log_position, 1)
         rl.ensure_coherent(
             RECORDING_ID,
@@ -495,7 +496,7 @@ def test_should_complete_existing_term(
 
 def test_should_back_fill_prior_term(tmp_path: Path) -> None:
     """RecordingLogTest.shouldBackFillPriorTerm"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.ensure_coherent(RECORDING_ID, 0, 0, 1, 10_000, -1, 1)
         e0 = rl.find_term_entry(0)
         assert e0 is not None
@@ -508,7 +509,7 @@ def test_should_back_fill_prior_term(tmp_path: Path) -> None:
 
 def test_should_throw_if_last_term_is_unfinished_and_term_base_log_position_is_not_specified(tmp_path: Path) -> None:
     """RecordingLogTest.shouldThrowIfLastTermIsUnfinishedAndTermBaseLogPositionIsNotSpecified"""
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         rl.append_term(RECORDING_ID, 3, 0, 1)
         with pytest.raises(RecordingLogError, match="prior term was not committed"):
             rl.ensure_coherent(RECORDING_ID, 0, 0, 4, NULL_POSITION, 500, 1)
@@ -534,10 +535,10 @@ def test_should_handle_entries_straddling_page_boundary(tmp_path: Path) -> None:
     """RecordingLogTest.shouldHandleEntriesStraddlingPageBoundary: enough entries that the file
     crosses a 4 KiB page; every one reloads intact."""
     count = 4096 // 64 + 10
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         for term in range(count):
             rl.append_term(1, term, term * 100, term)
-    with RecordingLog(tmp_path) as rl:
+    with RecordingLog(FileStorage(tmp_path)) as rl:
         entries = rl.entries()
         assert len(entries) == count
         for term, e in enumerate(entries):
