@@ -376,6 +376,8 @@ class ConsensusModule:
         )
         st.election = None
         st.set_leader(NULL_VALUE)
+        self.control.restore_uncommitted()  # a fenced member holds no control toggle
+        self.services.end_log_on_step_down()  # its service learns it is no longer leading
         self.election_link.set_role(Role.FOLLOWER, now_ns)
 
     def _start(self, now_ns: int) -> None:
