@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clusterlab.chaos.verify import verify_run
 from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.recorder import INCOMPLETE_DIR, TRACE_WRITE_FAULT_ENV
 
+from clusterlab.cli import main as cli_main
 from tests.cluster.helpers import LEADER_S, assert_services_agree, running_cluster, small_tmpfs
 
 STOP_S = 30.0  # bound on the recorders noticing the fault (their 100 ms flushes), loaded machine
@@ -50,6 +52,13 @@ def test_injected_enospc_in_every_node_keeps_the_cluster_serving(tmp_path: Path,
     meta = json.loads((trace_dir / "run.json").read_text())
     assert {m["process"] for m in meta["recording_stopped"]} == expected
     assert meta["outcome"] == "ok"
+    # The readers judge such a trace INCOMPLETE, naming each process whose recording stopped.
+    verdict = verify_run(trace_dir)
+    assert verdict.status == "INCOMPLETE"
+    assert verdict.completeness is not None
+    described = " ".join(f.describe() for f in verdict.completeness.findings)
+    assert all(name in described for name in expected), described
+    assert cli_main(["trace", "summary", str(trace_dir)]) == 3
 
 
 def test_a_full_tmpfs_under_the_trace_keeps_the_cluster_serving(tmp_path: Path) -> None:
