@@ -206,6 +206,7 @@ class SimCluster:
         self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
+        self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
         self.service_name = service
         self._authenticator_factory = authenticator_factory
         self._services: list[SimServiceHost | None] = [None] * members
@@ -291,10 +292,17 @@ class SimCluster:
 
     def next_event_ns(self) -> int:
         """The next instant something can happen: a delivery or a member deadline (NEVER_NS if none)."""
+        self._forget_deadlines()
+        return self._next_event_ns()
+
+    def _next_event_ns(self) -> int:
         t = self.network.next_delivery_ns()
-        for m in self._members:
+        deadlines = self._deadlines
+        for i, m in enumerate(self._members):
             if m is not None:
-                d = m.next_deadline_ns()
+                d = deadlines[i]
+                if d is None:
+                    d = deadlines[i] = m.next_deadline_ns()
                 if d < t:
                     t = d
         for c in self.clients:
@@ -302,6 +310,11 @@ class SimCluster:
             if client_deadline is not None and client_deadline < t:
                 t = client_deadline
         return t
+
+    def _forget_deadlines(self) -> None:
+        """Members' deadlines are cached between calls into them (a deadline is a function of a member's
+        state, which only our calls change); anything outside the run loop may have called in."""
+        self._deadlines = [None] * self.member_count
 
     def step(self) -> bool:
         """Advance to the next instant with work and settle it. Returns False when nothing at all is
@@ -331,15 +344,22 @@ class SimCluster:
         now = self.clock.now_ns
         members = self._members
         network = self.network
+        deadlines = self._deadlines
         for _ in range(self._max_rounds):
             busy = False
             if network.next_delivery_ns() <= now:
                 for msg in network.pop_due(now):
                     self._deliver(msg, now)
                 busy = True
-            for m in members:
-                if m is not None and m.next_deadline_ns() <= now:
+            for i, m in enumerate(members):
+                if m is None:
+                    continue
+                d = deadlines[i]
+                if d is None:
+                    d = deadlines[i] = m.next_deadline_ns()
+                if d <= now:
                     m.do_work(now)
+                    deadlines[i] = None
                     busy = True
             if self._pump_services(now):
                 busy = True
@@ -363,6 +383,7 @@ class SimCluster:
             while host.to_node and m is not None:
                 m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
                 m.do_work(now)
+                self._deadlines[i] = None
                 busy = True
         return busy
 
@@ -380,6 +401,7 @@ class SimCluster:
             return
         m.on_message(msg.src, msg.channel, msg.payload, now)
         m.do_work(now)
+        self._deadlines[dst] = None
 
     def _raise_livelock(self, now: int) -> None:
         stuck = [
@@ -399,7 +421,8 @@ class SimCluster:
         self.run_until_time(self.clock.now_ns + duration_ns)
 
     def run_until_time(self, end_ns: int) -> None:
-        while (t := self.next_event_ns()) <= end_ns:
+        self._forget_deadlines()
+        while (t := self._next_event_ns()) <= end_ns:
             self._step_to(t)
         if end_ns > self.clock.now_ns:
             self.clock.advance_to(end_ns)
@@ -410,10 +433,12 @@ class SimCluster:
         if predicate():
             return True
         end_ns = self.clock.now_ns + timeout_ns
-        while (t := self.next_event_ns()) <= end_ns:
+        self._forget_deadlines()
+        while (t := self._next_event_ns()) <= end_ns:
             self._step_to(t)
             if predicate():
                 return True
+            self._forget_deadlines()  # the predicate may have called into a member
         if end_ns > self.clock.now_ns:
             self.clock.advance_to(end_ns)
         return predicate()
