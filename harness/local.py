@@ -60,12 +60,16 @@ from clusterlab.core.codec.control import (
     ClusterControlRequest,
     ControlResponse,
     ControlResponseCode,
+    Counters,
+    CountersRequest,
     GateRule,
     MembersConfig,
     NodeStatus,
     ServiceStatus,
     StatusRequest,
     StorageFault,
+    TestHook,
+    TestHookKind,
 )
 from clusterlab.core.codec.enums import EventCode, ToggleState
 from clusterlab.core.consensus.context import (
@@ -75,6 +79,7 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
@@ -85,6 +90,7 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
 from clusterlab.core.runtime.dirlock import lock_cluster_directory
 from clusterlab.core.runtime.security import (
     ADMIN,
@@ -97,6 +103,7 @@ from clusterlab.core.runtime.security import (
     member_key_name,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import kv
@@ -928,6 +935,42 @@ class LocalCluster:
         ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
         self._event("storage_fault", member_id, code=0, accepted=ok)
         return ok
+
+    # ------------------------------------------------------------------ counters and test hooks
+    def counters(self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> ClusterCounters | None:
+        """The member's consensus-module counters (Aeron's CnC counters): live from a running node's
+        control socket, else the last values it persisted (``counters.json``); None if neither."""
+        reply = self._request(member_id, CountersRequest(0), timeout_s)
+        if isinstance(reply, Counters) and reply.started:
+            return counters_of(reply)
+        try:
+            return read_counters_file(self.member_dir(member_id)).counters
+        except CountersFileError:
+            return None
+
+    def _hook(self, member_id: int, kind: TestHookKind, value: int = 0, delay_ns: int = 0) -> bool:
+        reply = self._request(member_id, TestHook(0, delay_ns, kind, value), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("test_hook", member_id, hook=kind.name, value=value, delay_ns=delay_ns, accepted=ok)
+        return ok
+
+    def stall_election(self, member_id: int, state: ElectionState | None) -> bool:
+        """Test hook: the member stops once its election enters ``state`` (None: clear every hook)."""
+        if state is None:
+            return self._hook(member_id, TestHookKind.CLEAR)
+        return self._hook(member_id, TestHookKind.STALL_ELECTION_STATE, int(state))
+
+    def fail_catchup(self, member_id: int, count: int = 1) -> bool:
+        """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""
+        return self._hook(member_id, TestHookKind.FAIL_CATCHUP, count)
+
+    def delay_service_message(self, member_id: int, delay_s: float) -> bool:
+        """Test hook: the member's service gets its next message ``delay_s`` late (the rest behind it)."""
+        return self._hook(member_id, TestHookKind.DELAY_SERVICE_MESSAGE, delay_ns=round(delay_s * 1e9))
+
+    def clear_hooks(self, member_id: int) -> bool:
+        """Remove the member's test hooks."""
+        return self._hook(member_id, TestHookKind.CLEAR)
 
     # ------------------------------------------------------------------ cluster control and clients
     def control(self, target: str) -> bool:

@@ -44,6 +44,8 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.counters import ClusterCounters
+from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_parts import (
@@ -206,6 +208,7 @@ class SimCluster:
         self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
+        self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
         self.service_name = service
         self._authenticator_factory = authenticator_factory
         self._services: list[SimServiceHost | None] = [None] * members
@@ -504,6 +507,8 @@ class SimCluster:
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)
+        if isinstance(member, ConsensusModule):  # its counters outlive it (Aeron's CnC file)
+            self._last_counters[member_id] = member.counters(self.clock.now_ns)
         self._members[member_id] = None
         self._services[member_id] = None  # the service process dies with its node
         outbox = self._outboxes[member_id]
@@ -614,6 +619,44 @@ class SimCluster:
         ok = self.member(leader).toggle_control(ToggleState[target.upper()])  # type: ignore[attr-defined]
         self._harness_event("control", leader, action=target, accepted=ok)
         return bool(ok)
+
+    # ----------------------------------------------------------------------------- counters and test hooks
+    def counters(self, member_id: int) -> ClusterCounters:
+        """The member's consensus-module counters (Aeron's CnC counters); a down member's last values,
+        as Aeron's CnC file keeps them after the process stops."""
+        m = self._members[member_id]
+        if m is None:
+            last = self._last_counters.get(member_id)
+            if last is None:
+                raise SimError(f"member {member_id} never ran, so it has no counters")
+            return last
+        assert isinstance(m, ConsensusModule)
+        return m.counters(self.clock.now_ns)
+
+    def _hooks(self, member_id: int) -> TestHooks:
+        m = self.member(member_id)
+        assert isinstance(m, ConsensusModule)
+        return m.hooks
+
+    def stall_election(self, member_id: int, state: ElectionState | None) -> None:
+        """Test hook: the member stops once its election enters ``state`` (None: carry on)."""
+        self._hooks(member_id).stall_election_state = state
+        self._harness_event("test_hook", member_id, hook="stall_election", state=state.name if state else None)
+
+    def fail_catchup(self, member_id: int, count: int = 1) -> None:
+        """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""
+        self._hooks(member_id).fail_catchup = count
+        self._harness_event("test_hook", member_id, hook="fail_catchup", count=count)
+
+    def delay_service_message(self, member_id: int, delay_ns: int) -> None:
+        """Test hook: the member's service gets its next message ``delay_ns`` late (the rest behind it)."""
+        self._hooks(member_id).delay_service_message_ns = delay_ns
+        self._harness_event("test_hook", member_id, hook="delay_service_message", delay_ns=delay_ns)
+
+    def clear_hooks(self, member_id: int) -> None:
+        """Remove the member's test hooks."""
+        self._hooks(member_id).clear()
+        self._harness_event("test_hook", member_id, hook="clear")
 
     def offer(self, payload: bytes) -> int:
         """Append through the current leader: its end log position, or -1 (no leader, back-pressure)."""

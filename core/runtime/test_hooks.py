@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from clusterlab.core.codec.control import ControlResponse, ControlResponseCode, Counters, TestHook, TestHookKind
 from clusterlab.core.consensus.context import ElectionState
-from clusterlab.core.consensus.counters import NO_ELECTION
+from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.consensus.module import ConsensusModule
 
 
@@ -31,6 +31,11 @@ def counters_reply(module: ConsensusModule | None, member_id: int, correlation_i
         election_state=c.election_state,
         started=1,
     )
+
+
+def counters_of(msg: Counters) -> ClusterCounters:
+    """The ``ClusterCounters`` a ``Counters`` reply carries."""
+    return ClusterCounters(**{name: getattr(msg, name) for name in ClusterCounters.__dataclass_fields__})
 
 
 def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlResponse:
