@@ -10,7 +10,8 @@
         one KV request through a client session; prints the reply as JSON. A secured cluster
         needs credentials (a ``user:password`` file; default: the cluster's own D/keys/client.credentials)
     clusterlab tool D list-members | snapshot | suspend | resume | shutdown | abort
-        ClusterTool: member status, or cluster control through the leader's toggle
+        ClusterTool: member status, or cluster control through the leader's toggle (the parser and
+        the member-directory actions are in clusterlab/cli/tool.py)
 
 Wrong arguments, a missing directory or an unreachable cluster print one line on stderr and exit
 non-zero (2 for usage, 1 for everything else).
@@ -121,12 +122,7 @@ def register(subparsers: Any) -> None:
     delete = _one_line_errors(ops.add_parser("delete", help="delete KEY"))
     delete.add_argument("key")
     client.set_defaults(func=_guarded(cmd_client, "client"))
-
-    tool = _one_line_errors(subparsers.add_parser("tool", help="ClusterTool: list members, cluster control"))
-    tool.add_argument("dir", type=Path, help="the cluster directory (holds cluster.json)")
-    tool.add_argument("action", choices=("list-members", *CONTROL_ACTIONS))
-    tool.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each member")
-    tool.set_defaults(func=_guarded(cmd_tool, "tool"))
+    # ``tool`` is registered by clusterlab/cli/tool.py (it runs cmd_tool for the cluster-wide actions).
 
 
 # ---------------------------------------------------------------------------------- helpers

@@ -711,6 +711,11 @@ class RecordingLog:
         return self._fd
 
 
+def encode_entries(entries: list[Entry]) -> bytes:
+    """The file image of ``entries`` in this order (ClusterTool's rewrites: sort, seed from snapshot)."""
+    return b"".join(_encode(e) for e in entries)
+
+
 def _encode(e: Entry) -> bytes:
     raw_type = int(e.type) | (0 if e.is_valid else ENTRY_TYPE_INVALID_FLAG)
     head = _RECORD.pack(
