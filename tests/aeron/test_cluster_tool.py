@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from clusterlab.core.consensus.context import SERVICE_ID_CONSENSUS_MODULE
+from clusterlab.core.consensus.context import SERVICE_ID_CONSENSUS_MODULE, ElectionState
 from clusterlab.core.consensus.recording_log import RECORDING_LOG_FILE_NAME, Entry, RecordingLog
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.harness.cluster_tool import seed_recording_log_from_snapshot, sort_recording_log
@@ -182,3 +182,87 @@ def test_recording_log_command_describes_every_entry(tmp_path: Path, capsys: pyt
     assert "type=TERM recording_id=7 leadership_term_id=0 term_base_log_position=0 log_position=-1" in out[1]
     assert "type=SNAPSHOT recording_id=8" in out[2] and "service_id=0 valid=false" in out[2]
     assert "type=SNAPSHOT recording_id=9" in out[3] and "service_id=-1 valid=false" in out[3]
+
+
+# ------------------------------------------------------------------ real processes (LocalCluster)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_should_describe_latest_consensus_module_snapshot_and_counters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ClusterToolTest.shouldDescribeLatestConsensusModuleSnapshot and shouldNotSnapshotWhenSuspendedOnly
+    on processes: after a SNAPSHOT the leader's latest snapshot describes itself (Aeron: "Snapshot:
+    appVersion=1 timeUnit=MILLISECONDS"); suspended, a SNAPSHOT is refused and the snapshot counter is
+    unchanged. The counters are read live from the control socket and, once the member stopped, from
+    the file it left (Aeron's CnC file)."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    with running_cluster(tmp_path) as c:
+        leader = c.await_leader(LEADER_S)
+        client = c.client()
+        client.put("k", "v")
+        initial = c.counters(leader)
+        assert initial is not None and initial.snapshot_count == 0
+        assert c.control("snapshot")
+        c.await_condition(
+            lambda: all((n := c.counters(m)) is not None and n.snapshot_count == 1 for m in range(3)), 30.0, "snapshots"
+        )
+        member_dir = c.member_dir(leader)
+        assert main(["tool", str(member_dir), "describe-latest-snapshot"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("Snapshot: recording_id=")
+        assert "mark=BEGIN time_unit=MILLIS app_version=" in out, out  # Aeron: appVersion=1 timeUnit=MILLISECONDS
+        assert "ConsensusModuleSnapshot(next_session_id=2 " in out  # one session opened
+        assert "Service snapshot: service_id=0" in out
+        assert c.control("suspend")
+        assert not c.control("snapshot"), "Aeron: Unable to SNAPSHOT as the state of the consensus module is SUSPENDED"
+        counters = c.counters(leader)
+        assert counters is not None and counters.snapshot_count == 1 and counters.module_state == 2  # SUSPENDED
+        assert c.control("resume")
+        assert main(["tool", str(c.config.directory), "counters", "--member", str(leader)]) == 0
+        out = capsys.readouterr().out
+        assert f"member {leader} counters (live):" in out and "Snapshot count" in out
+        client.close()
+        c.stop(leader)
+        stopped = c.counters(leader)
+        assert stopped is not None and stopped.snapshot_count == 1 and stopped.member_id == leader
+        assert main(["tool", str(member_dir), "counters"]) == 0
+        assert "last values (stopped)" in capsys.readouterr().out
+        assert main(["tool", str(member_dir), "errors"]) == 0
+        assert f"member {leader} (stopped): " in capsys.readouterr().out
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_test_hooks_through_the_control_socket(tmp_path: Path) -> None:
+    """The test hooks on real processes (Aeron's TestCluster hooks): a follower armed to stall in
+    CANVASS stays there once its leader stops, while the restarted leader and the other follower elect
+    and serve; released, it joins. Its counters (control socket) show each step."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    def election_state(m: int) -> int | None:
+        n = c.counters(m)
+        return None if n is None else n.election_state
+
+    with running_cluster(tmp_path) as c:
+        leader = c.await_leader(LEADER_S)
+        stalled = next(m for m in range(3) if m != leader)
+        assert c.stall_election(stalled, ElectionState.CANVASS)
+        c.stop(leader)
+        c.await_condition(lambda: election_state(stalled) == int(ElectionState.CANVASS), 30.0, "stalled in CANVASS")
+        c.restart(leader)
+        new_leader = c.await_leader(LEADER_S)
+        assert new_leader != stalled
+        client = c.client()
+        for i in range(3):
+            client.put(f"k{i}", str(i))
+        assert election_state(stalled) == int(ElectionState.CANVASS)
+        assert c.clear_hooks(stalled)
+        c.await_condition(
+            lambda: (n := c.counters(stalled)) is not None and n.election_state == -1 and n.commit_position > 0,
+            30.0,
+            "the released follower joined",
+        )
+        client.close()
