@@ -65,6 +65,7 @@ from clusterlab.core.codec.control import (
     GateRule,
     MembersConfig,
     NodeStatus,
+    PurgeSegments,
     ServiceStatus,
     StatusRequest,
     StorageFault,
@@ -286,6 +287,7 @@ class LocalCluster:
         scenario: str = "local",
         fault_ack_before_append: bool = False,
         secure: bool | None = None,
+        archive_segment_length: int | None = None,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -302,6 +304,7 @@ class LocalCluster:
         # First of all: nothing in the directory is read or written unless we own it.
         self._lock = lock_cluster_directory(self.directory)
         try:
+            self._archive_segment_length = archive_segment_length  # None: Aeron's default (128 MiB)
             self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure)
         except BaseException:
             self._lock.release()
@@ -388,6 +391,11 @@ class LocalCluster:
                 seed=seed,
                 appointed_leader_id=appointed_leader_id,
                 secure=tcp if secure is None else secure,
+                **(
+                    {"archive_segment_length": self._archive_segment_length}
+                    if self._archive_segment_length is not None
+                    else {}
+                ),
             )
             self.config.save()
             os.chmod(self.directory, 0o700)  # its ipc sockets: reachable by this user only
@@ -971,6 +979,17 @@ class LocalCluster:
     def clear_hooks(self, member_id: int) -> bool:
         """Remove the member's test hooks."""
         return self._hook(member_id, TestHookKind.CLEAR)
+
+    def purge_log_to_last_snapshot(self) -> dict[int, int]:
+        """Aeron TestCluster.purgeLogToLastSnapshot: every running member deletes its log segments below
+        its latest snapshot. Returns member -> new log start position (members that answered)."""
+        starts: dict[int, int] = {}
+        for member_id in self.members_alive():
+            reply = self._request(member_id, PurgeSegments(0), 5.0)
+            if isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK:
+                starts[member_id] = int(reply.message.removeprefix("start_position="))
+        self._event("purge_segments", -1, starts=starts)
+        return starts
 
     # ------------------------------------------------------------------ cluster control and clients
     def control(self, target: str) -> bool:

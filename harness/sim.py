@@ -173,6 +173,7 @@ class SimCluster:
         log_lines_kept: int = 10_000,
         service: str | None = None,
         authenticator_factory: Callable[[], Any] | None = None,
+        archive_segment_length: int | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -182,6 +183,7 @@ class SimCluster:
         self.timeouts.validate()
         self.network_config = network if network is not None else NetworkConfig()
         self.appointed_leader_id = appointed_leader_id
+        self.archive_segment_length = archive_segment_length  # None: ConsensusModuleContext's default
         self._factory: MemberFactory = member_factory or consensus_module_factory
         self._max_rounds = max_rounds_per_instant
         # Nothing is written here any more (members run on MemoryStorage); kept for callers and reports.
@@ -484,6 +486,8 @@ class SimCluster:
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=True,  # every subsystem asserts its invariants after each input
         )
+        if self.archive_segment_length is not None:
+            ctx.archive_segment_length = self.archive_segment_length
         member = self._factory(ctx)
         self._members[member_id] = member
         self._outboxes[member_id] = outbox
@@ -652,6 +656,17 @@ class SimCluster:
         """Test hook: the member's service gets its next message ``delay_ns`` late (the rest behind it)."""
         self._hooks(member_id).delay_service_message_ns = delay_ns
         self._harness_event("test_hook", member_id, hook="delay_service_message", delay_ns=delay_ns)
+
+    def purge_log_to_last_snapshot(self) -> dict[int, int]:
+        """Aeron TestCluster.purgeLogToLastSnapshot: every live member deletes its log segments below its
+        latest snapshot. Returns member -> new log start position."""
+        starts = {}
+        for member_id in self.members_alive():
+            m = self.member(member_id)
+            assert isinstance(m, ConsensusModule)
+            starts[member_id] = m.purge_log_to_last_snapshot()
+        self._harness_event("purge_segments", -1, starts=starts)
+        return starts
 
     def clear_hooks(self, member_id: int) -> None:
         """Remove the member's test hooks."""

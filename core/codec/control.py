@@ -6,7 +6,7 @@ control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages i
 
 * ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
 * ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault``,
-  ``TestHook`` -> ``ControlResponse``;
+  ``TestHook``, ``PurgeSegments`` -> ``ControlResponse``;
 * ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters, read by ClusterTool).
 
 They travel only on the control channel; a consensus module never sees them.
@@ -243,6 +243,18 @@ class TestHook(Message):
     value: Int32
 
 
+@codec
+@dataclass(frozen=True, slots=True)
+class PurgeSegments(Message):
+    """Purge the log recording's segments below the latest snapshot (Aeron's archive ``purgeSegments``
+    as TestCluster.purgeLogToLastSnapshot uses it); ``ControlResponse.message`` says the new start."""
+
+    TEMPLATE_ID: ClassVar[int] = 228
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+
+
 MESSAGES: tuple[type[Message], ...] = (
     StatusRequest,
     NodeStatus,
@@ -256,6 +268,7 @@ MESSAGES: tuple[type[Message], ...] = (
     CountersRequest,
     Counters,
     TestHook,
+    PurgeSegments,
 )
 
 __all__ = [
@@ -271,6 +284,7 @@ __all__ = [
     "GateRule",
     "MembersConfig",
     "NodeStatus",
+    "PurgeSegments",
     "ServiceStatus",
     "StatusRequest",
     "StorageFault",

@@ -68,6 +68,7 @@ from clusterlab.core.consensus.cluster_control import ClusterControl
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
     PROTOCOL_VERSION,
+    SERVICE_ID_CONSENSUS_MODULE,
     Channel,
     ConsensusModuleContext,
     ConsensusModuleState,
@@ -110,7 +111,7 @@ class ConsensusModule:
         self.log_recording_id = LOG_RECORDING_ID
         if ctx.storage is None:
             raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
-        self.archive_store = Archive(ctx.storage, log=ctx.log)
+        self.archive_store = Archive(ctx.storage, segment_length=ctx.archive_segment_length, log=ctx.log)
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
         self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
         self.node_state = NodeState.open(ctx.storage)
@@ -439,6 +440,18 @@ class ConsensusModule:
 
     def poll_log_replay(self, now_ns: int) -> int:
         return self.log_adapter.poll_log_replay(now_ns)
+
+    def purge_log_to_last_snapshot(self) -> int:
+        """Aeron's ``purgeSegments`` to the latest snapshot (TestCluster.purgeLogToLastSnapshot): delete
+        the log recording's whole segments below the latest valid snapshot's position, which a restart
+        never replays. Returns the recording's new start position (unchanged without a snapshot)."""
+        entry = self.recording_log.latest_snapshot(SERVICE_ID_CONSENSUS_MODULE)
+        if entry is None:
+            return self.archive.start_position
+        start = self.archive.purge_segments(min(entry.log_position, self.s.commit_position))
+        self.archive_store.sync_catalogue()
+        self.s.log(f"member {self.member_id} purged the log below the snapshot at {entry.log_position}: start {start}")
+        return start
 
     def snapshot_work(self, now_ns: int) -> int:
         """A replayed SNAPSHOT action holds the log adapter until this writes the snapshot."""

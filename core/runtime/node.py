@@ -52,6 +52,7 @@ from clusterlab.core.codec.control import (
     GateRule,
     MembersConfig,
     NodeStatus,
+    PurgeSegments,
     StatusRequest,
     StorageFault,
     TestHook,
@@ -96,7 +97,7 @@ from clusterlab.core.runtime.security import (
     source_rejection,
 )
 from clusterlab.core.runtime.storage import FileStorage
-from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply
+from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -342,6 +343,7 @@ class Node:
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
+            archive_segment_length=config.archive_segment_length,
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
@@ -558,6 +560,10 @@ class Node:
             return self._on_storage_fault(msg)
         if isinstance(msg, CountersRequest):
             return counters_reply(self.module, self.member_id, msg.correlation_id, now_ns)
+        if isinstance(msg, PurgeSegments):
+            reply = purge_segments(self.module, msg)
+            self.log(f"purge segments: {reply.message}")
+            return reply
         if isinstance(msg, TestHook):
             reply = apply_test_hook(self.module, msg)
             self.log(f"test hook {msg.kind.name}: {reply.message}")

@@ -1,8 +1,16 @@
-"""The node's answers to ``CountersRequest`` and ``TestHook`` (control socket), kept out of node.py."""
+"""The node's answers to ``CountersRequest``, ``TestHook`` and ``PurgeSegments`` (control socket), kept
+out of node.py."""
 
 from __future__ import annotations
 
-from clusterlab.core.codec.control import ControlResponse, ControlResponseCode, Counters, TestHook, TestHookKind
+from clusterlab.core.codec.control import (
+    ControlResponse,
+    ControlResponseCode,
+    Counters,
+    PurgeSegments,
+    TestHook,
+    TestHookKind,
+)
 from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.consensus.module import ConsensusModule
@@ -62,3 +70,14 @@ def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlRes
             return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
         hooks.delay_service_message_ns = msg.delay_ns
     return answer(ControlResponseCode.OK, hooks.describe())
+
+
+def purge_segments(module: ConsensusModule | None, msg: PurgeSegments) -> ControlResponse:
+    """Purge the log below the latest snapshot; the answer names the recording's new start position."""
+    if module is None:
+        return ControlResponse(msg.correlation_id, ControlResponseCode.REFUSED, "not started")
+    try:
+        start = module.purge_log_to_last_snapshot()
+    except OSError as e:
+        return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, f"purge failed: {e}"[:200])
+    return ControlResponse(msg.correlation_id, ControlResponseCode.OK, f"start_position={start}")

@@ -1,17 +1,18 @@
 """Ports of Aeron's ``ClusterTest`` cases that need the test hooks, counters or segment length of
 issue 16 item 3 (aeron-system-tests/src/test/java/io/aeron/cluster/ClusterTest.java), on the
-simulator. Each test's docstring names the Aeron test; the assertions are Aeron's. The same hooks
-through a real node's control socket are in tests/aeron/test_cluster_tool.py."""
+simulator (and, marked ``cluster``, on real processes). Each test's docstring names the Aeron test; the
+assertions are Aeron's. The hooks through a real node's control socket are in
+tests/aeron/test_cluster_tool.py."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from clusterlab.core.consensus.context import SECOND, ElectionState
 
 from tests.aeron.support import aeron_cluster
 from tests.sim.conftest import SimKit
-
-pytestmark = pytest.mark.sim
 
 MS = SECOND // 1000
 
@@ -21,6 +22,7 @@ def percent90(value_ns: int) -> int:
     return value_ns * 9 // 10
 
 
+@pytest.mark.sim
 def test_should_track_snapshot_duration(sim: SimKit) -> None:
     """ClusterTest.shouldTrackSnapshotDuration: the consensus module's snapshot-duration counter
     covers the slowest service (Aeron's SleepOnSnapshotTestService: 222 ms; here the service gets the
@@ -46,6 +48,7 @@ def test_should_track_snapshot_duration(sim: SimKit) -> None:
         assert counters.last_snapshot_duration_ns == counters.max_snapshot_duration_ns
 
 
+@pytest.mark.sim
 def test_should_remain_stable_when_there_is_a_slow_follower(sim: SimKit) -> None:
     """ClusterTest.shouldRemainStableWhenThereIsASlowFollower: one follower stopped, the other's
     service slowed down 15 s (Aeron: a message that makes the service sleep), 1000 messages, the stopped
@@ -66,6 +69,7 @@ def test_should_remain_stable_when_there_is_a_slow_follower(sim: SimKit) -> None
     a.await_services_message_count(1000, timeout_ns=30 * SECOND)
 
 
+@pytest.mark.sim
 def test_should_fail_catchup_then_recover(sim: SimKit) -> None:
     """ClusterTest.shouldCatchupFromEmptyLog with Aeron's election error path taken inside catch-up
     (the fail-catch-up hook): the follower's first catch-up fails, it runs a new election and still
@@ -86,6 +90,7 @@ def test_should_fail_catchup_then_recover(sim: SimKit) -> None:
     assert a.c.counters(follower).errors >= 1  # Aeron's election error handler counts it
 
 
+@pytest.mark.sim
 def test_should_stall_member_in_chosen_election_state(sim: SimKit) -> None:
     """Aeron's election-state hook as ClusterTest uses it: a restarted follower held in CANVASS stays
     there (the others keep serving), and joins and catches up once released."""
@@ -108,3 +113,76 @@ def test_should_stall_member_in_chosen_election_state(sim: SimKit) -> None:
     a.c.stall_election(follower, None)
     a.await_election_closed(follower)
     a.await_service_message_count(follower, 5)
+
+
+# Aeron ClusterTests.LARGE_MSG (1 KiB), "msg-" first as the support module counts echoes by it.
+LARGE_MSG = b"msg-" + b"a" * 1020
+
+
+@pytest.mark.sim
+def test_should_handle_trimming_cluster_from_the_front(sim: SimKit) -> None:
+    """ClusterTest.shouldHandleTrimmingClusterFromTheFront: 512 KiB segments, 1024 large messages,
+    a snapshot, the log purged below it on every member, an abort, and a restart of every member that
+    recovers all 1024 messages from the snapshot and what is left of the log."""
+    segment = 512 * 1024
+    a = aeron_cluster(sim, seed=305, archive_segment_length=segment)
+    a.await_leader()
+    client = a.connect_client()
+    for _ in range(1024):
+        a.c.await_condition(lambda: client.client.offer(LARGE_MSG, a.c.now_ns) > 0, 5 * SECOND, "message offered")
+        a.sent += 1
+    a.await_response_message_count(1024, timeout_ns=60 * SECOND)
+    a.await_services_message_count(1024, timeout_ns=60 * SECOND)
+    a.take_snapshot()
+    a.await_snapshot_count_everywhere(1)
+    starts = a.c.purge_log_to_last_snapshot()
+    assert sorted(starts) == [0, 1, 2]
+    for member_id, start in starts.items():
+        # Whole segments went (a frame never spans two, so a segment base is a frame boundary).
+        assert segment <= start <= a.c.member(member_id).commit_position, (member_id, start)
+        assert a.c.member(member_id).archive.start_position == start
+    a.abort_cluster()
+    a.await_node_terminations()
+    a.stop_all_nodes()
+    a.restart_all_nodes()
+    a.await_services_message_count(1024, timeout_ns=30 * SECOND)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_should_handle_trimming_cluster_from_the_front_on_processes(tmp_path: Path) -> None:
+    """ClusterTest.shouldHandleTrimmingClusterFromTheFront on real processes (kv service, 64 KiB
+    segments from cluster.json): after a snapshot every member purges its segment files below it;
+    stopped and restarted, every member still has every key."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    segment = 64 * 1024
+    with running_cluster(tmp_path, archive_segment_length=segment) as c:
+        assert c.config.archive_segment_length == segment
+        c.await_leader(LEADER_S)
+        client = c.client()
+        value = "v" * 200
+        for i in range(600):
+            client.put(f"k{i}", value)
+        assert c.control("snapshot")
+        c.await_condition(
+            lambda: all((n := c.counters(m)) is not None and n.snapshot_count == 1 for m in range(3)), 30.0, "snapshots"
+        )
+        before = {m: sorted((c.member_dir(m) / "archive" / "log").glob("*.seg")) for m in range(3)}
+        assert all(len(files) >= 3 for files in before.values()), before
+        starts = c.purge_log_to_last_snapshot()
+        assert sorted(starts) == [0, 1, 2]
+        for m in range(3):
+            after = sorted((c.member_dir(m) / "archive" / "log").glob("*.seg"))
+            assert starts[m] >= segment and len(after) < len(before[m]), (m, starts[m], after)
+        client.close()
+        for m in range(3):
+            c.stop(m)
+        for m in range(3):
+            c.restart(m)
+        c.await_leader(LEADER_S)
+        client = c.client()
+        assert client.get("k0")["value"] == value
+        assert client.get("k599")["value"] == value
+        assert client.put("k600", "x")["revision"] == 601
+        client.close()
