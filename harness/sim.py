@@ -369,6 +369,9 @@ class SimCluster:
                 m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
                 m.do_work(now)
                 busy = True
+            if host.closed_reason is not None:
+                self._close_service(i, host.closed_reason)
+                busy = True
         return busy
 
     def _deliver(self, msg: Delivery, now: int) -> None:
@@ -656,6 +659,18 @@ class SimCluster:
         """Test hook: the member's service gets its next message ``delay_ns`` late (the rest behind it)."""
         self._hooks(member_id).delay_service_message_ns = delay_ns
         self._harness_event("test_hook", member_id, hook="delay_service_message", delay_ns=delay_ns)
+
+    def stop_service(self, member_id: int) -> None:
+        """Close the member's service container (Aeron ``TestNode.container().close()``): its consensus
+        module closes with a counted error and the member terminates."""
+        self._close_service(member_id, "the service container closed")
+
+    def _close_service(self, member_id: int, reason: str) -> None:
+        self._services[member_id] = None
+        m = self._members[member_id]
+        if isinstance(m, ConsensusModule):
+            m.on_service_closed(reason, self.clock.now_ns)
+        self._harness_event("service_closed", member_id, reason=reason)
 
     def purge_log_to_last_snapshot(self) -> dict[int, int]:
         """Aeron TestCluster.purgeLogToLastSnapshot: every live member deletes its log segments below its

@@ -387,6 +387,17 @@ class ConsensusModule:
         self.services.end_log_on_step_down()  # its service learns it is no longer leading
         self.election_link.set_role(Role.FOLLOWER, now_ns)
 
+    def on_service_closed(self, reason: str, now_ns: int) -> None:
+        """The service went away outside a termination (it raised ClusterTerminationException, its
+        process exited): Aeron's module counts "Aeron client in service closed unexpectedly" and
+        closes, and the member terminates (its termination hook runs). A leader's followers then
+        elect a new leader."""
+        st = self.s
+        if st.terminated or st.state == ConsensusModuleState.CLOSED or self.termination.is_pending:
+            return  # closed already, or an orderly termination in progress (the service's exit is expected)
+        st.error("service", f"service closed unexpectedly: {reason}", st.leadership_term_id, st.commit_position)
+        self.termination.terminate_now(f"service closed: {reason}", now_ns)
+
     def _start(self, now_ns: int) -> None:
         self._now_ns = now_ns
         self.outbox.now_ns = now_ns

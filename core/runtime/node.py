@@ -720,6 +720,8 @@ class Node:
                 self.cycle.request_stop(f"terminated: {m.terminated_reason}")
                 return work
         if self.service_gone_ns is not None and now_ns >= self.service_gone_ns + SERVICE_GONE_GRACE_NS:
+            if m is not None:  # Aeron: "Aeron client in service closed unexpectedly", counted; the module closes
+                m.on_service_closed("the service process went away", now_ns)
             self.cycle.request_stop("the service process went away", EXIT_SERVICE_GONE)
         return work
 

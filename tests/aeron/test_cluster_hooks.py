@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clusterlab.core.consensus.context import SECOND, ElectionState
+from clusterlab.core.consensus.context import SECOND, ConsensusModuleState, ElectionState
 
-from tests.aeron.support import aeron_cluster
+from tests.aeron.support import TERMINATE_MSG, aeron_cluster
 from tests.sim.conftest import SimKit
 
 MS = SECOND // 1000
@@ -186,3 +186,83 @@ def test_should_handle_trimming_cluster_from_the_front_on_processes(tmp_path: Pa
         assert client.get("k599")["value"] == value
         assert client.put("k600", "x")["revision"] == 601
         client.close()
+
+
+@pytest.mark.sim
+def test_should_stop_clustered_services_on_appropriate_message(sim: SimKit) -> None:
+    """ClusterTest.shouldStopClusteredServicesOnAppropriateMessage: the test service raises
+    ClusterTerminationException on the TERMINATE message; every member applies it, its service stops
+    and the member terminates (Aeron: "Aeron client in service closed unexpectedly", a counted error)."""
+    a = aeron_cluster(sim, seed=306)
+    leader = a.await_leader()
+    a.await_election_closed(leader)
+    for f in a.followers():
+        a.await_election_closed(f)
+    client = a.connect_client()
+    a.c.await_condition(lambda: client.client.offer(TERMINATE_MSG, a.c.now_ns) > 0, 5 * SECOND, "message offered")
+    a.await_node_terminations([0, 1, 2])
+    for m in range(3):
+        counters = a.c.counters(m)
+        assert counters.errors == 1 and counters.module_state == int(ConsensusModuleState.CLOSED), counters
+
+
+@pytest.mark.sim
+def test_should_terminate_leader_when_service_stops(sim: SimKit) -> None:
+    """ClusterTest.shouldTerminateLeaderWhenServiceStops: the leader's service container closes, the
+    leader terminates, and the client hears of a new leader (awaitNewLeadershipEvent(1))."""
+    a = aeron_cluster(sim, seed=307)
+    leader = a.await_leader()
+    a.connect_client()
+    a.c.stop_service(leader)
+    a.await_condition(lambda: a.is_terminated(leader), f"member {leader} terminated")
+    a.await_new_leadership_event(1)
+    assert a.await_leader_other_than(leader) != leader
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_should_stop_clustered_services_on_appropriate_message_on_processes(tmp_path: Path) -> None:
+    """ClusterTest.shouldStopClusteredServicesOnAppropriateMessage on real processes: the echo service
+    raises ClusterTerminationException on ``terminate``; every member's service and node exit, and
+    each node's last counters (counters.json) show the module CLOSED with the one counted error."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    with running_cluster(tmp_path, service="echo") as c:
+        c.await_leader(LEADER_S)
+        client = c.client()
+        client.submit(lambda _rid: b"terminate")
+        c.await_condition(  # the client is pumped meanwhile: its offer leaves, its session stays alive
+            lambda: client.pump(0.05) or not any(c.is_alive(m) for m in range(3)), 30.0, "every member terminated"
+        )
+        for m in range(3):
+            codes = c.wait_for_exit(m, timeout_s=5.0)
+            assert codes["service"] == 0, codes  # the service stopped as asked, not failed
+        client.close()
+        for m in range(3):
+            counters = c.counters(m)
+            assert counters is not None and counters.errors == 1, (m, counters)
+            assert counters.module_state == int(ConsensusModuleState.CLOSED)
+            assert "service closed unexpectedly" in (c.member_dir(m) / "counters.json").read_text()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_should_terminate_leader_when_service_stops_on_processes(tmp_path: Path) -> None:
+    """ClusterTest.shouldTerminateLeaderWhenServiceStops on real processes: the leader's service
+    process goes away, the leader's node terminates, the others elect a new leader that serves."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    with running_cluster(tmp_path) as c:
+        leader = c.await_leader(LEADER_S)
+        client = c.client()  # Aeron: cluster.connectClient() (the services are up)
+        assert client.put("k", "v")["revision"] == 1
+        client.close()
+        c.kill_service(leader)
+        c.wait_for_exit(leader, timeout_s=30.0)
+        new_leader = c.await_leader(LEADER_S, exclude=[leader])
+        assert new_leader != leader
+        client = c.client()
+        assert client.put("k", "w")["revision"] == 2
+        client.close()
+        counters = c.counters(leader)
+        assert counters is not None and counters.errors >= 1
