@@ -962,11 +962,12 @@ class LocalCluster:
         self._event("test_hook", member_id, hook=kind.name, value=value, delay_ns=delay_ns, accepted=ok)
         return ok
 
-    def stall_election(self, member_id: int, state: ElectionState | None) -> bool:
-        """Test hook: the member stops once its election enters ``state`` (None: clear every hook)."""
+    def stall_election(self, member_id: int, state: ElectionState | None, duration_s: float = 0.0) -> bool:
+        """Test hook: the member stops once its election enters ``state`` (None: clear every hook), until
+        cleared or, with ``duration_s``, for that long once."""
         if state is None:
             return self._hook(member_id, TestHookKind.CLEAR)
-        return self._hook(member_id, TestHookKind.STALL_ELECTION_STATE, int(state))
+        return self._hook(member_id, TestHookKind.STALL_ELECTION_STATE, int(state), delay_ns=round(duration_s * 1e9))
 
     def fail_catchup(self, member_id: int, count: int = 1) -> bool:
         """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""

@@ -645,10 +645,19 @@ class SimCluster:
         assert isinstance(m, ConsensusModule)
         return m.hooks
 
-    def stall_election(self, member_id: int, state: ElectionState | None) -> None:
-        """Test hook: the member stops once its election enters ``state`` (None: carry on)."""
-        self._hooks(member_id).stall_election_state = state
-        self._harness_event("test_hook", member_id, hook="stall_election", state=state.name if state else None)
+    def stall_election(
+        self, member_id: int, state: ElectionState | None, duration_ns: int = 0, leadership_term_id: int | None = None
+    ) -> None:
+        """Test hook: the member stops once its election enters ``state`` (None: carry on), until
+        cleared or, with ``duration_ns``, for that long once; only in ``leadership_term_id`` if given."""
+        hooks = self._hooks(member_id)
+        hooks.clear()
+        hooks.stall_election_state = state
+        hooks.stall_duration_ns = duration_ns
+        hooks.stall_leadership_term_id = leadership_term_id
+        self._harness_event(
+            "test_hook", member_id, hook="stall_election", state=state.name if state else None, duration_ns=duration_ns
+        )
 
     def fail_catchup(self, member_id: int, count: int = 1) -> None:
         """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""

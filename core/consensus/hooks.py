@@ -1,7 +1,8 @@
 """Test hooks (Aeron's TestCluster / ConsensusModule.Context hooks its system tests use), off unless armed.
 
 * ``stall_election_state``: once the election enters that state the member stops: its election does no
-  work (no timeouts fire) and member messages are dropped with a counted reason, until cleared.
+  work (no timeouts fire) and member messages are dropped with a counted reason, until cleared, or for
+  ``stall_duration_ns`` once (Aeron's StallLeaderLogReplicationIntercept parks the agent 2.5 s).
 * ``fail_catchup``: the next N elections that reach FOLLOWER_CATCHUP fail there (Aeron's election error
   path: log, back to INIT, a new election).
 * ``delay_service_message_ns``: the next message the module sends its service(s) is held that long
@@ -25,17 +26,46 @@ class TestHooks:
 
     def __init__(self) -> None:
         self.stall_election_state: ElectionState | None = None
+        self.stall_duration_ns = 0  # 0: until cleared; else stall this long once, then the hook clears
+        self.stall_leadership_term_id: int | None = None  # only in this election term (None: any)
+        self._stall_started_ns: int | None = None
         self.fail_catchup = 0
         self.delay_service_message_ns = 0
         self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
+        self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
 
     def clear(self) -> None:
         self.stall_election_state = None
+        self.stall_duration_ns = 0
+        self.stall_leadership_term_id = None
+        self._stall_started_ns = None
         self.fail_catchup = 0
         self.delay_service_message_ns = 0
 
-    def stalls(self, state: ElectionState | None) -> bool:
-        return state is not None and state == self.stall_election_state
+    def stalls(self, state: ElectionState | None, now_ns: int, leadership_term_id: int) -> bool:
+        """Whether the member stays stalled in ``state`` of the election for ``leadership_term_id`` now
+        (a timed stall starts at the first ask)."""
+        if state is None or state != self.stall_election_state:
+            return False
+        if self.stall_leadership_term_id is not None and leadership_term_id != self.stall_leadership_term_id:
+            return False
+        if self.stall_duration_ns == 0:
+            return True
+        if self._stall_started_ns is None:
+            self._stall_started_ns = now_ns
+            self.stalls_started += 1
+        if now_ns < self._stall_started_ns + self.stall_duration_ns:
+            return True
+        self.stall_election_state = None  # once
+        self.stall_duration_ns = 0
+        self._stall_started_ns = None
+        return False
+
+    def stall_deadline_ns(self) -> int | None:
+        """When a running timed stall ends (the module's next deadline), else None."""
+        if self._stall_started_ns is None or self.stall_duration_ns == 0:
+            return None
+        return self._stall_started_ns + self.stall_duration_ns
 
     def take_catchup_failure(self, state: ElectionState) -> bool:
         """True (and one failure used) if the hook fails a catch-up in ``state``."""
@@ -48,7 +78,7 @@ class TestHooks:
     def describe(self) -> str:
         stall = self.stall_election_state.name if self.stall_election_state is not None else "-"
         return (
-            f"TestHooks(stall={stall} fail_catchup={self.fail_catchup} "
+            f"TestHooks(stall={stall} stall_duration_ns={self.stall_duration_ns} fail_catchup={self.fail_catchup} "
             f"delay_service_message_ns={self.delay_service_message_ns})"
         )
 

@@ -485,7 +485,11 @@ class ConsensusModule:
         if self.s.state == ConsensusModuleState.CLOSED:
             return
         election = self.s.election
-        if election is not None and channel != Channel.SERVICE and self.hooks.stalls(election.state):
+        if (
+            election is not None
+            and channel != Channel.SERVICE
+            and self.hooks.stalls(election.state, now_ns, election.leadership_term_id)
+        ):
             self.s.ignore(f"{channel} from {src_member_id}", f"test hook: stalled in {election.state.name}")
             return
         try:
@@ -597,7 +601,7 @@ class ConsensusModule:
             # (Aeron pauses the replay until the snapshot is done).
             work += self.snapshots.work(now_ns)
             state = st.election.state
-            if self.hooks.stalls(state):
+            if self.hooks.stalls(state, now_ns, st.election.leadership_term_id):
                 pass  # test hook: the member is stuck in this state until the hook is cleared
             elif self.hooks.take_catchup_failure(state):
                 st.election.handle_error(now_ns, "test hook: catch-up failed")
@@ -692,8 +696,11 @@ class ConsensusModule:
         held = self.outbox.next_due_ns()
         if held is not None:
             deadline = min(deadline, max(now, held))
-        if st.election is not None and self.hooks.stalls(st.election.state):
-            deadline = max(deadline, now + timeouts.leader_heartbeat_interval_ns)  # stalled: nothing to do
+        if st.election is not None and self.hooks.stalls(st.election.state, now, st.election.leadership_term_id):
+            stall_end = self.hooks.stall_deadline_ns()  # stalled: nothing to do until it ends
+            deadline = (
+                stall_end if stall_end is not None else max(deadline, now + timeouts.leader_heartbeat_interval_ns)
+            )
         return deadline
 
     # ------------------------------------------------------------------ application input (leader)

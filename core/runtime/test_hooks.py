@@ -60,7 +60,11 @@ def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlRes
     elif msg.kind == TestHookKind.STALL_ELECTION_STATE:
         if msg.value not in ElectionState._value2member_map_:
             return answer(ControlResponseCode.ERROR, f"no election state {msg.value}")
+        if msg.delay_ns < 0:
+            return answer(ControlResponseCode.ERROR, f"stall duration must be >= 0 ns, got {msg.delay_ns}")
+        hooks.clear()  # a new stall starts afresh
         hooks.stall_election_state = ElectionState(msg.value)
+        hooks.stall_duration_ns = msg.delay_ns
     elif msg.kind == TestHookKind.FAIL_CATCHUP:
         if msg.value < 0:
             return answer(ControlResponseCode.ERROR, f"fail_catchup count must be >= 0, got {msg.value}")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from clusterlab.core.consensus.context import SERVICE_ID_CONSENSUS_MODULE, ElectionState
+from clusterlab.core.consensus.context import SERVICE_ID_CONSENSUS_MODULE, ConsensusModuleState, ElectionState
 from clusterlab.core.consensus.recording_log import RECORDING_LOG_FILE_NAME, Entry, RecordingLog
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.harness.cluster_tool import seed_recording_log_from_snapshot, sort_recording_log
@@ -192,20 +192,23 @@ def test_recording_log_command_describes_every_entry(tmp_path: Path, capsys: pyt
 def test_should_describe_latest_consensus_module_snapshot_and_counters(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """ClusterToolTest.shouldDescribeLatestConsensusModuleSnapshot and shouldNotSnapshotWhenSuspendedOnly
-    on processes: after a SNAPSHOT the leader's latest snapshot describes itself (Aeron: "Snapshot:
-    appVersion=1 timeUnit=MILLISECONDS"); suspended, a SNAPSHOT is refused and the snapshot counter is
-    unchanged. The counters are read live from the control socket and, once the member stopped, from
-    the file it left (Aeron's CnC file)."""
+    """ClusterToolTest.shouldDescribeLatestConsensusModuleSnapshot, ClusterToolTest.shouldNotSnapshotWhenSuspendedOnly
+    and ClusterToolTest.shouldSuspendAndResume on processes, through ``clusterlab tool``: after a SNAPSHOT the
+    leader's latest snapshot describes itself (Aeron: "Snapshot: appVersion=1 timeUnit=MILLISECONDS");
+    SUSPEND is applied, a SNAPSHOT then refused and the snapshot counter unchanged; RESUME is applied.
+    The counters are read live from the control socket and, once the member stopped, from the file it
+    left (Aeron's CnC file)."""
     from tests.cluster.helpers import LEADER_S, running_cluster
 
     with running_cluster(tmp_path) as c:
+        cluster_dir = str(c.config.directory)
         leader = c.await_leader(LEADER_S)
         client = c.client()
         client.put("k", "v")
         initial = c.counters(leader)
         assert initial is not None and initial.snapshot_count == 0
-        assert c.control("snapshot")
+        assert main(["tool", cluster_dir, "snapshot"]) == 0
+        assert f"snapshot: accepted by leader {leader}" in capsys.readouterr().out
         c.await_condition(
             lambda: all((n := c.counters(m)) is not None and n.snapshot_count == 1 for m in range(3)), 30.0, "snapshots"
         )
@@ -216,12 +219,22 @@ def test_should_describe_latest_consensus_module_snapshot_and_counters(
         assert "mark=BEGIN time_unit=MILLIS app_version=" in out, out  # Aeron: appVersion=1 timeUnit=MILLISECONDS
         assert "ConsensusModuleSnapshot(next_session_id=2 " in out  # one session opened
         assert "Service snapshot: service_id=0" in out
-        assert c.control("suspend")
-        assert not c.control("snapshot"), "Aeron: Unable to SNAPSHOT as the state of the consensus module is SUSPENDED"
+        assert main(["tool", cluster_dir, "suspend"]) == 0
+        assert f"suspend: accepted by leader {leader}" in capsys.readouterr().out  # Aeron: SUSPEND applied successfully
+        assert main(["tool", cluster_dir, "snapshot"]) == 1
+        # Aeron: Unable to SNAPSHOT as the state of the consensus module is SUSPENDED, but needs to be ACTIVE
+        assert "snapshot refused by leader" in capsys.readouterr().err
         counters = c.counters(leader)
-        assert counters is not None and counters.snapshot_count == 1 and counters.module_state == 2  # SUSPENDED
-        assert c.control("resume")
-        assert main(["tool", str(c.config.directory), "counters", "--member", str(leader)]) == 0
+        assert counters is not None and counters.snapshot_count == 1
+        assert counters.module_state == int(ConsensusModuleState.SUSPENDED)
+        assert main(["tool", cluster_dir, "resume"]) == 0
+        assert f"resume: accepted by leader {leader}" in capsys.readouterr().out  # Aeron: RESUME applied successfully
+        c.await_condition(
+            lambda: (n := c.counters(leader)) is not None and n.module_state == int(ConsensusModuleState.ACTIVE),
+            30.0,
+            "ACTIVE again",
+        )
+        assert main(["tool", cluster_dir, "counters", "--member", str(leader)]) == 0
         out = capsys.readouterr().out
         assert f"member {leader} counters (live):" in out and "Snapshot count" in out
         client.close()
@@ -231,7 +244,14 @@ def test_should_describe_latest_consensus_module_snapshot_and_counters(
         assert main(["tool", str(member_dir), "counters"]) == 0
         assert "last values (stopped)" in capsys.readouterr().out
         assert main(["tool", str(member_dir), "errors"]) == 0
-        assert f"member {leader} (stopped): " in capsys.readouterr().out
+        assert f"member {leader} (stopped): 0 errors, 0 distinct" in capsys.readouterr().out
+
+
+def test_should_fail_if_mark_file_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ClusterToolTest.shouldFailIfMarkFileUnavailable: a directory without a cluster (Aeron: no
+    cluster-mark.dat; ours: no cluster.json) fails the command with one line saying so."""
+    assert main(["tool", str(tmp_path), "snapshot"]) == 1
+    assert f"{tmp_path} is not a cluster directory: cluster.json not found" in capsys.readouterr().err
 
 
 @pytest.mark.cluster
