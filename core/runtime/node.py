@@ -752,8 +752,10 @@ class Node:
         linger = CLOSE_LINGER_MS if clean else 0
         if self.module is not None:
             try:  # the last values stay readable after the process (Aeron's CnC file does too)
-                m = self.module
-                self.counters_file.write(m.counters(self._now_ns), m.s.distinct_errors, self._now_ns, running=False)
+                module = self.module
+                self.counters_file.write(
+                    module.counters(self._now_ns), module.s.distinct_errors, self._now_ns, running=False
+                )
             except OSError as e:
                 self.log(f"counters file not written: {e}")
             try:
