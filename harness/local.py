@@ -973,6 +973,11 @@ class LocalCluster:
         """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""
         return self._hook(member_id, TestHookKind.FAIL_CATCHUP, count)
 
+    def fail_request_vote(self, member_id: int, candidate_term_id: int | None) -> bool:
+        """Test hook: other candidates' RequestVote for ``candidate_term_id`` fails there (None: clear)."""
+        value = -1 if candidate_term_id is None else candidate_term_id
+        return self._hook(member_id, TestHookKind.FAIL_REQUEST_VOTE, value)
+
     def delay_service_message(self, member_id: int, delay_s: float) -> bool:
         """Test hook: the member's service gets its next message ``delay_s`` late (the rest behind it)."""
         return self._hook(member_id, TestHookKind.DELAY_SERVICE_MESSAGE, delay_ns=round(delay_s * 1e9))

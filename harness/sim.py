@@ -664,6 +664,12 @@ class SimCluster:
         self._hooks(member_id).fail_catchup = count
         self._harness_event("test_hook", member_id, hook="fail_catchup", count=count)
 
+    def fail_request_vote(self, member_id: int, candidate_term_id: int | None) -> None:
+        """Test hook: the member's handling of other candidates' RequestVote for ``candidate_term_id``
+        fails (a counted error, no vote); None clears it."""
+        self._hooks(member_id).fail_request_vote_term = candidate_term_id
+        self._harness_event("test_hook", member_id, hook="fail_request_vote", candidate_term_id=candidate_term_id)
+
     def delay_service_message(self, member_id: int, delay_ns: int) -> None:
         """Test hook: the member's service gets its next message ``delay_ns`` late (the rest behind it)."""
         self._hooks(member_id).delay_service_message_ns = delay_ns

@@ -222,12 +222,15 @@ class Counters(Message):
 class TestHookKind(IntEnum):
     """``TestHook.kind``: Aeron's test hooks (TestCluster / ConsensusModule.Context hooks)."""
 
+    __test__ = False  # not a pytest test class
+
     CLEAR = 0  # remove every hook
     STALL_ELECTION_STATE = (
         1  # the election stops once it enters ``value`` (an ElectionState); ``delay_ns``>0: once, that long
     )
     FAIL_CATCHUP = 2  # the next ``value`` catch-up attempts fail (the member falls back to a new election)
     DELAY_SERVICE_MESSAGE = 3  # the service holds its next session message ``delay_ns`` before applying it
+    FAIL_REQUEST_VOTE = 4  # other candidates' RequestVote for candidate term ``value`` fails (-1: clear)
 
 
 @codec

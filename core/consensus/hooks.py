@@ -5,6 +5,8 @@
   ``stall_duration_ns`` once (Aeron's StallLeaderLogReplicationIntercept parks the agent 2.5 s).
 * ``fail_catchup``: the next N elections that reach FOLLOWER_CATCHUP fail there (Aeron's election error
   path: log, back to INIT, a new election).
+* ``fail_request_vote_term``: a RequestVote of another candidate for that candidate term fails (counted
+  error, no vote), as Aeron's FailFirstElectionIntercept throws in ``Election.onRequestVote``.
 * ``delay_service_message_ns``: the next message the module sends its service(s) is held that long
   (everything after it waits behind it, order kept), as a service slow to handle one message.
 
@@ -30,6 +32,7 @@ class TestHooks:
         self.stall_leadership_term_id: int | None = None  # only in this election term (None: any)
         self._stall_started_ns: int | None = None
         self.fail_catchup = 0
+        self.fail_request_vote_term: int | None = None
         self.delay_service_message_ns = 0
         self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
         self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
@@ -40,6 +43,7 @@ class TestHooks:
         self.stall_leadership_term_id = None
         self._stall_started_ns = None
         self.fail_catchup = 0
+        self.fail_request_vote_term = None
         self.delay_service_message_ns = 0
 
     def stalls(self, state: ElectionState | None, now_ns: int, leadership_term_id: int) -> bool:
@@ -79,6 +83,7 @@ class TestHooks:
         stall = self.stall_election_state.name if self.stall_election_state is not None else "-"
         return (
             f"TestHooks(stall={stall} stall_duration_ns={self.stall_duration_ns} fail_catchup={self.fail_catchup} "
+            f"fail_request_vote_term={self.fail_request_vote_term} "
             f"delay_service_message_ns={self.delay_service_message_ns})"
         )
 

@@ -497,6 +497,14 @@ class ConsensusModule:
         except DecodeError as e:
             self.s.ignore(f"{channel} from {src_member_id}", f"malformed: {e}")
             return
+        if (
+            isinstance(msg, RequestVote)
+            and msg.candidate_term_id == self.hooks.fail_request_vote_term
+            and msg.candidate_member_id != self.member_id
+        ):  # test hook (Aeron's FailFirstElectionIntercept): the vote handler fails
+            st = self.s
+            st.error("election", f"Forced failure: memberId={self.member_id}, candidateTermId={msg.candidate_term_id}")
+            return
         if channel == Channel.INGRESS:
             self.on_ingress(msg, now_ns)
             return

@@ -69,6 +69,8 @@ def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlRes
         if msg.value < 0:
             return answer(ControlResponseCode.ERROR, f"fail_catchup count must be >= 0, got {msg.value}")
         hooks.fail_catchup = msg.value
+    elif msg.kind == TestHookKind.FAIL_REQUEST_VOTE:
+        hooks.fail_request_vote_term = None if msg.value < 0 else msg.value
     elif msg.kind == TestHookKind.DELAY_SERVICE_MESSAGE:
         if msg.delay_ns < 0:
             return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
