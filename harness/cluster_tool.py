@@ -36,6 +36,7 @@ from clusterlab.core.consensus.recording_log import (
     RecordingLog,
     RecordingLogError,
     encode_entries,
+    is_valid_snapshot,
 )
 from clusterlab.core.runtime.config import CONFIG_FILE_NAME, ClusterConfig, ConfigError
 from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
@@ -167,7 +168,7 @@ def seed_recording_log_from_snapshot(member_dir: Path) -> list[Entry]:
         (
             i
             for i in range(len(entries) - 1, -1, -1)
-            if _is_valid_snapshot(entries[i]) and entries[i].service_id == SERVICE_ID_CONSENSUS_MODULE
+            if is_valid_snapshot(entries[i]) and entries[i].service_id == SERVICE_ID_CONSENSUS_MODULE
         ),
         None,
     )
@@ -177,17 +178,13 @@ def seed_recording_log_from_snapshot(member_dir: Path) -> list[Entry]:
         service_id = SERVICE_ID_CONSENSUS_MODULE
         for i in range(snapshot_index, -1, -1):
             e = entries[i]
-            if not (_is_valid_snapshot(e) and e.service_id == service_id):
+            if not (is_valid_snapshot(e) and e.service_id == service_id):
                 break
             seeded.append(replace(e, term_base_log_position=0, log_position=0))
             service_id += 1
         seeded.reverse()
     _rewrite_recording_log(member_dir, seeded)
     return [replace(e, entry_index=i) for i, e in enumerate(seeded)]
-
-
-def _is_valid_snapshot(e: Entry) -> bool:
-    return e.is_valid and e.type.name == "SNAPSHOT"
 
 
 # ---------------------------------------------------------------------------------- snapshots
@@ -221,7 +218,7 @@ def describe_latest_snapshot(member_dir: Path) -> str:
         (
             i
             for i in range(len(entries) - 1, -1, -1)
-            if _is_valid_snapshot(entries[i]) and entries[i].service_id == SERVICE_ID_CONSENSUS_MODULE
+            if is_valid_snapshot(entries[i]) and entries[i].service_id == SERVICE_ID_CONSENSUS_MODULE
         ),
         None,
     )
@@ -234,7 +231,7 @@ def describe_latest_snapshot(member_dir: Path) -> str:
         *_describe_records(_snapshot_records(member_dir, layout.SNAPSHOT_DIR, cm.recording_id)),
     ]
     for e in reversed(entries[:cm_index]):
-        if not _is_valid_snapshot(e) or e.log_position != cm.log_position or e.service_id < 0:
+        if not is_valid_snapshot(e) or e.log_position != cm.log_position or e.service_id < 0:
             break
         records = _snapshot_records(member_dir, layout.service_snapshot_store_dirs(e.service_id)[1], e.recording_id)
         lines.append(

@@ -194,6 +194,16 @@ def _is_valid_any_snapshot(e: Entry) -> bool:
     return e.is_valid and e.type in (EntryType.SNAPSHOT, EntryType.STANDBY_SNAPSHOT)
 
 
+def is_valid_snapshot(e: Entry) -> bool:
+    """Aeron ``RecordingLog.isValidSnapshot``: a SNAPSHOT entry not invalidated."""
+    return _is_valid_snapshot(e)
+
+
+def is_invalid_snapshot(e: Entry) -> bool:
+    """Aeron ``RecordingLog.isInvalidSnapshot``: a SNAPSHOT entry that was invalidated."""
+    return not e.is_valid and e.type is EntryType.SNAPSHOT
+
+
 class RecordingLog:
     """``<directory>/recording.log``: TERM and SNAPSHOT entries with Aeron's rules (docs/protocol.md c.9)."""
 
