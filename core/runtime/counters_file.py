@@ -50,11 +50,12 @@ class CountersFile:
         return now_ns >= self._next_write_ns or error_count != self._written_errors
 
     def write(self, counters: ClusterCounters, errors: dict[str, int], now_ns: int, *, running: bool) -> None:
-        """Replace the file with these values."""
+        """Replace the file with these values. An OSError (a full disk) is raised after the next attempt
+        was scheduled, so a failing disk costs one attempt per interval."""
         self._next_write_ns = now_ns + WRITE_INTERVAL_NS
+        self._written_errors = counters.errors
         doc = {"counters": counters.to_json(), "errors": errors, "pid": os.getpid(), "running": running}
         write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True))
-        self._written_errors = counters.errors
 
 
 def read_counters_file(member_dir: Path) -> CountersSnapshot:

@@ -715,7 +715,10 @@ class Node:
         if m is not None:
             work += m.do_work(now_ns)
             if self.counters_file.is_due(now_ns, m.s.error_count):
-                self.counters_file.write(m.counters(now_ns), m.s.distinct_errors, now_ns, running=True)
+                try:
+                    self.counters_file.write(m.counters(now_ns), m.s.distinct_errors, now_ns, running=True)
+                except OSError as e:  # a full disk must not stop the node; the live counters still answer
+                    self.log(f"counters file not written: {e}")
             if m.terminated:
                 self.cycle.request_stop(f"terminated: {m.terminated_reason}")
                 return work
