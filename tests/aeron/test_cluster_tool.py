@@ -286,3 +286,28 @@ def test_test_hooks_through_the_control_socket(tmp_path: Path) -> None:
             "the released follower joined",
         )
         client.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_delay_service_message_hook_through_the_control_socket(tmp_path: Path) -> None:
+    """The slow-service hook on real processes (Aeron's ClusterTest sends a message that makes a
+    follower's service sleep): the follower's service gets the next entry 5 s late, so it is behind
+    the leader's right after the reply, and catches up afterwards; the cluster keeps committing."""
+    from tests.cluster.helpers import LEADER_S, running_cluster
+
+    def applied(m: int) -> int:
+        s = c.service_status(m)
+        return -1 if s is None else s.log_position
+
+    with running_cluster(tmp_path) as c:
+        leader = c.await_leader(LEADER_S)
+        slow = next(m for m in range(3) if m != leader)
+        client = c.client()
+        client.put("a", "1")
+        c.await_condition(lambda: applied(slow) == applied(leader), 30.0, "services level")
+        assert c.delay_service_message(slow, 5.0)
+        assert client.put("b", "2")["revision"] == 2
+        assert applied(slow) < applied(leader)  # the leader's service replied; the slow one still waits
+        c.await_condition(lambda: applied(slow) == applied(leader), 30.0, "the slow service caught up")
+        client.close()
