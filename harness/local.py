@@ -60,12 +60,17 @@ from clusterlab.core.codec.control import (
     ClusterControlRequest,
     ControlResponse,
     ControlResponseCode,
+    Counters,
+    CountersRequest,
     GateRule,
     MembersConfig,
     NodeStatus,
+    PurgeSegments,
     ServiceStatus,
     StatusRequest,
     StorageFault,
+    TestHook,
+    TestHookKind,
 )
 from clusterlab.core.codec.enums import EventCode, ToggleState
 from clusterlab.core.consensus.context import (
@@ -75,6 +80,7 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
@@ -85,6 +91,7 @@ from clusterlab.core.runtime.config import (
     remove_socket_root,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
 from clusterlab.core.runtime.dirlock import lock_cluster_directory
 from clusterlab.core.runtime.security import (
     ADMIN,
@@ -97,6 +104,7 @@ from clusterlab.core.runtime.security import (
     member_key_name,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import kv
@@ -279,6 +287,7 @@ class LocalCluster:
         scenario: str = "local",
         fault_ack_before_append: bool = False,
         secure: bool | None = None,
+        archive_segment_length: int | None = None,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -295,6 +304,7 @@ class LocalCluster:
         # First of all: nothing in the directory is read or written unless we own it.
         self._lock = lock_cluster_directory(self.directory)
         try:
+            self._archive_segment_length = archive_segment_length  # None: Aeron's default (128 MiB)
             self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure)
         except BaseException:
             self._lock.release()
@@ -381,6 +391,11 @@ class LocalCluster:
                 seed=seed,
                 appointed_leader_id=appointed_leader_id,
                 secure=tcp if secure is None else secure,
+                **(
+                    {"archive_segment_length": self._archive_segment_length}
+                    if self._archive_segment_length is not None
+                    else {}
+                ),
             )
             self.config.save()
             os.chmod(self.directory, 0o700)  # its ipc sockets: reachable by this user only
@@ -928,6 +943,59 @@ class LocalCluster:
         ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
         self._event("storage_fault", member_id, code=0, accepted=ok)
         return ok
+
+    # ------------------------------------------------------------------ counters and test hooks
+    def counters(self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> ClusterCounters | None:
+        """The member's consensus-module counters (Aeron's CnC counters): live from a running node's
+        control socket, else the last values it persisted (``counters.json``); None if neither."""
+        reply = self._request(member_id, CountersRequest(0), timeout_s)
+        if isinstance(reply, Counters) and reply.started:
+            return counters_of(reply)
+        try:
+            return read_counters_file(self.member_dir(member_id)).counters
+        except CountersFileError:
+            return None
+
+    def _hook(self, member_id: int, kind: TestHookKind, value: int = 0, delay_ns: int = 0) -> bool:
+        reply = self._request(member_id, TestHook(0, delay_ns, kind, value), 2.0)
+        ok = isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK
+        self._event("test_hook", member_id, hook=kind.name, value=value, delay_ns=delay_ns, accepted=ok)
+        return ok
+
+    def stall_election(self, member_id: int, state: ElectionState | None, duration_s: float = 0.0) -> bool:
+        """Test hook: the member stops once its election enters ``state`` (None: clear every hook), until
+        cleared or, with ``duration_s``, for that long once."""
+        if state is None:
+            return self._hook(member_id, TestHookKind.CLEAR)
+        return self._hook(member_id, TestHookKind.STALL_ELECTION_STATE, int(state), delay_ns=round(duration_s * 1e9))
+
+    def fail_catchup(self, member_id: int, count: int = 1) -> bool:
+        """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""
+        return self._hook(member_id, TestHookKind.FAIL_CATCHUP, count)
+
+    def fail_request_vote(self, member_id: int, candidate_term_id: int | None) -> bool:
+        """Test hook: other candidates' RequestVote for ``candidate_term_id`` fails there (None: clear)."""
+        value = -1 if candidate_term_id is None else candidate_term_id
+        return self._hook(member_id, TestHookKind.FAIL_REQUEST_VOTE, value)
+
+    def delay_service_message(self, member_id: int, delay_s: float) -> bool:
+        """Test hook: the member's service gets its next message ``delay_s`` late (the rest behind it)."""
+        return self._hook(member_id, TestHookKind.DELAY_SERVICE_MESSAGE, delay_ns=round(delay_s * 1e9))
+
+    def clear_hooks(self, member_id: int) -> bool:
+        """Remove the member's test hooks."""
+        return self._hook(member_id, TestHookKind.CLEAR)
+
+    def purge_log_to_last_snapshot(self) -> dict[int, int]:
+        """Aeron TestCluster.purgeLogToLastSnapshot: every running member deletes its log segments below
+        its latest snapshot. Returns member -> new log start position (members that answered)."""
+        starts: dict[int, int] = {}
+        for member_id in self.members_alive():
+            reply = self._request(member_id, PurgeSegments(0), 5.0)
+            if isinstance(reply, ControlResponse) and reply.code == ControlResponseCode.OK:
+                starts[member_id] = int(reply.message.removeprefix("start_position="))
+        self._event("purge_segments", -1, starts=starts)
+        return starts
 
     # ------------------------------------------------------------------ cluster control and clients
     def control(self, target: str) -> bool:

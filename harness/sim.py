@@ -44,6 +44,8 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.counters import ClusterCounters
+from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_parts import (
@@ -171,6 +173,7 @@ class SimCluster:
         log_lines_kept: int = 10_000,
         service: str | None = None,
         authenticator_factory: Callable[[], Any] | None = None,
+        archive_segment_length: int | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -180,6 +183,7 @@ class SimCluster:
         self.timeouts.validate()
         self.network_config = network if network is not None else NetworkConfig()
         self.appointed_leader_id = appointed_leader_id
+        self.archive_segment_length = archive_segment_length  # None: ConsensusModuleContext's default
         self._factory: MemberFactory = member_factory or consensus_module_factory
         self._max_rounds = max_rounds_per_instant
         # Nothing is written here any more (members run on MemoryStorage); kept for callers and reports.
@@ -207,6 +211,7 @@ class SimCluster:
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
         self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
+        self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
         self.service_name = service
         self._authenticator_factory = authenticator_factory
         self._services: list[SimServiceHost | None] = [None] * members
@@ -385,6 +390,10 @@ class SimCluster:
                 m.do_work(now)
                 self._deadlines[i] = None
                 busy = True
+            if host.closed_reason is not None:
+                self._close_service(i, host.closed_reason)
+                self._deadlines[i] = None
+                busy = True
         return busy
 
     def _deliver(self, msg: Delivery, now: int) -> None:
@@ -506,6 +515,8 @@ class SimCluster:
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=True,  # every subsystem asserts its invariants after each input
         )
+        if self.archive_segment_length is not None:
+            ctx.archive_segment_length = self.archive_segment_length
         member = self._factory(ctx)
         self._members[member_id] = member
         self._outboxes[member_id] = outbox
@@ -529,6 +540,8 @@ class SimCluster:
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)
+        if isinstance(member, ConsensusModule):  # its counters outlive it (Aeron's CnC file)
+            self._last_counters[member_id] = member.counters(self.clock.now_ns)
         self._members[member_id] = None
         self._services[member_id] = None  # the service process dies with its node
         outbox = self._outboxes[member_id]
@@ -639,6 +652,82 @@ class SimCluster:
         ok = self.member(leader).toggle_control(ToggleState[target.upper()])  # type: ignore[attr-defined]
         self._harness_event("control", leader, action=target, accepted=ok)
         return bool(ok)
+
+    # ----------------------------------------------------------------------------- counters and test hooks
+    def counters(self, member_id: int) -> ClusterCounters:
+        """The member's consensus-module counters (Aeron's CnC counters); a down member's last values,
+        as Aeron's CnC file keeps them after the process stops."""
+        m = self._members[member_id]
+        if m is None:
+            last = self._last_counters.get(member_id)
+            if last is None:
+                raise SimError(f"member {member_id} never ran, so it has no counters")
+            return last
+        assert isinstance(m, ConsensusModule)
+        return m.counters(self.clock.now_ns)
+
+    def _hooks(self, member_id: int) -> TestHooks:
+        m = self.member(member_id)
+        assert isinstance(m, ConsensusModule)
+        return m.hooks
+
+    def stall_election(
+        self, member_id: int, state: ElectionState | None, duration_ns: int = 0, leadership_term_id: int | None = None
+    ) -> None:
+        """Test hook: the member stops once its election enters ``state`` (None: carry on), until
+        cleared or, with ``duration_ns``, for that long once; only in ``leadership_term_id`` if given."""
+        hooks = self._hooks(member_id)
+        hooks.clear()
+        hooks.stall_election_state = state
+        hooks.stall_duration_ns = duration_ns
+        hooks.stall_leadership_term_id = leadership_term_id
+        self._harness_event(
+            "test_hook", member_id, hook="stall_election", state=state.name if state else None, duration_ns=duration_ns
+        )
+
+    def fail_catchup(self, member_id: int, count: int = 1) -> None:
+        """Test hook: the member's next ``count`` catch-ups fail inside FOLLOWER_CATCHUP."""
+        self._hooks(member_id).fail_catchup = count
+        self._harness_event("test_hook", member_id, hook="fail_catchup", count=count)
+
+    def fail_request_vote(self, member_id: int, candidate_term_id: int | None) -> None:
+        """Test hook: the member's handling of other candidates' RequestVote for ``candidate_term_id``
+        fails (a counted error, no vote); None clears it."""
+        self._hooks(member_id).fail_request_vote_term = candidate_term_id
+        self._harness_event("test_hook", member_id, hook="fail_request_vote", candidate_term_id=candidate_term_id)
+
+    def delay_service_message(self, member_id: int, delay_ns: int) -> None:
+        """Test hook: the member's service gets its next message ``delay_ns`` late (the rest behind it)."""
+        self._hooks(member_id).delay_service_message_ns = delay_ns
+        self._harness_event("test_hook", member_id, hook="delay_service_message", delay_ns=delay_ns)
+
+    def stop_service(self, member_id: int) -> None:
+        """Close the member's service container (Aeron ``TestNode.container().close()``): its consensus
+        module closes with a counted error and the member terminates."""
+        self._close_service(member_id, "the service container closed")
+
+    def _close_service(self, member_id: int, reason: str) -> None:
+        self._services[member_id] = None
+        m = self._members[member_id]
+        if isinstance(m, ConsensusModule):
+            m.on_service_closed(reason, self.clock.now_ns)
+        self._harness_event("service_closed", member_id, reason=reason)
+
+    def purge_log_to_last_snapshot(self) -> dict[int, int]:
+        """Aeron TestCluster.purgeLogToLastSnapshot: every live member deletes its log segments below its
+        latest snapshot. Returns member -> new log start position."""
+        starts = {}
+        for member_id in self.members_alive():
+            m = self.member(member_id)
+            assert isinstance(m, ConsensusModule)
+            starts[member_id] = m.purge_log_to_last_snapshot()
+        self._harness_event("purge_segments", -1, starts=starts)
+        return starts
+
+    def clear_hooks(self, member_id: int) -> None:
+        """Remove the member's test hooks."""
+        self._hooks(member_id).clear()
+        self._harness_event("test_hook", member_id, hook="clear")
 
     def offer(self, payload: bytes) -> int:
         """Append through the current leader: its end log position, or -1 (no leader, back-pressure)."""

@@ -27,7 +27,7 @@ from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.context import Channel
 from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
-from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent, SnapshotError
+from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent, ServiceTerminated, SnapshotError
 
 CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
 
@@ -68,6 +68,7 @@ class SimServiceHost:
         self.to_node: deque[bytes] = deque()
         self.from_node: deque[bytes] = deque()
         self._replay_max = -1
+        self.closed_reason: str | None = None  # set once the service asked to terminate (its container closed)
         # Each service keeps its snapshots in its own store: the node's archive allocates its own
         # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
         # process serialises that; here the recording log's service_id says which store to read).
@@ -92,7 +93,7 @@ class SimServiceHost:
     def pump(self) -> int:
         """Apply everything the node sent; returns how many messages were handled."""
         n = 0
-        while self.from_node:
+        while self.from_node and self.closed_reason is None:
             payload = self.from_node.popleft()
             msg = decode(payload)
             if isinstance(msg, JoinLog):
@@ -102,6 +103,10 @@ class SimServiceHost:
                 self.agent.on_service_message(payload, is_replay=is_replay)
             except SnapshotError as e:  # as the runtime's service: logged, the agent stays usable (Aeron)
                 self._log(f"snapshot failed: {e}")
+            except ServiceTerminated as e:  # as the runtime's service process: it stops
+                self._log(f"service requested termination: {e}")
+                self.closed_reason = "the service requested termination"
+                self.from_node.clear()
             n += 1
         return n
 

@@ -3,6 +3,7 @@
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
     clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp] [--secure | --no-secure]
+                             [--segment-length 128m]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
         (an existing D with a cluster.json is restarted from disk; a D in use is refused).
         --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
@@ -10,7 +11,8 @@
         one KV request through a client session; prints the reply as JSON. A secured cluster
         needs credentials (a ``user:password`` file; default: the cluster's own D/keys/client.credentials)
     clusterlab tool D list-members | snapshot | suspend | resume | shutdown | abort
-        ClusterTool: member status, or cluster control through the leader's toggle
+        ClusterTool: member status, or cluster control through the leader's toggle (the parser and
+        the member-directory actions are in clusterlab/cli/tool.py)
 
 Wrong arguments, a missing directory or an unreachable cluster print one line on stderr and exit
 non-zero (2 for usage, 1 for everything else).
@@ -96,6 +98,13 @@ def register(subparsers: Any) -> None:
     start.add_argument("--seed", type=int, default=0)
     start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
     start.add_argument("--no-record", action="store_true", help="no trace recording (nothing written under DIR/trace)")
+    start.add_argument(
+        "--segment-length",
+        default=None,
+        metavar="BYTES",
+        help="archive segment file length (Aeron's aeron.archive.segment.file.length): a power of two "
+        "from 64k to 1g, suffix k/m/g allowed (default 128m; a restarted DIR keeps its own)",
+    )
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
 
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
@@ -121,12 +130,7 @@ def register(subparsers: Any) -> None:
     delete = _one_line_errors(ops.add_parser("delete", help="delete KEY"))
     delete.add_argument("key")
     client.set_defaults(func=_guarded(cmd_client, "client"))
-
-    tool = _one_line_errors(subparsers.add_parser("tool", help="ClusterTool: list members, cluster control"))
-    tool.add_argument("dir", type=Path, help="the cluster directory (holds cluster.json)")
-    tool.add_argument("action", choices=("list-members", *CONTROL_ACTIONS))
-    tool.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each member")
-    tool.set_defaults(func=_guarded(cmd_tool, "tool"))
+    # ``tool`` is registered by clusterlab/cli/tool.py (it runs cmd_tool for the cluster-wide actions).
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -237,6 +241,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             seed=args.seed,
             keep_directory=True,
             record=not args.no_record,
+            archive_segment_length=args.segment_length_bytes,
         )
     except (ConfigError, LocalClusterError) as e:
         raise CommandError(str(e)) from None
@@ -273,6 +278,7 @@ def check_start_arguments(args: argparse.Namespace) -> None:
 
     if (error := positive_error("--refresh", args.refresh)) is not None:
         raise CommandError(error)
+    args.segment_length_bytes = None if args.segment_length is None else parse_segment_length(args.segment_length)
     if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
         raise CommandError(error)
     if args.service == "none":
@@ -292,6 +298,24 @@ def check_start_arguments(args: argparse.Namespace) -> None:
         found = None
     if found is None or not factory.isidentifier():
         raise CommandError(f"--service {args.service}: no module {module!r} to import, or no factory name after ':'")
+
+
+_SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_segment_length(text: str) -> int:
+    """``--segment-length``: bytes, optionally with a k/m/g suffix; CommandError names what is wrong."""
+    from clusterlab.core.runtime.config import segment_length_error
+
+    raw = text.strip().lower()
+    scale = _SIZE_SUFFIXES.get(raw[-1:], 1)
+    digits = raw[:-1] if scale != 1 else raw
+    if not digits.isdigit():
+        raise CommandError(f"--segment-length {text!r} is not a number of bytes (e.g. 524288, 512k, 128m)")
+    value = int(digits) * scale
+    if (error := segment_length_error("--segment-length", value)) is not None:
+        raise CommandError(error)
+    return value
 
 
 # Open files a member process needs for an N-member cluster (measured: 59 at 3 members, 85 at 5;

@@ -5,8 +5,9 @@ control toggle). Our processes have no shared memory, so a node and a service pr
 control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages instead:
 
 * ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
-* ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault`` ->
-  ``ControlResponse``.
+* ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault``,
+  ``TestHook``, ``PurgeSegments`` -> ``ControlResponse``;
+* ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters, read by ClusterTool).
 
 They travel only on the control channel; a consensus module never sees them.
 """
@@ -180,6 +181,85 @@ class StorageFault(Message):
     path_prefix: AsciiVar
 
 
+@codec
+@dataclass(frozen=True, slots=True)
+class CountersRequest(Message):
+    """Ask a node for its consensus-module counters; answered with ``Counters``."""
+
+    TEMPLATE_ID: ClassVar[int] = 225
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class Counters(Message):
+    """A node's consensus-module counters (clusterlab.core.consensus.counters.ClusterCounters, field
+    for field); ``started`` is 0 before the module started (every counter is then 0 or -1)."""
+
+    TEMPLATE_ID: ClassVar[int] = 226
+    BLOCK_LENGTH: ClassVar[int] = 104
+
+    correlation_id: Int64
+    commit_position: Int64
+    election_count: Int64
+    leadership_term_id: Int64
+    snapshot_count: Int64
+    last_snapshot_duration_ns: Int64
+    max_snapshot_duration_ns: Int64
+    errors: Int64
+    timed_out_client_count: Int64
+    cluster_time_ms: Int64
+    member_id: Int32
+    module_state: Int32
+    role: Int32
+    control_toggle: Int32
+    election_state: Int32
+    started: Int32
+
+
+class TestHookKind(IntEnum):
+    """``TestHook.kind``: Aeron's test hooks (TestCluster / ConsensusModule.Context hooks)."""
+
+    __test__ = False  # not a pytest test class
+
+    CLEAR = 0  # remove every hook
+    STALL_ELECTION_STATE = (
+        1  # the election stops once it enters ``value`` (an ElectionState); ``delay_ns``>0: once, that long
+    )
+    FAIL_CATCHUP = 2  # the next ``value`` catch-up attempts fail (the member falls back to a new election)
+    DELAY_SERVICE_MESSAGE = 3  # the service holds its next session message ``delay_ns`` before applying it
+    FAIL_REQUEST_VOTE = 4  # other candidates' RequestVote for candidate term ``value`` fails (-1: clear)
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class TestHook(Message):
+    """Arm (or clear) a test hook on a running node (off unless armed; answered with ``ControlResponse``)."""
+
+    __test__: ClassVar[bool] = False  # not a pytest test class
+    TEMPLATE_ID: ClassVar[int] = 227
+    BLOCK_LENGTH: ClassVar[int] = 24
+
+    correlation_id: Int64
+    delay_ns: Int64
+    kind: Annotated[TestHookKind, ENUM32]
+    value: Int32
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class PurgeSegments(Message):
+    """Purge the log recording's segments below the latest snapshot (Aeron's archive ``purgeSegments``
+    as TestCluster.purgeLogToLastSnapshot uses it); ``ControlResponse.message`` says the new start."""
+
+    TEMPLATE_ID: ClassVar[int] = 228
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+
+
 MESSAGES: tuple[type[Message], ...] = (
     StatusRequest,
     NodeStatus,
@@ -190,6 +270,10 @@ MESSAGES: tuple[type[Message], ...] = (
     ControlResponse,
     MembersConfig,
     StorageFault,
+    CountersRequest,
+    Counters,
+    TestHook,
+    PurgeSegments,
 )
 
 __all__ = [
@@ -200,10 +284,15 @@ __all__ = [
     "ClusterControlRequest",
     "ControlResponse",
     "ControlResponseCode",
+    "Counters",
+    "CountersRequest",
     "GateRule",
     "MembersConfig",
     "NodeStatus",
+    "PurgeSegments",
     "ServiceStatus",
     "StatusRequest",
     "StorageFault",
+    "TestHook",
+    "TestHookKind",
 ]

@@ -188,6 +188,9 @@ class ConsensusModuleContext:
     # Assert every subsystem's invariants after each input (ConsensusModule.check_invariants): on in
     # the simulator and in tests, off by default in real member processes (CLUSTERLAB_CHECK_INVARIANTS=1).
     check_invariants: bool = False
+    # Aeron's archive segment file length for the log recording (bytes; the runtime's cluster.json
+    # says 128 MiB unless told otherwise, Aeron's default). Whole segments below a snapshot can be purged.
+    archive_segment_length: int = 16 * 1024 * 1024  # = core.archive.recording.DEFAULT_SEGMENT_LENGTH
 
     def member(self, member_id: int) -> ClusterMember | None:
         for m in self.members:

@@ -265,7 +265,7 @@ class ElectionLink:
 
     def on_election_error(self, election: Election, reason: str, now_ns: int) -> None:
         self._s.log(f"member {self._s.member_id} election error in {election.state.name}: {reason}")
-        self._s.event("error", {"where": election.state.name, "reason": reason}, term=election.leadership_term_id)
+        self._s.error(election.state.name, reason, term=election.leadership_term_id)
 
     def set_role(self, role: Role, now_ns: int) -> None:
         self._s.set_role(role)

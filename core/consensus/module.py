@@ -68,14 +68,17 @@ from clusterlab.core.consensus.cluster_control import ClusterControl
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
     PROTOCOL_VERSION,
+    SERVICE_ID_CONSENSUS_MODULE,
     Channel,
     ConsensusModuleContext,
     ConsensusModuleState,
     ElectionState,
     Role,
 )
+from clusterlab.core.consensus.counters import ClusterCounters, read_counters
 from clusterlab.core.consensus.election import Election, ElectionError
 from clusterlab.core.consensus.election_link import ElectionLink
+from clusterlab.core.consensus.hooks import HookedOutbox, TestHooks
 from clusterlab.core.consensus.log_adapter import LogAdapter, LogListener
 from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus, has_active_quorum
@@ -108,11 +111,13 @@ class ConsensusModule:
         self.log_recording_id = LOG_RECORDING_ID
         if ctx.storage is None:
             raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
-        self.archive_store = Archive(ctx.storage, log=ctx.log)
+        self.archive_store = Archive(ctx.storage, segment_length=ctx.archive_segment_length, log=ctx.log)
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
         self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
         self.node_state = NodeState.open(ctx.storage)
         self.storage_failure: str | None = None  # why the storage refused a write; then fenced until restart
+        self.hooks = TestHooks()  # off unless armed (SimCluster methods, the TestHook control message)
+        self.outbox = HookedOutbox(ctx.outbox, self.hooks)
         self.consensus_publisher = ConsensusPublisher(ctx.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)
@@ -132,7 +137,7 @@ class ConsensusModule:
             st, self.archive, ctx.timeouts, self.archive_publisher, self.log_recording_id
         )
         self.services = ServiceLink(
-            st, self.archive, ctx.outbox, ctx.service_count, ctx.members, lambda: self.replication.log_session_id
+            st, self.archive, self.outbox, ctx.service_count, ctx.members, lambda: self.replication.log_session_id
         )
         self.client_sessions = ClientSessions(st, ctx, self.archive)
         self.termination = Termination(st, ctx.timeouts, self.consensus_publisher, self.services, self.recording_log)
@@ -367,6 +372,8 @@ class ConsensusModule:
         action = "step_down" if st.role == Role.LEADER else "stop_acknowledging"
         self.storage_failure = reason
         st.ignore("storage", reason)
+        st.error_count += 1  # Aeron counts it as an error too (the storage_error event below traces it)
+        st.distinct_errors[f"storage: {reason}"] = st.distinct_errors.get(f"storage: {reason}", 0) + 1
         st.log(f"member {self.member_id} storage failure: {reason}; {action.replace('_', ' ')}")
         st.event(
             "storage_error",
@@ -380,8 +387,20 @@ class ConsensusModule:
         self.services.end_log_on_step_down()  # its service learns it is no longer leading
         self.election_link.set_role(Role.FOLLOWER, now_ns)
 
+    def on_service_closed(self, reason: str, now_ns: int) -> None:
+        """The service went away outside a termination (it raised ClusterTerminationException, its
+        process exited): Aeron's module counts "Aeron client in service closed unexpectedly" and
+        closes, and the member terminates (its termination hook runs). A leader's followers then
+        elect a new leader."""
+        st = self.s
+        if st.terminated or st.state == ConsensusModuleState.CLOSED or self.termination.is_pending:
+            return  # closed already, or an orderly termination in progress (the service's exit is expected)
+        st.error("service", f"service closed unexpectedly: {reason}", st.leadership_term_id, st.commit_position)
+        self.termination.terminate_now(f"service closed: {reason}", now_ns)
+
     def _start(self, now_ns: int) -> None:
         self._now_ns = now_ns
+        self.outbox.now_ns = now_ns
         plan = recover(self.s, self.archive_store, self.recording_log, self.snapshots, self.ctx.service_count)
         self.election_link.start_election(
             now_ns,
@@ -422,12 +441,28 @@ class ConsensusModule:
     def election_count(self) -> int:
         return self.election_link.election_count
 
+    def counters(self, now_ns: int) -> ClusterCounters:
+        """Aeron's consensus-module counters now (clusterlab.core.consensus.counters)."""
+        return read_counters(self, now_ns)
+
     # Local replay, for tools that drive the log adapter directly (golden/replay.py).
     def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None:
         self.log_adapter.start_log_replay(from_position, to_position, now_ns)
 
     def poll_log_replay(self, now_ns: int) -> int:
         return self.log_adapter.poll_log_replay(now_ns)
+
+    def purge_log_to_last_snapshot(self) -> int:
+        """Aeron's ``purgeSegments`` to the latest snapshot (TestCluster.purgeLogToLastSnapshot): delete
+        the log recording's whole segments below the latest valid snapshot's position, which a restart
+        never replays. Returns the recording's new start position (unchanged without a snapshot)."""
+        entry = self.recording_log.latest_snapshot(SERVICE_ID_CONSENSUS_MODULE)
+        if entry is None:
+            return self.archive.start_position
+        start = self.archive.purge_segments(min(entry.log_position, self.s.commit_position))
+        self.archive_store.sync_catalogue()
+        self.s.log(f"member {self.member_id} purged the log below the snapshot at {entry.log_position}: start {start}")
+        return start
 
     def snapshot_work(self, now_ns: int) -> int:
         """A replayed SNAPSHOT action holds the log adapter until this writes the snapshot."""
@@ -446,12 +481,29 @@ class ConsensusModule:
 
     def _dispatch(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         self._now_ns = now_ns
+        self.outbox.now_ns = now_ns
         if self.s.state == ConsensusModuleState.CLOSED:
+            return
+        election = self.s.election
+        if (
+            election is not None
+            and channel != Channel.SERVICE
+            and self.hooks.stalls(election.state, now_ns, election.leadership_term_id)
+        ):
+            self.s.ignore(f"{channel} from {src_member_id}", f"test hook: stalled in {election.state.name}")
             return
         try:
             msg = decode(payload)
         except DecodeError as e:
             self.s.ignore(f"{channel} from {src_member_id}", f"malformed: {e}")
+            return
+        if (
+            isinstance(msg, RequestVote)
+            and msg.candidate_term_id == self.hooks.fail_request_vote_term
+            and msg.candidate_member_id != self.member_id
+        ):  # test hook (Aeron's FailFirstElectionIntercept): the vote handler fails
+            st = self.s
+            st.error("election", f"Forced failure: memberId={self.member_id}, candidateTermId={msg.candidate_term_id}")
             return
         if channel == Channel.INGRESS:
             self.on_ingress(msg, now_ns)
@@ -475,6 +527,7 @@ class ConsensusModule:
         The same as :meth:`on_message` for each, except that the session messages an ACTIVE leader
         takes are framed and appended together, in order, with one write (log batching)."""
         self._now_ns = now_ns
+        self.outbox.now_ns = now_ns
         if self.s.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return
         try:
@@ -546,15 +599,23 @@ class ConsensusModule:
 
     def _do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
+        self.outbox.now_ns = now_ns
         st = self.s
         if st.state == ConsensusModuleState.CLOSED or st.terminated:
             return 0
-        work = 0
+        work = self.outbox.release_due(now_ns)
         if st.election is not None:
             # A snapshot action met while catching up or replaying is taken during the election too
             # (Aeron pauses the replay until the snapshot is done).
             work += self.snapshots.work(now_ns)
-            work += st.election.do_work(now_ns)
+            state = st.election.state
+            if self.hooks.stalls(state, now_ns, st.election.leadership_term_id):
+                pass  # test hook: the member is stuck in this state until the hook is cleared
+            elif self.hooks.take_catchup_failure(state):
+                st.election.handle_error(now_ns, "test hook: catch-up failed")
+                work += 1
+            else:
+                work += st.election.do_work(now_ns)
             if st.election is not None and st.election.state == ElectionState.CLOSED:
                 st.election = None
         elif st.role == Role.LEADER:
@@ -640,6 +701,14 @@ class ConsensusModule:
             deadline = now
         if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
             deadline = now
+        held = self.outbox.next_due_ns()
+        if held is not None:
+            deadline = min(deadline, max(now, held))
+        if st.election is not None and self.hooks.stalls(st.election.state, now, st.election.leadership_term_id):
+            stall_end = self.hooks.stall_deadline_ns()  # stalled: nothing to do until it ends
+            deadline = (
+                stall_end if stall_end is not None else max(deadline, now + timeouts.leader_heartbeat_interval_ns)
+            )
         return deadline
 
     # ------------------------------------------------------------------ application input (leader)

@@ -70,6 +70,9 @@ class ModuleState:
         self.time_of_last_log_update_ns = 0  # last sign of life of the leader's log (follower)
         self.terminated = False
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
+        # Aeron's "Cluster errors" counter and distinct error log: each distinct error once, with a count.
+        self.error_count = 0
+        self.distinct_errors: dict[str, int] = {}
         self._log = ctx.log
         self._events = ctx.events
         # Invariant baselines (check_invariants).
@@ -110,6 +113,15 @@ class ModuleState:
 
     def log(self, line: str) -> None:
         self._log(line)
+
+    def error(self, where: str, reason: str, term: int | None = None, pos: int | None = None) -> None:
+        """An error Aeron's counted error handler would see: counted (the errors counter), kept in the
+        distinct error log, logged and traced (an ``error`` event); never raised into the duty cycle."""
+        self.error_count += 1
+        key = f"{where}: {reason}"
+        self.distinct_errors[key] = self.distinct_errors.get(key, 0) + 1
+        self._log(f"member {self.member_id} error {key}")
+        self.event("error", {"where": where, "reason": reason}, term=term, pos=pos)
 
     # ------------------------------------------------------------------ shared transitions
     def set_commit_position(self, position: int) -> None:

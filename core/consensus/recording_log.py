@@ -194,6 +194,16 @@ def _is_valid_any_snapshot(e: Entry) -> bool:
     return e.is_valid and e.type in (EntryType.SNAPSHOT, EntryType.STANDBY_SNAPSHOT)
 
 
+def is_valid_snapshot(e: Entry) -> bool:
+    """Aeron ``RecordingLog.isValidSnapshot``: a SNAPSHOT entry not invalidated."""
+    return _is_valid_snapshot(e)
+
+
+def is_invalid_snapshot(e: Entry) -> bool:
+    """Aeron ``RecordingLog.isInvalidSnapshot``: a SNAPSHOT entry that was invalidated."""
+    return not e.is_valid and e.type is EntryType.SNAPSHOT
+
+
 class RecordingLog:
     """``<directory>/recording.log``: TERM and SNAPSHOT entries with Aeron's rules (docs/protocol.md c.9)."""
 
@@ -709,6 +719,11 @@ class RecordingLog:
         if self._fd is None:
             raise RecordingLogError(f"recording log {self.path} is closed")
         return self._fd
+
+
+def encode_entries(entries: list[Entry]) -> bytes:
+    """The file image of ``entries`` in this order (ClusterTool's rewrites: sort, seed from snapshot)."""
+    return b"".join(_encode(e) for e in entries)
 
 
 def _encode(e: Entry) -> bytes:

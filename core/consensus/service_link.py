@@ -170,7 +170,7 @@ class ServiceLink:
             self._s.ignore(
                 "ServiceAck", f"ack out of sequence: expected {self.expected_ack_ids[sid]}, got {msg.ack_id}"
             )
-            self._s.event("error", {"where": "service", "reason": "ack out of sequence"}, pos=msg.log_position)
+            self._s.error("service", "ack out of sequence", pos=msg.log_position)
             return
         self.expected_ack_ids[sid] += 1
         self.service_acks[sid].append(msg)

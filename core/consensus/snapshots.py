@@ -53,6 +53,10 @@ class Snapshots:
         self.snapshot_position = NULL_POSITION
         self.snapshot_leadership_term_id = NULL_VALUE
         self.snapshot_count = 0
+        # Aeron's totalSnapshotDurationTracker: from the SNAPSHOT state to the snapshot written.
+        self.snapshot_started_ns = NULL_VALUE
+        self.last_snapshot_duration_ns = 0
+        self.max_snapshot_duration_ns = 0
 
     def begin(self, position: int, leadership_term_id: int) -> None:
         """A SNAPSHOT action at ``position`` (appended by us, or met in the log): snapshot there."""
@@ -62,18 +66,23 @@ class Snapshots:
     def work(self, now_ns: int) -> int:
         """In SNAPSHOT: once every service acked at the action's position, write the module's snapshot."""
         st = self._s
-        if st.state != ConsensusModuleState.SNAPSHOT or st.consumed_position < self.snapshot_position:
+        if st.state != ConsensusModuleState.SNAPSHOT:
+            return 0
+        if self.snapshot_started_ns == NULL_VALUE:
+            self.snapshot_started_ns = now_ns
+        if st.consumed_position < self.snapshot_position:
             return 0
         services = self._services
         acks = services.service_acks_at(self.snapshot_position) if services.service_count else []
         if acks is None:
             return 0
         if any(a.relevant_id == NULL_VALUE for a in acks):
-            st.event(
-                "error", {"where": "snapshot", "reason": "a service failed to snapshot"}, pos=self.snapshot_position
-            )
+            st.error("snapshot", "a service failed to snapshot", pos=self.snapshot_position)
         else:
             self.take_snapshot(self.snapshot_position, [a.relevant_id for a in acks], now_ns)
+            self.last_snapshot_duration_ns = now_ns - self.snapshot_started_ns
+            self.max_snapshot_duration_ns = max(self.max_snapshot_duration_ns, self.last_snapshot_duration_ns)
+        self.snapshot_started_ns = NULL_VALUE
         self._sessions.refresh_activity(now_ns)  # a snapshot pause must not time out clients
         termination = self._termination.termination_position
         if termination != NULL_POSITION and self.snapshot_position >= termination:
@@ -205,6 +214,7 @@ class Snapshots:
             self.snapshot_position = NULL_POSITION
             if st.state == ConsensusModuleState.SNAPSHOT:
                 st.state = ConsensusModuleState.ACTIVE
+                self.snapshot_started_ns = NULL_VALUE
 
     def check_invariants(self) -> None:
         """In SNAPSHOT there is a snapshot position, and the log adapter has not passed it."""

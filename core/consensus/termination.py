@@ -37,6 +37,7 @@ class Termination:
         self.services_terminated = False
         self.terminated_followers: set[int] = set()
         self.terminated_reason = ""
+        self.unexpected = False  # closed by terminate_now (no termination position)
 
     @property
     def is_pending(self) -> bool:
@@ -121,6 +122,17 @@ class Termination:
         st.event("stop", {"reason": "termination"}, term=st.leadership_term_id, pos=self.termination_position)
         return 1
 
+    def terminate_now(self, reason: str, now_ns: int) -> None:
+        """Aeron's ``unexpectedTermination``: tell the service(s) to terminate at once (position 0) and
+        close, without the termination protocol (followers find out by the leader's silence)."""
+        st = self._s
+        self._services.to_service(ServiceTerminationPosition(log_position=0).encode())
+        self.unexpected = True
+        st.terminated = True
+        self.terminated_reason = reason
+        st.state = ConsensusModuleState.CLOSED
+        st.event("stop", {"reason": reason}, term=st.leadership_term_id, pos=st.commit_position)
+
     def restore_uncommitted(self, log_position: int) -> None:
         """Our own termination action was never committed: forget it."""
         st = self._s
@@ -134,4 +146,4 @@ class Termination:
             known = {s.member_id for s in st.followers()}
             assert self.terminated_followers <= known, f"member {st.member_id}: acks from {self.terminated_followers}"
         if self.terminated_reason:
-            assert st.terminated and self.termination_position != NULL_POSITION
+            assert st.terminated and (self.unexpected or self.termination_position != NULL_POSITION)

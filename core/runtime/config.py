@@ -34,6 +34,21 @@ MAX_IPC_PATH = 100  # sun_path is 108 bytes with its NUL; keep a margin
 TCP_HOST = "127.0.0.1"
 TCP_ANY_PORT = f"tcp://{TCP_HOST}:0"  # "bind me to a port the OS picks"
 SOCKET_LINK_PREFIX = "clusterlab-"
+# Aeron's aeron.archive.segment.file.length: default 128 MiB, a power of two from the minimum term
+# length (64 KiB) to 1 GiB. Aeron's system tests use 512 KiB to exercise segment purging.
+ARCHIVE_SEGMENT_LENGTH_DEFAULT = 128 * 1024 * 1024
+ARCHIVE_SEGMENT_LENGTH_MIN = 64 * 1024
+ARCHIVE_SEGMENT_LENGTH_MAX = 1024 * 1024 * 1024
+
+
+def segment_length_error(name: str, value: int) -> str | None:
+    """Why ``value`` is not a usable archive segment length (Aeron's rule), or None."""
+    if not ARCHIVE_SEGMENT_LENGTH_MIN <= value <= ARCHIVE_SEGMENT_LENGTH_MAX or value & (value - 1):
+        return (
+            f"{name} must be a power of two from {ARCHIVE_SEGMENT_LENGTH_MIN} (64 KiB) to "
+            f"{ARCHIVE_SEGMENT_LENGTH_MAX} (1 GiB) bytes, got {value}"
+        )
+    return None
 
 
 # The chaos suite's deliberately broken build (ConsensusModuleContext.fault_ack_before_append),
@@ -127,6 +142,7 @@ class ClusterConfig:
     transport: str = "ipc"
     socket_root: str = ""  # where ipc socket paths start (the directory, or a short link to it)
     secure: bool = False  # CURVE keys + ZAP on every socket (clusterlab.core.runtime.security)
+    archive_segment_length: int = ARCHIVE_SEGMENT_LENGTH_DEFAULT  # the log recording's segment files
 
     # --------------------------------------------------------------------------- layout
     def member_dir(self, member_id: int) -> Path:
@@ -195,6 +211,7 @@ class ClusterConfig:
             "transport": self.transport,
             "socket_root": self.socket_root,
             "secure": self.secure,
+            "archive_segment_length": self.archive_segment_length,
         }
 
     def save(self) -> None:
@@ -218,6 +235,9 @@ class ClusterConfig:
             if raw.get("version") != CONFIG_VERSION:
                 raise ConfigError(f"{path}: unsupported version {raw.get('version')!r}")
             timeout_names = {f.name for f in fields(Timeouts)}
+            segment_length = int(raw.get("archive_segment_length", ARCHIVE_SEGMENT_LENGTH_DEFAULT))
+            if (error := segment_length_error("archive_segment_length", segment_length)) is not None:
+                raise ConfigError(f"{path}: {error}")
             return cls(
                 directory=directory,
                 members=[MemberConfig(**m) for m in raw["members"]],
@@ -228,6 +248,7 @@ class ClusterConfig:
                 transport=raw["transport"],
                 socket_root=raw["socket_root"],
                 secure=bool(raw.get("secure", False)),
+                archive_segment_length=segment_length,
             )
         except ConfigError:
             raise
@@ -247,10 +268,13 @@ class ClusterConfig:
         seed: int = 0,
         appointed_leader_id: int = NULL_VALUE,
         secure: bool = False,
+        archive_segment_length: int = ARCHIVE_SEGMENT_LENGTH_DEFAULT,
     ) -> ClusterConfig:
         """A new configuration for ``members`` members in ``directory`` (not yet saved)."""
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
+        if (error := segment_length_error("archive_segment_length", archive_segment_length)) is not None:
+            raise ValueError(error)
         directory = Path(directory).resolve()
         timeouts = timeouts if timeouts is not None else Timeouts.fast()
         timeouts.validate()
@@ -283,6 +307,7 @@ class ClusterConfig:
             transport="tcp" if tcp else "ipc",
             socket_root=str(root),
             secure=secure,
+            archive_segment_length=archive_segment_length,
         )
 
 

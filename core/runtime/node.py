@@ -48,11 +48,14 @@ from clusterlab.core.codec.control import (
     ClusterControlRequest,
     ControlResponse,
     ControlResponseCode,
+    CountersRequest,
     GateRule,
     MembersConfig,
     NodeStatus,
+    PurgeSegments,
     StatusRequest,
     StorageFault,
+    TestHook,
 )
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.codec.errors import DecodeError
@@ -69,6 +72,7 @@ from clusterlab.core.runtime.config import (
     format_members,
     parse_members,
 )
+from clusterlab.core.runtime.counters_file import CountersFile
 from clusterlab.core.runtime.dirlock import DirectoryLockError, hold_member_lock
 from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
 from clusterlab.core.runtime.recording import DROP, RECV, SEND, NullRecorder, open_recorder
@@ -93,6 +97,7 @@ from clusterlab.core.runtime.security import (
     source_rejection,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -165,6 +170,7 @@ class Node:
         # Disk-fault chaos on a running node goes through this wrapper (StorageFault control message).
         self.storage = FaultyStorage(FileStorage(self.member_dir), random.Random(f"disk:{member_id}:{incarnation}"))
         self.log = ProcessLog(f"node-{member_id}")
+        self.counters_file = CountersFile(self.member_dir)  # Aeron's CnC counters + mark-file error log
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
@@ -337,6 +343,7 @@ class Node:
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
+            archive_segment_length=config.archive_segment_length,
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
@@ -551,6 +558,16 @@ class Node:
             return self._on_members_config(msg)
         if isinstance(msg, StorageFault):
             return self._on_storage_fault(msg)
+        if isinstance(msg, CountersRequest):
+            return counters_reply(self.module, self.member_id, msg.correlation_id, now_ns)
+        if isinstance(msg, PurgeSegments):
+            reply = purge_segments(self.module, msg)
+            self.log(f"purge segments: {reply.message}")
+            return reply
+        if isinstance(msg, TestHook):
+            reply = apply_test_hook(self.module, msg)
+            self.log(f"test hook {msg.kind.name}: {reply.message}")
+            return reply
         return None
 
     def _on_storage_fault(self, msg: StorageFault) -> ControlResponse:
@@ -697,10 +714,17 @@ class Node:
         m = self.module
         if m is not None:
             work += m.do_work(now_ns)
+            if self.counters_file.is_due(now_ns, m.s.error_count):
+                try:
+                    self.counters_file.write(m.counters(now_ns), m.s.distinct_errors, now_ns, running=True)
+                except OSError as e:  # a full disk must not stop the node; the live counters still answer
+                    self.log(f"counters file not written: {e}")
             if m.terminated:
                 self.cycle.request_stop(f"terminated: {m.terminated_reason}")
                 return work
         if self.service_gone_ns is not None and now_ns >= self.service_gone_ns + SERVICE_GONE_GRACE_NS:
+            if m is not None:  # Aeron: "Aeron client in service closed unexpectedly", counted; the module closes
+                m.on_service_closed("the service process went away", now_ns)
             self.cycle.request_stop("the service process went away", EXIT_SERVICE_GONE)
         return work
 
@@ -730,6 +754,13 @@ class Node:
     def close(self, *, clean: bool) -> None:
         linger = CLOSE_LINGER_MS if clean else 0
         if self.module is not None:
+            try:  # the last values stay readable after the process (Aeron's CnC file does too)
+                module = self.module
+                self.counters_file.write(
+                    module.counters(self._now_ns), module.s.distinct_errors, self._now_ns, running=False
+                )
+            except OSError as e:
+                self.log(f"counters file not written: {e}")
             try:
                 self.module.close()  # a leader tells followers its log ended; files flushed
             except Exception as e:  # still close the sockets

@@ -15,7 +15,8 @@ and state digest), egress (PUSH per client). Secured: clusterlab.core.runtime.se
 Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log entry (and the
 snapshot it started from), and every message on the node link (``service``), egress and control.
 
-Exits 0 when the service terminated (SHUTDOWN/ABORT), on SIGTERM, or when its node went away
+Exits 0 when the service terminated (SHUTDOWN/ABORT, or it raised ClusterTerminationException), on
+SIGTERM, or when its node went away
 (the member is down); 5 when the service failed (the agent stops after a ServiceError, as
 Aeron's container does; the node then stops too and the member recovers on restart).
 """
@@ -75,7 +76,14 @@ from clusterlab.core.runtime.transport import (
     parse,
     remove_ipc_files,
 )
-from clusterlab.core.service.agent import AgentError, AppliedEntry, ClusteredServiceAgent, ServiceError, SnapshotError
+from clusterlab.core.service.agent import (
+    AgentError,
+    AppliedEntry,
+    ClusteredServiceAgent,
+    ServiceError,
+    ServiceTerminated,
+    SnapshotError,
+)
 from clusterlab.core.service.api import ClusteredService
 from zmq.utils.monitor import recv_monitor_message
 
@@ -265,6 +273,11 @@ class ServiceProcess:
                     agent.on_service_message(payload)
             except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
                 self.log(f"snapshot failed: {e}")
+            except ServiceTerminated as e:  # ClusterTerminationException: the container closes (Aeron)
+                self._flush_egress()
+                self.log(f"service requested termination: {e}")
+                self.cycle.request_stop("service requested termination")
+                return len(batch)
             except (ServiceError, AgentError) as e:
                 self._flush_egress()
                 self.log(f"service failed: {type(e).__name__}: {e}")

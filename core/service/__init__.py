@@ -9,9 +9,17 @@ from clusterlab.core.service.agent import (
     EntryType,
     LogContiguityError,
     ServiceError,
+    ServiceTerminated,
     SnapshotError,
 )
-from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, ClusterError, Role
+from clusterlab.core.service.api import (
+    ClientSession,
+    Cluster,
+    ClusteredService,
+    ClusterError,
+    ClusterTerminationException,
+    Role,
+)
 from clusterlab.core.service.snapshot import SnapshotFormatError, SnapshotImage, SnapshotWriter
 
 __all__ = [
@@ -21,12 +29,14 @@ __all__ = [
     "ClientSession",
     "Cluster",
     "ClusterError",
+    "ClusterTerminationException",
     "ClusteredService",
     "ClusteredServiceAgent",
     "EntryType",
     "LogContiguityError",
     "Role",
     "ServiceError",
+    "ServiceTerminated",
     "SnapshotError",
     "SnapshotFormatError",
     "SnapshotImage",

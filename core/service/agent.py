@@ -72,7 +72,7 @@ from clusterlab.core.codec.session import (
     unpack_session_message,
 )
 from clusterlab.core.consensus.context import APP_VERSION, Role
-from clusterlab.core.service.api import ClientSession, ClusteredService, ClusterError
+from clusterlab.core.service.api import ClientSession, ClusteredService, ClusterError, ClusterTerminationException
 from clusterlab.core.service.snapshot import (
     SnapshotFormatError,
     SnapshotImage,
@@ -133,6 +133,12 @@ class ServiceError(Exception):
         self.log_position = log_position
         self.entry_type = entry_type
         self.cause = cause
+
+
+class ServiceTerminated(ServiceError):
+    """The service raised ClusterTerminationException: it asked to stop (Aeron's service container
+    closes). ``on_terminate`` has been called; the agent applies nothing more. Its runtime ends the
+    service, and the consensus module learns that its service closed (the member terminates)."""
 
 
 class SnapshotError(ServiceError):
@@ -736,8 +742,27 @@ class ClusteredServiceAgent:
         remember the failure (the agent applies nothing more)."""
         self._held = None
         (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id) = saved
+        if isinstance(e, ClusterTerminationException):
+            return self._terminate_on_request(end, entry_type, e)
         failure = e if isinstance(e, ServiceError) else ServiceError(end, entry_type, e)
         self._failure = failure
+        return failure
+
+    def _terminate_on_request(self, end: int, entry_type: str, e: ClusterTerminationException) -> ServiceTerminated:
+        """The service raised ClusterTerminationException: ``on_terminate`` (errors swallowed, as Aeron's
+        onClose does), then the agent is stopped with a ServiceTerminated failure."""
+        failure = ServiceTerminated(end, entry_type, e)
+        self._failure = failure
+        self._frames.clear()
+        if not self._terminated:
+            self._terminated = True
+            self._lifecycle = "on_terminate"
+            try:
+                self.service.on_terminate(self)
+            except Exception as close_error:
+                self.errors.append(close_error)
+            finally:
+                self._lifecycle = _NO_LIFECYCLE
         return failure
 
     def _apply_session_message(self, f: Frame, replay: bool, session_id: int, timestamp: int, body: bytes) -> None:
@@ -890,6 +915,9 @@ class ClusteredServiceAgent:
             call()
         except Exception as e:
             failure = ServiceError(self._log_position, entry_type, e)
+            self._lifecycle = _NO_LIFECYCLE
+            if isinstance(e, ClusterTerminationException):
+                failure = self._terminate_on_request(self._log_position, entry_type, e)
             self._failure = failure
             raise failure from e
         finally:

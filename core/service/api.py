@@ -22,6 +22,7 @@ __all__ = [
     "ClientSession",
     "Cluster",
     "ClusterError",
+    "ClusterTerminationException",
     "ClusteredService",
     "Role",
     "SnapshotImage",
@@ -32,6 +33,14 @@ __all__ = [
 class ClusterError(Exception):
     """The service misused its ``Cluster`` handle (Aeron ``ClusterException``): an unknown session,
     or a send from a lifecycle callback (on_start, on_role_change, on_terminate)."""
+
+
+class ClusterTerminationException(Exception):
+    """Raise from a service callback to stop the service, and with it the member (Aeron's
+    ``ClusterTerminationException``, as ClusterTest's TestService throws on its TERMINATE message): the
+    agent calls ``on_terminate`` and applies nothing more; the consensus module then closes with a
+    counted error ("service closed unexpectedly") and the member terminates, as Aeron's does when the
+    service's Aeron client closes. The entry being applied does not count as applied."""
 
 
 class ClientSession:

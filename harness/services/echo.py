@@ -12,6 +12,8 @@ Commands are UTF-8 text, one per session message; replies go to the sending sess
                             service-originated message, and is sent to every open session as
                             ``broadcast <text>``
 ``close``                   the service closes the session (SessionCloseEvent SERVICE_ACTION)
+``terminate``               the service raises ClusterTerminationException: it stops and its member
+                            terminates (Aeron ClusterTest's TERMINATE message); on every member
 anything else               echoed back unchanged
 ==========================  ===========================================================================
 
@@ -29,7 +31,15 @@ import json
 from typing import Any
 
 from clusterlab.core.codec import CloseReason, ClusterTimeUnit
-from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
+from clusterlab.core.service.api import (
+    ClientSession,
+    Cluster,
+    ClusteredService,
+    ClusterTerminationException,
+    Role,
+    SnapshotImage,
+    SnapshotWriter,
+)
 from clusterlab.harness.services.digest import MultisetDigest
 
 DOMAIN = b"clusterlab-echo"
@@ -114,6 +124,8 @@ class EchoService(ClusteredService):
             self._cluster().cancel_timer(cid)
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        if payload == b"terminate":
+            raise ClusterTerminationException("terminate requested by a client")
         self._update_meta(messages=1)
         if session is None:
             self._update_meta(broadcasts=1)

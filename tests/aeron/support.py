@@ -19,13 +19,21 @@ from typing import Any
 from clusterlab.core.codec import CloseReason
 from clusterlab.core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE, Role
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
-from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, SnapshotImage, SnapshotWriter
+from clusterlab.core.service.api import (
+    ClientSession,
+    Cluster,
+    ClusteredService,
+    ClusterTerminationException,
+    SnapshotImage,
+    SnapshotWriter,
+)
 from clusterlab.harness.services.digest import MultisetDigest
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_parts import SimClient
 
 SERVICE_NAME = "aeron-test"
 REGISTER_TIMER_MSG = b"register-timer"  # Aeron TestNode.REGISTER_TIMER_MSG
+TERMINATE_MSG = b"Please terminate the clustered service"  # Aeron ClusterTests.TERMINATE_MSG
 TIMER_CORRELATION_ID = 1
 DOMAIN = b"aeron-test"
 
@@ -62,6 +70,8 @@ class AeronTestService(ClusteredService):
         pass
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        if payload == TERMINATE_MSG:
+            raise ClusterTerminationException()  # Aeron TestService: throw new ClusterTerminationException(false)
         self._digest.replace(("count", self.message_count), ("count", self.message_count + 1))
         self.message_count += 1
         if payload == REGISTER_TIMER_MSG and self.cluster is not None:

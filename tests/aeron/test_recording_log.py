@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, SERVICE_ID_CONSENSUS_MODULE
-from clusterlab.core.consensus.recording_log import Entry, EntryType, RecordingLog, RecordingLogError
+from clusterlab.core.consensus.recording_log import (
+    Entry,
+    EntryType,
+    RecordingLog,
+    RecordingLogError,
+    is_invalid_snapshot,
+)
 from clusterlab.core.runtime.storage import FileStorage
 
 SERVICE_ID = SERVICE_ID_CONSENSUS_MODULE
@@ -545,3 +551,13 @@ def test_should_handle_entries_straddling_page_boundary(tmp_path: Path) -> None:
             assert (e.leadership_term_id, e.term_base_log_position, e.timestamp) == (term, term * 100, term)
             expected_end = (term + 1) * 100 if term + 1 < count else NULL_POSITION
             assert e.log_position == expected_end
+
+
+def test_should_determine_if_snapshot_is_invalid() -> None:
+    """RecordingLogTest.shouldDetermineIfSnapshotIsInvalid"""
+    valid_snapshot = Entry(42, 5, 1024, 701, 1_000_000_000_000, 16, SNAPSHOT, 2, True)
+    invalid_snapshot = Entry(42, 5, 1024, 701, 1_000_000_000_000, 16, SNAPSHOT, 2, False)
+    term = Entry(42, 5, 1024, 701, 1_000_000_000_000, 16, TERM, 2, True)
+    assert not is_invalid_snapshot(valid_snapshot)
+    assert is_invalid_snapshot(invalid_snapshot)
+    assert not is_invalid_snapshot(term)

@@ -347,6 +347,17 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
     control.StorageFault: (
         ("correlation_id", I64), ("code", I32), ("count", I32), ("torn", I32), ("path_prefix", ASCII),
     ),
+    control.CountersRequest: (("correlation_id", I64),),
+    control.Counters: (
+        ("correlation_id", I64), ("commit_position", I64), ("election_count", I64), ("leadership_term_id", I64),
+        ("snapshot_count", I64), ("last_snapshot_duration_ns", I64), ("max_snapshot_duration_ns", I64),
+        ("errors", I64), ("timed_out_client_count", I64), ("cluster_time_ms", I64), ("member_id", I32),
+        ("module_state", I32), ("role", I32), ("control_toggle", I32), ("election_state", I32), ("started", I32),
+    ),
+    control.TestHook: (
+        ("correlation_id", I64), ("delay_ns", I64), ("kind", Enum32(control.TestHookKind)), ("value", I32),
+    ),
+    control.PurgeSegments: (("correlation_id", I64),),
 }  # fmt: skip
 
 CLASSES = sorted(TABLE, key=lambda cls: cls.TEMPLATE_ID)

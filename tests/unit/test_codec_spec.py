@@ -88,6 +88,10 @@ CONTROL = {
     "ControlResponse": 216,
     "MembersConfig": 217,
     "StorageFault": 218,
+    "CountersRequest": 225,
+    "Counters": 226,
+    "TestHook": 227,
+    "PurgeSegments": 228,
 }
 
 HEADING = re.compile(r"^#### (\w+) \(templateId (\d+), blockLength (\d+)(?:, ([^)]*))?\)\s*$")

@@ -1,0 +1,130 @@
+"""Test hooks (Aeron's TestCluster / ConsensusModule.Context hooks its system tests use), off unless armed.
+
+* ``stall_election_state``: once the election enters that state the member stops: its election does no
+  work (no timeouts fire) and member messages are dropped with a counted reason, until cleared, or for
+  ``stall_duration_ns`` once (Aeron's StallLeaderLogReplicationIntercept parks the agent 2.5 s).
+* ``fail_catchup``: the next N elections that reach FOLLOWER_CATCHUP fail there (Aeron's election error
+  path: log, back to INIT, a new election).
+* ``fail_request_vote_term``: a RequestVote of another candidate for that candidate term fails (counted
+  error, no vote), as Aeron's FailFirstElectionIntercept throws in ``Election.onRequestVote``.
+* ``delay_service_message_ns``: the next message the module sends its service(s) is held that long
+  (everything after it waits behind it, order kept), as a service slow to handle one message.
+
+Sans-IO: the module asks :class:`TestHooks` with its ``now_ns``; the simulator sets the fields directly
+(``SimCluster.stall_election`` ...), the runtime through the ``TestHook`` control message.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from clusterlab.core.consensus.context import Channel, ElectionState, Outbox
+
+
+class TestHooks:
+    """The armed hooks of one consensus module (see module docstring)."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self) -> None:
+        self.stall_election_state: ElectionState | None = None
+        self.stall_duration_ns = 0  # 0: until cleared; else stall this long once, then the hook clears
+        self.stall_leadership_term_id: int | None = None  # only in this election term (None: any)
+        self._stall_started_ns: int | None = None
+        self.fail_catchup = 0
+        self.fail_request_vote_term: int | None = None
+        self.delay_service_message_ns = 0
+        self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
+        self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
+
+    def clear(self) -> None:
+        self.stall_election_state = None
+        self.stall_duration_ns = 0
+        self.stall_leadership_term_id = None
+        self._stall_started_ns = None
+        self.fail_catchup = 0
+        self.fail_request_vote_term = None
+        self.delay_service_message_ns = 0
+
+    def stalls(self, state: ElectionState | None, now_ns: int, leadership_term_id: int) -> bool:
+        """Whether the member stays stalled in ``state`` of the election for ``leadership_term_id`` now
+        (a timed stall starts at the first ask)."""
+        if state is None or state != self.stall_election_state:
+            return False
+        if self.stall_leadership_term_id is not None and leadership_term_id != self.stall_leadership_term_id:
+            return False
+        if self.stall_duration_ns == 0:
+            return True
+        if self._stall_started_ns is None:
+            self._stall_started_ns = now_ns
+            self.stalls_started += 1
+        if now_ns < self._stall_started_ns + self.stall_duration_ns:
+            return True
+        self.stall_election_state = None  # once
+        self.stall_duration_ns = 0
+        self._stall_started_ns = None
+        return False
+
+    def stall_deadline_ns(self) -> int | None:
+        """When a running timed stall ends (the module's next deadline), else None."""
+        if self._stall_started_ns is None or self.stall_duration_ns == 0:
+            return None
+        return self._stall_started_ns + self.stall_duration_ns
+
+    def take_catchup_failure(self, state: ElectionState) -> bool:
+        """True (and one failure used) if the hook fails a catch-up in ``state``."""
+        if self.fail_catchup > 0 and state == ElectionState.FOLLOWER_CATCHUP:
+            self.fail_catchup -= 1
+            self.catchup_failures += 1
+            return True
+        return False
+
+    def describe(self) -> str:
+        stall = self.stall_election_state.name if self.stall_election_state is not None else "-"
+        return (
+            f"TestHooks(stall={stall} stall_duration_ns={self.stall_duration_ns} fail_catchup={self.fail_catchup} "
+            f"fail_request_vote_term={self.fail_request_vote_term} "
+            f"delay_service_message_ns={self.delay_service_message_ns})"
+        )
+
+
+class HookedOutbox:
+    """The module's outbox with the service-delay hook: a held service message and everything sent to
+    the service after it wait until ``release_due`` passes its due time; other channels go straight on."""
+
+    def __init__(self, outbox: Outbox, hooks: TestHooks) -> None:
+        self._outbox = outbox
+        self._hooks = hooks
+        self.now_ns = 0  # set by the module before each input
+        self._held: deque[tuple[int, bytes]] = deque()
+        self._due_ns = 0
+
+    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        if channel != Channel.SERVICE:
+            self._outbox.send(member_id, channel, payload)
+            return
+        if not self._held and self._hooks.delay_service_message_ns > 0:
+            self._due_ns = self.now_ns + self._hooks.delay_service_message_ns
+            self._hooks.delay_service_message_ns = 0  # one message
+            self._held.append((member_id, payload))
+            return
+        if self._held:
+            self._held.append((member_id, payload))
+            return
+        self._outbox.send(member_id, channel, payload)
+
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        self._outbox.send_egress(response_channel, payload)
+
+    def release_due(self, now_ns: int) -> int:
+        """Send the held service messages once due; returns how many went."""
+        if not self._held or now_ns < self._due_ns:
+            return 0
+        n = len(self._held)
+        while self._held:
+            member_id, payload = self._held.popleft()
+            self._outbox.send(member_id, Channel.SERVICE, payload)
+        return n
+
+    def next_due_ns(self) -> int | None:
+        return self._due_ns if self._held else None
