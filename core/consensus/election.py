@@ -833,7 +833,10 @@ class Election:
             self.graceful_closed_leader_id = NULL_VALUE
         if self.state == ElectionState.FOLLOWER_LOG_REPLICATION and msg.leader_member_id == self.leader_member_id:
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
-        acceptable = self.state == ElectionState.CANVASS or (
+        # In CANVASS only a term at least the one this member last voted in: a vote for term T promises to
+        # follow no leader of an earlier term (Raft's rule; Aeron persists the candidate term for it). A
+        # stalled leader of an older term would otherwise make it commit entries the new leader lacks.
+        acceptable = (self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.candidate_term_id) or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
             and msg.leadership_term_id == self.candidate_term_id
         )
