@@ -38,7 +38,8 @@ Every system is a :class:`Subject` and is measured by the same code (:mod:`bench
 4. **Follower restart stall** (clusterlab): open-loop 64 B puts at 25 % of its 64 B saturation
    while a follower is killed, kept down ``follower_down_s`` (3 s) and restarted; the longest gap
    between two acknowledgements before the kill (the machine's noise floor), while it is down, and
-   from its restart until it has caught up (nodes and services) plus 1 s.
+   from its restart until it holds (node and service) the log committed while it was down, plus 1 s;
+   the same with the leader killed (the client fails over) and restarted as a follower.
 5. **rec. on ÷ rec. off**: the ratio of every metric, recording on against off, same run (the cost
    of recording; ``ratios["clusterlab-rec-on"]["vs_clusterlab-rec-off"]``).
 
@@ -222,8 +223,11 @@ class Subject(ABC):
 
     supports_follower_restart = False
 
-    def follower_restart_stall(self, s: Settings, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
-        """Kill a follower under load, restart it, let it catch up: the longest gaps between acks."""
+    def follower_restart_stall(
+        self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
+    ) -> dict[str, Any]:
+        """Kill a follower (or the leader) under load, restart it, let it catch up: the longest gaps
+        between acks."""
         raise NotImplementedError(f"{self.label} does not measure the follower-restart stall")
 
 
@@ -527,7 +531,9 @@ class ClusterlabSubject(Subject):
 
     supports_follower_restart = True
 
-    def follower_restart_stall(self, s: Settings, rate: float, say: Callable[[str], None]) -> dict[str, Any]:
+    def follower_restart_stall(
+        self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
+    ) -> dict[str, Any]:
         """Open-loop 64 B puts at ``rate`` from a thread that owns the client, while this thread kills a
         follower, waits ``follower_down_s``, restarts it and waits until every member (node and
         service) is caught up. Reported: the longest gap between two acknowledgements in each phase
@@ -574,14 +580,27 @@ class ClusterlabSubject(Subject):
             thread.start()
             time.sleep(2.0)  # steady state: the noise floor (the load thread measures, this one waits)
             leader = cluster.leader_id()
-            follower = next(i for i in range(cluster.member_count) if i != leader)
+            follower = leader if victim == "leader" else next(i for i in range(cluster.member_count) if i != leader)
             marks["kill"] = time.monotonic()
             cluster.kill(follower)
-            time.sleep(s.follower_down_s)  # the follower misses this much of the log
+            time.sleep(s.follower_down_s)  # the member misses this much of the log
             marks["restart"] = time.monotonic()
+            if victim == "leader":
+                leader = cluster.leader_id()
+            leader_status = cluster.status(leader) if leader is not None else None
+            backlog_end = leader_status.commit_position if leader_status is not None else 0
             cluster.restart(follower)
             deadline = time.monotonic() + s.settle_timeout_s
-            while cluster.caught_up() is None and time.monotonic() < deadline:
+
+            def caught_up() -> bool:
+                # Has the log committed while it was down (traffic goes on, so positions never settle).
+                st = cluster.status(follower)
+                if st is None or st.election_state is not None or st.append_position < backlog_end:
+                    return False
+                service = cluster.service_status(follower)
+                return service is not None and service.log_position >= backlog_end
+
+            while not caught_up() and time.monotonic() < deadline:
                 time.sleep(0.02)
             marks["caught_up"] = time.monotonic()
             time.sleep(1.0)
@@ -597,6 +616,7 @@ class ClusterlabSubject(Subject):
 
         t0 = acks[0] if acks else marks["kill"] - 2.0
         out = {
+            "victim": victim,
             "offered_rate": round(rate, 1),
             "follower_down_s": s.follower_down_s,
             "acked": len(acks),
@@ -609,8 +629,8 @@ class ClusterlabSubject(Subject):
             "loadavg": [round(x, 2) for x in os.getloadavg()],
         }
         say(
-            f"  follower restart @ {rate:,.0f}/s: longest gap without an ack: steady {out['steady_max_gap_ms']} ms, "
-            f"follower down {out['follower_down_max_gap_ms']} ms, restart → caught up + 1 s "
+            f"  {victim} restart @ {rate:,.0f}/s: longest gap without an ack: steady {out['steady_max_gap_ms']} ms, "
+            f"{victim} down {out['follower_down_max_gap_ms']} ms, restart → caught up + 1 s "
             f"{out['catchup_max_gap_ms']} ms (caught up in {out['restart_to_caught_up_ms']} ms)"
         )
         return out
@@ -832,11 +852,13 @@ def run_subject(subject: Subject, s: Settings, common_rate: float | None, say: C
     if subject.supports_follower_restart and s.kills > 0:
         # At least 500/s: a saturation run that acknowledged nothing (a stalled machine) still gets a load.
         rate = max(500.0, result["saturation"][str(LATENCY_SIZE)]["ops_per_s"] * s.stall_load_fraction)
-        subject.start("default", s)
-        try:
-            result["follower_restart"] = subject.follower_restart_stall(s, rate, say)
-        finally:
-            subject.stop()
+        for victim in ("follower", "leader"):
+            subject.start("default", s)
+            try:
+                key = "follower_restart" if victim == "follower" else "leader_restart"
+                result[key] = subject.follower_restart_stall(s, rate, say, victim)
+            finally:
+                subject.stop()
     if subject.supports_failover and s.kills > 0:
         result["failover"] = {p: measure_failover(subject, p, s, say) for p in PROFILES}
     return result
@@ -878,6 +900,7 @@ METRICS: list[Metric] = [
     ),
     ("longest stall ms, steady", lambda r: _get(r, "follower_restart", "steady_max_gap_ms"), False),
     ("longest stall ms, follower catch-up", lambda r: _get(r, "follower_restart", "catchup_max_gap_ms"), False),
+    ("longest stall ms, old leader catch-up", lambda r: _get(r, "leader_restart", "catchup_max_gap_ms"), False),
 ]
 REC_ON, REC_OFF = "clusterlab-rec-on", "clusterlab-rec-off"
 
