@@ -860,7 +860,14 @@ def run_subject(subject: Subject, s: Settings, common_rate: float | None, say: C
             finally:
                 subject.stop()
     if subject.supports_failover and s.kills > 0:
-        result["failover"] = {p: measure_failover(subject, p, s, say) for p in PROFILES}
+        result["failover"] = {}
+        for p in PROFILES:
+            try:
+                result["failover"][p] = measure_failover(subject, p, s, say)
+            except Exception as e:  # keep the load figures: a system that did not settle fails this part only
+                subject.stop()
+                say(f"  failover ({PROFILE_LABEL[p]}) failed: {type(e).__name__}: {str(e)[:300]}")
+                result["failover"][p] = {"status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
     return result
 
 

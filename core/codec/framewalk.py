@@ -36,11 +36,14 @@ class Frame:
 
     __slots__ = ("end_position", "frame_type", "leadership_term_id", "payload", "position")
 
-    def __init__(self, position: int, leadership_term_id: int, frame_type: int, payload: bytes) -> None:
+    def __init__(
+        self, position: int, leadership_term_id: int, frame_type: int, payload: bytes | bytearray | memoryview
+    ) -> None:
         self.position: int = position  # log position at which the frame starts
         self.leadership_term_id: int = leadership_term_id
         self.frame_type: int = frame_type
-        self.payload: bytes = payload
+        # Always bytes (compiled, the attribute is typed): a caller's bytearray or memoryview is copied.
+        self.payload: bytes = payload if isinstance(payload, bytes) else bytes(payload)
         # The log position *after* this entry: what Aeron reports as the message's position.
         framed = (len(payload) + FRAME_HEADER_LENGTH + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
         self.end_position: int = position + framed

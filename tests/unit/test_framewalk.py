@@ -103,3 +103,10 @@ def test_corrupt_and_torn_blocks_stop_at_the_same_frame_with_the_same_error(
     result = _assert_agree(torn, 1024 + base_shift)
     if base_shift and torn:  # the first frame is not where the walk expects it
         assert result.frames == [] and result.error is not None
+
+
+def test_a_frame_holds_its_payload_as_bytes_whatever_bytes_like_it_was_given() -> None:
+    for payload in (b"ab", bytearray(b"ab"), memoryview(b"xaby")[1:3]):
+        f = framewalk.Frame(64, 1, 1, payload)
+        assert type(f.payload) is bytes and f.payload == b"ab"
+        assert (f.end_position, f.length) == (128, 64)
