@@ -34,7 +34,11 @@ Every system is a :class:`Subject` and is measured by the same code (:mod:`bench
    40 ms election timeout (see ``ClusterlabSubject.FAST_TIMEOUTS_NS``).
    For clusterlab the failover is also split as the client sees it: kill → the client follows the
    new leader (its NewLeaderEvent) → the first acknowledged op (``new_leader_ms``,
-   ``ack_after_new_leader_ms``; the client resends what is outstanding on NewLeaderEvent).
+   ``ack_after_new_leader_ms``; the client resends what is outstanding on NewLeaderEvent). Every
+   second kill is probed instead with one LocalClient request started right after the kill (its first
+   send reaches the dead leader): ``request_ms`` is kill → its reply, ``request_after_new_leader_ms``
+   the part after the client followed the new leader (what resending on NewLeaderEvent removes;
+   without it the request waits for the client's ``attempt_timeout_s``).
 4. **Follower restart stall** (clusterlab): open-loop 64 B puts at 25 % of its 64 B saturation
    while a follower is killed, kept down ``follower_down_s`` (3 s) and restarted; the longest gap
    between two acknowledgements before the kill (the machine's noise floor), while it is down, and
@@ -222,6 +226,12 @@ class Subject(ABC):
         return None
 
     supports_follower_restart = False
+    supports_request_probe = False
+
+    def request_probe(self, s: Settings) -> tuple[float | None, float | None]:
+        """One blocking-style request started right after the kill: (time of its reply, time the client
+        followed the new leader); see ClusterlabSubject."""
+        raise NotImplementedError
 
     def follower_restart_stall(
         self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
@@ -530,6 +540,32 @@ class ClusterlabSubject(Subject):
         return None if self._client is None else self._client.leader_changed_at
 
     supports_follower_restart = True
+    supports_request_probe = True
+
+    def request_probe(self, s: Settings) -> tuple[float | None, float | None]:
+        """The LocalClient's request (as the chaos workloads and ``clusterlab client`` use it) started
+        right after the kill, so its first send goes to the dead leader: it is answered after the
+        client's resend, which is on NewLeaderEvent (ClusterClient's outstanding requests) or, without
+        that, its ``attempt_timeout_s`` timer. Returns (reply time, time the client followed the new
+        leader)."""
+        assert self._client is not None
+        client = self._client
+        lc = client.lc
+        rid, payload = lc.begin(lambda r: client.kv.put(r, "failover", "x", prev=False))
+        sent_at = time.monotonic()
+        deadline = sent_at + s.probe_timeout_s
+        attempts = 1
+        while time.monotonic() < deadline:
+            lc.conn.pump(0.002)
+            now = time.monotonic()
+            client.note_leader(now)
+            if lc.take_reply(rid) is not None:
+                return now, client.leader_changed_at
+            if now - sent_at >= lc.attempt_timeout_s:  # LocalClient.request's own resend timer
+                lc.resend(payload, reconnect=attempts % 2 == 0)
+                attempts += 1
+                sent_at = now
+        return None, client.leader_changed_at
 
     def follower_restart_stall(
         self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
@@ -678,15 +714,19 @@ class _ClusterlabClient:
             return False
         return True
 
-    def poll(self, timeout_s: float) -> tuple[list[int], list[int]]:
-        self.conn.pump(timeout_s)
+    def note_leader(self, now: float) -> None:
+        """Set :attr:`leader_changed_at` if the client follows another leader than the marked one."""
         if (
             self.leader_changed_at is None
             and self._leader is not None
             and self.cc.is_connected
             and (self.cc.leadership_term_id, self.cc.leader_member_id) != self._leader
         ):
-            self.leader_changed_at = time.monotonic()
+            self.leader_changed_at = now
+
+    def poll(self, timeout_s: float) -> tuple[list[int], list[int]]:
+        self.conn.pump(timeout_s)
+        self.note_leader(time.monotonic())
         acked: list[int] = []
         bad: list[int] = []
         for m in self.conn.take_messages():
@@ -786,6 +826,8 @@ def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[
     samples: list[float] = []
     to_leader: list[float] = []  # kill -> the client follows the new leader
     after_leader: list[float] = []  # the client follows the new leader -> first ack
+    request_samples: list[float] = []  # kill -> reply to a request first sent to the dead leader
+    request_after_leader: list[float] = []  # the client follows the new leader -> that reply
     misses = 0
     t0 = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -794,6 +836,15 @@ def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[
         for i in range(s.kills):
             subject.await_stable(s.settle_timeout_s)
             member, t_kill = subject.kill_leader()
+            if subject.supports_request_probe and i % 2 == 1:
+                reply_at, seen = subject.request_probe(s)
+                if reply_at is not None:
+                    request_samples.append(reply_at - t_kill)
+                    if seen is not None:
+                        request_after_leader.append(reply_at - seen)
+                if i + 1 < s.kills:
+                    subject.restart(member)
+                continue
             first_ack = subject.probe(s)
             if first_ack is None:
                 misses += 1
@@ -818,6 +869,12 @@ def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[
         out["median_new_leader_ms"] = round(statistics.median(to_leader) * 1000, 1)
         out["median_ack_after_new_leader_ms"] = round(statistics.median(after_leader) * 1000, 1)
         out["max_ack_after_new_leader_ms"] = round(max(after_leader) * 1000, 1)
+    if request_samples:
+        out["request_ms"] = [round(x * 1000, 1) for x in request_samples]
+        out["median_request_ms"] = round(statistics.median(request_samples) * 1000, 1)
+    if request_after_leader:
+        out["request_after_new_leader_ms"] = [round(x * 1000, 1) for x in request_after_leader]
+        out["median_request_after_new_leader_ms"] = round(statistics.median(request_after_leader) * 1000, 1)
     if samples:
         xs = sorted(samples)
         out.update(
@@ -833,6 +890,12 @@ def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[
             f"; new leader (client) median {out['median_new_leader_ms']} ms, then first ack median "
             f"{out['median_ack_after_new_leader_ms']} ms (max {out['max_ack_after_new_leader_ms']} ms)"
             if to_leader
+            else ""
+        )
+        + (
+            f"; a request sent to the dead leader: answered {out['request_ms']} ms after the kill, "
+            f"{out.get('request_after_new_leader_ms')} ms after the client followed the new leader"
+            if request_samples
             else ""
         )
         + f"; load {out['loadavg']}"
@@ -903,6 +966,12 @@ METRICS: list[Metric] = [
     (
         "new leader → 1st ack ms (default)",
         lambda r: _get(r, "failover", "default", "median_ack_after_new_leader_ms"),
+        False,
+    ),
+    ("request → reply ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_request_ms"), False),
+    (
+        "new leader → request reply ms (~100 ms)",
+        lambda r: _get(r, "failover", "fast", "median_request_after_new_leader_ms"),
         False,
     ),
     ("longest stall ms, steady", lambda r: _get(r, "follower_restart", "steady_max_gap_ms"), False),
