@@ -19,24 +19,25 @@ from typing import Any
 import xxhash
 
 DIGEST_SIZE = 16
+BytesLike = bytes | bytearray | memoryview
 ENTRY_DIGEST_NAME = "xxh3-128"  # what this code records (run.json trace_format.entry_digest)
 LEGACY_ENTRY_DIGEST_NAME = "blake2b-128"  # runs whose run.json names none
 
 # bytes -> 16 bytes: the C function itself, no Python frame per entry.
-entry_digest: Callable[[bytes], bytes] = xxhash.xxh3_128_digest
+entry_digest: Callable[[BytesLike], bytes] = xxhash.xxh3_128_digest
 
 
-def _blake2b_128(data: bytes) -> bytes:
+def _blake2b_128(data: BytesLike) -> bytes:
     return hashlib.blake2b(data, digest_size=DIGEST_SIZE).digest()
 
 
-ENTRY_DIGESTS: dict[str, Callable[[bytes], bytes]] = {
+ENTRY_DIGESTS: dict[str, Callable[[BytesLike], bytes]] = {
     ENTRY_DIGEST_NAME: entry_digest,
     LEGACY_ENTRY_DIGEST_NAME: _blake2b_128,
 }
 
 
-def entry_digest_named(name: str) -> Callable[[bytes], bytes]:
+def entry_digest_named(name: str) -> Callable[[BytesLike], bytes]:
     """The entry digest function called ``name`` (ValueError naming the known ones otherwise)."""
     try:
         return ENTRY_DIGESTS[name]
@@ -51,7 +52,7 @@ def entry_digest_name_of_run(meta: Mapping[str, Any]) -> str:
     return str(name) if name else LEGACY_ENTRY_DIGEST_NAME
 
 
-def entry_digest_of_run(meta: Mapping[str, Any]) -> Callable[[bytes], bytes]:
+def entry_digest_of_run(meta: Mapping[str, Any]) -> Callable[[BytesLike], bytes]:
     """The entry digest function a run recorded with (see the module docstring)."""
     return entry_digest_named(entry_digest_name_of_run(meta))
 
