@@ -32,6 +32,23 @@ Every system is a :class:`Subject` and is measured by the same code (:mod:`bench
    timeout; PySyncObj 0.4-1.4 s), which do not detect equally fast; the ~100 ms profile is the
    equal-detection comparison: 100 ms heartbeat timeout against PySyncObj's 0.1-0.2 s, and a
    40 ms election timeout (see ``ClusterlabSubject.FAST_TIMEOUTS_NS``).
+   For clusterlab the failover is also split as the client sees it: kill → the client follows the
+   new leader (its NewLeaderEvent) → the first acknowledged op (``new_leader_ms``,
+   ``ack_after_new_leader_ms``; the client resends what is outstanding on NewLeaderEvent). Every
+   second kill is probed instead with one LocalClient request started right after the kill (its first
+   send reaches the dead leader): ``request_ms`` is kill → its reply, ``request_after_new_leader_ms``
+   the part after the client followed the new leader (what resending on NewLeaderEvent removes;
+   without it the request waits for the client's ``attempt_timeout_s``).
+4. **Follower restart stall** (clusterlab): open-loop 64 B puts at 25 % of its 64 B saturation
+   while a follower is killed, kept down ``follower_down_s`` (3 s) and restarted; the longest gap
+   between two acknowledgements before the kill (the machine's noise floor), while it is down, and
+   from its restart until it holds (node and service) the log committed while it was down, plus 1 s;
+   the same with the leader killed (the client fails over) and restarted as a follower.
+5. **rec. on ÷ rec. off**: the ratio of every metric, recording on against off, same run (the cost
+   of recording; ``ratios["clusterlab-rec-on"]["vs_clusterlab-rec-off"]``).
+
+Every system's figures carry the 1-minute load average when they were taken (``loadavg*`` keys):
+on a shared machine only ratios from one run are comparable.
 
 Where the client runs: for the raw bound and clusterlab it is this process (a ZeroMQ client, as a
 user's would be; clusterlab's ``ClusterConnection`` sends what was offered between two polls as one
@@ -62,6 +79,7 @@ import atexit
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import os
 import platform
 import shutil
@@ -119,6 +137,8 @@ class Settings:
     settle_timeout_s: float
     latency_fraction: float = 0.5
     low_rate: float = 1000.0
+    follower_down_s: float = 3.0  # catch-up stall: how long the follower misses the log
+    stall_load_fraction: float = 0.25  # catch-up stall: offered load, a fraction of own 64 B saturation
 
     @staticmethod
     def make(quick: bool, window: int | None, kills: int | None, duration: float | None) -> Settings:
@@ -199,6 +219,26 @@ class Subject(ABC):
 
     def restart(self, member: Any) -> None:
         raise NotImplementedError(f"{self.label} does not measure failover")
+
+    def leader_seen_at(self) -> float | None:
+        """Monotonic time the client first saw the new leader after the last :meth:`kill_leader`
+        (clusterlab: the NewLeaderEvent); None where the client cannot tell."""
+        return None
+
+    supports_follower_restart = False
+    supports_request_probe = False
+
+    def request_probe(self, s: Settings) -> tuple[float | None, float | None]:
+        """One blocking-style request started right after the kill: (time of its reply, time the client
+        followed the new leader); see ClusterlabSubject."""
+        raise NotImplementedError
+
+    def follower_restart_stall(
+        self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
+    ) -> dict[str, Any]:
+        """Kill a follower (or the leader) under load, restart it, let it catch up: the longest gaps
+        between acks."""
+        raise NotImplementedError(f"{self.label} does not measure the follower-restart stall")
 
 
 class PySyncObjSubject(Subject):
@@ -487,12 +527,149 @@ class ClusterlabSubject(Subject):
         leader = self.cluster.leader_id()
         if leader is None:
             raise RuntimeError("no leader to kill")
+        if self._client is not None:
+            self._client.mark_leader()
         t_kill = time.monotonic()
         self.cluster.kill(leader)
         return leader, t_kill
 
     def restart(self, member: Any) -> None:
         self.cluster.restart(member)
+
+    def leader_seen_at(self) -> float | None:
+        return None if self._client is None else self._client.leader_changed_at
+
+    supports_follower_restart = True
+    supports_request_probe = True
+
+    def request_probe(self, s: Settings) -> tuple[float | None, float | None]:
+        """The LocalClient's request (as the chaos workloads and ``clusterlab client`` use it) started
+        right after the kill, so its first send goes to the dead leader: it is answered after the
+        client's resend, which is on NewLeaderEvent (ClusterClient's outstanding requests) or, without
+        that, its ``attempt_timeout_s`` timer. Returns (reply time, time the client followed the new
+        leader)."""
+        assert self._client is not None
+        client = self._client
+        lc = client.lc
+        rid, payload = lc.begin(lambda r: client.kv.put(r, "failover", "x", prev=False))
+        sent_at = time.monotonic()
+        deadline = sent_at + s.probe_timeout_s
+        attempts = 1
+        while time.monotonic() < deadline:
+            lc.conn.pump(0.002)
+            now = time.monotonic()
+            client.note_leader(now)
+            if lc.take_reply(rid) is not None:
+                return now, client.leader_changed_at
+            if now - sent_at >= lc.attempt_timeout_s:  # LocalClient.request's own resend timer
+                lc.resend(payload, reconnect=attempts % 2 == 0)
+                attempts += 1
+                sent_at = now
+        return None, client.leader_changed_at
+
+    def follower_restart_stall(
+        self, s: Settings, rate: float, say: Callable[[str], None], victim: str = "follower"
+    ) -> dict[str, Any]:
+        """Open-loop 64 B puts at ``rate`` from a thread that owns the client, while this thread kills a
+        follower, waits ``follower_down_s``, restarts it and waits until every member (node and
+        service) is caught up. Reported: the longest gap between two acknowledgements in each phase
+        (steady state before the kill, follower down, restart → caught up + 1 s), and how long the
+        catch-up took. A gap in the steady phase is this machine's noise floor."""
+        import threading
+
+        assert self._client is not None
+        cluster, client = self.cluster, self._client
+        self.await_stable(s.settle_timeout_s)
+        acks: list[float] = []
+        failed = [0]
+        stop = threading.Event()
+        payload = payload_of(LATENCY_SIZE)
+
+        def load() -> None:
+            interval = 1.0 / rate
+            start = time.monotonic()
+            n = 0
+            outstanding: set[int] = set()
+            while not stop.is_set():
+                now = time.monotonic()
+                due = int((now - start) * rate) + 1
+                while n < due and len(outstanding) < 50_000:
+                    n += 1
+                    rid = (1 << 41) + n
+                    if client.offer(rid, payload):
+                        outstanding.add(rid)
+                acked, bad = client.poll(max(0.0, min(start + n * interval - time.monotonic(), 0.002)))
+                t = time.monotonic()
+                for r in acked:
+                    if r in outstanding:
+                        outstanding.discard(r)
+                        acks.append(t)
+                failed[0] += len(bad)
+
+        # The load thread owns the client: keep the cluster's own waits from pumping it meanwhile.
+        owned = [c for c in cluster.clients if c is client.lc]
+        for c in owned:
+            cluster.clients.remove(c)
+        thread = threading.Thread(target=load, name="stall-load", daemon=True)
+        marks: dict[str, float] = {}
+        try:
+            thread.start()
+            time.sleep(2.0)  # steady state: the noise floor (the load thread measures, this one waits)
+            leader = cluster.leader_id()
+            follower = leader if victim == "leader" else next(i for i in range(cluster.member_count) if i != leader)
+            marks["kill"] = time.monotonic()
+            cluster.kill(follower)
+            time.sleep(s.follower_down_s)  # the member misses this much of the log
+            marks["restart"] = time.monotonic()
+            if victim == "leader":
+                leader = cluster.leader_id()
+            leader_status = cluster.status(leader) if leader is not None else None
+            backlog_end = leader_status.commit_position if leader_status is not None else 0
+            cluster.restart(follower)
+            deadline = time.monotonic() + s.settle_timeout_s
+
+            def caught_up() -> bool:
+                # Has the log committed while it was down (traffic goes on, so positions never settle).
+                st = cluster.status(follower)
+                if st is None or st.election_state is not None or st.append_position < backlog_end:
+                    return False
+                service = cluster.service_status(follower)
+                return service is not None and service.log_position >= backlog_end
+
+            while not caught_up() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            marks["caught_up"] = time.monotonic()
+            time.sleep(1.0)
+            marks["end"] = time.monotonic()
+        finally:
+            stop.set()
+            thread.join(10.0)
+            cluster.clients.extend(owned)
+
+        def longest_gap(a: float, b: float) -> float | None:
+            ts = [a] + [t for t in acks if a <= t <= b] + [b]
+            return round(max(y - x for x, y in itertools.pairwise(ts)) * 1000, 1) if len(ts) > 2 else None
+
+        t0 = acks[0] if acks else marks["kill"] - 2.0
+        out = {
+            "victim": victim,
+            "offered_rate": round(rate, 1),
+            "follower_down_s": s.follower_down_s,
+            "acked": len(acks),
+            "failed": failed[0],
+            "steady_max_gap_ms": longest_gap(t0 + 0.5, marks["kill"]),
+            "follower_down_max_gap_ms": longest_gap(marks["kill"], marks["restart"]),
+            "catchup_max_gap_ms": longest_gap(marks["restart"], marks["end"]),
+            "restart_to_caught_up_ms": round((marks["caught_up"] - marks["restart"]) * 1000, 1),
+            "caught_up": marks["caught_up"] < deadline,
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+        }
+        say(
+            f"  {victim} restart @ {rate:,.0f}/s: longest gap without an ack: steady {out['steady_max_gap_ms']} ms, "
+            f"{victim} down {out['follower_down_max_gap_ms']} ms, restart → caught up + 1 s "
+            f"{out['catchup_max_gap_ms']} ms (caught up in {out['restart_to_caught_up_ms']} ms)"
+        )
+        return out
 
 
 class _ClusterlabClient:
@@ -508,6 +685,14 @@ class _ClusterlabClient:
         self.cc = local_client.conn.client  # the ClusterClient (the same object across reconnects)
         self.kv = kv
         self._pad: dict[tuple[int, int], str] = {}
+        self._leader: tuple[int, int] | None = None
+        self.leader_changed_at: float | None = None
+
+    def mark_leader(self) -> None:
+        """Remember the leader the client follows now; :attr:`leader_changed_at` becomes the time it
+        first follows another (a NewLeaderEvent, or a new session with another leader)."""
+        self._leader = (self.cc.leadership_term_id, self.cc.leader_member_id)
+        self.leader_changed_at = None
 
     def _put(self, rid: int, size: int) -> bytes:
         key = f"k{rid % 256}"
@@ -529,8 +714,19 @@ class _ClusterlabClient:
             return False
         return True
 
+    def note_leader(self, now: float) -> None:
+        """Set :attr:`leader_changed_at` if the client follows another leader than the marked one."""
+        if (
+            self.leader_changed_at is None
+            and self._leader is not None
+            and self.cc.is_connected
+            and (self.cc.leadership_term_id, self.cc.leader_member_id) != self._leader
+        ):
+            self.leader_changed_at = now
+
     def poll(self, timeout_s: float) -> tuple[list[int], list[int]]:
         self.conn.pump(timeout_s)
+        self.note_leader(time.monotonic())
         acked: list[int] = []
         bad: list[int] = []
         for m in self.conn.take_messages():
@@ -628,25 +824,57 @@ def measure_load(subject: Subject, s: Settings, common_rate: float | None, say: 
 
 def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
     samples: list[float] = []
+    to_leader: list[float] = []  # kill -> the client follows the new leader
+    after_leader: list[float] = []  # the client follows the new leader -> first ack
+    request_samples: list[float] = []  # kill -> reply to a request first sent to the dead leader
+    request_after_leader: list[float] = []  # the client follows the new leader -> that reply
     misses = 0
     t0 = time.monotonic()
+    load_before = os.getloadavg()[0]
     subject.start(profile, s)
     try:
         for i in range(s.kills):
             subject.await_stable(s.settle_timeout_s)
             member, t_kill = subject.kill_leader()
+            if subject.supports_request_probe and i % 2 == 1:
+                reply_at, seen = subject.request_probe(s)
+                if reply_at is not None:
+                    request_samples.append(reply_at - t_kill)
+                    if seen is not None:
+                        request_after_leader.append(reply_at - seen)
+                if i + 1 < s.kills:
+                    subject.restart(member)
+                continue
             first_ack = subject.probe(s)
             if first_ack is None:
                 misses += 1
                 say(f"  kill {i + 1}: member {member}: no acknowledged op within {s.probe_timeout_s:.0f} s")
             else:
                 samples.append(first_ack - t_kill)
+                seen = subject.leader_seen_at()
+                if seen is not None:
+                    to_leader.append(seen - t_kill)
+                    after_leader.append(first_ack - seen)
             if i + 1 < s.kills:  # the last one needs no restart: the cluster stops next
                 subject.restart(member)
     finally:
         subject.stop()
     out: dict[str, Any] = {"kills": s.kills, "no_ack": misses, "wall_s": round(time.monotonic() - t0, 1)}
+    out["loadavg"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]  # 1-min load before and after
     out["samples_ms"] = [round(x * 1000, 1) for x in samples]
+    if to_leader:
+        # Failover as the client sees it: fault -> new leader (NewLeaderEvent) -> first acknowledged op.
+        out["new_leader_ms"] = [round(x * 1000, 1) for x in to_leader]
+        out["ack_after_new_leader_ms"] = [round(x * 1000, 1) for x in after_leader]
+        out["median_new_leader_ms"] = round(statistics.median(to_leader) * 1000, 1)
+        out["median_ack_after_new_leader_ms"] = round(statistics.median(after_leader) * 1000, 1)
+        out["max_ack_after_new_leader_ms"] = round(max(after_leader) * 1000, 1)
+    if request_samples:
+        out["request_ms"] = [round(x * 1000, 1) for x in request_samples]
+        out["median_request_ms"] = round(statistics.median(request_samples) * 1000, 1)
+    if request_after_leader:
+        out["request_after_new_leader_ms"] = [round(x * 1000, 1) for x in request_after_leader]
+        out["median_request_after_new_leader_ms"] = round(statistics.median(request_after_leader) * 1000, 1)
     if samples:
         xs = sorted(samples)
         out.update(
@@ -658,19 +886,51 @@ def measure_failover(subject: Subject, profile: str, s: Settings, say: Callable[
     say(
         f"  failover ({PROFILE_LABEL[profile]}): median {out.get('median_ms')} ms"
         f" over {len(samples)} kills, ms: {out['samples_ms']}"
+        + (
+            f"; new leader (client) median {out['median_new_leader_ms']} ms, then first ack median "
+            f"{out['median_ack_after_new_leader_ms']} ms (max {out['max_ack_after_new_leader_ms']} ms)"
+            if to_leader
+            else ""
+        )
+        + (
+            f"; a request sent to the dead leader: answered {out['request_ms']} ms after the kill, "
+            f"{out.get('request_after_new_leader_ms')} ms after the client followed the new leader"
+            if request_samples
+            else ""
+        )
+        + f"; load {out['loadavg']}"
     )
     return out
 
 
 def run_subject(subject: Subject, s: Settings, common_rate: float | None, say: Callable[[str], None]) -> dict:
     result: dict[str, Any] = {"label": subject.label, "status": "ok"}
+    result["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     subject.start("default", s)
     try:
         result.update(measure_load(subject, s, common_rate, say))
+        result["loadavg_after_load"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         subject.stop()
+    if subject.supports_follower_restart and s.kills > 0:
+        # At least 500/s: a saturation run that acknowledged nothing (a stalled machine) still gets a load.
+        rate = max(500.0, result["saturation"][str(LATENCY_SIZE)]["ops_per_s"] * s.stall_load_fraction)
+        for victim in ("follower", "leader"):
+            subject.start("default", s)
+            try:
+                key = "follower_restart" if victim == "follower" else "leader_restart"
+                result[key] = subject.follower_restart_stall(s, rate, say, victim)
+            finally:
+                subject.stop()
     if subject.supports_failover and s.kills > 0:
-        result["failover"] = {p: measure_failover(subject, p, s, say) for p in PROFILES}
+        result["failover"] = {}
+        for p in PROFILES:
+            try:
+                result["failover"][p] = measure_failover(subject, p, s, say)
+            except Exception as e:  # keep the load figures: a system that did not settle fails this part only
+                subject.stop()
+                say(f"  failover ({PROFILE_LABEL[p]}) failed: {type(e).__name__}: {str(e)[:300]}")
+                result["failover"][p] = {"status": f"failed: {type(e).__name__}: {str(e)[:300]}"}
     return result
 
 
@@ -697,7 +957,28 @@ METRICS: list[Metric] = [
     ("p99 ms @50% own", lambda r: _get(r, "latency_own", "p99_ms"), False),
     ("failover ms (default)", lambda r: _get(r, "failover", "default", "median_ms"), False),
     ("failover ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_ms"), False),
+    ("→ new leader ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_new_leader_ms"), False),
+    (
+        "new leader → 1st ack ms (~100 ms)",
+        lambda r: _get(r, "failover", "fast", "median_ack_after_new_leader_ms"),
+        False,
+    ),
+    (
+        "new leader → 1st ack ms (default)",
+        lambda r: _get(r, "failover", "default", "median_ack_after_new_leader_ms"),
+        False,
+    ),
+    ("request → reply ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_request_ms"), False),
+    (
+        "new leader → request reply ms (~100 ms)",
+        lambda r: _get(r, "failover", "fast", "median_request_after_new_leader_ms"),
+        False,
+    ),
+    ("longest stall ms, steady", lambda r: _get(r, "follower_restart", "steady_max_gap_ms"), False),
+    ("longest stall ms, follower catch-up", lambda r: _get(r, "follower_restart", "catchup_max_gap_ms"), False),
+    ("longest stall ms, old leader catch-up", lambda r: _get(r, "leader_restart", "catchup_max_gap_ms"), False),
 ]
+REC_ON, REC_OFF = "clusterlab-rec-on", "clusterlab-rec-off"
 
 
 def ratios(systems: dict[str, dict]) -> dict[str, dict[str, dict[str, float | None]]]:
@@ -715,6 +996,14 @@ def ratios(systems: dict[str, dict]) -> dict[str, dict[str, dict[str, float | No
                 a, b = get(r), get(base)
                 row[header] = round(a / b, 2) if a is not None and b else None
             out.setdefault(key, {})[f"vs_{ref}"] = row
+    on, off = systems.get(REC_ON), systems.get(REC_OFF)
+    if on and off and on.get("status") == "ok" and off.get("status") == "ok":
+        # The cost of recording, same run: rec. on ÷ rec. off (target ≥ 0.85 at saturation).
+        row = {}
+        for header, get, _higher in METRICS:
+            a, b = get(on), get(off)
+            row[header] = round(a / b, 2) if a is not None and b else None
+        out.setdefault(REC_ON, {})[f"vs_{REC_OFF}"] = row
     return out
 
 

@@ -23,7 +23,6 @@ Writes JSON to benchmarks/results/spark.json (``--out``); the generated data is 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core.codec.digests import entry_digest
 from clusterlab.harness.recorder import SCHEMAS
 
 from benchmarks import write_results
@@ -70,7 +70,7 @@ def _const(value: Any, n: int, type_: pa.DataType) -> pa.Array:
 
 
 def _entries(start: int, n: int) -> tuple[pa.Array, list[bytes]]:
-    """``n`` framed SessionMessage entries (positions ``start``..) and their blake2b-128 digests."""
+    """``n`` framed SessionMessage entries (positions ``start``..) and their XXH3-128 entry digests."""
     buf = np.zeros((n, ENTRY), dtype=np.uint8)
     index = np.arange(start, start + n, dtype=np.int64)
     buf[:, 0:4] = np.frombuffer(np.int32(ENTRY).tobytes(), np.uint8)
@@ -86,7 +86,7 @@ def _entries(start: int, n: int) -> tuple[pa.Array, list[bytes]]:
     data = buf.tobytes()
     offsets = np.arange(0, (n + 1) * ENTRY, ENTRY, dtype=np.int32)
     array = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
-    digests = [hashlib.blake2b(data[i * ENTRY : (i + 1) * ENTRY], digest_size=16).digest() for i in range(n)]
+    digests = [entry_digest(data[i * ENTRY : (i + 1) * ENTRY]) for i in range(n)]
     return array, digests
 
 

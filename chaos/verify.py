@@ -7,7 +7,6 @@ scale and must agree with it (a test compares them)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
+from clusterlab.core.codec.digests import entry_digest_of_run
 from clusterlab.harness.completeness import Completeness, Status
 from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCommit
 from clusterlab.harness.trace import contiguity_violations, open_run
@@ -182,7 +182,8 @@ def verify_run(trace_dir: Path | str) -> Verdict:
                 v.violations["durability"].append(f"client {op['client_id']} op {op['op_id']}: applied again at {pos}")
 
     if log:
-        committed = {row["log_position"]: hashlib.blake2b(row["entry"], digest_size=16).digest() for row in log}
+        digest = entry_digest_of_run(run.meta)  # blake2b-128 for runs recorded before XXH3-128
+        committed = {row["log_position"]: digest(row["entry"]) for row in log}
         for r in applied:
             if r["entry_type"] == "Snapshot":
                 continue

@@ -1174,6 +1174,7 @@ class LocalClient:
                 rid = None
             if isinstance(rid, int):
                 self.replies[rid] = reply
+                self.conn.client.acknowledge(rid)
                 self._record_completion(rid, reply)
             else:
                 self.other_messages.append(m.payload)
@@ -1250,11 +1251,23 @@ class LocalClient:
         connect_s = self.connect_timeout_s if timeout_s is None else min(self.connect_timeout_s, timeout_s)
         if not self.conn.client.is_connected:
             self.connect(connect_s)
+        rid = self._dedupe_request_id(payload)
         try:
-            self.conn.offer(payload)
+            self.conn.offer(payload, request_id=rid)
         except (SessionClosedError, ClientError):
             self.connect(connect_s)
-            self.conn.offer(payload)
+            self.conn.offer(payload, request_id=rid)
+
+    def _dedupe_request_id(self, payload: bytes) -> int | None:
+        """The request id of a request tagged with this client's dedupe id (the kv service applies it
+        once, so the ClusterClient may resend it on a new leader), else None."""
+        try:
+            command = json.loads(payload)
+        except ValueError:
+            return None
+        if isinstance(command, dict) and command.get("client") == self.dedupe_id and isinstance(command.get("id"), int):
+            return int(command["id"])
+        return None
 
     def wait(self, request_ids: Iterable[int], timeout_s: float) -> dict[int, dict[str, Any]]:
         """Replies to these ids that arrive within ``timeout_s`` (possibly not all)."""

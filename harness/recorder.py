@@ -94,6 +94,7 @@ from clusterlab.core.archive.recording import list_segments
 from clusterlab.core.archive.storage import Storage
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
+from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME
 from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
 from clusterlab.core.codec.registry import REGISTRY, message_name
 from clusterlab.core.runtime.recording import DROP as DROP
@@ -1172,7 +1173,11 @@ class RunRecorder:
             "end_wall_ns": None,
             "outcome": "running",
             "schema_version": SCHEMA_VERSION,
-            "trace_format": {"tables": list(TABLES), "file": "<table>/<process>-i<incarnation>.arrow"},
+            "trace_format": {
+                "tables": list(TABLES),
+                "file": "<table>/<process>-i<incarnation>.arrow",
+                "entry_digest": ENTRY_DIGEST_NAME,  # applied.entry_digest's function (core/codec/digests.py)
+            },
         }
         self.meta.update(extra or {})
         self.processes: list[ProcessRecorder] = []

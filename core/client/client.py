@@ -20,6 +20,13 @@ Session lifecycle (docs/protocol.md b.12, c.2, e.9)::
 While CONNECTED, NewLeaderEvent moves ingress to the new leader and adopts its term; the session id
 stays the same (no re-authentication). A CLOSED client may ``connect()`` again for a new session.
 
+Outstanding requests: ``offer(payload, now_ns, request_id=...)`` keeps the payload until the caller
+``acknowledge``s that id (it saw the reply). A NewLeaderEvent that moves the session resends every
+kept payload to the new leader at once, so a request the old leader never committed does not wait
+for the caller's own resend timer: failover as the client sees it is the election plus one round
+trip. Exactly once still holds only if the service drops a repeated request: track only requests
+that carry the caller's dedupe identity (the kv service's ``client`` tag and request id).
+
 Errors: the cluster's refusals and timeouts raise (``clusterlab.core.client.errors``); malformed or stale egress
 is never raised, it is dropped and counted in :attr:`ClusterClient.ignored` with the reason.
 """
@@ -194,6 +201,8 @@ class ClusterClient:
         self._offer_seq = 0
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale egress, never raised
         self.leader_changes = 0  # NewLeaderEvents that moved the session (for tests and traces)
+        self.resent_on_new_leader = 0  # outstanding requests resent on a NewLeaderEvent
+        self._outstanding: dict[int, bytes] = {}  # request_id -> payload, until acknowledge()
 
         # Connect attempt (AsyncConnect).
         self._connect_correlation_id = NULL_VALUE
@@ -292,20 +301,34 @@ class ClusterClient:
             first = next(iter(self._endpoints))
         self._send_connect_request(first, now_ns)
 
-    def offer(self, payload: bytes | bytearray | memoryview, now_ns: int) -> int:
+    def offer(self, payload: bytes | bytearray | memoryview, now_ns: int, *, request_id: int | None = None) -> int:
         """Send an application message to the leader; returns a handle (1, 2, ... per client).
 
         The wire carries no id for session messages (Aeron's ``offer`` returns a publication position),
         so the handle is local: put your own request id in ``payload`` to match replies. The header
-        carries the current term and session id; the leader stamps the timestamp, so it is 0 here."""
+        carries the current term and session id; the leader stamps the timestamp, so it is 0 here.
+        With ``request_id`` the payload is kept as outstanding (resent on a new leader) until
+        :meth:`acknowledge`; offering the same id again replaces it."""
         self._require_open("offer")
         self._offer_seq += 1
+        body = bytes(payload)
+        if request_id is not None:
+            self._outstanding[request_id] = body
         self._send(
             self._leader_member_id,
-            encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, bytes(payload)),
+            encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, body),
         )
         self._refresh_keepalive(now_ns)
         return self._offer_seq
+
+    def acknowledge(self, request_id: int) -> bool:
+        """Forget an outstanding request (its reply arrived); False if it was not outstanding."""
+        return self._outstanding.pop(request_id, None) is not None
+
+    @property
+    def outstanding(self) -> Mapping[int, bytes]:
+        """Requests offered with a ``request_id`` and not yet acknowledged (read-only view)."""
+        return MappingProxyType(self._outstanding)
 
     def send_keep_alive(self, now_ns: int) -> None:
         """Send SessionKeepAlive now (Aeron: ``sendKeepAlive()``); :meth:`do_work` does this on the interval."""
@@ -522,11 +545,20 @@ class ClusterClient:
         if msg.leader_member_id not in endpoints:
             self._ignore("NewLeaderEvent", f"leader {msg.leader_member_id} has no ingress endpoint")
             return
-        if (msg.leadership_term_id, msg.leader_member_id) != (self._leadership_term_id, self._leader_member_id):
-            self.leader_changes += 1
+        moved = (msg.leadership_term_id, msg.leader_member_id) != (self._leadership_term_id, self._leader_member_id)
         self._endpoints = dict(endpoints)
         self._leadership_term_id = msg.leadership_term_id
         self._leader_member_id = msg.leader_member_id
+        if moved:
+            self.leader_changes += 1
+            # What the old leader did not answer may not be in the log: send it to the new one now
+            # (stamped with the new term) rather than when the caller's timer fires.
+            for body in self._outstanding.values():
+                self._send(
+                    self._leader_member_id,
+                    encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, body),
+                )
+            self.resent_on_new_leader += len(self._outstanding)
 
     def _on_admin_response(self, msg: AdminResponse) -> None:
         if self._state is not ClientState.CONNECTED:

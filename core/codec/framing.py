@@ -27,22 +27,26 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from clusterlab.core.codec import framewalk
 from clusterlab.core.codec.errors import DecodeError
 
-FRAME_HEADER_LENGTH = 32
-FRAME_ALIGNMENT = 32
-FRAME_VERSION = 1
+# The layout constants live with the compiled per-frame loop; MAX_FRAME_LENGTH is a sanity bound so a
+# corrupt length field cannot ask for gigabytes.
+from clusterlab.core.codec.framewalk import (
+    FRAME_ALIGNMENT,
+    FRAME_HEADER_LENGTH,
+    FRAME_VERSION,
+    HDR_TYPE_DATA,
+    HDR_TYPE_PAD,
+    MAX_FRAME_LENGTH,
+    Frame,
+)
+
 FRAME_FLAGS_UNFRAGMENTED = 0xC0
-HDR_TYPE_PAD = 0
-HDR_TYPE_DATA = 1
-# Upper bound on one entry: a sanity check so a corrupt length field cannot ask for gigabytes.
-MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
 _HEADER = struct.Struct("<iBBHqqIi")
 _HEADER_PREFIX = struct.Struct("<iBBHqq")
 _HEADER_TAIL = struct.Struct("<Ii")
-_HEADER_ROUNDING = FRAME_HEADER_LENGTH + FRAME_ALIGNMENT - 1
-_ALIGN_MASK = ~(FRAME_ALIGNMENT - 1)
 _PADDING = bytes(FRAME_ALIGNMENT)
 
 
@@ -54,45 +58,6 @@ def align(length: int, alignment: int = FRAME_ALIGNMENT) -> int:
 def framed_length(payload_length: int) -> int:
     """Bytes a payload of ``payload_length`` occupies in the log, header and padding included."""
     return align(FRAME_HEADER_LENGTH + payload_length)
-
-
-class Frame:
-    """One framed log entry as found in a buffer (a value: treat it as immutable).
-
-    A plain slotted class rather than a frozen dataclass: a frozen dataclass's ``__init__`` sets each
-    field through ``object.__setattr__``, and every log entry makes one of these on every member."""
-
-    __slots__ = ("end_position", "frame_type", "leadership_term_id", "payload", "position")
-
-    def __init__(self, position: int, leadership_term_id: int, frame_type: int, payload: bytes) -> None:
-        self.position = position  # log position at which the frame starts
-        self.leadership_term_id = leadership_term_id
-        self.frame_type = frame_type
-        self.payload = payload
-        # The log position *after* this entry: what Aeron reports as the message's position.
-        self.end_position = position + ((len(payload) + _HEADER_ROUNDING) & _ALIGN_MASK)
-
-    @property
-    def length(self) -> int:
-        """Framed (aligned) length: how far the log position advances past this entry."""
-        return self.end_position - self.position
-
-    def _key(self) -> tuple[int, int, int, bytes]:
-        return (self.position, self.leadership_term_id, self.frame_type, self.payload)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not Frame:
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"Frame(position={self.position}, leadership_term_id={self.leadership_term_id}, "
-            f"frame_type={self.frame_type}, payload={self.payload!r})"
-        )
 
 
 def _checksum(prefix: bytes, payload: bytes) -> int:
@@ -152,20 +117,43 @@ def walk_frames(buffer: bytes | memoryview, base_position: int = 0) -> WalkResul
     """Walk a buffer of consecutive frames whose first starts at ``base_position``.
 
     Stops at the first torn or corrupt frame and reports it instead of raising: callers (the
-    archive on start, the log receiver) keep every whole frame before it. The checks are
-    :func:`unframe`'s, inlined (this runs once per log entry on every member); a frame that fails
-    one is handed to :func:`unframe` for the precise error.
+    archive on start, the log receiver) keep every whole frame before it. This runs once per log
+    entry on every member: the loop is :func:`clusterlab.core.codec.framewalk.scan_frames` when that
+    module is compiled (mypyc, setup.py), else :func:`walk_frames_py`; a frame that fails a check is
+    handed to :func:`unframe` for the precise error.
     """
+    if type(buffer) is not bytes:
+        buffer = bytes(buffer)  # one copy: slicing bytes is cheaper per frame than memoryview + bytes()
+    if not _COMPILED:
+        return walk_frames_py(buffer, base_position)
+    frames, position, bad_offset = _scan_frames(buffer, base_position)
+    return WalkResult(frames, position, None if bad_offset < 0 else _error_at(buffer, bad_offset, position))
+
+
+def _error_at(buffer: bytes, offset: int, position: int) -> DecodeError:
+    try:
+        unframe(buffer, offset, expected_position=position)
+    except DecodeError as e:
+        return e
+    raise AssertionError(f"walk_frames and unframe disagree at offset {offset}")  # pragma: no cover
+
+
+_COMPILED = framewalk.COMPILED
+_scan_frames = framewalk.scan_frames
+
+
+def walk_frames_py(buffer: bytes | memoryview, base_position: int = 0) -> WalkResult:
+    """:func:`walk_frames` in plain Python (struct unpack per header): used when
+    :mod:`clusterlab.core.codec.framewalk` is not compiled. The checks are :func:`unframe`'s, inlined."""
     frames: list[Frame] = []
     append = frames.append
     unpack = _HEADER.unpack_from
     crc32 = zlib.crc32
     if type(buffer) is not bytes:
-        buffer = bytes(buffer)  # one copy: slicing bytes is cheaper per frame than memoryview + bytes()
+        buffer = bytes(buffer)
     n = len(buffer)
     offset = 0
     position = base_position
-    error: DecodeError | None = None
     while offset < n:
         if n - offset >= FRAME_HEADER_LENGTH:
             frame_length, version, _flags, frame_type, term_id, frame_position, checksum, _r = unpack(buffer, offset)
@@ -183,13 +171,8 @@ def walk_frames(buffer: bytes | memoryview, base_position: int = 0) -> WalkResul
                     position += end - offset
                     offset = end
                     continue
-        try:
-            unframe(buffer, offset, expected_position=position)
-            raise AssertionError(f"walk_frames and unframe disagree at offset {offset}")  # pragma: no cover
-        except DecodeError as e:
-            error = e
-        break
-    return WalkResult(frames, position, error)
+        return WalkResult(frames, position, _error_at(buffer, offset, position))
+    return WalkResult(frames, position, None)
 
 
 def iter_frames(buffer: bytes | memoryview, base_position: int = 0) -> Iterator[Frame]:

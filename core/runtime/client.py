@@ -210,8 +210,10 @@ class ClusterConnection:
         if not self.run_until(lambda: self.client.is_connected, timeout_s):
             raise TimeoutError(f"no session within {timeout_s} s: {self.client.describe()}")
 
-    def offer(self, payload: bytes) -> int:
-        return self.client.offer(payload, self.clock.now_ns())
+    def offer(self, payload: bytes, *, request_id: int | None = None) -> int:
+        """Offer ``payload`` to the leader (sent on the next pump); ``request_id``: keep it outstanding
+        until acknowledged, resent on a NewLeaderEvent (:meth:`ClusterClient.offer`)."""
+        return self.client.offer(payload, self.clock.now_ns(), request_id=request_id)
 
     def take_messages(self) -> list[EgressMessage]:
         messages, self.messages = self.messages, []

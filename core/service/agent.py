@@ -25,7 +25,6 @@ position unchanged. The agent then refuses further input; the member stops and r
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -62,6 +61,7 @@ from clusterlab.core.codec import CancelTimer as CancelTimerMsg
 from clusterlab.core.codec import ClientSession as ClientSessionRecord
 from clusterlab.core.codec import CloseSession as CloseSessionMsg
 from clusterlab.core.codec import ScheduleTimer as ScheduleTimerMsg
+from clusterlab.core.codec.digests import entry_digest, records_digest
 from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.codec.header import peek_template_id
 from clusterlab.core.codec.registry import decode, message_name
@@ -110,7 +110,7 @@ class AppliedEntry(NamedTuple):
     leadership_term_id: int
     entry_type: EntryType
     cluster_time: int
-    entry_digest: bytes  # blake2b-128 of the framed entry (for SNAPSHOT: of its records)
+    entry_digest: bytes  # XXH3-128 of the framed entry (for SNAPSHOT: of its records), codec.digests
     state_digest: bytes  # service.state_digest() after applying it
     replay: bool
 
@@ -155,21 +155,8 @@ class LogContiguityError(AgentError):
     """A log or JoinLog does not continue exactly where the service's processing stopped."""
 
 
-_BLAKE2B_128 = hashlib.blake2b(digest_size=DIGEST_SIZE)  # copied per digest: cheaper than a new one
-
-
-def _digest(data: bytes | memoryview) -> bytes:
-    h = _BLAKE2B_128.copy()
-    h.update(data)
-    return h.digest()
-
-
-def _records_digest(records: Sequence[bytes]) -> bytes:
-    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
-    for record in records:
-        h.update(len(record).to_bytes(4, "little"))
-        h.update(record)
-    return h.digest()
+_digest = entry_digest  # XXH3-128 (core/codec/digests.py)
+_records_digest = records_digest
 
 
 def _major(version: int) -> int:

@@ -14,7 +14,7 @@ row per file with its ``torn`` flag and ignored bytes, so a job can count them.
 
 Columns: the table's own columns (from the files' schema; the contract's columns never change
 meaning) plus ``run_id`` where the table lacks it, and ``file``. The ``log`` table also gets the
-columns a check needs without decoding frames in a UDF: ``entry_digest`` (blake2b-128 of the framed
+columns a check needs without decoding frames in a UDF: ``entry_digest`` (XXH3-128 of the framed
 entry, as ``applied.entry_digest``), ``cluster_session_id`` and ``body`` (the application message of a
 ``SessionMessage`` entry, else null).
 
@@ -34,7 +34,6 @@ compares them with the manifest the run wrote at its end.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -44,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_name_of_run, entry_digest_named
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -52,7 +52,6 @@ from pyspark.sql.types import StructType
 TABLES = ("messages", "applied", "events", "ops", "log")
 FILES = "files"
 DEFAULT_PARTITION_BYTES = 64 << 20  # as spark.sql.files.maxPartitionBytes
-_DIGEST_SIZE = 16
 # A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header
 # (block length, template id, schema id, version) and, for SessionMessageHeader (template 1),
 # leadership_term_id, cluster_session_id and timestamp before the application's bytes.
@@ -90,6 +89,7 @@ class TraceFile:
     run_id: str
     table: str
     size: int = 0
+    entry_digest: str = ENTRY_DIGEST_NAME  # the run's (run.json trace_format.entry_digest)
 
 
 @dataclass(frozen=True)
@@ -157,11 +157,17 @@ def _is_run(directory: str) -> bool:
 
 def run_id_of(run_dir: str) -> str:
     """run.json's ``run_id``, or the directory name when there is no run.json."""
+    return _run_info(run_dir)[0]
+
+
+def _run_info(run_dir: str) -> tuple[str, str]:
+    """(run_id, entry digest name) from run.json; the directory name and the current digest without one."""
     try:
         with open(os.path.join(run_dir, "run.json")) as f:
-            return str(json.load(f).get("run_id") or os.path.basename(os.path.normpath(run_dir)))
-    except (OSError, ValueError):
-        return os.path.basename(os.path.normpath(run_dir))
+            meta = json.load(f)
+        return str(meta.get("run_id") or os.path.basename(os.path.normpath(run_dir))), entry_digest_name_of_run(meta)
+    except (OSError, ValueError, AttributeError):
+        return os.path.basename(os.path.normpath(run_dir)), ENTRY_DIGEST_NAME
 
 
 def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
@@ -169,14 +175,14 @@ def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
     tables = TABLES if table == FILES else (table,)
     out = []
     for run_dir in run_dirs:
-        run_id = run_id_of(run_dir)
+        run_id, digest = _run_info(run_dir)
         for t in tables:
             folder = os.path.join(run_dir, t)
             if os.path.isdir(folder):
                 for n in sorted(os.listdir(folder)):
                     path = os.path.join(folder, n)
                     if n.endswith(".arrow"):
-                        out.append(TraceFile(path, run_id, t, os.path.getsize(path)))
+                        out.append(TraceFile(path, run_id, t, os.path.getsize(path), digest))
     return out
 
 
@@ -250,14 +256,13 @@ def output_schema(table: str, file_schema: pa.Schema | None) -> pa.Schema:
 _LOG_EXTRAS = ("entry_digest", "cluster_session_id", "body")
 
 
-def _log_extras(entries: pa.Array, wanted: set[str]) -> dict[str, pa.Array]:
+def _log_extras(entries: pa.Array, wanted: set[str], digest_name: str = ENTRY_DIGEST_NAME) -> dict[str, pa.Array]:
     """The ``wanted`` ones of the log's derived columns, from the framed entries."""
     values = entries.to_pylist()
     out: dict[str, pa.Array] = {}
     if "entry_digest" in wanted:
-        out["entry_digest"] = pa.array(
-            [hashlib.blake2b(v, digest_size=_DIGEST_SIZE).digest() for v in values], pa.binary()
-        )
+        digest = entry_digest_named(digest_name)
+        out["entry_digest"] = pa.array([digest(v) for v in values], pa.binary())
     if wanted & {"cluster_session_id", "body"}:
         sessions, bodies = [], []
         for value in values:
@@ -285,7 +290,7 @@ def conform(batch: pa.RecordBatch, part: TraceFile, schema: pa.Schema) -> pa.Rec
         columns["run_id"] = pa.repeat(pa.scalar(part.run_id, pa.string()), n)
     wanted = names & set(_LOG_EXTRAS)
     if part.table == "log" and wanted and "entry" in batch.schema.names:
-        columns.update(_log_extras(batch.column("entry"), wanted))
+        columns.update(_log_extras(batch.column("entry"), wanted, part.entry_digest))
     if "file" in names:
         columns["file"] = pa.repeat(pa.scalar(part.path, pa.string()), n)
     arrays = []

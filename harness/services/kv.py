@@ -43,7 +43,14 @@ from typing import Any
 import orjson
 from clusterlab.core.codec import CloseReason
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
-from clusterlab.harness.services.digest import MODULUS, MultisetDigest, encode_field, hasher, item_hash, str_item_hash
+from clusterlab.harness.services.digest import (
+    MODULUS,
+    MultisetDigest,
+    counter_item_hash,
+    encode_field,
+    item_hash,
+    str_item_hash,
+)
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
@@ -51,7 +58,7 @@ REMEMBERED_PER_CLIENT = 1024  # replies kept per client for deduplicating resend
 
 
 _ENTRY_TAG = encode_field("entry")
-_REVISION_TAG = encode_field("revision")
+_REVISION_CONSTANT = counter_item_hash(DOMAIN, "revision", 1)  # revision n's item hash is n times it
 # Strings that JSON writes as they are (printable ASCII without quote or backslash): put() and the
 # replies format those directly; anything else goes through json.dumps. Same bytes either way.
 _PLAIN = re.compile(r"[ !#-\[\]-~]*\Z")
@@ -156,9 +163,10 @@ class KeyValueService(ClusteredService):
         # The digest is the multiset sum of every item's hash (digest.py), kept incrementally and
         # lazily: ``_entries_sum`` sums the hashes in ``_entry_hashes``, which holds every key except
         # the ``_dirty`` ones, written since the last digest; a digest hashes those (each once, however
-        # often it was written) and adds the ("revision", n) item. The same value as a MultisetDigest
-        # kept item by item; a write costs no hashing until a digest is asked for (per entry only
-        # when applied entries are recorded).
+        # often it was written) and adds the ("revision", n) item (a counter item, a multiply:
+        # digest.counter_item_hash). The same value as a MultisetDigest kept item by item; a write
+        # costs no hashing until a digest is asked for (per entry only when applied entries are
+        # recorded).
         self._entry_hashes: dict[str, int] = {}
         self._entries_sum = 0
         self._dirty: set[str] = set()
@@ -198,20 +206,16 @@ class KeyValueService(ClusteredService):
                 total += h
             self._entries_sum = total % MODULUS
             self._dirty.clear()
-        revision = str(self.revision).encode("ascii")
-        # item_hash(DOMAIN, "revision", self.revision), encoded inline (one digest per applied entry)
-        data = b"".join((_REVISION_TAG, b"I", len(revision).to_bytes(4, "little"), revision))
-        hashed = hasher(DOMAIN)
-        hashed.update(data)
-        h = int.from_bytes(hashed.digest(), "little")
+        # counter_item_hash(DOMAIN, "revision", self.revision): a multiply, not a hash, per entry
+        h = self.revision * _REVISION_CONSTANT
         return ((self._entries_sum + h) % MODULUS).to_bytes(16, "little")
 
     def recompute_digest(self) -> bytes:
         """The digest computed from scratch over the current state (tests compare it with the
         incremental one)."""
-        items: list[tuple[Any, ...]] = [("revision", self.revision)]
-        items.extend(("entry", k, v, rev) for k, (v, rev) in self.entries.items())
-        return MultisetDigest.of(DOMAIN, items).digest()
+        d = MultisetDigest.of(DOMAIN, [("entry", k, v, rev) for k, (v, rev) in self.entries.items()])
+        d.value = (d.value + counter_item_hash(DOMAIN, "revision", self.revision)) % MODULUS
+        return d.digest()
 
     def execute(self, payload: bytes) -> dict[str, Any]:
         """Apply one command and return the reply (a remembered one for a resent request)."""

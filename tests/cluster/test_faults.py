@@ -57,6 +57,26 @@ def test_leader_sigkill_the_client_follows_the_new_leader_and_no_acknowledged_wr
         assert_services_agree(c)
 
 
+def test_requests_sent_to_a_dead_leader_are_resent_on_new_leader_event_and_applied_once(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        client = c.client()
+        client.attempt_timeout_s = 600.0  # the client's own resend timer never fires in this test
+        revision = client.put("warm", "up")["revision"]
+        old = c.leader_id()
+        c.kill(old)
+        # Offered to the dead leader: dropped on the way. Only the ClusterClient's resend on the
+        # new leader's NewLeaderEvent can get them into the log.
+        ids = [client.submit(lambda rid, i=i: kv.put(rid, f"lost{i}", str(i))) for i in range(20)]
+        replies = client.wait(ids, 60.0)
+        assert sorted(replies) == sorted(ids)
+        assert all(r["ok"] for r in replies.values())
+        assert client.client.resent_on_new_leader >= len(ids)
+        assert client.client.outstanding == {}
+        assert c.await_leader(LEADER_S, exclude={old}) != old
+        # Exactly once: 20 writes moved the store's revision by 20, not more.
+        assert client.get("lost19")["revision"] == revision + 20
+
+
 def test_a_killed_follower_restarts_from_disk_and_catches_up(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
         client = c.client()

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pytest
 from clusterlab.chaos.fuzz import KvWorkload
 from clusterlab.chaos.target import converged
+from clusterlab.core.codec.digests import entry_digest as codec_entry_digest
 from clusterlab.core.consensus.context import MS, SECOND, Channel
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_recording import record_sim
@@ -219,8 +220,6 @@ def test_applied_rows_are_contiguous_per_incarnation(recorded: tuple[Run, dict[s
 
 
 def test_state_digests_agree_and_the_committed_log_is_what_was_applied(recorded: tuple[Run, dict[str, Any]]) -> None:
-    import hashlib
-
     run, _ = recorded
     at: dict[int, set[tuple[bytes, bytes]]] = defaultdict(set)
     for r in run.applied.to_pylist():
@@ -235,7 +234,7 @@ def test_state_digests_agree_and_the_committed_log_is_what_was_applied(recorded:
         assert row["log_position"] - len(row["entry"]) == previous
         previous = row["log_position"]
         (entry_digest, _state), = at[row["log_position"]]  # fmt: skip
-        assert hashlib.blake2b(row["entry"], digest_size=16).digest() == entry_digest
+        assert codec_entry_digest(row["entry"]) == entry_digest
     applied_types = {r["entry_type"] for r in run.applied.to_pylist()} - {"Snapshot"}
     assert {r["entry_type"] for r in log} == applied_types
 

@@ -438,6 +438,35 @@ def test_new_leader_event_moves_ingress_and_term_and_keeps_session() -> None:
     assert client.ignored_count == 3
 
 
+def test_new_leader_event_resends_outstanding_requests_to_the_new_leader_at_once() -> None:
+    cluster = FakeCluster(leader=0)
+    client = connected(cluster)
+    client.offer(b"r1", 1 * S, request_id=1)
+    client.offer(b"r2", 1 * S, request_id=2)
+    client.offer(b"untracked", 1 * S)
+    client.offer(b"r3", 1 * S, request_id=3)
+    assert client.acknowledge(2) and not client.acknowledge(2)  # r2's reply came from the old leader
+    sent_before = len(cluster.sent)
+
+    client.on_egress(NewLeaderEvent(TERM + 1, SESSION, 1, "").encode(), 2 * S)
+    resent = cluster.sent[sent_before:]
+    # In offer order, to the new leader, stamped with its term: not r2 (answered) nor the untracked one.
+    assert resent == [
+        (1, SessionMessageHeader(TERM + 1, SESSION, 0, b"r1")),
+        (1, SessionMessageHeader(TERM + 1, SESSION, 0, b"r3")),
+    ]
+    assert client.resent_on_new_leader == 2
+    assert dict(client.outstanding) == {1: b"r1", 3: b"r3"}  # kept until acknowledged
+
+    # The same leader and term again (a repeated event) resends nothing.
+    client.on_egress(NewLeaderEvent(TERM + 1, SESSION, 1, "").encode(), 3 * S)
+    assert len(cluster.sent) == sent_before + 2
+    client.acknowledge(1)
+    client.acknowledge(3)
+    client.on_egress(NewLeaderEvent(TERM + 2, SESSION, 2, "").encode(), 4 * S)
+    assert len(cluster.sent) == sent_before + 2 and client.resent_on_new_leader == 2
+
+
 def test_session_closed_event_closes_client() -> None:
     cluster = FakeCluster(leader=0)
     client = connected(cluster)

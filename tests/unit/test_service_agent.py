@@ -35,6 +35,7 @@ from clusterlab.core.codec import (
     framed_length,
     unframe,
 )
+from clusterlab.core.codec.digests import entry_digest
 from clusterlab.core.codec.header import HEADER_LENGTH
 from clusterlab.core.codec.message import Message
 from clusterlab.core.consensus.context import APP_VERSION
@@ -479,7 +480,7 @@ def test_applied_rows(tmp_path: Path) -> None:
         assert row.log_position == f.end_position
         assert row.length == f.length
         assert row.leadership_term_id == 2
-        expected = hashlib.blake2b(frame(f.payload, f.position, 2), digest_size=16).digest()
+        expected = entry_digest(frame(f.payload, f.position, 2))
         assert row.entry_digest == expected
         assert len(row.state_digest) == 16
         assert row.replay is False
