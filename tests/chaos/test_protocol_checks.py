@@ -17,6 +17,7 @@ from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
+from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety
 from clusterlab.harness.trace import Run, open_run
 
 pytestmark = pytest.mark.sim
@@ -159,3 +160,38 @@ def test_leader_isolation_steps_down_in_time(tmp_path: Path) -> None:
     run = open_run(r.trace_dir)
     assert any(e["kind"] == "partition" for e in rows(run, "events"))
     assert judge(run.tables, "leader_steps_down_without_quorum") == []
+
+
+def test_online_folds_catch_the_same_violations(clean: Run) -> None:
+    """The online forms (clusterlab.harness.invariants) fed the clean run's events and applied rows stay silent;
+    fed the planted rows, they name the same violations as the SQL checks."""
+    votes, views, timers = VoteSafety(), LeaderViews(), TimersAndCloses()
+    for e in sorted(rows(clean, "events"), key=lambda e: (e["wall_ns"], e["seq"])):
+        detail = json.loads(e["detail"] or "{}")
+        if e["kind"] == "vote":
+            assert (
+                votes.observe(e["member_id"], e["incarnation"], e["leadership_term_id"], e["log_position"], detail)
+                is None
+            )
+        elif e["kind"] == "election_complete":
+            assert views.observe(e["leadership_term_id"], detail["leader"], e["member_id"]) is None
+    for r in rows(clean, "applied"):
+        assert (
+            timers.observe(r["log_position"], (r["member_id"], r["incarnation"]), r["entry_type"], r["entry_digest"])
+            is None
+        )
+
+    vote = _yes_votes(clean)[0]
+    detail = json.loads(vote["detail"])
+    other = next(m for m in range(3) if m not in (vote["member_id"], detail["candidate"]))
+    again = votes.observe(
+        vote["member_id"], 7, vote["leadership_term_id"], vote["log_position"], dict(detail, candidate=other)
+    )
+    assert again is not None and again.startswith("one_vote_per_term")
+    stale = dict(detail, candidate_log_position=-1, candidate_log_leadership_term_id=-1, log_leadership_term_id=0)
+    problem = votes.observe(vote["member_id"], 0, 99, 0, stale)
+    assert problem is not None and problem.startswith("vote_log_recency")
+    term, (leader, _) = next(iter(views.leader.items()))
+    assert (views.observe(term, (leader + 1) % 3, 2) or "").startswith("one_leader_per_term")
+    position = next(p for p, first in timers.first.items() if first[0] == "SessionMessage")
+    assert (timers.observe(position, (9, 0), "Timer", b"\0" * 16) or "").startswith("timers_and_closes_agree")
