@@ -445,6 +445,7 @@ class SnapshotElection(Nemesis):
     leadership change, and every member must take it at the same log position (``snapshots_agree``)."""
 
     name: str = "snapshot-election"
+    after_s: float | None = None  # the cut this long after the request (default: drawn in 2-20 ms)
 
     @property
     def leader_fault(self) -> bool:
@@ -453,11 +454,28 @@ class SnapshotElection(Nemesis):
     def _apply(self, t: Target) -> None:
         leader = _leader_or_any(t)
         t.snapshot()
+        # The cut lands while the action is appended, committed on some members, applied on others.
+        t.advance(self.after_s if self.after_s is not None else t.rng.uniform(0.002, 0.02), lambda: None)
         self.victims = [leader]
         t.partition([[leader], [m for m in t.members if m != leader]])
 
     def _heal(self, t: Target) -> None:
         t.heal_network()
+
+
+@dataclass
+class SilentClient(Nemesis):
+    """A client hangs without closing its session (no keepalives): the leader must time the session out,
+    and every member must apply that SessionClose at the same log position (``timers_and_closes_agree``)."""
+
+    name: str = "silent-client"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        t.silence_client()
+
+    def _heal(self, t: Target) -> None:
+        pass  # a hung client stays hung; the workload already moved to a new session
 
 
 NEMESES: dict[str, type[Nemesis]] = {
@@ -474,6 +492,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "kill-voter": KillVoter,
     "slow-election": SlowElection,
     "snapshot-election": SnapshotElection,
+    "silent-client": SilentClient,
 }
 
 __all__ = [
@@ -489,6 +508,7 @@ __all__ = [
     "OneWayLink",
     "Partition",
     "Pause",
+    "SilentClient",
     "SlowElection",
     "Snapshot",
     "SnapshotElection",

@@ -20,6 +20,7 @@ from clusterlab.chaos.nemesis import (
     OneWayLink,
     Partition,
     Pause,
+    SilentClient,
     SlowElection,
     Snapshot,
     SnapshotElection,
@@ -181,8 +182,14 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "long-partition",
-            "the leader is cut off for longer than the session timeout (its clients' sessions expire)",
-            lambda d, n: [quiet(d * 0.15), fault(Partition(shape="leader-isolation"), d * 0.6), quiet(d * 0.25)],
+            "a client hangs, then the leader is cut off for longer than the session timeout (the hung "
+            "session expires across the leadership change)",
+            lambda d, n: [
+                quiet(d * 0.15),
+                fault(SilentClient(), d * 0.02),
+                fault(Partition(shape="leader-isolation"), d * 0.58),
+                quiet(d * 0.25),
+            ],
             default_duration_s=12.0,
         ),
         Scenario(
