@@ -386,6 +386,10 @@ class KillVoter(Nemesis):
     name: str = "kill-voter"
     wait_s: float = 5.0  # how long to watch for a voter (target time)
     poll_s: float = 0.0005
+    candidate_too: bool = False  # also kill the candidate it voted for: its ballot is lost, a new one follows
+
+    def detail(self) -> dict[str, Any]:
+        return {"candidate_too": self.candidate_too}
 
     @property
     def leader_fault(self) -> bool:
@@ -397,16 +401,24 @@ class KillVoter(Nemesis):
         self.victims = [leader]
         end = t.now_s() + self.wait_s
         while t.now_s() < end:
-            voters = [m for m in t.alive() if t.election_state(m) == ElectionState.FOLLOWER_BALLOT]
+            states = {m: t.election_state(m) for m in t.alive()}
+            voters = [m for m, s in states.items() if s == ElectionState.FOLLOWER_BALLOT]
             if voters:
                 t.kill(voters[0])
                 t.restart(voters[0])
                 self.victims.append(voters[0])
+                candidates = [m for m, s in states.items() if s == ElectionState.CANDIDATE_BALLOT]
+                if self.candidate_too and candidates:
+                    t.kill(candidates[0])
+                    self.victims.append(candidates[0])
                 return
             t.advance(self.poll_s, lambda: None)
 
     def _heal(self, t: Target) -> None:
-        t.restart(self.victims[0])
+        alive = t.alive()
+        for m in dict.fromkeys([self.victims[0], *self.victims[2:]]):
+            if m not in alive:
+                t.restart(m)
 
 
 @dataclass

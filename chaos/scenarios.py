@@ -176,6 +176,12 @@ SCENARIOS: dict[str, Scenario] = {
             sizes=(3, 5),
         ),
         Scenario(
+            "kill-voter-and-candidate",
+            "kill the leader; the first voter is killed and restarted at once, the candidate it voted for killed",
+            lambda d, n: [quiet(d * 0.3), fault(KillVoter(candidate_too=True), d * 0.3), quiet(d * 0.4)],
+            sizes=(3, 5),
+        ),
+        Scenario(
             "slow-election",
             "every link delays messages past the election timeout, and the leader is killed",
             lambda d, n: [quiet(d * 0.3), fault(SlowElection(), d * 0.35), quiet(d * 0.35)],

@@ -83,7 +83,7 @@ RANDOM_POOL: list[tuple[str, Callable[[random.Random], Nemesis], bool]] = [
     ("unflushed", lambda r: DiskFault(fault="unflushed", who="random"), True),
     ("truncate-at", lambda r: DiskFault(fault="truncate", at=r.randrange(0, 64 * 1024, 32)), True),
     ("snapshot", lambda r: Snapshot(), True),
-    ("kill-voter", lambda r: KillVoter(), True),
+    ("kill-voter", lambda r: KillVoter(candidate_too=r.random() < 0.5), True),
     ("slow-election", lambda r: SlowElection(delay_s=r.choice([0.35, 0.5])), True),
     ("snapshot-election", lambda r: SnapshotElection(), True),
     ("silent-client", lambda r: SilentClient(), True),

@@ -589,7 +589,7 @@ _VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
         "wall_ns",
         "detail",
     ),
-    "messages": ("run_id", "member_id", "direction", "peer", "msg_type", "leadership_term_id"),
+    "messages": ("run_id", "member_id", "incarnation", "direction", "peer", "msg_type", "leadership_term_id"),
     "applied": (
         "run_id",
         "member_id",
