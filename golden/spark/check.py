@@ -568,21 +568,24 @@ def check_protocol(tables: Tables, limit: int) -> dict[str, CheckResult]:
     """The protocol-level checks (clusterlab.chaos.checks.protocol): their Spark SQL over temp views of the
     tables they read, named as the checks expect."""
     results = {}
-    views = {}
     for check in protocol_checks.CHECKS:
         for name in check.tables:
-            if name not in views:  # each table read once, cached for the checks that share it
-                views[name] = tables.read(name, *_VIEW_COLUMNS[name]).cache()
-                views[name].createOrReplaceTempView(name)
-    try:
-        for check in protocol_checks.CHECKS:
-            bad = tables.spark.sql(check.sql)
-            per_run = _per_run(bad)
-            count = sum(per_run.values())
-            results[check.name] = CheckResult(check.name, count, _rows(bad, limit) if count else [], per_run)
-    finally:
-        for df in views.values():
-            df.unpersist()
+            tables.read(name, *_VIEW_COLUMNS[name]).createOrReplaceTempView(name)
+    # One Spark job for all of them (measured faster than one per check or cached views): their violations
+    # (few on a healthy run) tagged with the check's name.
+    union = "\nUNION ALL\n".join(
+        f"SELECT '{c.name}' AS check_name, run_id, detail FROM ({c.sql}) q{i}"
+        for i, c in enumerate(protocol_checks.CHECKS)
+    )
+    found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in protocol_checks.CHECKS}
+    for r in tables.spark.sql(union).collect():
+        found[r["check_name"]].append({"run_id": r["run_id"], "detail": r["detail"]})
+    for name, rows in found.items():
+        per_run: dict[str, int] = {}
+        for row in rows:
+            per_run[row["run_id"]] = per_run.get(row["run_id"], 0) + 1
+        shown = sorted(rows, key=lambda r: (r["run_id"], r["detail"]))[:limit]
+        results[name] = CheckResult(name, len(rows), shown, per_run)
     return results
 
 

@@ -15,7 +15,8 @@ from clusterlab.harness.trace import open_run
 from clusterlab.cli import main
 from tests.golden import plant
 
-pytestmark = pytest.mark.spark
+# The report fixture is one Spark job set over seven runs (thirteen checks) on a loaded 2-core machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def _first_leader_term(run: Path) -> int:
