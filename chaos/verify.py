@@ -1,6 +1,7 @@
 """The local verdict on a recorded run: the Spark check's six properties computed with pyarrow in
 one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
-The properties the online checker also judges are its definitions (clusterlab.harness.invariants).
+The properties the online checker also judges are its definitions (clusterlab.harness.invariants). The
+protocol-level checks (clusterlab.chaos.checks.protocol) are SQL, evaluated here with DuckDB.
 
 ``verify_run(trace_dir)`` returns a :class:`Verdict`; ``clusterlab.golden.spark.check`` is the same judgement at
 scale and must agree with it (a test compares them)."""
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
 from clusterlab.core.codec.digests import entry_digest_of_run
 from clusterlab.harness.completeness import Completeness, Status
@@ -20,7 +22,15 @@ from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCo
 from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
+CHECKS = (
+    "agreement",
+    "contiguity",
+    "election_safety",
+    "durability",
+    "committed_prefix",
+    "linearizability",
+    *protocol.NAMES,
+)
 _FRAME_HEADER, _MESSAGE_HEADER = 32, 8
 
 
@@ -198,4 +208,8 @@ def verify_run(trace_dir: Path | str) -> Verdict:
         if e["kind"] == "commit" and e["log_position"] is not None:
             commit.observe(e["source"], e.get("incarnation", 0), e["log_position"])
     v.violations["committed_prefix"] += commit.violations()
+    # The protocol-level checks (chaos/checks/protocol.py): SQL over the tables, evaluated by DuckDB.
+    run_id = str(run.meta.get("run_id") or Path(trace_dir).name)
+    for check in protocol.CHECKS:
+        v.violations[check.name] = [r["detail"] for r in protocol.evaluate_duckdb(check, run.tables, run_id)]
     return v

@@ -75,6 +75,7 @@ class ModuleState:
         self.distinct_errors: dict[str, int] = {}
         self._log = ctx.log
         self._events = ctx.events
+        self.timeouts = ctx.timeouts  # the start event records them: trace checks judge timing by them
         # Invariant baselines (check_invariants).
         self._checked_term = NULL_VALUE
         self._checked_commit = 0

@@ -12,7 +12,9 @@ at most ``limit`` of each):
 - durability: every acknowledged client op is in the committed log, and a retried copy of it
   changed nothing (the service applied it exactly once);
 - committed_prefix: every entry any service applied (hence committed) is in the final committed log
-  with the same bytes, and each member's commit position never moved back within an incarnation.
+  with the same bytes, and each member's commit position never moved back within an incarnation;
+- the protocol-level checks of clusterlab.chaos.checks.protocol (votes, leaders per term, term starts,
+  step-down liveness, timers/session closes, snapshots): their SQL run with ``spark.sql``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.checks import protocol as protocol_checks
 from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns, trace_files
 from clusterlab.harness.completeness import (
@@ -42,7 +45,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
+CHECKS = (
+    "agreement",
+    "contiguity",
+    "election_safety",
+    "durability",
+    "committed_prefix",
+    "linearizability",
+    *protocol_checks.NAMES,
+)
 DEFAULT_LIMIT = 50
 AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
 
@@ -553,6 +564,61 @@ def check_linearizability(tables: Tables, limit: int) -> CheckResult:
     return result
 
 
+def check_protocol(tables: Tables, limit: int) -> dict[str, CheckResult]:
+    """The protocol-level checks (clusterlab.chaos.checks.protocol): their Spark SQL over temp views of the
+    tables they read, named as the checks expect."""
+    results = {}
+    for check in protocol_checks.CHECKS:
+        for name in check.tables:
+            tables.read(name, *_VIEW_COLUMNS[name]).createOrReplaceTempView(name)
+    # One Spark job for all of them (measured faster than one per check or cached views): their violations
+    # (few on a healthy run) tagged with the check's name.
+    union = "\nUNION ALL\n".join(
+        f"SELECT '{c.name}' AS check_name, run_id, detail FROM ({c.sql}) q{i}"
+        for i, c in enumerate(protocol_checks.CHECKS)
+    )
+    found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in protocol_checks.CHECKS}
+    for r in tables.spark.sql(union).collect():
+        found[r["check_name"]].append({"run_id": r["run_id"], "detail": r["detail"]})
+    for name, rows in found.items():
+        per_run: dict[str, int] = {}
+        for row in rows:
+            per_run[row["run_id"]] = per_run.get(row["run_id"], 0) + 1
+        shown = sorted(rows, key=lambda r: (r["run_id"], r["detail"]))[:limit]
+        results[name] = CheckResult(name, len(rows), shown, per_run)
+    return results
+
+
+# The columns the protocol checks read (all but the bulky payload and entry bytes they do not need).
+_VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": (
+        "run_id",
+        "source",
+        "member_id",
+        "incarnation",
+        "kind",
+        "leadership_term_id",
+        "log_position",
+        "wall_ns",
+        "detail",
+    ),
+    "messages": ("run_id", "member_id", "incarnation", "direction", "peer", "msg_type", "leadership_term_id"),
+    "applied": (
+        "run_id",
+        "member_id",
+        "service_id",
+        "incarnation",
+        "log_position",
+        "length",
+        "leadership_term_id",
+        "entry_type",
+        "entry_digest",
+        "replay",
+    ),
+    "log": ("run_id", "log_position", "leadership_term_id", "entry_type", "entry"),
+}
+
+
 def check_runs(
     run_dirs: Sequence[Path | str],
     *,
@@ -603,6 +669,7 @@ def check_runs(
             "durability": check_durability(tables, limit),
             "committed_prefix": check_committed_prefix(tables, flagged, events, limit),
             "linearizability": check_linearizability(tables, limit),
+            **check_protocol(tables, limit),
         }
     finally:
         flagged.unpersist()
