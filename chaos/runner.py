@@ -416,6 +416,8 @@ def _run_sim(
             service=_service_factory(result),
             member_factory=factory,
             mutants=result.mutants,
+            # A planted bug is judged black-box, as in a member process: no white-box invariant asserts.
+            check_invariants=not result.mutants,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
