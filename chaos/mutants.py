@@ -134,13 +134,19 @@ def judge(name: str, attempt: Attempt, directory: Path) -> Detection:
         return Detection(True, "online: safety", str(e)[:300])
     except ChaosTimeout as e:
         return Detection(True, "progress", str(e)[:300])
-    except AssertionError as e:  # the fuzz driver's durability check, SimTimeout (a progress bound)
-        kind = "progress" if type(e).__name__ == "SimTimeout" else "fuzz: durability"
+    except AssertionError as e:  # SimTimeout (a progress bound), the fuzz driver's durability check, a crash
+        if type(e).__name__ == "SimTimeout":
+            kind = "progress"
+        elif str(e).startswith("durability"):
+            kind = "fuzz: durability"
+        else:
+            kind = "crash: AssertionError"  # a member's own guard failed: its process would die of it
         return Detection(True, kind, str(e)[:300])
     except ValueError:
         raise  # a bad attempt (unknown scenario, wrong size): a bug of the catalogue, not a detection
     except Exception as e:  # a member that dies of the bug is a black-box observation
-        return Detection(True, f"crash: {type(e).__name__}", str(e)[:300])
+        kind = "progress: livelock" if "livelock" in str(e) else f"crash: {type(e).__name__}"
+        return Detection(True, kind, str(e)[:300])
     if r.ok:
         return Detection(False)
     if r.error is not None:

@@ -257,6 +257,12 @@ class Election:
     def _member_count(self) -> int:
         return len(self.ctx.members)
 
+    def _quorum_member_count(self, n: int) -> int:
+        """The member count a quorum of this election is counted from."""
+        if QUORUM_OFF_BY_ONE in self.ctx.mutants and n >= 3:
+            return n - 2  # planted bug: a quorum of n // 2 (one member short of a majority)
+        return n
+
     def _status(self, member_id: int) -> MemberStatus | None:
         return self._status_by_id.get(member_id)
 
@@ -411,7 +417,7 @@ class Election:
             deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
-            now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, n)
+            now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, self._quorum_member_count(n))
         ):
             backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
             self.nomination_deadline_ns = now_ns + backoff
@@ -446,9 +452,7 @@ class Election:
             self._become_leader(now_ns)
             return 1
         if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns:
-            if QUORUM_OFF_BY_ONE in self.ctx.mutants:
-                n -= 1 if n % 2 else 2  # planted bug: quorum of members // 2 (one vote short)
-            if is_quorum_leader(self.statuses, self.candidate_term_id, n):
+            if is_quorum_leader(self.statuses, self.candidate_term_id, self._quorum_member_count(n)):
                 self._become_leader(now_ns)
             else:
                 self._transition(ElectionState.CANVASS, now_ns)
