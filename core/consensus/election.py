@@ -77,6 +77,7 @@ class ElectionHost(Protocol):
     def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None: ...
     def on_election_error(self, election: Election, reason: str, now_ns: int) -> None: ...
     def ignore(self, what: str, reason: str) -> None: ...
+    def on_vote_placed(self, request: RequestVote, vote: Vote) -> None: ...
     def set_role(self, role: Role, now_ns: int) -> None: ...
     def set_leader(self, leader_member_id: int) -> None: ...
     def election_complete(self, election: Election, now_ns: int) -> None: ...
@@ -778,7 +779,7 @@ class Election:
             self.host.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
             return
         if msg.candidate_term_id <= self.candidate_term_id:
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+            self._place_vote(msg, False)
         elif (
             VOTE_WITHOUT_LOG_RECENCY not in self.ctx.mutants  # planted bug: no log-recency check
             and compare_log(
@@ -789,7 +790,7 @@ class Election:
             self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                 msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
             )
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+            self._place_vote(msg, False)
             if self.host.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
                 self._publish_new_leadership_term(msg.candidate_member_id, msg.log_leadership_term_id, now_ns)
         elif self.state in (
@@ -805,21 +806,20 @@ class Election:
                 self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                     msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
                 )
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, True)
+            self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
 
-    def _place_vote(self, candidate_term_id: int, candidate_member_id: int, vote: bool) -> None:
-        self.publisher.vote(
-            candidate_member_id,
-            Vote(
-                candidate_term_id=candidate_term_id,
-                log_leadership_term_id=self.log_leadership_term_id,
-                log_position=self.append_position,
-                candidate_member_id=candidate_member_id,
-                follower_member_id=self.member_id,
-                vote=BooleanType.TRUE if vote else BooleanType.FALSE,
-            ),
+    def _place_vote(self, request: RequestVote, vote: bool) -> None:
+        answer = Vote(
+            candidate_term_id=request.candidate_term_id,
+            log_leadership_term_id=self.log_leadership_term_id,
+            log_position=self.append_position,
+            candidate_member_id=request.candidate_member_id,
+            follower_member_id=self.member_id,
+            vote=BooleanType.TRUE if vote else BooleanType.FALSE,
         )
+        self.host.on_vote_placed(request, answer)
+        self.publisher.vote(request.candidate_member_id, answer)
 
     def on_vote(self, msg: Vote, now_ns: int) -> None:
         # planted bug: a vote from an earlier ballot of ours counts in this one

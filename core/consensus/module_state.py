@@ -73,6 +73,7 @@ class ModuleState:
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
         self._log = ctx.log
         self._events = ctx.events
+        self.timeouts = ctx.timeouts  # the start event records them: trace checks judge timing by them
         # Invariant baselines (check_invariants).
         self._checked_term = NULL_VALUE
         self._checked_commit = 0

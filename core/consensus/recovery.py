@@ -77,6 +77,12 @@ def recover(
     st.state = ConsensusModuleState.ACTIVE
     st.event(
         "start",
-        {"append_position": archive.stop_position, "last_leadership_term_id": plan.last_leadership_term_id},
+        {
+            "append_position": archive.stop_position,
+            "last_leadership_term_id": plan.last_leadership_term_id,
+            "leader_heartbeat_timeout_ns": st.timeouts.leader_heartbeat_timeout_ns,
+            "election_timeout_ns": st.timeouts.election_timeout_ns,
+            "session_timeout_ns": st.timeouts.session_timeout_ns,
+        },
     )
     return plan
