@@ -16,6 +16,7 @@ from typing import Any
 from clusterlab.chaos.target import Target, Unsupported
 from clusterlab.core.archive import faults
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 
@@ -376,6 +377,89 @@ class Snapshot(Nemesis):
         t.snapshot()
 
 
+@dataclass
+class KillVoter(Nemesis):
+    """Kill the leader (an election follows), then SIGKILL the first member seen voting YES (in
+    FOLLOWER_BALLOT) and restart it at once from disk: its vote must survive the restart (at most one YES
+    per voter and term, ``one_vote_per_term``). Heal restarts the old leader."""
+
+    name: str = "kill-voter"
+    wait_s: float = 5.0  # how long to watch for a voter (target time)
+    poll_s: float = 0.0005
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        t.kill(leader)
+        self.victims = [leader]
+        end = t.now_s() + self.wait_s
+        while t.now_s() < end:
+            voters = [m for m in t.alive() if t.election_state(m) == ElectionState.FOLLOWER_BALLOT]
+            if voters:
+                t.kill(voters[0])
+                t.restart(voters[0])
+                self.victims.append(voters[0])
+                return
+            t.advance(self.poll_s, lambda: None)
+
+    def _heal(self, t: Target) -> None:
+        t.restart(self.victims[0])
+
+
+@dataclass
+class SlowElection(Nemesis):
+    """Every link delays its messages by ``delay_s`` (past the election timeout), then the leader is
+    killed: votes arrive after their ballot timed out (stale ballots) and appends late. Heal restores the
+    links and restarts the old leader."""
+
+    name: str = "slow-election"
+    delay_s: float = 0.4
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"delay_s": self.delay_s}
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        for src in t.members:
+            for dst in t.members:
+                if src != dst:
+                    t.set_link(src, dst, 0.0, self.delay_s)
+        t.kill(leader)
+        self.victims = [leader]
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+        t.restart(self.victims[0])
+
+
+@dataclass
+class SnapshotElection(Nemesis):
+    """Ask for a snapshot and cut the leader off at once: the snapshot is taken (or not) across a
+    leadership change, and every member must take it at the same log position (``snapshots_agree``)."""
+
+    name: str = "snapshot-election"
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        t.snapshot()
+        self.victims = [leader]
+        t.partition([[leader], [m for m in t.members if m != leader]])
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,
@@ -387,6 +471,9 @@ NEMESES: dict[str, type[Nemesis]] = {
     "kill-service": KillService,
     "clock-skew": ClockSkew,
     "snapshot": Snapshot,
+    "kill-voter": KillVoter,
+    "slow-election": SlowElection,
+    "snapshot-election": SnapshotElection,
 }
 
 __all__ = [
@@ -397,10 +484,13 @@ __all__ = [
     "FlakyLinks",
     "Kill",
     "KillService",
+    "KillVoter",
     "Nemesis",
     "OneWayLink",
     "Partition",
     "Pause",
+    "SlowElection",
     "Snapshot",
+    "SnapshotElection",
     "Unsupported",
 ]

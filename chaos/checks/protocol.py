@@ -199,10 +199,13 @@ cut_leaders AS (
            WHEN get_json_object(c.detail, '$.isolate') IS NOT NULL THEN
              CASE WHEN CAST(get_json_object(c.detail, '$.isolate') AS BIGINT) = l.member_id THEN 1 ELSE z.n - 1 END
            WHEN get_json_object(c.detail, '$.groups') IS NOT NULL THEN
-             length(regexp_extract(c.detail, concat('[[]((?:[0-9]+,)*', CAST(l.member_id AS STRING),
-                                                    '(?:,[0-9]+)*)[]]'), 1))
-             - length(replace(regexp_extract(c.detail, concat('[[]((?:[0-9]+,)*', CAST(l.member_id AS STRING),
-                                                              '(?:,[0-9]+)*)[]]'), 1), ',', '')) + 1
+             -- the member's group in {"groups":[[1],[0,2]]}, brackets made <> (no regex escapes: the
+             -- two engines' string literals and regex dialects differ on them)
+             length(regexp_extract(translate(c.detail, '[]', '<>'),
+                                   concat('<((?:[0-9]+,)*', CAST(l.member_id AS STRING), '(?:,[0-9]+)*)>'), 1))
+             - length(replace(regexp_extract(translate(c.detail, '[]', '<>'),
+                                             concat('<((?:[0-9]+,)*', CAST(l.member_id AS STRING),
+                                                    '(?:,[0-9]+)*)>'), 1), ',', '')) + 1
          END AS group_size
   FROM cuts c
   JOIN leads l ON l.run_id = c.run_id AND l.since <= c.at
