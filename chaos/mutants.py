@@ -69,9 +69,9 @@ class Attempt:
 # Per mutant, the faults that expose it first (found by sweeping; the sweep below still runs after
 # them, so a plan only makes the hunt faster, never decides the verdict).
 PLANS: dict[str, list[Attempt]] = {
-    m.VOTE_WITHOUT_LOG_RECENCY: [Attempt("leader-isolation", s) for s in (1, 2)],
-    m.VOTE_NOT_PERSISTED: [Attempt("leader-kill", s) for s in (1, 2)],
-    m.STALE_BALLOT_VOTES: [Attempt("leader-isolation", s) for s in (1, 2)],
+    m.VOTE_WITHOUT_LOG_RECENCY: [Attempt("stale-candidate", s) for s in (1, 2, 3)],
+    m.VOTE_NOT_PERSISTED: [Attempt("kill-voter", s) for s in (1, 2, 3)],
+    m.STALE_BALLOT_VOTES: [Attempt("slow-election", s) for s in (1, 2, 3)],
     m.QUORUM_OFF_BY_ONE: [Attempt("minority-partition", s) for s in (1, 2)],
     m.LEADER_NEVER_STEPS_DOWN: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.COMMIT_ON_OWN_APPEND: [Attempt("leader-isolation", s) for s in (1, 2)],
@@ -79,8 +79,8 @@ PLANS: dict[str, list[Attempt]] = {
     m.SKIP_DIVERGENT_TRUNCATION: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.TORN_TAIL_NOT_REPAIRED: [Attempt("truncate-follower-tail", s) for s in (1, 2)],
     m.FOLLOWER_FIRES_TIMERS: [Attempt("leader-kill", s) for s in (1, 2)],
-    m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("leader-isolation", s) for s in (1, 2)],
-    m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", s) for s in (1, 2)],
+    m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("long-partition", s) for s in (1, 2, 3)],
+    m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-election", s) for s in (1, 2, 3)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
 }

@@ -258,6 +258,12 @@ class Election:
     def _member_count(self) -> int:
         return len(self.ctx.members)
 
+    def _is_quorum_candidate(self, n: int) -> bool:
+        if VOTE_WITHOUT_LOG_RECENCY in self.ctx.mutants:
+            # planted bug: a quorum of canvass replies is enough, whatever their logs
+            return sum(s.log_position != NULL_POSITION for s in self.statuses) >= n // 2 + 1
+        return is_quorum_candidate(self.statuses, self.this_member, self._quorum_member_count(n))
+
     def _quorum_member_count(self, n: int) -> int:
         """The member count a quorum of this election is counted from."""
         if QUORUM_OFF_BY_ONE in self.ctx.mutants and n >= 3:
@@ -418,7 +424,7 @@ class Election:
             deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
-            now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, self._quorum_member_count(n))
+            now_ns >= deadline and self._is_quorum_candidate(n)
         ):
             backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
             self.nomination_deadline_ns = now_ns + backoff

@@ -56,7 +56,7 @@ MUTANTS: dict[str, Mutant] = {
             VOTE_WITHOUT_LOG_RECENCY,
             "election",
             "core/consensus/election.py Election.on_request_vote",
-            "a YES vote is granted without comparing the candidate's log with our own",
+            "the election never compares logs: a member stands, and YES votes are granted, whatever the logs",
         ),
         Mutant(
             VOTE_NOT_PERSISTED,
