@@ -399,6 +399,10 @@ class KillVoter(Nemesis):
     name: str = "kill-voter"
     wait_s: float = 5.0  # how long to watch for a voter (target time)
     poll_s: float = 0.0005
+    candidate_too: bool = False  # also kill the candidate it voted for: its ballot is lost, a new one follows
+
+    def detail(self) -> dict[str, Any]:
+        return {"candidate_too": self.candidate_too}
 
     @property
     def leader_fault(self) -> bool:
@@ -410,16 +414,24 @@ class KillVoter(Nemesis):
         self.victims = [leader]
         end = t.now_s() + self.wait_s
         while t.now_s() < end:
-            voters = [m for m in t.alive() if t.election_state(m) == ElectionState.FOLLOWER_BALLOT]
+            states = {m: t.election_state(m) for m in t.alive()}
+            voters = [m for m, s in states.items() if s == ElectionState.FOLLOWER_BALLOT]
             if voters:
                 t.kill(voters[0])
                 t.restart(voters[0])
                 self.victims.append(voters[0])
+                candidates = [m for m, s in states.items() if s == ElectionState.CANDIDATE_BALLOT]
+                if self.candidate_too and candidates:
+                    t.kill(candidates[0])
+                    self.victims.append(candidates[0])
                 return
             t.advance(self.poll_s, lambda: None)
 
     def _heal(self, t: Target) -> None:
-        t.restart(self.victims[0])
+        alive = t.alive()
+        for m in dict.fromkeys([self.victims[0], *self.victims[2:]]):
+            if m not in alive:
+                t.restart(m)
 
 
 @dataclass
@@ -458,6 +470,7 @@ class SnapshotElection(Nemesis):
     leadership change, and every member must take it at the same log position (``snapshots_agree``)."""
 
     name: str = "snapshot-election"
+    after_s: float | None = None  # the cut this long after the request (default: drawn in 2-20 ms)
 
     @property
     def leader_fault(self) -> bool:
@@ -466,11 +479,28 @@ class SnapshotElection(Nemesis):
     def _apply(self, t: Target) -> None:
         leader = _leader_or_any(t)
         t.snapshot()
+        # The cut lands while the action is appended, committed on some members, applied on others.
+        t.advance(self.after_s if self.after_s is not None else t.rng.uniform(0.002, 0.02), lambda: None)
         self.victims = [leader]
         t.partition([[leader], [m for m in t.members if m != leader]])
 
     def _heal(self, t: Target) -> None:
         t.heal_network()
+
+
+@dataclass
+class SilentClient(Nemesis):
+    """A client hangs without closing its session (no keepalives): the leader must time the session out,
+    and every member must apply that SessionClose at the same log position (``timers_and_closes_agree``)."""
+
+    name: str = "silent-client"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        t.silence_client()
+
+    def _heal(self, t: Target) -> None:
+        pass  # a hung client stays hung; the workload already moved to a new session
 
 
 NEMESES: dict[str, type[Nemesis]] = {
@@ -487,6 +517,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "kill-voter": KillVoter,
     "slow-election": SlowElection,
     "snapshot-election": SnapshotElection,
+    "silent-client": SilentClient,
 }
 
 __all__ = [
@@ -502,6 +533,7 @@ __all__ = [
     "OneWayLink",
     "Partition",
     "Pause",
+    "SilentClient",
     "SlowElection",
     "Snapshot",
     "SnapshotElection",

@@ -20,6 +20,7 @@ from clusterlab.chaos.nemesis import (
     OneWayLink,
     Partition,
     Pause,
+    SilentClient,
     SlowElection,
     Snapshot,
     SnapshotElection,
@@ -186,14 +187,26 @@ SCENARIOS: dict[str, Scenario] = {
             sizes=(3, 5),
         ),
         Scenario(
+            "kill-voter-and-candidate",
+            "kill the leader; the first voter is killed and restarted at once, the candidate it voted for killed",
+            lambda d, n: [quiet(d * 0.3), fault(KillVoter(candidate_too=True), d * 0.3), quiet(d * 0.4)],
+            sizes=(3, 5),
+        ),
+        Scenario(
             "slow-election",
             "every link delays messages past the election timeout, and the leader is killed",
             lambda d, n: [quiet(d * 0.3), fault(SlowElection(), d * 0.35), quiet(d * 0.35)],
         ),
         Scenario(
             "long-partition",
-            "the leader is cut off for longer than the session timeout (its clients' sessions expire)",
-            lambda d, n: [quiet(d * 0.15), fault(Partition(shape="leader-isolation"), d * 0.6), quiet(d * 0.25)],
+            "a client hangs, then the leader is cut off for longer than the session timeout (the hung "
+            "session expires across the leadership change)",
+            lambda d, n: [
+                quiet(d * 0.15),
+                fault(SilentClient(), d * 0.02),
+                fault(Partition(shape="leader-isolation"), d * 0.58),
+                quiet(d * 0.25),
+            ],
             default_duration_s=12.0,
         ),
         Scenario(

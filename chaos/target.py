@@ -104,6 +104,11 @@ class Target:
         """The member's election state (None: not in an election, down or not answering)."""
         raise NotImplementedError
 
+    def silence_client(self) -> int | None:
+        """Make the newest connected client hang without closing its session (no more keepalives); the
+        workload moves to a new session. Returns the client id (None: no client connected)."""
+        raise Unsupported(f"{self.kind}: silence a client")
+
     def now_s(self) -> float:
         raise NotImplementedError
 
@@ -211,6 +216,15 @@ class SimTarget(Target):
 
     def clear_storage_fault(self, member_id: int) -> None:
         self.cluster.storage(member_id).clear()
+
+    def silence_client(self) -> int | None:
+        for c in reversed(self.cluster.clients):
+            if not c.silent and not c.errors and c.client.is_connected:
+                c.silent = True
+                c.errors.append(ConnectionAbortedError("silenced by chaos: hung without closing its session"))
+                self.cluster.event("client_silenced", -1, client_id=c.client_id)
+                return int(c.client_id)
+        return None
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

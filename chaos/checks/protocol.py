@@ -54,10 +54,17 @@ WHERE yes AND (log_term > candidate_log_term
 
 ONE_VOTE_PER_TERM = SqlCheck(
     name="one_vote_per_term",
-    description="at most one YES vote per voter per candidate term, across the voter's restarts",
-    tables=("events",),
+    description="at most one YES vote per voter per candidate term, across the voter's restarts (a candidate's "
+    "RequestVote is its vote for itself)",
+    tables=("events", "messages"),
     sql=f"""
-WITH votes AS ({_VOTES})
+WITH votes AS (
+  SELECT run_id, member_id, incarnation, candidate_term_id, candidate, yes FROM ({_VOTES}) v
+  UNION ALL
+  SELECT DISTINCT run_id, member_id, incarnation, leadership_term_id, CAST(member_id AS BIGINT), true
+  FROM messages
+  WHERE msg_type = 'RequestVote' AND direction = 'send' AND member_id >= 0 AND leadership_term_id IS NOT NULL
+)
 SELECT run_id,
        concat('member ', CAST(member_id AS STRING), ' voted YES in term ', CAST(candidate_term_id AS STRING),
               ' for members ', candidates, ' (incarnations ', incarnations, ')') AS detail

@@ -566,13 +566,21 @@ def check_protocol(tables: Tables, limit: int) -> dict[str, CheckResult]:
     """The protocol-level checks (clusterlab.chaos.checks.protocol): their Spark SQL over temp views of the
     tables they read, named as the checks expect."""
     results = {}
+    views = {}
     for check in protocol_checks.CHECKS:
         for name in check.tables:
-            tables.read(name, *_VIEW_COLUMNS[name]).createOrReplaceTempView(name)
-        bad = tables.spark.sql(check.sql)
-        per_run = _per_run(bad)
-        count = sum(per_run.values())
-        results[check.name] = CheckResult(check.name, count, _rows(bad, limit) if count else [], per_run)
+            if name not in views:  # each table read once, cached for the checks that share it
+                views[name] = tables.read(name, *_VIEW_COLUMNS[name]).cache()
+                views[name].createOrReplaceTempView(name)
+    try:
+        for check in protocol_checks.CHECKS:
+            bad = tables.spark.sql(check.sql)
+            per_run = _per_run(bad)
+            count = sum(per_run.values())
+            results[check.name] = CheckResult(check.name, count, _rows(bad, limit) if count else [], per_run)
+    finally:
+        for df in views.values():
+            df.unpersist()
     return results
 
 
@@ -589,7 +597,7 @@ _VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
         "wall_ns",
         "detail",
     ),
-    "messages": ("run_id", "member_id", "direction", "peer", "msg_type", "leadership_term_id"),
+    "messages": ("run_id", "member_id", "incarnation", "direction", "peer", "msg_type", "leadership_term_id"),
     "applied": (
         "run_id",
         "member_id",
