@@ -51,9 +51,11 @@ class Attempt:
     seed: int
     duration_s: float | None = None
     members: int = 3
+    service: str = "kv"  # the workload's service (the counter schedules timers)
 
     def describe(self) -> str:
         size = f" {self.members} members" if self.members != 3 else ""
+        size += f" {self.service}" if self.service != "kv" else ""
         length = f" {self.duration_s:g} s" if self.duration_s is not None else ""
         return f"{self.scenario} seed {self.seed}{size}{length}"
 
@@ -63,6 +65,8 @@ class Attempt:
         cmd = f"clusterlab run {self.scenario} --sim --seed {self.seed} --members {self.members}"
         if self.duration_s is not None:
             cmd += f" --duration {self.duration_s:g}"
+        if self.service != "kv":
+            cmd += f" --service {self.service}"
         return f"{cmd} --mutant {mutant}"
 
 
@@ -77,8 +81,8 @@ PLANS: dict[str, list[Attempt]] = {
     m.COMMIT_ON_OWN_APPEND: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.ACK_BEFORE_APPEND: [Attempt("follower-restart", s) for s in (1, 2)],
     m.SKIP_DIVERGENT_TRUNCATION: [Attempt("leader-isolation", s) for s in (1, 2)],
-    m.TORN_TAIL_NOT_REPAIRED: [Attempt("truncate-follower-tail", s) for s in (1, 2)],
-    m.FOLLOWER_FIRES_TIMERS: [Attempt("leader-kill", s) for s in (1, 2)],
+    m.TORN_TAIL_NOT_REPAIRED: [Attempt("torn-write-on-leader", s) for s in (1, 2)],
+    m.FOLLOWER_FIRES_TIMERS: [Attempt(s, 1, service="counter") for s in ("leader-isolation", "leader-kill")],
     m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("long-partition", s) for s in (1, 2, 3)],
     m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-election", s) for s in (1, 2, 3)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
@@ -125,6 +129,7 @@ def judge(name: str, attempt: Attempt, directory: Path) -> Detection:
             attempt.seed,
             members=attempt.members,
             duration_s=attempt.duration_s,
+            service=attempt.service,
             sim=True,
             directory=directory,
             settle_s=20.0,

@@ -85,6 +85,7 @@ from clusterlab.core.consensus.mutants import (
     FOLLOWER_FIRES_TIMERS,
     LEADER_NEVER_STEPS_DOWN,
     SESSION_TIMEOUT_LOCAL_CLOCK,
+    TORN_TAIL_NOT_REPAIRED,
 )
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
@@ -114,7 +115,8 @@ class ConsensusModule:
         self.log_recording_id = LOG_RECORDING_ID
         if ctx.storage is None:
             raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
-        self.archive_store = Archive(ctx.storage, log=ctx.log)
+        # planted bug torn-tail-not-repaired: a torn tail left in place on open
+        self.archive_store = Archive(ctx.storage, log=ctx.log, repair_tail=TORN_TAIL_NOT_REPAIRED not in ctx.mutants)
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
         self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
         self.node_state = NodeState.open(ctx.storage)

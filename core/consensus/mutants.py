@@ -103,8 +103,8 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             TORN_TAIL_NOT_REPAIRED,
             "truncation",
-            "core/consensus/recovery.py recover",
-            "at start the recording log is not cut back to what the archive holds after a torn or lost tail",
+            "core/consensus/module.py ConsensusModule (Archive repair_tail) and core/consensus/recovery.py recover",
+            "at start a torn log tail is left in place and the recording log is not cut back to the archive",
         ),
         Mutant(
             FOLLOWER_FIRES_TIMERS,
