@@ -86,7 +86,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.TORN_TAIL_NOT_REPAIRED: [Attempt("torn-write-on-leader", s) for s in (1, 2)],
     m.FOLLOWER_FIRES_TIMERS: [Attempt(s, 1, service="counter") for s in ("leader-isolation", "leader-kill")],
     m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("long-partition", s) for s in (1, 2, 3)],
-    m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-election", s) for s in (1, 2, 3)],
+    m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", 1), Attempt("snapshot-election", 4)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
 }
