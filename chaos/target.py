@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterlab.core.archive.storage import Storage
-from clusterlab.core.codec.control import NO_ELECTION
 from clusterlab.core.consensus.context import SECOND, ElectionState
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
@@ -166,9 +165,7 @@ class LocalTarget(Target):
 
     def election_state(self, member_id: int) -> ElectionState | None:
         status = self.cluster.status(member_id, timeout_s=0.5)
-        if status is None or status.election_state == NO_ELECTION:
-            return None
-        return ElectionState(status.election_state)
+        return None if status is None else status.election_state
 
     def now_s(self) -> float:
         return time.monotonic()

@@ -1,6 +1,7 @@
 """The local verdict on a recorded run: the Spark check's six properties computed with pyarrow in
 one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
-The properties the online checker also judges are its definitions (clusterlab.harness.invariants).
+The properties the online checker also judges are its definitions (clusterlab.harness.invariants). The
+protocol-level checks (clusterlab.chaos.checks.protocol) are SQL, evaluated here with DuckDB.
 
 ``verify_run(trace_dir)`` returns a :class:`Verdict`; ``clusterlab.golden.spark.check`` is the same judgement at
 scale and must agree with it (a test compares them)."""

@@ -12,7 +12,9 @@ at most ``limit`` of each):
 - durability: every acknowledged client op is in the committed log, and a retried copy of it
   changed nothing (the service applied it exactly once);
 - committed_prefix: every entry any service applied (hence committed) is in the final committed log
-  with the same bytes, and each member's commit position never moved back within an incarnation.
+  with the same bytes, and each member's commit position never moved back within an incarnation;
+- the protocol-level checks of clusterlab.chaos.checks.protocol (votes, leaders per term, term starts,
+  step-down liveness, timers/session closes, snapshots): their SQL run with ``spark.sql``.
 """
 
 from __future__ import annotations
