@@ -264,7 +264,7 @@ def run_catalogue(
             on_result(r)
 
     if jobs > 1 and len(work) > 1:
-        import multiprocess
+        import multiprocess  # type: ignore[import-untyped]
 
         with multiprocess.get_context("spawn").Pool(min(jobs, len(work))) as pool:
             for row in pool.imap_unordered(_hunt_task, work):
