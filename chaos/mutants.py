@@ -116,6 +116,12 @@ class Detection:
     detail: str = ""
 
 
+def _online_check(message: str) -> str:
+    """The online check a SafetyViolation names first (``agreement: at log position ...``)."""
+    head = message.split(":", 1)[0].strip()
+    return head if head and " " not in head and len(head) < 40 else "safety"
+
+
 def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
     """Run ``attempt`` with mutant ``name`` switched on (None: the correct build, the control run) and
     judge it black-box (see module docstring)."""
@@ -139,7 +145,7 @@ def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
             mutants=chosen,
         )
     except SafetyViolation as e:
-        return Detection(True, "online: safety", str(e)[:300])
+        return Detection(True, "online: " + _online_check(str(e)), str(e)[:300])
     except ChaosTimeout as e:
         return Detection(True, "progress", str(e)[:300])
     except AssertionError as e:  # SimTimeout (a progress bound), the fuzz driver's durability check, a crash
@@ -158,10 +164,8 @@ def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
     if r.ok:
         return Detection(False)
     if r.error is not None:
-        kind = r.error.split(":", 1)[0]
-        check = {"SafetyViolation": "online: safety", "ChaosTimeout": "progress"}.get(kind, kind)
-        if kind == "SafetyViolation" and "linearizab" in r.error:
-            check = "online: linearizability"
+        kind, _, rest = r.error.partition(": ")
+        check = {"SafetyViolation": "online: " + _online_check(rest), "ChaosTimeout": "progress"}.get(kind, kind)
         return Detection(True, check, r.error[:300])
     failed = r.verdict.failed() if r.verdict is not None else []
     status = r.verdict.status if r.verdict is not None else "no verdict"
