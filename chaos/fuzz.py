@@ -109,13 +109,20 @@ class ScheduleResult:
 
 
 def run_random_schedule(
-    seed: int, *, phases: int = 10, directory: str | None = None, service: str | None = None
+    seed: int,
+    *,
+    phases: int = 10,
+    directory: str | None = None,
+    service: str | None = None,
+    mutants: frozenset[str] = frozenset(),
 ) -> ScheduleResult:
     """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure.
 
     With ``service="kv"`` every member runs the key-value service and a client workload writes
     through the leader: then also every acknowledged write must survive and every member's service
-    must agree on entry and state digest at every log position; snapshots join the fault mix."""
+    must agree on entry and state digest at every log position; snapshots join the fault mix.
+    ``mutants``: planted bugs switched on (clusterlab.core.consensus.mutants; judged without the
+    members' white-box invariant asserts, as real processes run)."""
     rng = random.Random(f"schedule:{seed}")
     members = rng.choice([3, 3, 5])
     lossy = rng.random() < 0.5
@@ -129,7 +136,15 @@ def run_random_schedule(
     # schedule of the other faults) stays as it was.
     protocol_rng = random.Random(f"protocol-faults:{seed}")
     checker = SafetyChecker()
-    with SimCluster(members=members, seed=seed, network=network, directory=directory, service=service) as c:
+    with SimCluster(
+        members=members,
+        seed=seed,
+        network=network,
+        directory=directory,
+        service=service,
+        mutants=mutants,
+        check_invariants=not mutants,
+    ) as c:
         workload = KvWorkload(c) if service == "kv" else None
 
         def check() -> None:

@@ -80,13 +80,21 @@ def _followers(t: Target) -> list[int]:
 
 
 # Partition shapes, named as the scenarios that use them (clusterlab scenarios).
-PARTITION_SHAPES = ("leader-isolation", "isolate", "minority-partition", "majority-ring", "bridge")
+PARTITION_SHAPES = (
+    "leader-isolation",
+    "isolate",
+    "follower-isolation",
+    "minority-partition",
+    "majority-ring",
+    "bridge",
+)
 
 
 @dataclass
 class Partition(Nemesis):
     """Cut the cluster into groups. ``shape`` (:data:`PARTITION_SHAPES`): ``leader-isolation``,
-    ``isolate`` (a random member), ``minority-partition`` (a random minority | majority), ``bridge``
+    ``isolate`` (a random member), ``follower-isolation`` (a random follower), ``minority-partition``
+    (a random minority | majority), ``bridge``
     (two sides and one member seeing both), ``majority-ring`` (every member sees only its
     neighbours: overlapping majorities)."""
 
@@ -108,8 +116,13 @@ class Partition(Nemesis):
     def _apply(self, t: Target) -> None:
         members = t.members
         n = len(members)
-        if self.shape in ("leader-isolation", "isolate"):
-            victim = _leader_or_any(t) if self.shape == "leader-isolation" else t.rng.choice(members)
+        if self.shape in ("leader-isolation", "isolate", "follower-isolation"):
+            if self.shape == "leader-isolation":
+                victim = _leader_or_any(t)
+            elif self.shape == "follower-isolation":
+                victim = t.rng.choice(_followers(t) or members)
+            else:
+                victim = t.rng.choice(members)
             self.victims = [victim]
             self.groups = [[victim], [m for m in members if m != victim]]
             t.partition(self.groups)

@@ -82,6 +82,17 @@ SCENARIOS: dict[str, Scenario] = {
             lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower", wipe=True), d * 0.3), quiet(d * 0.4)],
         ),
         Scenario(
+            "stale-candidate",
+            "a follower is cut off and falls behind; as it rejoins the leader is killed: a stale member may stand",
+            lambda d, n: [
+                quiet(d * 0.25),
+                fault(Partition(shape="follower-isolation"), d * 0.25),
+                fault(Kill(who="leader"), d * 0.25),
+                quiet(d * 0.25),
+            ],
+            sizes=(3, 5),
+        ),
+        Scenario(
             "leader-isolation",
             "the leader is cut off; the majority elects, the old leader steps down",
             lambda d, n: [quiet(d * 0.3), fault(Partition(shape="leader-isolation"), d * 0.4), quiet(d * 0.3)],

@@ -322,8 +322,42 @@ WHERE EXISTS (SELECT 1 FROM events s WHERE s.run_id = a.run_id AND s.kind = 'sna
 """,
 )
 
+LEADER_HAS_QUORUM_OF_VOTES = SqlCheck(
+    name="leader_has_quorum_of_votes",
+    description="every leader of a term won it with a quorum of YES votes for that very term (its own "
+    "included; the voters' vote events; a SIGKILLed voter's unflushed events may be missing on real processes)",
+    tables=("events",),
+    sql=f"""
+WITH leaders AS (
+  SELECT DISTINCT run_id, member_id AS leader, leadership_term_id AS term
+  FROM events WHERE kind = 'leader' AND source LIKE 'node-%' AND leadership_term_id IS NOT NULL
+),
+size AS (
+  SELECT run_id, COUNT(DISTINCT member_id) AS members FROM events WHERE source LIKE 'node-%' GROUP BY run_id
+),
+yes AS (
+  SELECT DISTINCT run_id, member_id AS voter, candidate, candidate_term_id FROM ({_VOTES}) v WHERE yes
+),
+tally AS (
+  SELECT l.run_id, l.leader, l.term, COUNT(DISTINCT y.voter) + 1 AS votes
+  FROM leaders l
+  LEFT JOIN yes y ON y.run_id = l.run_id AND y.candidate = l.leader AND y.candidate_term_id = l.term
+                     AND y.voter <> l.leader
+  GROUP BY l.run_id, l.leader, l.term
+)
+SELECT t.run_id,
+       concat('member ', CAST(t.leader AS STRING), ' led term ', CAST(t.term AS STRING), ' with ',
+              CAST(t.votes AS STRING), ' YES vote(s) for that term (its own included); a quorum of ',
+              CAST(s.members AS STRING), ' members is ', CAST(CAST(FLOOR(s.members / 2) AS BIGINT) + 1 AS STRING))
+         AS detail
+FROM tally t JOIN size s ON s.run_id = t.run_id
+WHERE t.votes < CAST(FLOOR(s.members / 2) AS BIGINT) + 1
+""",
+)
+
 CHECKS: tuple[SqlCheck, ...] = (
     VOTE_LOG_RECENCY,
+    LEADER_HAS_QUORUM_OF_VOTES,
     ONE_VOTE_PER_TERM,
     ONE_LEADER_PER_TERM,
     TERM_STARTS_WITH_NEW_LEADERSHIP_TERM,

@@ -58,6 +58,7 @@ def test_clean_run_passes_every_protocol_check(clean: Run) -> None:
 def test_check_names_are_the_catalogue() -> None:
     assert protocol.NAMES == (
         "vote_log_recency",
+        "leader_has_quorum_of_votes",
         "one_vote_per_term",
         "one_leader_per_term",
         "term_starts_with_new_leadership_term",
@@ -81,6 +82,26 @@ def test_vote_to_a_staler_log_fails(clean: Run) -> None:
     vote["detail"] = json.dumps(detail)
     got = judge(with_rows(clean, "events", events), "vote_log_recency")
     assert len(got) == 1 and f"member {vote['member_id']} " in got[0] and "more recent log" in got[0]
+
+
+def test_a_leader_without_a_quorum_of_votes_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    leader = next(e for e in events if e["kind"] == "leader" and e["source"].startswith("node-"))
+    term, member = leader["leadership_term_id"], leader["member_id"]
+    assert judge(clean.tables, "leader_has_quorum_of_votes") == []
+
+    def for_it(e: dict[str, Any]) -> bool:
+        return (
+            e["kind"] == "vote" and e["leadership_term_id"] == term and json.loads(e["detail"])["candidate"] == member
+        )
+
+    assert any(for_it(e) and json.loads(e["detail"])["vote"] for e in events), "the leader was voted for"
+    # The same run as if the leader had counted votes nobody cast for its term (a stale or short ballot).
+    got = judge(with_rows(clean, "events", [e for e in events if not for_it(e)]), "leader_has_quorum_of_votes")
+    assert got == [
+        f"member {member} led term {term} with 1 YES vote(s) for that term (its own included); "
+        "a quorum of 3 members is 2"
+    ], got
 
 
 def test_second_vote_in_a_term_after_restart_fails(clean: Run) -> None:
