@@ -221,6 +221,21 @@ def run_random_schedule(
         c.await_leader(30 * SECOND)
         if workload is not None:
             c.await_condition(lambda: _workload_step_until_connected(workload), 30 * SECOND, "client connected")
+            # Liveness after heal: a put is acknowledged within the bound (earlier phases may all have
+            # lacked a quorum); one more put every 500 ms covers a session lost to a last election.
+            acked_before, next_put_ns = len(workload.acked), c.now_ns + 500 * MS
+
+            def acked_after_heal() -> bool:
+                nonlocal next_put_ns
+                workload.collect()
+                if len(workload.acked) > acked_before:
+                    return True
+                if c.now_ns >= next_put_ns:
+                    workload.step(1)
+                    next_put_ns = c.now_ns + 500 * MS
+                return False
+
+            c.await_condition(acked_after_heal, 30 * SECOND, "a put acknowledged after heal")
         else:
             for _ in range(5):
                 payload_no += 1

@@ -225,12 +225,20 @@ class ElectionLink:
             return
         e.on_vote(msg, now_ns)
 
+    def _followable_term(self) -> int:
+        """The lowest term whose leader counts as heard from. In an election, a leader of a term below the one
+        this member voted in is one it will not follow (Election.on_new_leadership_term); that leader must not
+        hold off its own nomination either, or both sides wait for ever."""
+        st = self._s
+        e = st.election
+        return st.leadership_term_id if e is None else max(st.leadership_term_id, e.candidate_term_id)
+
     def on_new_leadership_term(self, src: int, msg: NewLeadershipTerm, now_ns: int) -> None:
         st = self._s
         if (msg.app_version >> 16) != (APP_VERSION >> 16):
             st.ignore("NewLeadershipTerm", f"incompatible app_version {msg.app_version}")
             return
-        if msg.leadership_term_id >= st.leadership_term_id:
+        if msg.leadership_term_id >= self._followable_term():
             st.time_of_last_leader_update_ns = now_ns
         if st.election is not None:
             st.election.on_new_leadership_term(msg, now_ns)
@@ -248,7 +256,7 @@ class ElectionLink:
 
     def on_commit_position(self, src: int, msg: CommitPosition, now_ns: int) -> None:
         st = self._s
-        if msg.leadership_term_id >= st.leadership_term_id:
+        if msg.leadership_term_id >= self._followable_term():
             st.time_of_last_leader_update_ns = now_ns
         if st.election is not None:
             st.election.on_commit_position(msg.leadership_term_id, msg.log_position, msg.leader_member_id, now_ns)
