@@ -53,6 +53,7 @@ def regenerate(
                 sim=recipe.driver == "sim",
                 directory=work,
                 clients=1,  # the shipped goldens' workload: one client
+                service=recipe.service,
             )
             if not r.ok:
                 last = r.failure_message()
