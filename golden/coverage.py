@@ -33,13 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import coverage
-import pyarrow.compute as pc
-from rich.console import Console
-from rich.table import Table
-
 import clusterlab.core
 import clusterlab.harness.services
+import coverage
+import pyarrow.compute as pc
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.codec.registry import REGISTRY
 from clusterlab.core.consensus.context import ElectionState
@@ -50,6 +47,8 @@ from clusterlab.golden.replay import replay_log
 from clusterlab.golden.store import TRACES, GoldenError, Recipe, golden_names, load_golden
 from clusterlab.harness.services import SERVICES, service_factory
 from clusterlab.harness.trace import open_run
+from rich.console import Console
+from rich.table import Table
 
 CATEGORIES = ("election_state", "transition", "entry_type", "callback", "message")
 MUST_COVER = ("election_state", "transition", "entry_type", "callback")
