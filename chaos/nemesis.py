@@ -376,6 +376,64 @@ class Snapshot(Nemesis):
         t.snapshot()
 
 
+# --- nemeses for the coverage-chosen goldens (golden/coverage.py; docs/trace-schema.md "Goldens") ---
+
+
+@dataclass
+class Down(Kill):
+    """Kill like :class:`Kill`, but leave the victims down until the run's final heal: leadership terms
+    pass without them, so they come back missing whole terms (FOLLOWER_LOG_REPLICATION)."""
+
+    name: str = "down"
+
+    def _heal(self, t: Target) -> None:
+        pass  # the final heal restarts every member that is down
+
+
+@dataclass
+class QuorumLoss(Kill):
+    """Kill every follower: the leader is left without a quorum and must step down; heal restarts them."""
+
+    name: str = "quorum-loss"
+
+    def _apply(self, t: Target) -> None:
+        leader = t.leader()
+        self.victims = sorted(m for m in t.alive() if m != leader)
+        self.hit_leader = False
+        for m in self.victims:
+            t.kill(m)
+
+
+@dataclass
+class Control(Nemesis):
+    """Cluster control through the leader's toggle (simulator): ``suspend`` (heal: resume) or
+    ``shutdown`` (the members terminate; heal: restart every one from disk)."""
+
+    name: str = "control"
+    action: str = "suspend"
+
+    def detail(self) -> dict[str, Any]:
+        return {"action": self.action}
+
+    def _cluster(self, t: Target) -> Any:
+        if t.kind != "sim":
+            raise Unsupported(f"cluster control {self.action} is wired for the simulator only")
+        return t.cluster
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        self._cluster(t).control(self.action)
+
+    def _heal(self, t: Target) -> None:
+        c = self._cluster(t)
+        if self.action == "suspend":
+            if not c.control("resume"):
+                c.run_until(lambda: c.control("resume"), 5 * 1_000_000_000)
+        elif self.action == "shutdown":
+            for m in t.members:
+                t.restart(m)
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,

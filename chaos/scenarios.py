@@ -11,14 +11,17 @@ from dataclasses import dataclass
 
 from clusterlab.chaos.nemesis import (
     ClockSkew,
+    Control,
     DiskFault,
     DiskFull,
+    Down,
     FlakyLinks,
     Kill,
     KillService,
     OneWayLink,
     Partition,
     Pause,
+    QuorumLoss,
     Snapshot,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
@@ -173,6 +176,49 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     ]
 }
+
+
+# --- scenarios for the coverage-chosen goldens (golden/candidates.py, golden/coverage.py) ---
+_GOLDEN_SCENARIOS = [
+    Scenario(
+        "solo-restart",
+        "one member: snapshot, kill it, restart it from disk (single-member election and recovery)",
+        _full_restart,
+        sizes=(1, 3),
+    ),
+    Scenario(
+        "stale-follower",
+        "a follower stays down while two leaders are killed in turn; it returns missing whole terms",
+        lambda d, n: [
+            quiet(d * 0.15),
+            fault(Down(who="follower"), d * 0.1),
+            fault(Kill(who="leader"), d * 0.2),
+            fault(Kill(who="leader"), d * 0.2),
+            quiet(d * 0.35),
+        ],
+        sizes=(5,),
+        default_duration_s=8.0,
+    ),
+    Scenario(
+        "quorum-loss",
+        "every follower is killed: the leader loses its quorum and steps down; they restart",
+        lambda d, n: [quiet(d * 0.3), fault(QuorumLoss(), d * 0.35), quiet(d * 0.35)],
+        sizes=(3, 5),
+    ),
+    Scenario(
+        "suspend-resume",
+        "cluster control: suspend the cluster (ingress held), then resume it",
+        lambda d, n: [quiet(d * 0.3), fault(Control(action="suspend"), d * 0.3), quiet(d * 0.4)],
+        sizes=(1, 3, 5),
+    ),
+    Scenario(
+        "shutdown-restart",
+        "cluster control: a clean shutdown (services terminate), then every member restarts from disk",
+        lambda d, n: [quiet(d * 0.3), fault(Control(action="shutdown"), d * 0.2), quiet(d * 0.5)],
+        sizes=(1, 3, 5),
+    ),
+]
+SCENARIOS.update({s.name: s for s in _GOLDEN_SCENARIOS})
 
 
 def scenario(name: str) -> Scenario:
