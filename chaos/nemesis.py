@@ -434,6 +434,33 @@ class Control(Nemesis):
                 t.restart(m)
 
 
+@dataclass
+class ClientSilence(Nemesis):
+    """Cut every client off the network (simulator) for longer than the session timeout: the leader
+    times their sessions out (SessionCloseEvent TIMEOUT, at the same log position everywhere); heal
+    reconnects the network, and the workload opens a new session."""
+
+    name: str = "client-silence"
+    clients: list[int] = field(default_factory=list)
+
+    def _apply(self, t: Target) -> None:
+        if t.kind != "sim":
+            raise Unsupported("client silence is wired for the simulator only")
+        self.victims = []
+        for client in t.cluster.clients:
+            t.cluster.network.isolate(client.network_id)
+        self.clients = [c.client_id for c in t.cluster.clients]
+        t.event("isolate_clients", -1, clients=self.clients)
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+        # The silenced clients' sessions are gone (timed out); each client closes its end, as one that
+        # noticed its keepalives went unanswered, and the workload opens a new session.
+        for client in t.cluster.clients:
+            if client.client_id in self.clients and not client.client.is_closed:
+                client.client.close(t.cluster.now_ns)
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,

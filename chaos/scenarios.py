@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterlab.chaos.nemesis import (
+    ClientSilence,
     ClockSkew,
     Control,
     DiskFault,
@@ -216,6 +217,13 @@ _GOLDEN_SCENARIOS = [
         "cluster control: a clean shutdown (services terminate), then every member restarts from disk",
         lambda d, n: [quiet(d * 0.3), fault(Control(action="shutdown"), d * 0.2), quiet(d * 0.5)],
         sizes=(1, 3, 5),
+    ),
+    Scenario(
+        "client-silence",
+        "every client is cut off past the session timeout: the leader times the sessions out",
+        lambda d, n: [quiet(d * 0.1), fault(ClientSilence(), d * 0.75), quiet(d * 0.15)],
+        sizes=(1, 3, 5),
+        default_duration_s=8.0,
     ),
 ]
 SCENARIOS.update({s.name: s for s in _GOLDEN_SCENARIOS})
