@@ -265,11 +265,17 @@ def _gain(m: Measurement, covered: dict[str, set[str]], lines: set[str], must: d
 
 
 def greedy_cover(
-    measurements: Sequence[Measurement], *, min_lines: int = 10, keep: Sequence[str] = ()
+    measurements: Sequence[Measurement],
+    *,
+    min_lines: int = 10,
+    keep: Sequence[str] = (),
+    budget_s: float = float("inf"),
 ) -> list[Measurement]:
     """The greedy set cover: start from ``keep`` (names always in the set), then repeatedly add the
     measurement adding the most uncovered must-cover items, then message types, then core lines
-    (ties: the quicker run); stop when the best adds no item and fewer than ``min_lines`` lines."""
+    (ties: the quicker run); stop when the best adds no item and fewer than ``min_lines`` lines.
+    Once must-cover items are all covered, a run that would take the set's total measured time past
+    ``budget_s`` is passed over."""
     must = required()
     pool = [m for m in measurements if m.error is None]
     chosen = [m for m in pool if m.name in keep]
@@ -280,11 +286,16 @@ def greedy_cover(
             covered[c] |= m.items[c]
         lines |= m.lines
     rest = [m for m in pool if m.name not in keep]
+    spent = sum(m.elapsed_s for m in chosen)
     while rest:
         best = max(rest, key=lambda m: (*_gain(m, covered, lines, must), -m.elapsed_s))
         new_must, new_messages, new_lines = _gain(best, covered, lines, must)
+        if new_must == 0 and spent + best.elapsed_s > budget_s:
+            rest.remove(best)  # over the budget for what it adds
+            continue
         if new_must == 0 and new_messages == 0 and new_lines < min_lines:
             break
+        spent += best.elapsed_s
         chosen.append(best)
         rest.remove(best)
         for c in CATEGORIES:

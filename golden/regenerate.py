@@ -7,6 +7,16 @@ state digest:
     python -m clusterlab.golden.regenerate NAME ...   # some
     clusterlab golden regenerate [NAME...] # the same
 
+Choosing the set (``--select``): every candidate of :mod:`clusterlab.golden.candidates` is run in the
+simulator under coverage.py and measured (:mod:`clusterlab.golden.coverage`); a greedy set cover keeps
+the smallest set covering every election state and transition, log entry type and service callback
+(then the most message types and core lines) within a time budget; the chosen runs are blessed,
+simulator goldens not chosen are removed, and the real-process goldens are kept (they pin the IO
+paths, which the in-process coverage cannot see). ``golden/traces/selection.json`` records why each
+golden was kept:
+
+    python -m clusterlab.golden.regenerate --select [--budget SECONDS] [--min-lines N]
+
 A real-process run is not reproducible exactly, so a failed one (its checks or its run) is retried a
 few times before the recipe is reported as failed; a simulator run is exact and tried once.
 """
@@ -21,7 +31,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.store import MANIFEST, TRACES, Golden, GoldenError, Recipe, bless, load_manifest
+from clusterlab.golden.store import (
+    MANIFEST,
+    TRACES,
+    Golden,
+    GoldenError,
+    Recipe,
+    bless,
+    golden_names,
+    load_manifest,
+    save_manifest,
+)
 
 REAL_ATTEMPTS = 3
 
@@ -102,13 +122,97 @@ def regenerate_all(
     return failed
 
 
+def select(
+    *,
+    traces: Path = TRACES,
+    manifest: Path = MANIFEST,
+    budget_s: float = 45.0,
+    min_lines: int = 10,
+    names: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> list[str]:
+    """Measure the candidates (``names``: only these), choose the set by greedy cover, bless it,
+    drop the simulator goldens not chosen; returns the chosen names. ``budget_s``: the most
+    measured run time the chosen simulator goldens may add up to (their re-runs are what
+    ``golden verify`` spends its time on)."""
+    import json
+
+    from clusterlab.golden.candidates import candidates
+    from clusterlab.golden.coverage import CATEGORIES, greedy_cover, measure_recipe
+
+    pool = [r for r in candidates() if not names or r.name in names]
+    if not pool:
+        raise GoldenError(f"no candidate named {', '.join(names)}")
+    work = Path(tempfile.mkdtemp(prefix="clusterlab-select-"))
+    try:
+        measured = []
+        runs: dict[str, Path] = {}
+        for r in pool:
+            m, trace = measure_recipe(r, work, keep=True)
+            outcome = "FAILED " + m.error.splitlines()[0] if m.error else "measured"
+            say(f"{r.name}: {outcome} ({m.elapsed_s:.1f} s)")
+            measured.append(m)
+            if trace is not None:
+                runs[r.name] = trace
+        chosen = greedy_cover(measured, min_lines=min_lines, budget_s=budget_s)
+        recipes = [r for r in load_manifest(manifest) if r.driver != "sim"]
+        for m in chosen:
+            assert m.recipe is not None
+            bless(
+                runs[m.name],
+                m.name,
+                traces=traces,
+                duration_s=m.recipe.duration_s,
+                summary=m.recipe.summary,
+                force=True,
+                manifest=work / "scratch-manifest.json",  # the real one is written once, below
+            )
+            recipes.append(m.recipe)
+            say(f"chose {m.name}")
+        keep = {r.name for r in recipes}
+        for name in golden_names(traces):
+            if name not in keep and (traces / name / "messages").is_dir():  # a simulator golden not chosen
+                shutil.rmtree(traces / name)
+                say(f"removed {name}")
+        save_manifest(recipes, manifest)
+        (traces / "selection.json").write_text(
+            json.dumps(
+                {
+                    "about": "How the simulator goldens were chosen: python -m clusterlab.golden.regenerate --select",
+                    "budget_s": budget_s,
+                    "min_lines": min_lines,
+                    "chosen": [m.name for m in chosen],
+                    "candidates": [
+                        {**m.to_json(), **{c: len(m.items[c]) for c in CATEGORIES}, "chosen": m in chosen}
+                        for m in measured
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        return [m.name for m in chosen]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m clusterlab.golden.regenerate", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
+    parser.add_argument(
+        "--select", action="store_true", help="choose the simulator goldens anew from the candidates, by coverage"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=45.0, help="--select: seconds of measured runs the set may take"
+    )
+    parser.add_argument("--min-lines", type=int, default=10, help="--select: least new core lines worth a golden")
     args = parser.parse_args(argv)
     try:
+        if args.select:
+            select(budget_s=args.budget, min_lines=args.min_lines, names=args.names)
+            return 0
         failed = regenerate_all(args.names)
     except GoldenError as e:
         print(f"golden regenerate: {e}", file=sys.stderr)
