@@ -375,6 +375,28 @@ def coverage_report(
     return CoverageReport(out, time.monotonic() - started)
 
 
+def candidate_report(
+    names: Sequence[str] | None = None, *, on_progress: Callable[[str], None] | None = None
+) -> CoverageReport:
+    """Measure the candidate runs (golden/candidates.py; ``names``: only these) as if each were a golden."""
+    from clusterlab.golden.candidates import candidates
+
+    started = time.monotonic()
+    say = on_progress or (lambda _line: None)
+    pool = candidates()
+    unknown = [n for n in names or () if n not in {r.name for r in pool}]
+    if unknown:
+        raise GoldenError(f"no candidate named {', '.join(unknown)} (known: {', '.join(r.name for r in pool)})")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="clusterlab-golden-coverage-") as work:
+        for r in pool:
+            if names and r.name not in names:
+                continue
+            say(f"{r.name}: measuring")
+            out.append(measure_recipe(r, Path(work))[0])
+    return CoverageReport(out, time.monotonic() - started)
+
+
 def print_coverage(report: CoverageReport, console: Console | None = None) -> None:
     """A table per golden (counts per category), one for the set, and what no golden exercises."""
     console = console or Console(width=max(Console().width, 120))
