@@ -461,6 +461,31 @@ class ClientSilence(Nemesis):
                 client.client.close(t.cluster.now_ns)
 
 
+@dataclass
+class Together(Nemesis):
+    """Several nemeses at once: applied in order, healed in reverse (e.g. slow links during a leader
+    kill, so that two candidates stand in the same election)."""
+
+    name: str = "together"
+    parts: tuple[Nemesis, ...] = ()
+
+    @property
+    def leader_fault(self) -> bool:
+        return any(p.leader_fault for p in self.parts)
+
+    def detail(self) -> dict[str, Any]:
+        return {"parts": [p.name for p in self.parts]}
+
+    def _apply(self, t: Target) -> None:
+        for p in self.parts:
+            p.apply(t)
+        self.victims = sorted({v for p in self.parts for v in p.victims})
+
+    def _heal(self, t: Target) -> None:
+        for p in reversed(self.parts):
+            p.heal(t)
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,

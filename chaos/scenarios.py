@@ -24,6 +24,7 @@ from clusterlab.chaos.nemesis import (
     Pause,
     QuorumLoss,
     Snapshot,
+    Together,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
 
@@ -217,6 +218,16 @@ _GOLDEN_SCENARIOS = [
         "cluster control: a clean shutdown (services terminate), then every member restarts from disk",
         lambda d, n: [quiet(d * 0.3), fault(Control(action="shutdown"), d * 0.2), quiet(d * 0.5)],
         sizes=(1, 3, 5),
+    ),
+    Scenario(
+        "split-vote",
+        "the leader is killed while every link is slow (40-160 ms): candidates stand against each other",
+        lambda d, n: [
+            quiet(d * 0.3),
+            fault(Together(parts=(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), Kill(who="leader"))), d * 0.4),
+            quiet(d * 0.3),
+        ],
+        sizes=(3, 5),
     ),
     Scenario(
         "client-silence",
