@@ -462,6 +462,23 @@ class ClientSilence(Nemesis):
 
 
 @dataclass
+class Deaf(Nemesis):
+    """A follower hears no one (every link into it is cut) but is heard: its peers' ballots to it are
+    lost, so their elections fail round after round and their candidate terms climb."""
+
+    name: str = "deaf"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        for m in t.members:
+            if m != self.victims[0]:
+                t.block(m, self.victims[0])
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+@dataclass
 class Together(Nemesis):
     """Several nemeses at once: applied in order, healed in reverse (e.g. slow links during a leader
     kill, so that two candidates stand in the same election)."""

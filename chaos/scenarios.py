@@ -13,6 +13,7 @@ from clusterlab.chaos.nemesis import (
     ClientSilence,
     ClockSkew,
     Control,
+    Deaf,
     DiskFault,
     DiskFull,
     Down,
@@ -228,6 +229,18 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.3),
         ],
         sizes=(3, 5),
+    ),
+    Scenario(
+        "votes-across-restarts",
+        "the leader goes down and a follower goes deaf (failed ballots raise candidate terms); "
+        "then every member restarts: candidate terms and votes must survive the restart",
+        lambda d, n: [
+            quiet(d * 0.25),
+            fault(Together(parts=(Down(who="leader"), Deaf())), d * 0.25),
+            fault(Kill(who="all"), d * 0.1),
+            quiet(d * 0.4),
+        ],
+        default_duration_s=8.0,
     ),
     Scenario(
         "client-silence",

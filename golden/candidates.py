@@ -14,6 +14,11 @@ from clusterlab.golden.store import Recipe
 _RUNS: list[tuple[str, int, str, int, float | None]] = [
     ("leader-kill", 3, "kv", 1, None),
     ("leader-kill", 3, "timers", 2, None),
+    ("split-vote", 5, "kv", 1, None),
+    ("split-vote", 5, "kv", 3, None),
+    ("split-vote", 3, "timers", 2, None),
+    ("votes-across-restarts", 3, "kv", 1, None),
+    ("votes-across-restarts", 3, "timers", 2, None),
     ("follower-restart", 3, "timers", 1, None),
     ("wiped-follower", 3, "kv", 1, None),
     ("leader-isolation", 3, "timers", 1, None),
@@ -52,7 +57,10 @@ _RUNS: list[tuple[str, int, str, int, float | None]] = [
 
 
 def candidate_name(scenario: str, members: int, service: str, seed: int) -> str:
-    """``sim-SCENARIO[-nN][-SERVICE]-sSEED`` (3 members and kv are left out)."""
+    """``sim-SCENARIO`` for 3 members and kv (the names the first goldens had), else
+    ``sim-SCENARIO[-nN][-SERVICE]-sSEED``."""
+    if members == 3 and service == "kv":
+        return f"sim-{scenario}"
     parts = ["sim", scenario]
     if members != 3:
         parts.append(f"n{members}")
