@@ -467,9 +467,15 @@ class Deaf(Nemesis):
     lost, so their elections fail round after round and their candidate terms climb."""
 
     name: str = "deaf"
+    pick: int | None = None  # the pick-th live non-leader member (by id) instead of a random follower
 
     def _apply(self, t: Target) -> None:
-        self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        if self.pick is None:
+            self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        else:
+            leader = t.leader()
+            others = sorted(m for m in t.alive() if m != leader)
+            self.victims = [others[self.pick % len(others)]]
         for m in t.members:
             if m != self.victims[0]:
                 t.block(m, self.victims[0])

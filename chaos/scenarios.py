@@ -243,6 +243,18 @@ _GOLDEN_SCENARIOS = [
         default_duration_s=8.0,
     ),
     Scenario(
+        "dueling-candidates",
+        "the leader goes down; one follower, then the other, goes deaf: both raise candidate terms, "
+        "then meet as candidates of different terms",
+        lambda d, n: [
+            quiet(d * 0.25),
+            fault(Together(parts=(Down(who="leader"), Deaf(pick=0))), d * 0.15),
+            fault(Deaf(pick=1), d * 0.15),
+            quiet(d * 0.45),
+        ],
+        default_duration_s=8.0,
+    ),
+    Scenario(
         "client-silence",
         "every client is cut off past the session timeout: the leader times the sessions out",
         lambda d, n: [quiet(d * 0.1), fault(ClientSilence(), d * 0.75), quiet(d * 0.15)],
