@@ -231,6 +231,18 @@ _GOLDEN_SCENARIOS = [
         sizes=(3, 5),
     ),
     Scenario(
+        "split-vote-diverged",
+        "links turn slow and lossy, so the followers' logs drift apart; then the leader is killed: "
+        "candidates with different logs stand against each other",
+        lambda d, n: [
+            quiet(d * 0.3),
+            fault(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), d * 0.1),
+            fault(Together(parts=(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), Kill(who="leader"))), d * 0.3),
+            quiet(d * 0.3),
+        ],
+        sizes=(3, 5),
+    ),
+    Scenario(
         "votes-across-restarts",
         "the leader goes down and a follower goes deaf (failed ballots raise candidate terms); "
         "then every member restarts: candidate terms and votes must survive the restart",
