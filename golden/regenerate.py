@@ -44,6 +44,7 @@ from clusterlab.golden.store import (
 )
 
 REAL_ATTEMPTS = 3
+MAX_GOLDEN_BYTES = 1024 * 1024  # issue 22: each golden stays small enough for git
 
 
 def regenerate(
@@ -154,22 +155,37 @@ def select(
             measured.append(m)
             if trace is not None:
                 runs[r.name] = trace
-        chosen = greedy_cover(measured, min_lines=min_lines, budget_s=budget_s)
         recipes = [r for r in load_manifest(manifest) if r.driver != "sim"]
-        for m in chosen:
-            assert m.recipe is not None
-            bless(
-                runs[m.name],
-                m.name,
-                traces=traces,
-                duration_s=m.recipe.duration_s,
-                summary=m.recipe.summary,
-                force=True,
-                manifest=work / "scratch-manifest.json",  # the real one is written once, below
-            )
-            recipes.append(m.recipe)
-            say(f"chose {m.name}")
-        keep = {r.name for r in recipes}
+        blessed: set[str] = set()
+        while True:
+            chosen = greedy_cover(measured, min_lines=min_lines, budget_s=budget_s)
+            too_big = None
+            for m in chosen:
+                if m.name in blessed:
+                    continue
+                assert m.recipe is not None
+                g = bless(
+                    runs[m.name],
+                    m.name,
+                    traces=traces,
+                    duration_s=m.recipe.duration_s,
+                    summary=m.recipe.summary,
+                    force=True,
+                    manifest=work / "scratch-manifest.json",  # the real one is written once, below
+                )
+                size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
+                if size > MAX_GOLDEN_BYTES:
+                    shutil.rmtree(g.directory)
+                    m.error = f"its golden would be {size / 1024:.0f} KiB, over {MAX_GOLDEN_BYTES // 1024} KiB"
+                    say(f"{m.name}: {m.error}; choosing again without it")
+                    too_big = m
+                    break
+                blessed.add(m.name)
+                say(f"chose {m.name} ({size / 1024:.0f} KiB)")
+            if too_big is None:
+                break
+        recipes += [m.recipe for m in chosen if m.recipe is not None]
+        keep = {r.name for r in recipes}  # a blessed golden dropped when choosing again goes too
         for name in golden_names(traces):
             if name not in keep and (traces / name / "messages").is_dir():  # a simulator golden not chosen
                 shutil.rmtree(traces / name)
