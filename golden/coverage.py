@@ -118,6 +118,7 @@ class Measurement:
     elapsed_s: float = 0.0
     error: str | None = None
     recipe: Recipe | None = None
+    messages: int = 0  # message rows recorded: the cost of re-running and diffing it (load-independent)
 
     def add(self, category: str, values: Iterable[str]) -> None:
         self.items[category].update(v for v in values if v)
@@ -127,6 +128,7 @@ class Measurement:
             "name": self.name,
             "error": self.error,
             "elapsed_s": round(self.elapsed_s, 2),
+            "message_rows": self.messages,
             "core_lines": len(self.lines),
             **{c: sorted(self.items[c]) for c in CATEGORIES},
         }
@@ -175,6 +177,7 @@ def measure_trace(m: Measurement, trace_dir: Path) -> None:
                 m.add("election_state", [dst])
             if src and dst:
                 m.add("transition", [f"{src}->{dst}"])
+    m.messages = run.messages.num_rows
     if run.messages.num_rows:
         m.add("message", pc.unique(run.messages.column("msg_type")).to_pylist())
     entry_types = set(pc.unique(run.applied.column("entry_type")).to_pylist()) if run.applied.num_rows else set()
@@ -269,13 +272,13 @@ def greedy_cover(
     *,
     min_lines: int = 10,
     keep: Sequence[str] = (),
-    budget_s: float = float("inf"),
+    budget_messages: int | None = None,
 ) -> list[Measurement]:
     """The greedy set cover: start from ``keep`` (names always in the set), then repeatedly add the
     measurement adding the most uncovered must-cover items, then message types, then core lines
-    (ties: the quicker run); stop when the best adds no item and fewer than ``min_lines`` lines.
-    Once must-cover items are all covered, a run that would take the set's total measured time past
-    ``budget_s`` is passed over."""
+    (ties: the cheaper run); stop when the best adds no item and fewer than ``min_lines`` lines.
+    A run adding no must-cover item that would take the set's message rows (what re-running and
+    diffing costs, independent of the machine's load) past ``budget_messages`` is passed over."""
     must = required()
     pool = [m for m in measurements if m.error is None]
     chosen = [m for m in pool if m.name in keep]
@@ -286,16 +289,17 @@ def greedy_cover(
             covered[c] |= m.items[c]
         lines |= m.lines
     rest = [m for m in pool if m.name not in keep]
-    spent = sum(m.elapsed_s for m in chosen)
+    spent = sum(m.messages for m in chosen)
+    budget = float("inf") if budget_messages is None else budget_messages
     while rest:
-        best = max(rest, key=lambda m: (*_gain(m, covered, lines, must), -m.elapsed_s))
+        best = max(rest, key=lambda m: (*_gain(m, covered, lines, must), -m.messages, m.name))
         new_must, new_messages, new_lines = _gain(best, covered, lines, must)
-        if new_must == 0 and spent + best.elapsed_s > budget_s:
+        if new_must == 0 and spent + best.messages > budget:
             rest.remove(best)  # over the budget for what it adds
             continue
         if new_must == 0 and new_messages == 0 and new_lines < min_lines:
             break
-        spent += best.elapsed_s
+        spent += best.messages
         chosen.append(best)
         rest.remove(best)
         for c in CATEGORIES:

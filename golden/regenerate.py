@@ -10,12 +10,12 @@ state digest:
 Choosing the set (``--select``): every candidate of :mod:`clusterlab.golden.candidates` is run in the
 simulator under coverage.py and measured (:mod:`clusterlab.golden.coverage`); a greedy set cover keeps
 the smallest set covering every election state and transition, log entry type and service callback
-(then the most message types and core lines) within a time budget; the chosen runs are blessed,
+(then the most message types and core lines) within a budget of message rows; the chosen runs are blessed,
 simulator goldens not chosen are removed, and the real-process goldens are kept (they pin the IO
 paths, which the in-process coverage cannot see). ``golden/traces/selection.json`` records why each
 golden was kept:
 
-    python -m clusterlab.golden.regenerate --select [--budget SECONDS] [--min-lines N]
+    python -m clusterlab.golden.regenerate --select [--budget MESSAGE_ROWS] [--min-lines N]
 
 A real-process run is not reproducible exactly, so a failed one (its checks or its run) is retried a
 few times before the recipe is reported as failed; a simulator run is exact and tried once.
@@ -127,15 +127,15 @@ def select(
     *,
     traces: Path = TRACES,
     manifest: Path = MANIFEST,
-    budget_s: float = 45.0,
+    budget_messages: int = 200_000,
     min_lines: int = 10,
     names: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> list[str]:
     """Measure the candidates (``names``: only these), choose the set by greedy cover, bless it,
-    drop the simulator goldens not chosen; returns the chosen names. ``budget_s``: the most
-    measured run time the chosen simulator goldens may add up to (their re-runs are what
-    ``golden verify`` spends its time on)."""
+    drop the simulator goldens not chosen; returns the chosen names. ``budget_messages``: the most
+    message rows the chosen simulator goldens may add up to (re-running and diffing them is what
+    ``golden verify`` spends its time on; rows, not seconds, so the choice does not depend on load)."""
     import json
 
     from clusterlab.golden.candidates import candidates
@@ -158,7 +158,7 @@ def select(
         recipes = [r for r in load_manifest(manifest) if r.driver != "sim"]
         blessed: set[str] = set()
         while True:
-            chosen = greedy_cover(measured, min_lines=min_lines, budget_s=budget_s)
+            chosen = greedy_cover(measured, min_lines=min_lines, budget_messages=budget_messages)
             too_big = None
             for m in chosen:
                 if m.name in blessed:
@@ -195,7 +195,7 @@ def select(
             json.dumps(
                 {
                     "about": "How the simulator goldens were chosen: python -m clusterlab.golden.regenerate --select",
-                    "budget_s": budget_s,
+                    "budget_messages": budget_messages,
                     "min_lines": min_lines,
                     "chosen": [m.name for m in chosen],
                     "candidates": [
@@ -221,13 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--select", action="store_true", help="choose the simulator goldens anew from the candidates, by coverage"
     )
     parser.add_argument(
-        "--budget", type=float, default=45.0, help="--select: seconds of measured runs the set may take"
+        "--budget", type=int, default=200_000, help="--select: message rows the simulator goldens may add up to"
     )
     parser.add_argument("--min-lines", type=int, default=10, help="--select: least new core lines worth a golden")
     args = parser.parse_args(argv)
     try:
         if args.select:
-            select(budget_s=args.budget, min_lines=args.min_lines, names=args.names)
+            select(budget_messages=args.budget, min_lines=args.min_lines, names=args.names)
             return 0
         failed = regenerate_all(args.names)
     except GoldenError as e:

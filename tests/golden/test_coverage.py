@@ -70,8 +70,9 @@ def test_greedy_cover_keeps_the_smallest_covering_set() -> None:
     failed.error = "the run failed"
     assert "failed" not in [m.name for m in greedy_cover([a, failed])]
     # Over the budget: only what adds must-cover items still goes in.
-    slow = _m("slow", elapsed=100.0, message={"Vote"}, lines=500)
-    assert [m.name for m in greedy_cover([c, slow], budget_s=10.0)] == ["c"]
+    slow = _m("slow", message={"Vote"}, lines=500)
+    slow.messages, c.messages = 100_000, 1_000
+    assert [m.name for m in greedy_cover([c, slow], budget_messages=10_000)] == ["c"]
 
 
 @pytest.mark.sim
