@@ -344,7 +344,10 @@ class CoverageReport:
             "ok": self.ok,
             "elapsed_s": round(self.elapsed_s, 2),
             "goldens": [m.to_json() for m in self.measurements],
-            "set": {c: {"covered": sorted(got[c]), "of": len(u[c])} for c in CATEGORIES},
+            "set": {
+                c: {"covered": sorted(got[c] & u[c]), "of": len(u[c]), "outside": sorted(got[c] - u[c])}
+                for c in CATEGORIES
+            },
             "core_lines": len(self.lines()),
             "not_exercised": self.missing(),
             "missing_required": self.missing_required(),
@@ -415,7 +418,7 @@ def print_coverage(report: CoverageReport, console: Console | None = None) -> No
     for m in report.measurements:
         t.add_row(
             m.name,
-            *(f"{len(m.items[c])}/{len(u[c])}" for c in CATEGORIES),
+            *(f"{len(m.items[c] & u[c])}/{len(u[c])}" for c in CATEGORIES),
             str(len(m.lines)),
             f"{m.elapsed_s:.1f}",
             "" if m.error is None else f"[red]{m.error.splitlines()[0]}[/]",
@@ -430,7 +433,12 @@ def print_coverage(report: CoverageReport, console: Console | None = None) -> No
         req = f"{len(got[c] & must[c])}/{len(must[c])}" if c in must else "-"
         miss = ", ".join(missing[c]) or "-"
         style = "red" if c in must and missing[c] else ""
-        s.add_row(c.replace("_", " "), f"{len(got[c])}/{len(u[c])}", req, f"[{style}]{miss}[/]" if style else miss)
+        s.add_row(
+            c.replace("_", " "), f"{len(got[c] & u[c])}/{len(u[c])}", req, f"[{style}]{miss}[/]" if style else miss
+        )
+        extra = sorted(got[c] - u[c])
+        if extra:  # e.g. X->INIT: an election error, which the table allows from any state
+            s.add_row("", f"+{len(extra)}", "", "outside the table: " + ", ".join(extra))
     s.add_row("core lines", str(len(report.lines())), "-", "")
     console.print(s)
     for (c, i), why in UNREACHABLE.items():
