@@ -183,6 +183,8 @@ def run_scenario(
         raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
         raise ValueError(f"scenario {name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+    if not sim and spec.sim_only:
+        raise ValueError(f"scenario {name} runs in the simulator only; add --sim")
     duration = spec.default_duration_s if duration_s is None else duration_s
     schedule = spec.schedule(seed, duration, sim=sim, members=members)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))

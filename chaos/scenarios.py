@@ -38,6 +38,7 @@ class Scenario:
     sizes: tuple[int, ...] = (3,)
     real_only: bool = False
     default_duration_s: float = 6.0
+    sim_only: bool = False  # uses a fault wired for the simulator only, or tried only there
 
     def schedule(self, seed: int, duration_s: float | None = None, *, sim: bool = False, members: int = 3) -> Schedule:
         d = self.default_duration_s if duration_s is None else duration_s
@@ -181,13 +182,15 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-# --- scenarios for the coverage-chosen goldens (golden/candidates.py, golden/coverage.py) ---
+# --- scenarios for the coverage-chosen goldens (golden/candidates.py, golden/coverage.py); tried in the
+# simulator only (cluster control and client silence are wired for it alone) ---
 _GOLDEN_SCENARIOS = [
     Scenario(
         "solo-restart",
         "one member: snapshot, kill it, restart it from disk (single-member election and recovery)",
         _full_restart,
-        sizes=(1, 3),
+        sizes=(1,),
+        sim_only=True,
     ),
     Scenario(
         "stale-follower",
@@ -201,24 +204,28 @@ _GOLDEN_SCENARIOS = [
         ],
         sizes=(5,),
         default_duration_s=8.0,
+        sim_only=True,
     ),
     Scenario(
         "quorum-loss",
         "every follower is killed: the leader loses its quorum and steps down; they restart",
         lambda d, n: [quiet(d * 0.3), fault(QuorumLoss(), d * 0.35), quiet(d * 0.35)],
         sizes=(3, 5),
+        sim_only=True,
     ),
     Scenario(
         "suspend-resume",
         "cluster control: suspend the cluster (ingress held), then resume it",
         lambda d, n: [quiet(d * 0.3), fault(Control(action="suspend"), d * 0.3), quiet(d * 0.4)],
-        sizes=(1, 3, 5),
+        sizes=(1, 3),
+        sim_only=True,
     ),
     Scenario(
         "shutdown-restart",
         "cluster control: a clean shutdown (services terminate), then every member restarts from disk",
         lambda d, n: [quiet(d * 0.3), fault(Control(action="shutdown"), d * 0.2), quiet(d * 0.5)],
-        sizes=(1, 3, 5),
+        sizes=(3, 5),
+        sim_only=True,
     ),
     Scenario(
         "split-vote",
@@ -229,6 +236,7 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.3),
         ],
         sizes=(3, 5),
+        sim_only=True,
     ),
     Scenario(
         "split-vote-diverged",
@@ -241,6 +249,7 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.3),
         ],
         sizes=(3, 5),
+        sim_only=True,
     ),
     Scenario(
         "votes-across-restarts",
@@ -253,6 +262,7 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.4),
         ],
         default_duration_s=8.0,
+        sim_only=True,
     ),
     Scenario(
         "dueling-candidates",
@@ -265,13 +275,15 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.45),
         ],
         default_duration_s=8.0,
+        sim_only=True,
     ),
     Scenario(
         "client-silence",
         "every client is cut off past the session timeout: the leader times the sessions out",
         lambda d, n: [quiet(d * 0.1), fault(ClientSilence(), d * 0.75), quiet(d * 0.15)],
-        sizes=(1, 3, 5),
+        sizes=(1, 3),
         default_duration_s=8.0,
+        sim_only=True,
     ),
 ]
 SCENARIOS.update({s.name: s for s in _GOLDEN_SCENARIOS})
