@@ -23,7 +23,7 @@ from typing import Any
 from clusterlab.chaos.target import converged
 from clusterlab.core.archive.layout import LOG_DIR
 from clusterlab.core.archive.recording import RecordingStore
-from clusterlab.core.consensus.context import MS, SECOND, Role
+from clusterlab.core.consensus.context import MS, SECOND, ElectionState, Role
 from clusterlab.harness.invariants import SafetyChecker
 from clusterlab.harness.services.kv import decode_reply, put
 from clusterlab.harness.sim import SimCluster
@@ -109,13 +109,20 @@ class ScheduleResult:
 
 
 def run_random_schedule(
-    seed: int, *, phases: int = 10, directory: str | None = None, service: str | None = None
+    seed: int,
+    *,
+    phases: int = 10,
+    directory: str | None = None,
+    service: str | None = None,
+    mutants: frozenset[str] = frozenset(),
 ) -> ScheduleResult:
     """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure.
 
     With ``service="kv"`` every member runs the key-value service and a client workload writes
     through the leader: then also every acknowledged write must survive and every member's service
-    must agree on entry and state digest at every log position; snapshots join the fault mix."""
+    must agree on entry and state digest at every log position; snapshots join the fault mix.
+    ``mutants``: planted bugs switched on (clusterlab.core.consensus.mutants; judged without the
+    members' white-box invariant asserts, as real processes run)."""
     rng = random.Random(f"schedule:{seed}")
     members = rng.choice([3, 3, 5])
     lossy = rng.random() < 0.5
@@ -125,8 +132,19 @@ def run_random_schedule(
         reorder_probability=rng.choice([0.0, 0.02]) if lossy else 0.0,
     )
     result = ScheduleResult(seed, members)
+    # The protocol-level faults draw from their own stream: the main stream (and so every earlier seed's
+    # schedule of the other faults) stays as it was.
+    protocol_rng = random.Random(f"protocol-faults:{seed}")
     checker = SafetyChecker()
-    with SimCluster(members=members, seed=seed, network=network, directory=directory, service=service) as c:
+    with SimCluster(
+        members=members,
+        seed=seed,
+        network=network,
+        directory=directory,
+        service=service,
+        mutants=mutants,
+        check_invariants=not mutants,
+    ) as c:
         workload = KvWorkload(c) if service == "kv" else None
 
         def check() -> None:
@@ -182,6 +200,8 @@ def run_random_schedule(
                 result.actions.append("heal")
             elif action == "snapshot":
                 result.actions.append(f"snapshot {'ok' if c.control('snapshot') else 'refused'}")
+            if protocol_rng.random() < PROTOCOL_FAULT_RATE:
+                _protocol_fault(c, protocol_rng, members, result)
             # Client load through whoever leads (an isolated leader appends but cannot commit).
             for _ in range(rng.randrange(0, 40)):
                 if workload is not None:
@@ -222,6 +242,36 @@ def run_random_schedule(
         result.sim_seconds = c.now_ns / SECOND
         result.digest = c.message_digest()
     return result
+
+
+PROTOCOL_FAULT_RATE = 0.15  # per phase: a fault aimed at the protocol checks (chaos/checks/protocol.py)
+
+
+def _protocol_fault(c: SimCluster, rng: random.Random, members: int, result: ScheduleResult) -> None:
+    """``slow`` links (every message delayed past the election timeout) or ``kill-voter`` (kill the leader,
+    then kill and at once restart the first member seen voting in the election that follows)."""
+    if rng.random() < 0.5:
+        delay = rng.choice([350, 500]) * MS
+        for src in range(members):
+            for dst in range(members):
+                if src != dst:
+                    c.set_link(src, dst, latency_ns=delay)
+        result.actions.append(f"slow {delay // MS}ms")
+        return
+    leader = c.leader_id()
+    if leader is None or len(c.members_alive()) <= members // 2 + 1:
+        return
+    c.kill(leader)
+    result.actions.append(f"kill {leader}")
+    end = c.now_ns + 3 * SECOND
+    while c.now_ns < end:
+        voters = [m for m in c.members_alive() if c.member(m).election_state == ElectionState.FOLLOWER_BALLOT]
+        if voters:
+            c.kill(voters[0])
+            c.restart(voters[0])
+            result.actions.append(f"kill-voter {voters[0]}")
+            return
+        c.run_for(MS // 2)
 
 
 def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: int) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 from clusterlab.chaos.target import Target, Unsupported
 from clusterlab.core.archive import faults
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 
@@ -79,13 +80,21 @@ def _followers(t: Target) -> list[int]:
 
 
 # Partition shapes, named as the scenarios that use them (clusterlab scenarios).
-PARTITION_SHAPES = ("leader-isolation", "isolate", "minority-partition", "majority-ring", "bridge")
+PARTITION_SHAPES = (
+    "leader-isolation",
+    "isolate",
+    "follower-isolation",
+    "minority-partition",
+    "majority-ring",
+    "bridge",
+)
 
 
 @dataclass
 class Partition(Nemesis):
     """Cut the cluster into groups. ``shape`` (:data:`PARTITION_SHAPES`): ``leader-isolation``,
-    ``isolate`` (a random member), ``minority-partition`` (a random minority | majority), ``bridge``
+    ``isolate`` (a random member), ``follower-isolation`` (a random follower), ``minority-partition``
+    (a random minority | majority), ``bridge``
     (two sides and one member seeing both), ``majority-ring`` (every member sees only its
     neighbours: overlapping majorities)."""
 
@@ -107,8 +116,13 @@ class Partition(Nemesis):
     def _apply(self, t: Target) -> None:
         members = t.members
         n = len(members)
-        if self.shape in ("leader-isolation", "isolate"):
-            victim = _leader_or_any(t) if self.shape == "leader-isolation" else t.rng.choice(members)
+        if self.shape in ("leader-isolation", "isolate", "follower-isolation"):
+            if self.shape == "leader-isolation":
+                victim = _leader_or_any(t)
+            elif self.shape == "follower-isolation":
+                victim = t.rng.choice(_followers(t) or members)
+            else:
+                victim = t.rng.choice(members)
             self.victims = [victim]
             self.groups = [[victim], [m for m in members if m != victim]]
             t.partition(self.groups)
@@ -376,6 +390,119 @@ class Snapshot(Nemesis):
         t.snapshot()
 
 
+@dataclass
+class KillVoter(Nemesis):
+    """Kill the leader (an election follows), then SIGKILL the first member seen voting YES (in
+    FOLLOWER_BALLOT) and restart it at once from disk: its vote must survive the restart (at most one YES
+    per voter and term, ``one_vote_per_term``). Heal restarts the old leader."""
+
+    name: str = "kill-voter"
+    wait_s: float = 5.0  # how long to watch for a voter (target time)
+    poll_s: float = 0.0005
+    candidate_too: bool = False  # also kill the candidate it voted for: its ballot is lost, a new one follows
+
+    def detail(self) -> dict[str, Any]:
+        return {"candidate_too": self.candidate_too}
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        t.kill(leader)
+        self.victims = [leader]
+        end = t.now_s() + self.wait_s
+        while t.now_s() < end:
+            states = {m: t.election_state(m) for m in t.alive()}
+            voters = [m for m, s in states.items() if s == ElectionState.FOLLOWER_BALLOT]
+            if voters:
+                t.kill(voters[0])
+                t.restart(voters[0])
+                self.victims.append(voters[0])
+                candidates = [m for m, s in states.items() if s == ElectionState.CANDIDATE_BALLOT]
+                if self.candidate_too and candidates:
+                    t.kill(candidates[0])
+                    self.victims.append(candidates[0])
+                return
+            t.advance(self.poll_s, lambda: None)
+
+    def _heal(self, t: Target) -> None:
+        alive = t.alive()
+        for m in dict.fromkeys([self.victims[0], *self.victims[2:]]):
+            if m not in alive:
+                t.restart(m)
+
+
+@dataclass
+class SlowElection(Nemesis):
+    """Every link delays its messages by ``delay_s`` (past the election timeout), then the leader is
+    killed: votes arrive after their ballot timed out (stale ballots) and appends late. Heal restores the
+    links and restarts the old leader."""
+
+    name: str = "slow-election"
+    delay_s: float = 0.4
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"delay_s": self.delay_s}
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        for src in t.members:
+            for dst in t.members:
+                if src != dst:
+                    t.set_link(src, dst, 0.0, self.delay_s)
+        t.kill(leader)
+        self.victims = [leader]
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+        t.restart(self.victims[0])
+
+
+@dataclass
+class SnapshotElection(Nemesis):
+    """Ask for a snapshot and cut the leader off at once: the snapshot is taken (or not) across a
+    leadership change, and every member must take it at the same log position (``snapshots_agree``)."""
+
+    name: str = "snapshot-election"
+    after_s: float | None = None  # the cut this long after the request (default: drawn in 2-20 ms)
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        t.snapshot()
+        # The cut lands while the action is appended, committed on some members, applied on others.
+        t.advance(self.after_s if self.after_s is not None else t.rng.uniform(0.002, 0.02), lambda: None)
+        self.victims = [leader]
+        t.partition([[leader], [m for m in t.members if m != leader]])
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+@dataclass
+class SilentClient(Nemesis):
+    """A client hangs without closing its session (no keepalives): the leader must time the session out,
+    and every member must apply that SessionClose at the same log position (``timers_and_closes_agree``)."""
+
+    name: str = "silent-client"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        t.silence_client()
+
+    def _heal(self, t: Target) -> None:
+        pass  # a hung client stays hung; the workload already moved to a new session
+
+
 # --- nemeses for the coverage-chosen goldens (golden/coverage.py; docs/trace-schema.md "Goldens") ---
 
 
@@ -520,6 +647,10 @@ NEMESES: dict[str, type[Nemesis]] = {
     "kill-service": KillService,
     "clock-skew": ClockSkew,
     "snapshot": Snapshot,
+    "kill-voter": KillVoter,
+    "slow-election": SlowElection,
+    "snapshot-election": SnapshotElection,
+    "silent-client": SilentClient,
 }
 
 __all__ = [
@@ -530,10 +661,14 @@ __all__ = [
     "FlakyLinks",
     "Kill",
     "KillService",
+    "KillVoter",
     "Nemesis",
     "OneWayLink",
     "Partition",
     "Pause",
+    "SilentClient",
+    "SlowElection",
     "Snapshot",
+    "SnapshotElection",
     "Unsupported",
 ]

@@ -8,7 +8,7 @@ import random
 import shlex
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from clusterlab.chaos.schedule import Schedule
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
+from clusterlab.core.consensus.mutants import MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
@@ -27,6 +28,11 @@ from clusterlab.harness.sim_recording import record_sim
 DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
 # The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
 STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
+# The kv service of the planted bugs that live in the service (clusterlab.core.consensus.mutants).
+MUTANT_SERVICES = {
+    STALE_READ: STALE_READ_SERVICE,
+    SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
+}
 
 
 class ChaosFailure(AssertionError):
@@ -61,6 +67,7 @@ class RunResult:
     fault_ack_before_append: bool = False
     clients: int = DEFAULT_CLIENTS
     fault_stale_read: bool = False
+    mutants: frozenset[str] = frozenset()  # planted bugs switched on (clusterlab.core.consensus.mutants)
 
     @property
     def ok(self) -> bool:
@@ -80,6 +87,7 @@ class RunResult:
             parts.append("broken")
         if self.fault_stale_read:
             parts.append("stale-read")
+        parts.extend(f"m-{name}" for name in sorted(self.mutants))
         return "-".join(parts)
 
     def rerun_command(self) -> str:
@@ -104,6 +112,8 @@ class RunResult:
             cmd.append("--fault-ack-before-append")
         if self.fault_stale_read:
             cmd.append("--fault-stale-read")
+        for name in sorted(self.mutants):
+            cmd += ["--mutant", name]
         return shlex.join(cmd)
 
     def summary(self) -> dict[str, Any]:
@@ -134,6 +144,7 @@ class RunResult:
             "fault_ack_before_append": self.fault_ack_before_append,
             "clients": self.clients,
             "fault_stale_read": self.fault_stale_read,
+            "mutants": sorted(self.mutants),
             "linearizability": self.verdict.linearizability.verdict
             if self.verdict is not None and self.verdict.linearizability is not None
             else None,
@@ -160,6 +171,7 @@ def run_scenario(
     rate: float | None = None,
     clients: int = DEFAULT_CLIENTS,
     fault_stale_read: bool = False,
+    mutants: Iterable[str] = (),
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -169,7 +181,9 @@ def run_scenario(
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
-    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``)."""
+    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
+    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only)."""
+    chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
     spec = find_scenario(name)
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
@@ -179,6 +193,11 @@ def run_scenario(
         raise ValueError(f"clients must be at least 1, not {clients}")
     if fault_stale_read and service != "kv":
         raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
+    in_service = sorted(n for n in chosen if MUTANTS[n].in_service)
+    if in_service and service != "kv":
+        raise ValueError(f"mutant {in_service[0]} plants a bug in the kv service, not {service!r}")
+    if len(in_service) + fault_stale_read > 1:
+        raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
     if members not in spec.sizes and members != 3:
         raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
@@ -203,6 +222,7 @@ def run_scenario(
         service=service,
         clients=clients,
         fault_stale_read=fault_stale_read,
+        mutants=chosen,
     )
     started = time.monotonic()
     try:
@@ -330,7 +350,22 @@ def _drive(
 
 def _workload_meta(result: RunResult) -> dict[str, Any]:
     """run.json's ``workload``: the service, the concurrent clients and any planted bug."""
-    return {"service": result.service, "clients": result.clients, "fault_stale_read": result.fault_stale_read}
+    return {
+        "service": result.service,
+        "clients": result.clients,
+        "fault_stale_read": result.fault_stale_read,
+        "mutants": sorted(result.mutants),
+    }
+
+
+def _service_factory(result: RunResult) -> str:
+    """The service the members run: the workload's, or the kv variant with a planted service bug."""
+    if result.fault_stale_read:
+        return STALE_READ_SERVICE
+    for name in sorted(result.mutants):
+        if name in MUTANT_SERVICES:
+            return MUTANT_SERVICES[name]
+    return result.service
 
 
 def _run_local(
@@ -339,7 +374,7 @@ def _run_local(
 
     cluster = LocalCluster(
         result.members,
-        service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
+        service=_service_factory(result),
         directory=root / "cluster",
         seed=result.seed,
         trace_dir=trace,
@@ -347,6 +382,7 @@ def _run_local(
         keep_directory=True,
         startup_timeout_s=max(20.0, settle_s),
         fault_ack_before_append=result.fault_ack_before_append,
+        mutants=result.mutants,
     )
     if cluster.recorder is not None:
         cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run
@@ -379,8 +415,11 @@ def _run_sim(
             members=result.members,
             seed=result.seed,
             directory=root / "cluster",
-            service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
+            service=_service_factory(result),
             member_factory=factory,
+            mutants=result.mutants,
+            # A planted bug is judged black-box, as in a member process: no white-box invariant asserts.
+            check_invariants=not result.mutants,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))

@@ -20,11 +20,15 @@ from clusterlab.chaos.nemesis import (
     FlakyLinks,
     Kill,
     KillService,
+    KillVoter,
     OneWayLink,
     Partition,
     Pause,
     QuorumLoss,
+    SilentClient,
+    SlowElection,
     Snapshot,
+    SnapshotElection,
     Together,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
@@ -83,6 +87,17 @@ SCENARIOS: dict[str, Scenario] = {
             "wiped-follower",
             "a follower loses its disk; it rebuilds by replication",
             lambda d, n: [quiet(d * 0.3), fault(Kill(who="follower", wipe=True), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "stale-candidate",
+            "a follower is cut off and falls behind; as it rejoins the leader is killed: a stale member may stand",
+            lambda d, n: [
+                quiet(d * 0.25),
+                fault(Partition(shape="follower-isolation"), d * 0.25),
+                fault(Kill(who="leader"), d * 0.25),
+                quiet(d * 0.25),
+            ],
+            sizes=(3, 5),
         ),
         Scenario(
             "leader-isolation",
@@ -171,6 +186,53 @@ SCENARIOS: dict[str, Scenario] = {
             ],
         ),
         Scenario("full-restart", "snapshot, then every member is killed and restarted from disk", _full_restart),
+        # Schedules that reach the protocol checks (chaos/checks/protocol.py).
+        Scenario(
+            "kill-voter",
+            "kill the leader; the first member to vote in the election is killed and restarted at once",
+            lambda d, n: [quiet(d * 0.3), fault(KillVoter(), d * 0.3), quiet(d * 0.4)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "kill-voter-and-candidate",
+            "kill the leader; the first voter is killed and restarted at once, the candidate it voted for killed",
+            lambda d, n: [quiet(d * 0.3), fault(KillVoter(candidate_too=True), d * 0.3), quiet(d * 0.4)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "slow-election",
+            "every link delays messages past the election timeout, and the leader is killed",
+            lambda d, n: [quiet(d * 0.3), fault(SlowElection(), d * 0.35), quiet(d * 0.35)],
+        ),
+        Scenario(
+            "long-partition",
+            "a client hangs, then the leader is cut off for longer than the session timeout (the hung "
+            "session expires across the leadership change)",
+            lambda d, n: [
+                quiet(d * 0.15),
+                fault(SilentClient(), d * 0.02),
+                fault(Partition(shape="leader-isolation"), d * 0.58),
+                quiet(d * 0.25),
+            ],
+            default_duration_s=12.0,
+        ),
+        Scenario(
+            "snapshot-election",
+            "a snapshot is requested as the leader is cut off: it straddles a leadership change",
+            lambda d, n: [quiet(d * 0.3), fault(SnapshotElection(), d * 0.3), quiet(d * 0.4)],
+        ),
+        Scenario(
+            "skew-sessions",
+            "a member's clock jumps 3 s ahead, then the leader is cut off past the session timeout",
+            lambda d, n: [
+                quiet(d * 0.15),
+                fault(ClockSkew(offset_s=3.0), d * 0.15),
+                fault(Partition(shape="leader-isolation"), d * 0.5),
+                quiet(d * 0.2),
+            ],
+            real_only=True,
+            default_duration_s=12.0,
+        ),
         Scenario(
             "random",
             "a seeded mix of every fault (Jepsen-style quiet/fault/heal)",

@@ -17,11 +17,15 @@ from clusterlab.chaos.nemesis import (
     FlakyLinks,
     Kill,
     KillService,
+    KillVoter,
     Nemesis,
     OneWayLink,
     Partition,
     Pause,
+    SilentClient,
+    SlowElection,
     Snapshot,
+    SnapshotElection,
 )
 
 
@@ -79,6 +83,10 @@ RANDOM_POOL: list[tuple[str, Callable[[random.Random], Nemesis], bool]] = [
     ("unflushed", lambda r: DiskFault(fault="unflushed", who="random"), True),
     ("truncate-at", lambda r: DiskFault(fault="truncate", at=r.randrange(0, 64 * 1024, 32)), True),
     ("snapshot", lambda r: Snapshot(), True),
+    ("kill-voter", lambda r: KillVoter(candidate_too=r.random() < 0.5), True),
+    ("slow-election", lambda r: SlowElection(delay_s=r.choice([0.35, 0.5])), True),
+    ("snapshot-election", lambda r: SnapshotElection(), True),
+    ("silent-client", lambda r: SilentClient(), True),
     ("pause-leader", lambda r: Pause(), False),
     ("kill-service", lambda r: KillService(), False),
     ("clock-skew", lambda r: ClockSkew(offset_s=r.choice([0.5, 2.0])), False),

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterlab.core.archive.storage import Storage
-from clusterlab.core.consensus.context import SECOND
+from clusterlab.core.codec.control import NO_ELECTION
+from clusterlab.core.consensus.context import SECOND, ElectionState
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
 
@@ -99,6 +100,15 @@ class Target:
     def clock_skew(self, member_id: int, offset_s: float) -> None:
         raise Unsupported(f"{self.kind}: clock skew")
 
+    def election_state(self, member_id: int) -> ElectionState | None:
+        """The member's election state (None: not in an election, down or not answering)."""
+        raise NotImplementedError
+
+    def silence_client(self) -> int | None:
+        """Make the newest connected client hang without closing its session (no more keepalives); the
+        workload moves to a new session. Returns the client id (None: no client connected)."""
+        raise Unsupported(f"{self.kind}: silence a client")
+
     def now_s(self) -> float:
         raise NotImplementedError
 
@@ -154,6 +164,12 @@ class LocalTarget(Target):
     def clear_storage_fault(self, member_id: int) -> None:
         self.cluster.clear_storage_fault(member_id)  # a member down or restarted has none to clear
 
+    def election_state(self, member_id: int) -> ElectionState | None:
+        status = self.cluster.status(member_id, timeout_s=0.5)
+        if status is None or status.election_state == NO_ELECTION:
+            return None
+        return ElectionState(status.election_state)
+
     def now_s(self) -> float:
         return time.monotonic()
 
@@ -200,6 +216,21 @@ class SimTarget(Target):
 
     def clear_storage_fault(self, member_id: int) -> None:
         self.cluster.storage(member_id).clear()
+
+    def silence_client(self) -> int | None:
+        for c in reversed(self.cluster.clients):
+            if not c.silent and not c.errors and c.client.is_connected:
+                c.silent = True
+                c.errors.append(ConnectionAbortedError("silenced by chaos: hung without closing its session"))
+                self.cluster.event("client_silenced", -1, client_id=c.client_id)
+                return int(c.client_id)
+        return None
+
+    def election_state(self, member_id: int) -> ElectionState | None:
+        if member_id not in self.cluster.members_alive():
+            return None
+        state: ElectionState | None = self.cluster.member(member_id).election_state
+        return state
 
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         self.cluster.set_link(src, dst, loss=loss, latency_ns=max(1, int(delay_s * SECOND)))

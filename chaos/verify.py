@@ -14,13 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
 from clusterlab.harness.completeness import Completeness, Status
 from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCommit
 from clusterlab.harness.trace import contiguity_violations, open_run
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
+CHECKS = (
+    "agreement",
+    "contiguity",
+    "election_safety",
+    "durability",
+    "committed_prefix",
+    "linearizability",
+    *protocol.NAMES,
+)
 _FRAME_HEADER, _MESSAGE_HEADER = 32, 8
 
 
@@ -197,4 +206,8 @@ def verify_run(trace_dir: Path | str) -> Verdict:
         if e["kind"] == "commit" and e["log_position"] is not None:
             commit.observe(e["source"], e.get("incarnation", 0), e["log_position"])
     v.violations["committed_prefix"] += commit.violations()
+    # The protocol-level checks (chaos/checks/protocol.py): SQL over the tables, evaluated by DuckDB.
+    run_id = str(run.meta.get("run_id") or Path(trace_dir).name)
+    for check in protocol.CHECKS:
+        v.violations[check.name] = [r["detail"] for r in protocol.evaluate_duckdb(check, run.tables, run_id)]
     return v

@@ -270,10 +270,12 @@ def verify_goldens(
     rerun: bool = True,
     scratch: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
+    mutants: Sequence[str] = (),
 ) -> VerifyReport:
     """Verify goldens ``names`` (default: all under ``traces``). ``service_factory`` replaces the
     golden's service in the replay (tests plant a faulty one). Raises GoldenError only when a named
-    golden does not exist; a corrupt golden is a failed verdict with its error."""
+    golden does not exist; a corrupt golden is a failed verdict with its error. ``mutants``: planted
+    bugs switched on in the simulator re-runs (``clusterlab mutants --golden``; test-only)."""
     started = time.monotonic()
     say = on_progress or (lambda _line: None)
     wanted = list(names) if names else golden_names(traces)
@@ -325,6 +327,7 @@ def verify_goldens(
                         directory=work / f"rerun-{n}",
                         clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
                         service=str(info.get("service", "kv")),
+                        mutants=mutants,
                     )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
                     v.errors.append(f"cannot re-run {info['scenario']}: {e}")

@@ -11,7 +11,13 @@ tests/golden/test_check.py.
 * :class:`MonotonicCommit`  a process's commit position never moves back;
 * :class:`Agreement`       every member that applied log position P applied the same entry there and
                            reached the same service state;
-* :class:`Contiguity`      each incarnation applies entries back to back from 0 (or from a snapshot).
+* :class:`Contiguity`      each incarnation applies entries back to back from 0 (or from a snapshot);
+* :class:`VoteSafety`      no YES vote to a less recent log, one YES vote per voter and term (across restarts);
+* :class:`LeaderViews`     one leader per term in every member's view;
+* :class:`TimersAndCloses` Timer/SessionClose entries at the same positions and bytes on every member.
+
+The last three are the online forms of the protocol checks (clusterlab.chaos.checks.protocol), which judge a
+recorded trace in SQL.
 
 Log matching (committed prefixes agree byte for byte) and durability (a committed entry is never
 lost) need the members' logs, so only :class:`SafetyChecker` checks them, on a live SimCluster; a
@@ -20,7 +26,7 @@ trace's durability (every acknowledged op is in the committed log) is clusterlab
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +162,95 @@ class Contiguity:
         return list(self._violations)
 
 
+class VoteSafety:
+    """The ``vote`` events (a voter's ballot and both logs as it compared them): no YES vote to a candidate whose
+    log (term, position) is less recent than the voter's (``vote_log_recency``), and at most one YES vote per
+    voter per candidate term, across the voter's restarts (``one_vote_per_term``). The online form of
+    clusterlab.chaos.checks.protocol's SQL checks of the same names."""
+
+    def __init__(self) -> None:
+        self.yes: dict[tuple[int, int], tuple[int, int]] = {}  # (voter, term) -> (candidate, incarnation)
+        self._violations: list[str] = []
+
+    def observe(
+        self, voter: int, incarnation: int, candidate_term_id: int, log_position: int, detail: Mapping[str, Any]
+    ) -> str | None:
+        if not detail.get("vote"):
+            return None
+        candidate = int(detail["candidate"])
+        mine = (int(detail["log_leadership_term_id"]), log_position)
+        theirs = (int(detail["candidate_log_leadership_term_id"]), int(detail["candidate_log_position"]))
+        problem = None
+        if mine > theirs:
+            problem = (
+                f"vote_log_recency: member {voter} (incarnation {incarnation}) voted YES for member {candidate} in "
+                f"term {candidate_term_id} with a more recent log {mine} than the candidate's {theirs}"
+            )
+        first = self.yes.setdefault((voter, candidate_term_id), (candidate, incarnation))
+        if first[0] != candidate and problem is None:
+            problem = (
+                f"one_vote_per_term: member {voter} voted YES in term {candidate_term_id} for member {first[0]} "
+                f"(incarnation {first[1]}) and for member {candidate} (incarnation {incarnation})"
+            )
+        if problem is not None:
+            self._violations.append(problem)
+        return problem
+
+    def violations(self) -> list[str]:
+        return list(self._violations)
+
+
+class LeaderViews:
+    """At most one leader per term in every member's view (``leader`` and ``election_complete`` events;
+    ``one_leader_per_term``)."""
+
+    def __init__(self) -> None:
+        self.leader: dict[int, tuple[int, int]] = {}  # term -> (leader, the member that saw it first)
+        self._violations: list[str] = []
+
+    def observe(self, term: int, leader: int, viewer: int) -> str | None:
+        first = self.leader.setdefault(term, (leader, viewer))
+        if first[0] == leader:
+            return None
+        problem = (
+            f"one_leader_per_term: term {term} has leader {first[0]} (seen by member {first[1]}) and leader "
+            f"{leader} (seen by member {viewer})"
+        )
+        self._violations.append(problem)
+        return problem
+
+    def violations(self) -> list[str]:
+        return list(self._violations)
+
+
+_TIMER_OR_CLOSE = ("Timer", "SessionClose")
+
+
+class TimersAndCloses:
+    """Timer and SessionClose entries are applied at the same positions, with the same bytes, on every member
+    (``timers_and_closes_agree``): a timer fired or a session closed locally shows as another entry there."""
+
+    def __init__(self) -> None:
+        self.first: dict[int, tuple[str, bytes, Who]] = {}  # position -> first (entry type, digest, who)
+        self._violations: list[str] = []
+
+    def observe(self, log_position: int, who: Who, entry_type: str, entry_digest: bytes | None) -> str | None:
+        if entry_type == SNAPSHOT or entry_digest is None:
+            return None
+        first = self.first.setdefault(log_position, (entry_type, entry_digest, who))
+        if (first[0], first[1]) == (entry_type, entry_digest) or not {first[0], entry_type} & set(_TIMER_OR_CLOSE):
+            return None
+        problem = (
+            f"timers_and_closes_agree: at log position {log_position} member {_who(who)} applied {entry_type} "
+            f"{entry_digest.hex()[:12]} but member {_who(first[2])} applied {first[0]} {first[1].hex()[:12]}"
+        )
+        self._violations.append(problem)
+        return problem
+
+    def violations(self) -> list[str]:
+        return list(self._violations)
+
+
 def _raise(problem: str | None, prefix: str = "") -> None:
     if problem is not None:
         raise SafetyViolation(prefix + problem)
@@ -170,6 +265,9 @@ class SafetyChecker:
     commit: MonotonicCommit = field(default_factory=MonotonicCommit)
     agreement: Agreement = field(default_factory=Agreement)
     contiguity: Contiguity = field(default_factory=Contiguity)
+    votes: VoteSafety = field(default_factory=VoteSafety)
+    views: LeaderViews = field(default_factory=LeaderViews)
+    timers: TimersAndCloses = field(default_factory=TimersAndCloses)
     committed: bytes = b""  # the longest committed log seen so far (from position 0)
     applied_rows_checked: int = 0
     applied_seen: int = 0  # rows of cluster.applied already fed
@@ -181,9 +279,19 @@ class SafetyChecker:
 
     def on_event(self, event: dict[str, Any]) -> None:
         """Feed every cluster event: ``leader`` events carry the term a member became leader of."""
-        if event["kind"] == "leader":
+        kind = event["kind"]
+        if kind == "leader":
             _raise(self.election.observe(event["leadership_term_id"], event["member_id"]))
-        elif event["kind"] == "commit":
+            _raise(self.views.observe(event["leadership_term_id"], event["member_id"], event["member_id"]))
+        elif kind == "election_complete" and event.get("leadership_term_id") is not None:
+            leader = event["detail"].get("leader")
+            if leader is not None:
+                _raise(self.views.observe(event["leadership_term_id"], int(leader), event["member_id"]))
+        elif kind == "vote":
+            who, incarnation = event["member_id"], event.get("incarnation", 0)
+            pos = event["log_position"]
+            _raise(self.votes.observe(who, incarnation, event["leadership_term_id"], pos, event["detail"]))
+        elif kind == "commit":
             member = f"member {event['member_id']}"
             _raise(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
 
@@ -194,6 +302,7 @@ class SafetyChecker:
         kind = str(getattr(entry.entry_type, "value", entry.entry_type))
         _raise(self.contiguity.observe(who, kind, entry.log_position, entry.length), "contiguity: ")
         _raise(self.agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest))
+        _raise(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
 
     def check_member(self, member_id: int, commit_position: int, read: Any) -> None:
         """Check one live member's committed prefix [0, commit_position) against what we know."""

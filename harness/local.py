@@ -75,9 +75,11 @@ from clusterlab.core.consensus.context import (
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.mutants import format_mutants, mutant_set
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
+    MUTANTS_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
@@ -279,6 +281,7 @@ class LocalCluster:
         scenario: str = "local",
         fault_ack_before_append: bool = False,
         secure: bool | None = None,
+        mutants: frozenset[str] = frozenset(),
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -290,6 +293,7 @@ class LocalCluster:
         LocalCluster or ``cluster start`` on it raises at once, naming this process."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
+        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         # First of all: nothing in the directory is read or written unless we own it.
@@ -469,6 +473,9 @@ class LocalCluster:
         env["PYTHONUNBUFFERED"] = "1"
         if self.fault_ack_before_append:
             env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
+        env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members
+        if self.mutants:
+            env[MUTANTS_ENV] = format_mutants(self.mutants)
         cmd = [
             sys.executable,
             "-m",

@@ -45,6 +45,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.consensus.mutants import mutant_set
 from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
@@ -171,11 +172,15 @@ class SimCluster:
         log_lines_kept: int = 10_000,
         service: str | None = None,
         authenticator_factory: Callable[[], Any] | None = None,
+        mutants: frozenset[str] = frozenset(),
+        check_invariants: bool = True,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
         self.seed = seed
         self.member_count = members
+        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.check_invariants = check_invariants
         self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
         self.timeouts.validate()
         self.network_config = network if network is not None else NetworkConfig()
@@ -479,7 +484,8 @@ class SimCluster:
             log=self._member_log(member_id),
             service_count=1 if self.service_name else 0,
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
-            check_invariants=True,  # every subsystem asserts its invariants after each input
+            check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
+            mutants=self.mutants,
         )
         member = self._factory(ctx)
         self._members[member_id] = member

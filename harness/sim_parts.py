@@ -122,6 +122,7 @@ class SimClient:
         self.network_id = client_network_id(client_id)
         self.received: list[EgressMessage] = []
         self.errors: list[Exception] = []
+        self.silent = False  # hung without closing (chaos): no keepalives, its session must time out
         self.client = ClusterClient(
             client_id,
             client_response_channel(client_id),
@@ -143,10 +144,12 @@ class SimClient:
         self.received.extend(self.client.poll())
 
     def do_work(self, now_ns: int) -> None:
+        if self.silent:
+            return
         try:
             self.client.do_work(now_ns)
         except Exception as e:  # a connect timeout: kept for the test to inspect
             self.errors.append(e)
 
     def next_deadline_ns(self) -> int | None:
-        return self.client.next_deadline_ns()
+        return None if self.silent else self.client.next_deadline_ns()

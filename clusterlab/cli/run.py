@@ -22,6 +22,7 @@ from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
+from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 
 
@@ -77,6 +78,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"--clients must be at least 1, not {args.clients}")
     if args.fault_stale_read and args.service != "kv":
         return _bad(err, f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
+    try:
+        mutants = mutant_set(args.mutant)
+    except UnknownMutant as e:
+        return _bad(err, f"--mutant: {e}")
+    if args.service != "kv" and (bad := sorted(n for n in mutants if MUTANTS[n].in_service)):
+        return _bad(err, f"--mutant {bad[0]} plants a bug in the kv service, not {args.service!r}")
     if args.dir is not None:
         if (error := writable_directory_error("--dir", args.dir)) is not None:
             return _bad(err, error)
@@ -114,6 +121,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fault_ack_before_append=args.fault_ack_before_append,
             clients=args.clients,
             fault_stale_read=args.fault_stale_read,
+            mutants=mutants,
         )
         progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
 
@@ -207,6 +215,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--fault-stale-read",
         action="store_true",
         help="test only: a planted stale read (kv gets answered from a per-session cache blind to other clients)",
+    )
+    p.add_argument(
+        "--mutant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="test only: switch on a planted bug of the catalogue (repeatable; `clusterlab mutants --list`)",
     )
     p.set_defaults(func=_cmd_run)
 

@@ -26,6 +26,7 @@ class Archive:
         segment_length: int = DEFAULT_SEGMENT_LENGTH,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
+        repair_tail: bool = True,
     ) -> None:
         self.storage = storage
         self.catalogue = Catalogue.open(storage, layout.ARCHIVE_DIR_NAME, file_sync=file_sync, log=log)
@@ -36,6 +37,7 @@ class Archive:
             segment_length=segment_length,
             file_sync=file_sync,
             log=log,
+            repair_tail=repair_tail,  # False only for a planted bug (clusterlab.core.consensus.mutants)
         )
         self.snapshots = SnapshotStore(storage, self.catalogue, layout.SNAPSHOT_DIR, file_sync=file_sync, log=log)
         try:

@@ -153,6 +153,7 @@ class RecordingStore:
         segment_length: int = DEFAULT_SEGMENT_LENGTH,
         file_sync: bool = False,
         log: Callable[[str], None] | None = None,
+        repair_tail: bool = True,
     ) -> RecordingStore:
         """Open (creating if needed) the recording in ``storage``'s ``directory``, repairing a torn tail.
 
@@ -164,7 +165,7 @@ class RecordingStore:
         segments = [_Segment(base, path, storage.size(path)) for base, path in list_segments(storage, directory)]
         cls._drop_empty_tail_segments(storage, segments, log)
         cls._check_contiguous(storage, segments)
-        repair = cls._repair_tail(storage, recording_id, segments, log)
+        repair = cls._repair_tail(storage, recording_id, segments, log) if repair_tail else None
         return cls(
             storage,
             directory,

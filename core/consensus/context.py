@@ -182,6 +182,8 @@ class ConsensusModuleContext:
     # Test-only broken build (chaos suite): a follower acknowledges a log block when it arrives and
     # appends it only when the next one does, so a crash loses entries the leader counted as durable.
     fault_ack_before_append: bool = False
+    # Planted bugs switched on (clusterlab.core.consensus.mutants; test-only, empty in production).
+    mutants: frozenset[str] = frozenset()
     # Where the archive, recording log and node state live (clusterlab.core.archive.storage): FileStorage
     # on cluster_dir in real processes, MemoryStorage in the simulator. Required by ConsensusModule.
     storage: Storage | None = None

@@ -41,6 +41,13 @@ from clusterlab.core.consensus.members import (
     is_unanimous_leader,
     quorum_position,
 )
+from clusterlab.core.consensus.mutants import (
+    QUORUM_OFF_BY_ONE,
+    SKIP_DIVERGENT_TRUNCATION,
+    STALE_BALLOT_VOTES,
+    VOTE_NOT_PERSISTED,
+    VOTE_WITHOUT_LOG_RECENCY,
+)
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ConsensusPublisher
 from clusterlab.core.consensus.recording_log import RecordingLog
@@ -70,6 +77,7 @@ class ElectionHost(Protocol):
     def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None: ...
     def on_election_error(self, election: Election, reason: str, now_ns: int) -> None: ...
     def ignore(self, what: str, reason: str) -> None: ...
+    def on_vote_placed(self, request: RequestVote, vote: Vote) -> None: ...
     def set_role(self, role: Role, now_ns: int) -> None: ...
     def set_leader(self, leader_member_id: int) -> None: ...
     def election_complete(self, election: Election, now_ns: int) -> None: ...
@@ -250,6 +258,18 @@ class Election:
     def _member_count(self) -> int:
         return len(self.ctx.members)
 
+    def _is_quorum_candidate(self, n: int) -> bool:
+        if VOTE_WITHOUT_LOG_RECENCY in self.ctx.mutants:
+            # planted bug: a quorum of canvass replies is enough, whatever their logs
+            return sum(s.log_position != NULL_POSITION for s in self.statuses) >= n // 2 + 1
+        return is_quorum_candidate(self.statuses, self.this_member, self._quorum_member_count(n))
+
+    def _quorum_member_count(self, n: int) -> int:
+        """The member count a quorum of this election is counted from."""
+        if QUORUM_OFF_BY_ONE in self.ctx.mutants and n >= 3:
+            return n - 2  # planted bug: a quorum of n // 2 (one member short of a majority)
+        return n
+
     def _status(self, member_id: int) -> MemberStatus | None:
         return self._status_by_id.get(member_id)
 
@@ -404,7 +424,7 @@ class Election:
             deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
-            now_ns >= deadline and is_quorum_candidate(self.statuses, self.this_member, n)
+            now_ns >= deadline and self._is_quorum_candidate(n)
         ):
             backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
             self.nomination_deadline_ns = now_ns + backoff
@@ -439,7 +459,7 @@ class Election:
             self._become_leader(now_ns)
             return 1
         if now_ns >= self.time_of_last_state_change_ns + self.timeouts.election_timeout_ns:
-            if is_quorum_leader(self.statuses, self.candidate_term_id, n):
+            if is_quorum_leader(self.statuses, self.candidate_term_id, self._quorum_member_count(n)):
                 self._become_leader(now_ns)
             else:
                 self._transition(ElectionState.CANVASS, now_ns)
@@ -765,15 +785,18 @@ class Election:
             self.host.ignore("RequestVote", f"unknown candidate {msg.candidate_member_id}")
             return
         if msg.candidate_term_id <= self.candidate_term_id:
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+            self._place_vote(msg, False)
         elif (
-            compare_log(self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position)
+            VOTE_WITHOUT_LOG_RECENCY not in self.ctx.mutants  # planted bug: no log-recency check
+            and compare_log(
+                self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position
+            )
             > 0
         ):
             self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                 msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
             )
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, False)
+            self._place_vote(msg, False)
             if self.host.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
                 self._publish_new_leadership_term(msg.candidate_member_id, msg.log_leadership_term_id, now_ns)
         elif self.state in (
@@ -783,29 +806,33 @@ class Election:
             ElectionState.FOLLOWER_BALLOT,
         ):
             # Durable before the vote leaves: a restarted node never votes twice in one term.
-            self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
-                msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
-            )
-            self._place_vote(msg.candidate_term_id, msg.candidate_member_id, True)
+            if VOTE_NOT_PERSISTED in self.ctx.mutants:
+                self.candidate_term_id = msg.candidate_term_id  # planted bug: in memory only
+            else:
+                self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
+                    msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
+                )
+            self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
 
-    def _place_vote(self, candidate_term_id: int, candidate_member_id: int, vote: bool) -> None:
-        self.publisher.vote(
-            candidate_member_id,
-            Vote(
-                candidate_term_id=candidate_term_id,
-                log_leadership_term_id=self.log_leadership_term_id,
-                log_position=self.append_position,
-                candidate_member_id=candidate_member_id,
-                follower_member_id=self.member_id,
-                vote=BooleanType.TRUE if vote else BooleanType.FALSE,
-            ),
+    def _place_vote(self, request: RequestVote, vote: bool) -> None:
+        answer = Vote(
+            candidate_term_id=request.candidate_term_id,
+            log_leadership_term_id=self.log_leadership_term_id,
+            log_position=self.append_position,
+            candidate_member_id=request.candidate_member_id,
+            follower_member_id=self.member_id,
+            vote=BooleanType.TRUE if vote else BooleanType.FALSE,
         )
+        self.host.on_vote_placed(request, answer)
+        self.publisher.vote(request.candidate_member_id, answer)
 
     def on_vote(self, msg: Vote, now_ns: int) -> None:
+        # planted bug: a vote from an earlier ballot of ours counts in this one
+        stale_ballot = STALE_BALLOT_VOTES in self.ctx.mutants and msg.candidate_term_id < self.candidate_term_id
         if (
             self.state != ElectionState.CANDIDATE_BALLOT
-            or msg.candidate_term_id != self.candidate_term_id
+            or (msg.candidate_term_id != self.candidate_term_id and not stale_ballot)
             or msg.candidate_member_id != self.member_id
         ):
             self.host.ignore("Vote", f"not for our ballot of term {self.candidate_term_id} ({self.state.name})")
@@ -814,7 +841,7 @@ class Election:
         if s is None:
             self.host.ignore("Vote", f"unknown member {msg.follower_member_id}")
             return
-        s.candidate_term_id = msg.candidate_term_id
+        s.candidate_term_id = self.candidate_term_id if stale_ballot else msg.candidate_term_id
         s.leadership_term_id = msg.log_leadership_term_id
         s.log_position = msg.log_position
         s.vote = msg.vote == BooleanType.TRUE
@@ -845,7 +872,11 @@ class Election:
             # our CanvassPosition with an NLT tailored to our log_leadership_term_id.
             self._transition(ElectionState.CANVASS, now_ns)
             return
-        if msg.next_term_base_log_position != NULL_POSITION and msg.next_term_base_log_position < self.append_position:
+        if (
+            msg.next_term_base_log_position != NULL_POSITION
+            and msg.next_term_base_log_position < self.append_position
+            and SKIP_DIVERGENT_TRUNCATION not in self.ctx.mutants  # planted bug: the divergent tail is kept
+        ):
             self.host.truncate_log_entry(self.log_leadership_term_id, msg.next_term_base_log_position, now_ns)
             self.append_position = msg.next_term_base_log_position
             raise ElectionError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.archive.layout import LOG_RECORDING_ID
 from clusterlab.core.codec.consensus import CanvassPosition, CommitPosition, NewLeadershipTerm, RequestVote, Vote
-from clusterlab.core.codec.enums import AppendPositionFlags, ClusterTimeUnit
+from clusterlab.core.codec.enums import AppendPositionFlags, BooleanType, ClusterTimeUnit
 from clusterlab.core.codec.framing import framed_length
 from clusterlab.core.codec.log_events import NewLeadershipTermEvent
 from clusterlab.core.codec.transport import LogEndOfStream
@@ -103,6 +103,21 @@ class ElectionLink:
 
     def ignore(self, what: str, reason: str) -> None:
         self._s.ignore(what, reason)
+
+    def on_vote_placed(self, request: RequestVote, vote: Vote) -> None:
+        """A ``vote`` event: the ballot and both logs as the voter compared them (the trace's vote checks)."""
+        self._s.event(
+            "vote",
+            {
+                "candidate": request.candidate_member_id,
+                "vote": vote.vote == BooleanType.TRUE,
+                "log_leadership_term_id": vote.log_leadership_term_id,
+                "candidate_log_leadership_term_id": request.log_leadership_term_id,
+                "candidate_log_position": request.log_position,
+            },
+            term=request.candidate_term_id,
+            pos=vote.log_position,
+        )
 
     # ------------------------------------------------------------------ entering an election
     def start_election(

@@ -29,6 +29,7 @@ from clusterlab.core.consensus.context import (
 )
 from clusterlab.core.consensus.members import MemberStatus, quorum_position
 from clusterlab.core.consensus.module_state import ModuleState
+from clusterlab.core.consensus.mutants import COMMIT_ON_OWN_APPEND
 from clusterlab.core.consensus.publishers import ConsensusPublisher, LogPublisher
 
 # Largest block of log bytes sent in one LogBlock / ReplayBlock (Aeron: MTU-sized fragments and
@@ -123,6 +124,8 @@ class LogReplication:
             len(st.statuses),
         )
         commit = min(quorum, append_position)
+        if COMMIT_ON_OWN_APPEND in st.mutants:
+            commit = append_position  # planted bug: committed on our own append, no quorum
         if commit > st.commit_position or now_ns >= (
             self.time_of_last_commit_publish_ns + self._timeouts.leader_heartbeat_interval_ns
         ):

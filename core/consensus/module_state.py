@@ -54,6 +54,7 @@ class ModuleState:
                 f"member {ctx.member_id} is not in the cluster members {[m.member_id for m in ctx.members]}"
             )
         self.member_id = ctx.member_id
+        self.mutants = ctx.mutants  # planted bugs (clusterlab.core.consensus.mutants); empty in production
         self.statuses = [MemberStatus(m) for m in ctx.members]
         self._status_by_id = {s.member_id: s for s in self.statuses}
         self.this_member = self._status_by_id[self.member_id]
@@ -72,6 +73,7 @@ class ModuleState:
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
         self._log = ctx.log
         self._events = ctx.events
+        self.timeouts = ctx.timeouts  # the start event records them: trace checks judge timing by them
         # Invariant baselines (check_invariants).
         self._checked_term = NULL_VALUE
         self._checked_commit = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
 from clusterlab.core.consensus.module_state import ModuleState
+from clusterlab.core.consensus.mutants import TORN_TAIL_NOT_REPAIRED
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog, RecoveryPlan
 from clusterlab.core.consensus.snapshots import Snapshots
 
@@ -38,6 +39,8 @@ def recover(
     last = recording_log.find_last_term()
     stop = archive.stop_position
     removed = []
+    if TORN_TAIL_NOT_REPAIRED in st.mutants:
+        last = None  # planted bug: the recording log keeps describing the lost tail
     if last is not None and (
         last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
     ):
@@ -74,6 +77,12 @@ def recover(
     st.state = ConsensusModuleState.ACTIVE
     st.event(
         "start",
-        {"append_position": archive.stop_position, "last_leadership_term_id": plan.last_leadership_term_id},
+        {
+            "append_position": archive.stop_position,
+            "last_leadership_term_id": plan.last_leadership_term_id,
+            "leader_heartbeat_timeout_ns": st.timeouts.leader_heartbeat_timeout_ns,
+            "election_timeout_ns": st.timeouts.election_timeout_ns,
+            "session_timeout_ns": st.timeouts.session_timeout_ns,
+        },
     )
     return plan

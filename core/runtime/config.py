@@ -39,6 +39,9 @@ SOCKET_LINK_PREFIX = "clusterlab-"
 # The chaos suite's deliberately broken build (ConsensusModuleContext.fault_ack_before_append),
 # switched on for a node process by this environment variable set to 1.
 FAULT_ACK_BEFORE_APPEND_ENV = "CLUSTERLAB_FAULT_ACK_BEFORE_APPEND"
+# Planted bugs (clusterlab.core.consensus.mutants) for a node process: comma-separated names. Test-only:
+# set by LocalCluster(mutants=...) from ``clusterlab run --mutant``; unset in production.
+MUTANTS_ENV = "CLUSTERLAB_MUTANTS"
 # Set to 1: a node process asserts the consensus module's invariants after every input
 # (ConsensusModuleContext.check_invariants; always on in the simulator and tests).
 CHECK_INVARIANTS_ENV = "CLUSTERLAB_CHECK_INVARIANTS"

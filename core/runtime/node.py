@@ -60,10 +60,12 @@ from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.consensus.mutants import format_mutants, parse_mutants
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     CHECK_INVARIANTS_ENV,
     FAULT_ACK_BEFORE_APPEND_ENV,
+    MUTANTS_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
@@ -337,9 +339,12 @@ class Node:
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
+            mutants=parse_mutants(os.environ.get(MUTANTS_ENV)),
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
+        if ctx.mutants:
+            self.log(f"MUTANTS ON (planted bugs, test-only): {format_mutants(ctx.mutants)}")
         if ctx.fault_ack_before_append:
             self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")
         module = ConsensusModule(ctx)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.checks import protocol as protocol_checks
 from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns, trace_files
 from clusterlab.harness.completeness import (
@@ -42,7 +43,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from rich.table import Table
 
-CHECKS = ("agreement", "contiguity", "election_safety", "durability", "committed_prefix", "linearizability")
+CHECKS = (
+    "agreement",
+    "contiguity",
+    "election_safety",
+    "durability",
+    "committed_prefix",
+    "linearizability",
+    *protocol_checks.NAMES,
+)
 DEFAULT_LIMIT = 50
 AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
 
@@ -553,6 +562,58 @@ def check_linearizability(tables: Tables, limit: int) -> CheckResult:
     return result
 
 
+def check_protocol(tables: Tables, limit: int) -> dict[str, CheckResult]:
+    """The protocol-level checks (clusterlab.chaos.checks.protocol): their Spark SQL over temp views of the
+    tables they read, named as the checks expect."""
+    results = {}
+    views = {}
+    for check in protocol_checks.CHECKS:
+        for name in check.tables:
+            if name not in views:  # each table read once, cached for the checks that share it
+                views[name] = tables.read(name, *_VIEW_COLUMNS[name]).cache()
+                views[name].createOrReplaceTempView(name)
+    try:
+        for check in protocol_checks.CHECKS:
+            bad = tables.spark.sql(check.sql)
+            per_run = _per_run(bad)
+            count = sum(per_run.values())
+            results[check.name] = CheckResult(check.name, count, _rows(bad, limit) if count else [], per_run)
+    finally:
+        for df in views.values():
+            df.unpersist()
+    return results
+
+
+# The columns the protocol checks read (all but the bulky payload and entry bytes they do not need).
+_VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": (
+        "run_id",
+        "source",
+        "member_id",
+        "incarnation",
+        "kind",
+        "leadership_term_id",
+        "log_position",
+        "wall_ns",
+        "detail",
+    ),
+    "messages": ("run_id", "member_id", "incarnation", "direction", "peer", "msg_type", "leadership_term_id"),
+    "applied": (
+        "run_id",
+        "member_id",
+        "service_id",
+        "incarnation",
+        "log_position",
+        "length",
+        "leadership_term_id",
+        "entry_type",
+        "entry_digest",
+        "replay",
+    ),
+    "log": ("run_id", "log_position", "leadership_term_id", "entry_type", "entry"),
+}
+
+
 def check_runs(
     run_dirs: Sequence[Path | str],
     *,
@@ -603,6 +664,7 @@ def check_runs(
             "durability": check_durability(tables, limit),
             "committed_prefix": check_committed_prefix(tables, flagged, events, limit),
             "linearizability": check_linearizability(tables, limit),
+            **check_protocol(tables, limit),
         }
     finally:
         flagged.unpersist()

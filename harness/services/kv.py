@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from functools import lru_cache
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -167,13 +168,16 @@ class KeyValueService(ClusteredService):
         # The planted stale read (stale_read_service, tests only): session -> key -> the value that
         # session last saw; its gets are answered from there, blind to other sessions' writes.
         self.fault_stale_read = False
+        # The planted wall-clock stamp (wall_clock_service, tests only): writes stamped with this
+        # member's wall clock instead of the log's cluster time, so members' states diverge.
+        self.fault_wall_clock = False
         self._session_view: dict[int, dict[str, str | None]] = {}
 
     # --- state ---------------------------------------------------------------------------------------
 
     def _set(self, key: str, value: str) -> None:
         self.revision += 1
-        self.entries[key] = (value, self.revision)
+        self.entries[key] = (value, time.time_ns() if self.fault_wall_clock else self.revision)
         if key not in self._dirty:
             old = self._entry_hashes.pop(key, None)
             if old is not None:
@@ -379,4 +383,12 @@ def stale_read_service() -> KeyValueService:
     """The kv store with the planted stale read switched on (``--fault-stale-read``; tests only)."""
     service = KeyValueService()
     service.fault_stale_read = True
+    return service
+
+
+def wall_clock_service() -> KeyValueService:
+    """The kv store with the planted non-determinism switched on (mutant ``service-wall-clock``; tests
+    only): each write is stamped with the member's wall clock instead of the log's cluster time."""
+    service = KeyValueService()
+    service.fault_wall_clock = True
     return service

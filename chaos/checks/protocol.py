@@ -1,0 +1,359 @@
+"""Protocol-level checks: properties of the recorded messages and events, not of the service state.
+
+State checks (agreement, durability, prefix) miss bugs that only bend the protocol: a vote granted to a
+less recent log, a vote cast twice in one term after a restart, a leader that keeps leading without a
+quorum, a timer fired locally, a snapshot at another position. Each check here is one
+:class:`~clusterlab.chaos.checks.base.SqlCheck` over the trace tables (docs/trace-schema.md), from the
+outside: the ``vote`` events (the ballot and both logs as the voter compared them), ``leader`` /
+``election_complete`` events and NewLeadershipTerm messages (who leads which term, in every member's
+view), the harness's ``partition``/``heal`` events with the node's ``start`` event (its leader
+heartbeat timeout), the ``applied`` rows and the committed ``log``.
+
+:func:`evaluate_duckdb` runs a check on one run with DuckDB (the local verdict, until the embedded engine
+runs every SqlCheck)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from clusterlab.chaos.checks.base import SqlCheck
+
+# Rows of the ``vote`` events, with their JSON detail as columns.
+_VOTES = """
+SELECT run_id, member_id, incarnation, wall_ns,
+       leadership_term_id AS candidate_term_id,
+       log_position,
+       CAST(get_json_object(detail, '$.candidate') AS BIGINT) AS candidate,
+       get_json_object(detail, '$.vote') = 'true' AS yes,
+       CAST(get_json_object(detail, '$.log_leadership_term_id') AS BIGINT) AS log_term,
+       CAST(get_json_object(detail, '$.candidate_log_leadership_term_id') AS BIGINT) AS candidate_log_term,
+       CAST(get_json_object(detail, '$.candidate_log_position') AS BIGINT) AS candidate_log_position
+FROM events
+WHERE kind = 'vote' AND source LIKE 'node-%'
+"""
+
+VOTE_LOG_RECENCY = SqlCheck(
+    name="vote_log_recency",
+    description="no YES vote to a candidate whose log (term, position) is less recent than the voter's",
+    tables=("events",),
+    sql=f"""
+WITH votes AS ({_VOTES})
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
+              ') voted YES for member ', CAST(candidate AS STRING), ' in term ', CAST(candidate_term_id AS STRING),
+              ' with a more recent log (term ', CAST(log_term AS STRING), ', position ',
+              CAST(log_position AS STRING), ') than the candidate''s (term ', CAST(candidate_log_term AS STRING),
+              ', position ', CAST(candidate_log_position AS STRING), ')') AS detail
+FROM votes
+WHERE yes AND (log_term > candidate_log_term
+               OR (log_term = candidate_log_term AND log_position > candidate_log_position))
+""",
+)
+
+ONE_VOTE_PER_TERM = SqlCheck(
+    name="one_vote_per_term",
+    description="at most one YES vote per voter per candidate term, across the voter's restarts (a candidate's "
+    "RequestVote is its vote for itself)",
+    tables=("events", "messages"),
+    sql=f"""
+WITH votes AS (
+  SELECT run_id, member_id, incarnation, candidate_term_id, candidate, yes FROM ({_VOTES}) v
+  UNION ALL
+  SELECT DISTINCT run_id, member_id, incarnation, leadership_term_id, CAST(member_id AS BIGINT), true
+  FROM messages
+  WHERE msg_type = 'RequestVote' AND direction = 'send' AND member_id >= 0 AND leadership_term_id IS NOT NULL
+)
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' voted YES in term ', CAST(candidate_term_id AS STRING),
+              ' for members ', candidates, ' (incarnations ', incarnations, ')') AS detail
+FROM (
+  SELECT run_id, member_id, candidate_term_id,
+         COUNT(DISTINCT candidate) AS n,
+         array_join(sort_array(collect_set(CAST(candidate AS STRING))), ',') AS candidates,
+         array_join(sort_array(collect_set(CAST(incarnation AS STRING))), ',') AS incarnations
+  FROM votes WHERE yes
+  GROUP BY run_id, member_id, candidate_term_id
+) t
+WHERE n > 1
+""",
+)
+
+ONE_LEADER_PER_TERM = SqlCheck(
+    name="one_leader_per_term",
+    description="at most one leader per term in every member's view (leader/election_complete events, "
+    "NewLeadershipTerm messages)",
+    tables=("events", "messages"),
+    sql="""
+WITH views AS (
+  SELECT run_id, leadership_term_id AS term, member_id AS leader, member_id AS viewer, 'won' AS how
+  FROM events WHERE kind = 'leader' AND source LIKE 'node-%' AND leadership_term_id IS NOT NULL
+  UNION ALL
+  SELECT run_id, leadership_term_id, CAST(get_json_object(detail, '$.leader') AS BIGINT), member_id,
+         'election_complete'
+  FROM events WHERE kind = 'election_complete' AND source LIKE 'node-%' AND leadership_term_id IS NOT NULL
+  UNION ALL
+  SELECT run_id, leadership_term_id, CASE WHEN direction = 'send' THEN member_id ELSE peer END, member_id,
+         concat('NewLeadershipTerm ', direction)
+  FROM messages
+  WHERE msg_type = 'NewLeadershipTerm' AND direction IN ('send', 'recv') AND leadership_term_id IS NOT NULL
+        AND member_id >= 0
+)
+SELECT run_id,
+       concat('term ', CAST(term AS STRING), ' has leaders ', leaders, ' (', seen, ')') AS detail
+FROM (
+  SELECT run_id, term,
+         COUNT(DISTINCT leader) AS n,
+         array_join(sort_array(collect_set(CAST(leader AS STRING))), ',') AS leaders,
+         array_join(sort_array(collect_set(concat('member ', CAST(viewer AS STRING), ' saw ',
+                                                  CAST(leader AS STRING), ' by ', how))), '; ') AS seen
+  FROM views
+  GROUP BY run_id, term
+) t
+WHERE n > 1
+""",
+)
+
+TERM_STARTS_WITH_NEW_LEADERSHIP_TERM = SqlCheck(
+    name="term_starts_with_new_leadership_term",
+    description="the first entry of every term, in each member's applied rows and in the committed log, "
+    "is its NewLeadershipTerm entry",
+    tables=("applied", "log"),
+    sql="""
+WITH firsts AS (
+  SELECT run_id, member_id, service_id, incarnation, leadership_term_id,
+         min_by(entry_type, log_position) AS first_type,
+         min(log_position) AS first_end,
+         min_by(length, log_position) AS first_length
+  FROM applied WHERE entry_type <> 'Snapshot'
+  GROUP BY run_id, member_id, service_id, incarnation, leadership_term_id
+),
+snaps AS (
+  SELECT run_id, member_id, service_id, incarnation, log_position FROM applied WHERE entry_type = 'Snapshot'
+),
+log_firsts AS (
+  SELECT run_id, leadership_term_id,
+         min_by(entry_type, log_position) AS first_type,
+         min(log_position) AS first_end,
+         min_by(octet_length(entry), log_position) AS first_length
+  FROM log GROUP BY run_id, leadership_term_id
+)
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
+              ') began term ', CAST(leadership_term_id AS STRING), ' with a ', first_type, ' entry at ',
+              CAST(first_end - first_length AS STRING), ', not its NewLeadershipTerm entry') AS detail
+FROM firsts f
+WHERE first_type <> 'NewLeadershipTerm'
+  -- an incarnation restored from a snapshot resumes mid-term, right after the snapshot's position
+  AND NOT EXISTS (SELECT 1 FROM snaps s
+                  WHERE s.run_id = f.run_id AND s.member_id = f.member_id AND s.service_id = f.service_id
+                        AND s.incarnation = f.incarnation AND s.log_position = f.first_end - f.first_length)
+UNION ALL
+SELECT run_id,
+       concat('committed log: term ', CAST(leadership_term_id AS STRING), ' begins with a ', first_type,
+              ' entry at ', CAST(first_end - first_length AS STRING), ', not its NewLeadershipTerm entry') AS detail
+FROM log_firsts g
+WHERE first_type <> 'NewLeadershipTerm'
+  -- a log that does not start at 0 (compacted below a snapshot) may start mid-term
+  AND NOT (first_end - first_length > 0
+           AND first_end = (SELECT min(log_position) FROM log l WHERE l.run_id = g.run_id))
+""",
+)
+
+# A leader's window: from its ``leader`` event until it steps down (election_start, or a non-LEADER role) or
+# its process is killed, paused, stopped or restarted. A ``partition`` that leaves it in a group smaller than a
+# quorum must end the window within leader_heartbeat_timeout (its start event) + half of it. The slack: the
+# leader counts a follower inactive once ``timeout`` has passed since its last AppendPosition, which came at
+# most one heartbeat interval before the cut, and checks once per duty cycle; half a timeout covers both
+# and a loaded machine's scheduling. Not judged when the cut is healed or changed, or the run ends, first.
+LEADER_STEPS_DOWN_WITHOUT_QUORUM = SqlCheck(
+    name="leader_steps_down_without_quorum",
+    description="a leader cut off from a quorum by a partition steps down within its leader heartbeat timeout (+50%)",
+    tables=("events",),
+    sql="""
+WITH sizes AS (
+  SELECT run_id, COUNT(DISTINCT member_id) AS n FROM events
+  WHERE source LIKE 'node-%' AND kind = 'start' GROUP BY run_id
+),
+timeouts AS (
+  SELECT run_id, member_id, max(CAST(get_json_object(detail, '$.leader_heartbeat_timeout_ns') AS BIGINT)) AS t
+  FROM events WHERE source LIKE 'node-%' AND kind = 'start' GROUP BY run_id, member_id
+),
+leads AS (
+  SELECT run_id, member_id, leadership_term_id, wall_ns AS since FROM events
+  WHERE kind = 'leader' AND source LIKE 'node-%'
+),
+ends AS (
+  SELECT run_id, member_id, wall_ns FROM events
+  WHERE source LIKE 'node-%'
+        AND (kind = 'election_start' OR (kind = 'role' AND get_json_object(detail, '$.role') <> 'LEADER'))
+  UNION ALL
+  SELECT run_id, member_id, wall_ns FROM events
+  WHERE source IN ('harness', 'chaos') AND kind IN ('kill', 'stop', 'restart', 'pause')
+),
+cuts AS (
+  SELECT run_id, wall_ns AS at, detail FROM events WHERE kind = 'partition' AND source = 'harness'
+),
+changes AS (
+  SELECT run_id, wall_ns FROM events WHERE kind IN ('partition', 'heal') AND source = 'harness'
+),
+run_end AS (SELECT run_id, max(wall_ns) AS end_ns FROM events GROUP BY run_id),
+cut_leaders AS (
+  SELECT c.run_id, c.at, l.member_id, l.leadership_term_id, c.detail, z.n, tt.t,
+         c.at + tt.t + tt.t / 2 AS deadline,
+         CASE
+           WHEN get_json_object(c.detail, '$.isolate') IS NOT NULL THEN
+             CASE WHEN CAST(get_json_object(c.detail, '$.isolate') AS BIGINT) = l.member_id THEN 1 ELSE z.n - 1 END
+           WHEN get_json_object(c.detail, '$.groups') IS NOT NULL THEN
+             -- the member's group in {"groups":[[1],[0,2]]}, brackets made <> (no regex escapes: the
+             -- two engines' string literals and regex dialects differ on them)
+             length(regexp_extract(translate(c.detail, '[]', '<>'),
+                                   concat('<((?:[0-9]+,)*', CAST(l.member_id AS STRING), '(?:,[0-9]+)*)>'), 1))
+             - length(replace(regexp_extract(translate(c.detail, '[]', '<>'),
+                                             concat('<((?:[0-9]+,)*', CAST(l.member_id AS STRING),
+                                                    '(?:,[0-9]+)*)>'), 1), ',', '')) + 1
+         END AS group_size
+  FROM cuts c
+  JOIN leads l ON l.run_id = c.run_id AND l.since <= c.at
+  JOIN sizes z ON z.run_id = c.run_id
+  JOIN timeouts tt ON tt.run_id = c.run_id AND tt.member_id = l.member_id
+  WHERE tt.t IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM ends e WHERE e.run_id = l.run_id AND e.member_id = l.member_id
+                                              AND e.wall_ns >= l.since AND e.wall_ns <= c.at)
+)
+SELECT x.run_id,
+       concat('member ', CAST(x.member_id AS STRING), ' led term ', CAST(x.leadership_term_id AS STRING),
+              ' in a group of ', CAST(x.group_size AS STRING), ' of ', CAST(x.n AS STRING),
+              ' members after the partition at ', CAST(x.at AS STRING), ' ns ', x.detail,
+              ' and did not step down within ', CAST(CAST((x.deadline - x.at) / 1000000 AS BIGINT) AS STRING),
+              ' ms (leader heartbeat timeout ', CAST(CAST(x.t / 1000000 AS BIGINT) AS STRING), ' ms + 50%)') AS detail
+FROM cut_leaders x
+JOIN run_end r ON r.run_id = x.run_id
+WHERE x.group_size < floor(x.n / 2) + 1
+  AND r.end_ns > x.deadline
+  AND NOT EXISTS (SELECT 1 FROM ends e WHERE e.run_id = x.run_id AND e.member_id = x.member_id
+                                            AND e.wall_ns > x.at AND e.wall_ns <= x.deadline)
+  AND NOT EXISTS (SELECT 1 FROM changes g WHERE g.run_id = x.run_id AND g.wall_ns > x.at
+                                               AND g.wall_ns <= x.deadline)
+""",
+)
+
+TIMERS_AND_CLOSES_AGREE = SqlCheck(
+    name="timers_and_closes_agree",
+    description="Timer and SessionClose entries are applied at the same log positions, with the same bytes, "
+    "on every member, and only where the committed log has them",
+    tables=("applied", "log"),
+    sql="""
+WITH tc AS (
+  SELECT run_id, member_id, incarnation, log_position, entry_type FROM applied
+  WHERE entry_type IN ('Timer', 'SessionClose')
+),
+spots AS (SELECT DISTINCT run_id, log_position FROM tc),
+at_spot AS (
+  SELECT a.run_id, a.log_position,
+         concat(a.entry_type, ' ', substring(lower(hex(a.entry_digest)), 1, 12)) AS what,
+         concat(CAST(a.member_id AS STRING), '/', CAST(a.incarnation AS STRING)) AS who
+  FROM applied a JOIN spots p ON a.run_id = p.run_id AND a.log_position = p.log_position
+  WHERE a.entry_type <> 'Snapshot'
+),
+log_end AS (SELECT run_id, max(log_position) AS end_position FROM log GROUP BY run_id)
+SELECT run_id,
+       concat('members disagree on the ', kinds, ' entry ending at ', CAST(log_position AS STRING), ': ',
+              seen) AS detail
+FROM (
+  SELECT run_id, log_position, COUNT(DISTINCT what) AS n,
+         array_join(sort_array(collect_set(regexp_extract(what, '^[A-Za-z]+', 0))), '/') AS kinds,
+         array_join(sort_array(collect_set(concat(what, ' by ', who))), '; ') AS seen
+  FROM at_spot GROUP BY run_id, log_position
+) t
+WHERE n > 1
+UNION ALL
+SELECT tc.run_id,
+       concat('member ', CAST(tc.member_id AS STRING), '/', CAST(tc.incarnation AS STRING), ' applied a ',
+              tc.entry_type, ' entry ending at ', CAST(tc.log_position AS STRING),
+              ' that is not in the committed log') AS detail
+FROM tc JOIN log_end e ON e.run_id = tc.run_id
+WHERE tc.log_position <= e.end_position
+  AND NOT EXISTS (SELECT 1 FROM log l WHERE l.run_id = tc.run_id AND l.log_position = tc.log_position
+                                           AND l.entry_type = tc.entry_type)
+""",
+)
+
+SNAPSHOTS_AGREE = SqlCheck(
+    name="snapshots_agree",
+    description="snapshots are taken (and restored) only at a committed ClusterAction's position, and every "
+    "member that applied that action live and went on took one there",
+    tables=("events", "applied", "log"),
+    sql="""
+WITH taken AS (
+  SELECT run_id, member_id, incarnation, log_position, 'took' AS how FROM events
+  WHERE kind = 'snapshot' AND source LIKE 'node-%' AND log_position IS NOT NULL
+  UNION ALL
+  SELECT run_id, member_id, incarnation, log_position, 'restored' AS how FROM applied WHERE entry_type = 'Snapshot'
+),
+log_end AS (SELECT run_id, max(log_position) AS end_position FROM log GROUP BY run_id),
+actions AS (
+  SELECT run_id, member_id, service_id, incarnation, log_position FROM applied a
+  WHERE entry_type = 'ClusterAction' AND NOT replay
+    AND EXISTS (SELECT 1 FROM applied b WHERE b.run_id = a.run_id AND b.member_id = a.member_id
+                                             AND b.service_id = a.service_id AND b.incarnation = a.incarnation
+                                             AND b.log_position > a.log_position)
+)
+SELECT k.run_id,
+       concat('member ', CAST(k.member_id AS STRING), '/', CAST(k.incarnation AS STRING), ' ', k.how,
+              ' a snapshot at ', CAST(k.log_position AS STRING),
+              ', where the committed log has no ClusterAction entry') AS detail
+FROM taken k JOIN log_end e ON e.run_id = k.run_id
+WHERE k.log_position <= e.end_position
+  AND NOT EXISTS (SELECT 1 FROM log l WHERE l.run_id = k.run_id AND l.log_position = k.log_position
+                                           AND l.entry_type = 'ClusterAction')
+UNION ALL
+SELECT a.run_id,
+       concat('member ', CAST(a.member_id AS STRING), '/', CAST(a.incarnation AS STRING),
+              ' applied the ClusterAction at ', CAST(a.log_position AS STRING),
+              ' where other members took a snapshot, went on, and took none there') AS detail
+FROM actions a
+WHERE EXISTS (SELECT 1 FROM events s WHERE s.run_id = a.run_id AND s.kind = 'snapshot'
+                                          AND s.source LIKE 'node-%' AND s.log_position = a.log_position)
+  AND NOT EXISTS (SELECT 1 FROM events s WHERE s.run_id = a.run_id AND s.kind = 'snapshot'
+                                              AND s.source LIKE 'node-%' AND s.member_id = a.member_id
+                                              AND s.log_position = a.log_position)
+""",
+)
+
+CHECKS: tuple[SqlCheck, ...] = (
+    VOTE_LOG_RECENCY,
+    ONE_VOTE_PER_TERM,
+    ONE_LEADER_PER_TERM,
+    TERM_STARTS_WITH_NEW_LEADERSHIP_TERM,
+    LEADER_STEPS_DOWN_WITHOUT_QUORUM,
+    TIMERS_AND_CLOSES_AGREE,
+    SNAPSHOTS_AGREE,
+)
+NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
+
+
+def duckdb_sql(check: SqlCheck) -> str:
+    """The check's SQL in DuckDB's dialect."""
+    return sqlglot.transpile(check.sql, read="spark", write="duckdb")[0]
+
+
+def evaluate_duckdb(check: SqlCheck, tables: dict[str, pa.Table], run_id: str) -> list[dict[str, Any]]:
+    """The violation rows (``run_id``, ``detail``) of ``check`` over one run's tables (harness/trace.py's
+    ``Run.tables``), evaluated by an in-memory DuckDB. The committed log gets the ``run_id`` column the views
+    carry."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for name in check.tables:
+            table = tables[name]
+            if "run_id" not in table.column_names:
+                table = table.append_column("run_id", pa.array([run_id] * table.num_rows, pa.string()))
+            con.register(name, table)
+        cursor = con.execute(duckdb_sql(check))
+        columns = [d[0] for d in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        con.close()

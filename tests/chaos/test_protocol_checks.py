@@ -1,0 +1,197 @@
+"""The protocol-level trace checks (clusterlab.chaos.checks.protocol), judged by DuckDB.
+
+Clean simulator runs pass every check; each check fails on a planted violation: a core bug switched on by a
+small monkeypatch where the simulator reaches it cheaply (a leader that never counts its quorum), otherwise the
+clean trace with one row changed the way the bug would change it (a YES vote to a staler log, a second vote
+after a restart, a timer applied where the log has none, ...)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from clusterlab.chaos.checks import protocol
+from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.verify import verify_run
+from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety
+from clusterlab.harness.trace import Run, open_run
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A seeded simulator run with a snapshot, a leader kill and restart (votes in several terms)."""
+    r = run_scenario("snapshot-under-chaos", seed=3, sim=True, directory=tmp_path_factory.mktemp("clean"), clients=1)
+    assert r.ok, r.failure_message()
+    return open_run(r.trace_dir)
+
+
+def judge(tables: dict[str, pa.Table], name: str) -> list[str]:
+    check = next(c for c in CHECKS if c.name == name)
+    run_id = tables["events"].column("run_id")[0].as_py()
+    return [r["detail"] for r in evaluate_duckdb(check, tables, run_id)]
+
+
+def rows(run: Run, table: str) -> list[dict[str, Any]]:
+    return run.tables[table].to_pylist()
+
+
+def with_rows(run: Run, table: str, new_rows: list[dict[str, Any]]) -> dict[str, pa.Table]:
+    tables = dict(run.tables)
+    tables[table] = pa.Table.from_pylist(new_rows, schema=run.tables[table].schema)
+    return tables
+
+
+def test_clean_run_passes_every_protocol_check(clean: Run) -> None:
+    for check in CHECKS:
+        assert judge(clean.tables, check.name) == [], check.name
+    votes = [e for e in rows(clean, "events") if e["kind"] == "vote"]
+    assert any(json.loads(e["detail"])["vote"] for e in votes), "the run has YES votes to judge"
+    assert verify_run(clean.directory).status == "PASS"
+
+
+def test_check_names_are_the_catalogue() -> None:
+    assert protocol.NAMES == (
+        "vote_log_recency",
+        "one_vote_per_term",
+        "one_leader_per_term",
+        "term_starts_with_new_leadership_term",
+        "leader_steps_down_without_quorum",
+        "timers_and_closes_agree",
+        "snapshots_agree",
+    )
+
+
+def _yes_votes(run: Run) -> list[dict[str, Any]]:
+    return [e for e in rows(run, "events") if e["kind"] == "vote" and json.loads(e["detail"])["vote"]]
+
+
+def test_vote_to_a_staler_log_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    vote = next(e for e in events if e in _yes_votes(clean) and e["log_position"] > 0)
+    detail = json.loads(vote["detail"])
+    # The candidate's log one entry behind the voter's: a voter that skipped the recency check.
+    detail["candidate_log_position"] = vote["log_position"] - 32
+    detail["candidate_log_leadership_term_id"] = detail["log_leadership_term_id"]
+    vote["detail"] = json.dumps(detail)
+    got = judge(with_rows(clean, "events", events), "vote_log_recency")
+    assert len(got) == 1 and f"member {vote['member_id']} " in got[0] and "more recent log" in got[0]
+
+
+def test_second_vote_in_a_term_after_restart_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    vote = _yes_votes(clean)[0]
+    detail = json.loads(vote["detail"])
+    other = next(m for m in range(3) if m not in (vote["member_id"], detail["candidate"]))
+    again = dict(vote, incarnation=vote["incarnation"] + 1, wall_ns=vote["wall_ns"] + 1, seq=10**6)
+    again["detail"] = json.dumps(dict(detail, candidate=other))
+    got = judge(with_rows(clean, "events", [*events, again]), "one_vote_per_term")
+    assert len(got) == 1
+    assert f"voted YES in term {vote['leadership_term_id']} for members" in got[0]
+    assert f"incarnations {vote['incarnation']},{vote['incarnation'] + 1}" in got[0]
+
+
+def test_two_leaders_in_one_members_view_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    done = next(e for e in events if e["kind"] == "election_complete")
+    leader = json.loads(done["detail"])["leader"]
+    wrong = dict(done, detail=json.dumps({"leader": (leader + 1) % 3, "role": "FOLLOWER"}), seq=10**6)
+    got = judge(with_rows(clean, "events", [*events, wrong]), "one_leader_per_term")
+    assert len(got) == 1 and f"term {done['leadership_term_id']} has leaders" in got[0]
+
+
+def test_term_without_its_new_leadership_term_entry_fails(clean: Run) -> None:
+    applied = rows(clean, "applied")
+    nlt = next(r for r in applied if r["entry_type"] == "NewLeadershipTerm" and r["leadership_term_id"] > 0)
+    applied = [r for r in applied if r is not nlt]
+    got = judge(with_rows(clean, "applied", applied), "term_starts_with_new_leadership_term")
+    assert got and f"began term {nlt['leadership_term_id']} with a " in got[0]
+    log = [r for r in rows(clean, "log") if not (r["entry_type"] == "NewLeadershipTerm" and r["leadership_term_id"])]
+    got = judge(with_rows(clean, "log", log), "term_starts_with_new_leadership_term")
+    assert any(g.startswith("committed log: term ") for g in got)
+
+
+def test_timer_applied_outside_the_log_fails(clean: Run) -> None:
+    applied = rows(clean, "applied")
+    member = applied[-1]["member_id"]
+    mine = [r for r in applied if r["member_id"] == member and r["entry_type"] == "SessionMessage"]
+    local = mine[len(mine) // 2]
+    local["entry_type"] = "Timer"  # a follower fired its timer locally, where the others applied the log
+    got = judge(with_rows(clean, "applied", applied), "timers_and_closes_agree")
+    assert any(f"ending at {local['log_position']}: " in g and "members disagree" in g for g in got)
+    assert any("that is not in the committed log" in g for g in got)
+
+
+def test_snapshot_at_another_position_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    snaps = [e for e in events if e["kind"] == "snapshot" and e["source"].startswith("node-")]
+    # One member's snapshot moved (a member that took only that one: a restarted member may take it again).
+    snap = next(e for e in snaps if sum(x["member_id"] == e["member_id"] for x in snaps) == 1)
+    snap["log_position"] += 64
+    got = judge(with_rows(clean, "events", events), "snapshots_agree")
+    assert any("took a snapshot at" in g and "no ClusterAction" in g for g in got)
+    assert any(f"member {snap['member_id']}/" in g and "took none there" in g for g in got)
+
+
+@pytest.fixture(scope="module")
+def stuck_leader(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The planted bug: a leader that never finds its quorum inactive (keeps leading when cut off)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("clusterlab.core.consensus.module.has_active_quorum", lambda *a, **k: True)
+        r = run_scenario("leader-isolation", seed=2, sim=True, directory=tmp_path_factory.mktemp("stuck"), clients=1)
+    return r.trace_dir
+
+
+def test_leader_that_keeps_leading_without_quorum_fails(stuck_leader: Path) -> None:
+    verdict = verify_run(stuck_leader)
+    assert verdict.status == "FAIL"
+    got = verdict.violations["leader_steps_down_without_quorum"]
+    assert got and "did not step down within 1500 ms" in got[0], got
+
+
+def test_leader_isolation_steps_down_in_time(tmp_path: Path) -> None:
+    r = run_scenario("leader-isolation", seed=2, sim=True, directory=tmp_path, clients=1)
+    assert r.ok, r.failure_message()
+    run = open_run(r.trace_dir)
+    assert any(e["kind"] == "partition" for e in rows(run, "events"))
+    assert judge(run.tables, "leader_steps_down_without_quorum") == []
+
+
+def test_online_folds_catch_the_same_violations(clean: Run) -> None:
+    """The online forms (clusterlab.harness.invariants) fed the clean run's events and applied rows stay silent;
+    fed the planted rows, they name the same violations as the SQL checks."""
+    votes, views, timers = VoteSafety(), LeaderViews(), TimersAndCloses()
+    for e in sorted(rows(clean, "events"), key=lambda e: (e["wall_ns"], e["seq"])):
+        detail = json.loads(e["detail"] or "{}")
+        if e["kind"] == "vote":
+            assert (
+                votes.observe(e["member_id"], e["incarnation"], e["leadership_term_id"], e["log_position"], detail)
+                is None
+            )
+        elif e["kind"] == "election_complete":
+            assert views.observe(e["leadership_term_id"], detail["leader"], e["member_id"]) is None
+    for r in rows(clean, "applied"):
+        assert (
+            timers.observe(r["log_position"], (r["member_id"], r["incarnation"]), r["entry_type"], r["entry_digest"])
+            is None
+        )
+
+    vote = _yes_votes(clean)[0]
+    detail = json.loads(vote["detail"])
+    other = next(m for m in range(3) if m not in (vote["member_id"], detail["candidate"]))
+    again = votes.observe(
+        vote["member_id"], 7, vote["leadership_term_id"], vote["log_position"], dict(detail, candidate=other)
+    )
+    assert again is not None and again.startswith("one_vote_per_term")
+    stale = dict(detail, candidate_log_position=-1, candidate_log_leadership_term_id=-1, log_leadership_term_id=0)
+    problem = votes.observe(vote["member_id"], 0, 99, 0, stale)
+    assert problem is not None and problem.startswith("vote_log_recency")
+    term, (leader, _) = next(iter(views.leader.items()))
+    assert (views.observe(term, (leader + 1) % 3, 2) or "").startswith("one_leader_per_term")
+    position = next(p for p, first in timers.first.items() if first[0] == "SessionMessage")
+    assert (timers.observe(position, (9, 0), "Timer", b"\0" * 16) or "").startswith("timers_and_closes_agree")

@@ -1,0 +1,84 @@
+"""The protocol-level checks give the same rows on Spark (golden/spark/check.py runs their SQL on temp views of
+the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
+run with the planted bug of a leader that never finds its quorum inactive, plus a copy of the clean trace whose
+events gained a second YES vote in one term from a restarted voter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.golden.spark.check import check_runs
+from clusterlab.harness.arrow_stream import read_stream
+from clusterlab.harness.recorder import SCHEMAS
+from clusterlab.harness.trace import open_run
+
+pytestmark = pytest.mark.spark
+
+
+def _double_vote(clean: Path, into: Path) -> Path:
+    """A copy of ``clean`` whose first YES voter votes again in that term, for another member, as incarnation +1
+    (appended to its events file as one more record batch; the manifest updated, so the copy is COMPLETE)."""
+    shutil.copytree(clean, into)
+    run = open_run(into)
+    vote = next(e for e in run.events.to_pylist() if e["kind"] == "vote" and json.loads(e["detail"])["vote"])
+    detail = json.loads(vote["detail"])
+    other = next(m for m in range(3) if m not in (vote["member_id"], detail["candidate"]))
+    again = dict(vote, incarnation=vote["incarnation"] + 1, seq=10**6, detail=json.dumps(dict(detail, candidate=other)))
+    # Rewrite harness/node events as one file per process: simplest is a new file for the planted row.
+    path = into / "events" / f"node-{vote['member_id']}-i9.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMAS["events"]) as w:
+        w.write_table(pa.Table.from_pylist([again], schema=SCHEMAS["events"]))
+    meta = json.loads((into / "run.json").read_text())
+    meta.pop("files", None)  # the planted file is not in the manifest: judged from the files alone
+    meta.pop("processes", None)
+    meta.pop("schema_version", None)
+    (into / "run.json").write_text(json.dumps(meta))
+    assert read_stream(str(path)).closed
+    return into
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("protocol-spark")
+    clean = run_scenario("leader-kill", seed=4, sim=True, directory=base / "clean", clients=1)
+    assert clean.ok, clean.failure_message()
+    voted = run_scenario("kill-voter", seed=1, sim=True, directory=base / "voted", clients=1)
+    assert voted.ok, voted.failure_message()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("clusterlab.core.consensus.module.has_active_quorum", lambda *a, **k: True)
+        stuck = run_scenario("leader-isolation", seed=2, sim=True, directory=base / "stuck", clients=1)
+    return {
+        "clean": clean.trace_dir,
+        "stuck": stuck.trace_dir,
+        "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
+    }
+
+
+def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
+    run = open_run(run_dir)
+    run_id = run.meta["run_id"]
+    return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
+
+
+@pytest.mark.timeout(1200)  # three simulator runs and one Spark job on a loaded 2-core machine
+def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
+    expected = {name: _duckdb_rows(d) for name, d in traces.items()}
+    assert not any(expected["clean"].values())
+    assert expected["stuck"]["leader_steps_down_without_quorum"]
+    assert expected["double-vote"]["one_vote_per_term"]
+    run_ids = {name: open_run(d).meta["run_id"] for name, d in traces.items()}
+    assert len(set(run_ids.values())) == len(run_ids)
+    report = check_runs(list(traces.values()), spark=spark, write_json=False)  # one job over the three
+    assert report.complete
+    for name, run_id in run_ids.items():
+        for check in CHECKS:
+            got = {v["detail"] for v in report.checks[check.name].violations if v["run_id"] == run_id}
+            assert got == expected[name][check.name], (name, check.name)
+        assert report.run_status(run_id) == ("PASS" if name == "clean" else "FAIL"), name
