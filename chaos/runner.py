@@ -363,7 +363,7 @@ def _service_factory(result: RunResult) -> str:
     if result.fault_stale_read:
         return STALE_READ_SERVICE
     for name in sorted(result.mutants):
-        if name in MUTANT_SERVICES:
+        if name in MUTANT_SERVICES and result.service == "kv":  # the planted service bugs are kv variants
             return MUTANT_SERVICES[name]
     return result.service
 
