@@ -10,6 +10,8 @@ A simulator golden is measured by re-running its recipe in the simulator under c
 - **service callbacks**: every ``ClusteredService`` callback, from the first body line of each
   sample service's implementation (coverage.py says whether it ran) and from the entries applied
   (a ``Timer`` entry is an ``on_timer_event``; a ``Snapshot`` row an ``on_start`` from a snapshot);
+- **faults**: the nemeses the run applied (``chaos_apply`` events; a disk fault with its kind), so
+  that each kind of fault, and the protocol path it drives, has a golden (for choosing the set);
 - **core lines**: every line of ``clusterlab.core`` executed (for choosing the set, not required).
 
 A real-process golden has no events or messages; it is measured by replaying its committed log
@@ -18,7 +20,8 @@ a whole must exercise (``clusterlab golden coverage`` exits 1 otherwise); ``UNRE
 what this implementation can never produce, with the reason, so it is shown but not required.
 
 :func:`greedy_cover` picks, from measured candidates, the smallest set covering the most: each
-round the candidate adding the most uncovered must-cover items, then message types, then core lines.
+round the candidate adding the most uncovered must-cover items, then message types and kinds of fault,
+then core lines.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from clusterlab.harness.trace import open_run
 from rich.console import Console
 from rich.table import Table
 
-CATEGORIES = ("election_state", "transition", "entry_type", "callback", "message")
+CATEGORIES = ("election_state", "transition", "entry_type", "callback", "message", "fault")
 MUST_COVER = ("election_state", "transition", "entry_type", "callback")
 SNAPSHOT_START = "on_start(snapshot)"  # on_start handed a snapshot image: recovery, not a fresh start
 CORE_DIR = Path(clusterlab.core.__file__).resolve().parent
@@ -84,6 +87,7 @@ def universe() -> dict[str, set[str]]:
         "entry_type": {e.value for e in EntryType if e is not EntryType.SNAPSHOT},
         "callback": set(callbacks()),
         "message": {cls.__name__ for cls in REGISTRY.values()},
+        "fault": set(),  # what a run injected (its chaos_apply events): open-ended, never required
     }
 
 
@@ -167,6 +171,10 @@ def measure_trace(m: Measurement, trace_dir: Path) -> None:
     run = open_run(trace_dir)
     ev = run.events
     if ev.num_rows:
+        for detail in ev.filter(pc.equal(ev.column("kind"), "chaos_apply")).column("detail").to_pylist():
+            d = json.loads(detail or "{}")
+            name = str(d.get("nemesis", "?"))
+            m.add("fault", [f"{name}:{d['fault']}" if d.get("fault") else name])
         rows = ev.filter(pc.equal(ev.column("kind"), "election_state")).column("detail").to_pylist()
         for detail in rows:
             d = json.loads(detail or "{}")
@@ -263,7 +271,7 @@ def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -
 
 def _gain(m: Measurement, covered: dict[str, set[str]], lines: set[str], must: dict[str, set[str]]) -> tuple[int, ...]:
     new_must = sum(len((m.items[c] & must[c]) - covered[c]) for c in MUST_COVER)
-    new_messages = len(m.items["message"] - covered["message"])
+    new_messages = len(m.items["message"] - covered["message"]) + len(m.items["fault"] - covered["fault"])
     return (new_must, new_messages, len(m.lines - lines))
 
 
@@ -275,8 +283,8 @@ def greedy_cover(
     budget_messages: int | None = None,
 ) -> list[Measurement]:
     """The greedy set cover: start from ``keep`` (names always in the set), then repeatedly add the
-    measurement adding the most uncovered must-cover items, then message types, then core lines
-    (ties: the cheaper run); stop when the best adds no item and fewer than ``min_lines`` lines.
+    measurement adding the most uncovered must-cover items, then message types and kinds of fault,
+    then core lines (ties: the cheaper run); stop when the best adds no item and fewer than ``min_lines`` lines.
     A run adding no must-cover item that would take the set's message rows (what re-running and
     diffing costs, independent of the machine's load) past ``budget_messages`` is passed over."""
     must = required()
