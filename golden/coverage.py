@@ -412,6 +412,11 @@ def candidate_report(
     return CoverageReport(out, time.monotonic() - started)
 
 
+def _count(items: set[str], of: set[str]) -> str:
+    """``covered/universe``, or just how many for an open-ended category (faults)."""
+    return f"{len(items & of)}/{len(of)}" if of else str(len(items))
+
+
 def print_coverage(report: CoverageReport, console: Console | None = None) -> None:
     """A table per golden (counts per category), one for the set, and what no golden exercises."""
     console = console or Console(width=max(Console().width, 120))
@@ -426,7 +431,7 @@ def print_coverage(report: CoverageReport, console: Console | None = None) -> No
     for m in report.measurements:
         t.add_row(
             m.name,
-            *(f"{len(m.items[c] & u[c])}/{len(u[c])}" for c in CATEGORIES),
+            *(_count(m.items[c], u[c]) for c in CATEGORIES),
             str(len(m.lines)),
             f"{m.elapsed_s:.1f}",
             "" if m.error is None else f"[red]{m.error.splitlines()[0]}[/]",
@@ -441,11 +446,9 @@ def print_coverage(report: CoverageReport, console: Console | None = None) -> No
         req = f"{len(got[c] & must[c])}/{len(must[c])}" if c in must else "-"
         miss = ", ".join(missing[c]) or "-"
         style = "red" if c in must and missing[c] else ""
-        s.add_row(
-            c.replace("_", " "), f"{len(got[c] & u[c])}/{len(u[c])}", req, f"[{style}]{miss}[/]" if style else miss
-        )
+        s.add_row(c.replace("_", " "), _count(got[c], u[c]), req, f"[{style}]{miss}[/]" if style else miss)
         extra = sorted(got[c] - u[c])
-        if extra:  # e.g. X->INIT: an election error, which the table allows from any state
+        if extra and u[c]:  # e.g. X->INIT: an election error, which the table allows from any state
             s.add_row("", f"+{len(extra)}", "", "outside the table: " + ", ".join(extra))
     s.add_row("core lines", str(len(report.lines())), "-", "")
     console.print(s)
