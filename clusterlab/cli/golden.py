@@ -96,7 +96,7 @@ def _cmd_coverage(args: argparse.Namespace) -> int:
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     """Re-run each recipe and bless it (after an intended change of bytes or digests)."""
 
-    return regenerate.main(args.names)
+    return regenerate.main([*args.names, *(["--select"] if args.select else [])])
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -155,6 +155,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = gs.add_parser("regenerate", help="re-run every recipe in goldens.json and bless it anew")
     r.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
+    r.add_argument(
+        "--select",
+        action="store_true",
+        help="choose the simulator goldens anew by coverage from golden/candidates.py (NAMEs: only these candidates)",
+    )
     r.set_defaults(func=_cmd_regenerate)
 
     c = gs.add_parser(
