@@ -624,16 +624,19 @@ class Together(Nemesis):
         return any(p.leader_fault for p in self.parts)
 
     def detail(self) -> dict[str, Any]:
-        return {"parts": [p.name for p in self.parts]}
+        return {"parts": [{"nemesis": p.name, **p.detail()} for p in self.parts]}
 
     def _apply(self, t: Target) -> None:
+        # The parts' own _apply/_heal: one chaos_apply/chaos_heal event for the whole fault.
         for p in self.parts:
-            p.apply(t)
+            p.applied_at = t.now_s()
+            p._apply(t)
         self.victims = sorted({v for p in self.parts for v in p.victims})
 
     def _heal(self, t: Target) -> None:
         for p in reversed(self.parts):
-            p.heal(t)
+            p._heal(t)
+            p.healed_at = t.now_s()
 
 
 NEMESES: dict[str, type[Nemesis]] = {

@@ -173,8 +173,10 @@ def measure_trace(m: Measurement, trace_dir: Path) -> None:
     if ev.num_rows:
         for detail in ev.filter(pc.equal(ev.column("kind"), "chaos_apply")).column("detail").to_pylist():
             d = json.loads(detail or "{}")
-            name = str(d.get("nemesis", "?"))
-            m.add("fault", [f"{name}:{d['fault']}" if d.get("fault") else name])
+            for part in [d, *d.get("parts", [])]:  # a Together names its parts
+                if isinstance(part, dict):
+                    name = str(part.get("nemesis", "?"))
+                    m.add("fault", [f"{name}:{part['fault']}" if part.get("fault") else name])
         rows = ev.filter(pc.equal(ev.column("kind"), "election_state")).column("detail").to_pylist()
         for detail in rows:
             d = json.loads(detail or "{}")
