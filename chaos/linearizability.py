@@ -169,12 +169,16 @@ class CounterModel(Model):
         if op.f == "add":
             after = state + int(op.value)
             return after if op.status != OK or op.result == after else _IMPOSSIBLE
-        if op.f == "get":
+        if op.f in _COUNTER_READS:
             return state if op.status != OK or op.result == state else _IMPOSSIBLE
         raise ValueError(f"counter: unknown operation {op.f!r}")
 
     def removable(self, op: Operation) -> bool:
-        return op.f == "get"  # dropping an add would change every later value
+        return op.f in _COUNTER_READS  # dropping an add would change every later value
+
+
+# The counter's ops that leave the value alone and reply with it (the timers workload's alarm/disarm/tick/close).
+_COUNTER_READS = frozenset({"get", "alarm", "disarm", "tick", "close"})
 
 
 MODELS: dict[str, Model] = {"kv": RegisterModel(), "counter": CounterModel()}

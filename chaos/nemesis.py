@@ -506,6 +506,142 @@ class SilentClient(Nemesis):
         pass  # a hung client stays hung; the workload already moved to a new session
 
 
+# --- nemeses for the coverage-chosen goldens (golden/coverage.py; docs/trace-schema.md "Goldens") ---
+
+
+@dataclass
+class Down(Kill):
+    """Kill like :class:`Kill`, but leave the victims down until the run's final heal: leadership terms
+    pass without them, so they come back missing whole terms (FOLLOWER_LOG_REPLICATION)."""
+
+    name: str = "down"
+
+    def _heal(self, t: Target) -> None:
+        pass  # the final heal restarts every member that is down
+
+
+@dataclass
+class QuorumLoss(Kill):
+    """Kill every follower: the leader is left without a quorum and must step down; heal restarts them."""
+
+    name: str = "quorum-loss"
+
+    def _apply(self, t: Target) -> None:
+        leader = t.leader()
+        self.victims = sorted(m for m in t.alive() if m != leader)
+        self.hit_leader = False
+        for m in self.victims:
+            t.kill(m)
+
+
+@dataclass
+class Control(Nemesis):
+    """Cluster control through the leader's toggle (simulator): ``suspend`` (heal: resume) or
+    ``shutdown`` (the members terminate; heal: restart every one from disk)."""
+
+    name: str = "control"
+    action: str = "suspend"
+
+    def detail(self) -> dict[str, Any]:
+        return {"action": self.action}
+
+    def _cluster(self, t: Target) -> Any:
+        if t.kind != "sim":
+            raise Unsupported(f"cluster control {self.action} is wired for the simulator only")
+        return t.cluster
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        self._cluster(t).control(self.action)
+
+    def _heal(self, t: Target) -> None:
+        c = self._cluster(t)
+        if self.action == "suspend":
+            if not c.control("resume"):
+                c.run_until(lambda: c.control("resume"), 5 * 1_000_000_000)
+        elif self.action == "shutdown":
+            for m in t.members:
+                t.restart(m)
+
+
+@dataclass
+class ClientSilence(Nemesis):
+    """Cut every client off the network (simulator) for longer than the session timeout: the leader
+    times their sessions out (SessionCloseEvent TIMEOUT, at the same log position everywhere); heal
+    reconnects the network, and the workload opens a new session."""
+
+    name: str = "client-silence"
+    clients: list[int] = field(default_factory=list)
+
+    def _apply(self, t: Target) -> None:
+        if t.kind != "sim":
+            raise Unsupported("client silence is wired for the simulator only")
+        self.victims = []
+        for client in t.cluster.clients:
+            t.cluster.network.isolate(client.network_id)
+        self.clients = [c.client_id for c in t.cluster.clients]
+        t.event("isolate_clients", -1, clients=self.clients)
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+        # The silenced clients' sessions are gone (timed out); each client closes its end, as one that
+        # noticed its keepalives went unanswered, and the workload opens a new session.
+        for client in t.cluster.clients:
+            if client.client_id in self.clients and not client.client.is_closed:
+                client.client.close(t.cluster.now_ns)
+
+
+@dataclass
+class Deaf(Nemesis):
+    """A follower hears no one (every link into it is cut) but is heard: its peers' ballots to it are
+    lost, so their elections fail round after round and their candidate terms climb."""
+
+    name: str = "deaf"
+    pick: int | None = None  # the pick-th live non-leader member (by id) instead of a random follower
+
+    def _apply(self, t: Target) -> None:
+        if self.pick is None:
+            self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        else:
+            leader = t.leader()
+            others = sorted(m for m in t.alive() if m != leader)
+            self.victims = [others[self.pick % len(others)]]
+        for m in t.members:
+            if m != self.victims[0]:
+                t.block(m, self.victims[0])
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+
+
+@dataclass
+class Together(Nemesis):
+    """Several nemeses at once: applied in order, healed in reverse (e.g. slow links during a leader
+    kill, so that two candidates stand in the same election)."""
+
+    name: str = "together"
+    parts: tuple[Nemesis, ...] = ()
+
+    @property
+    def leader_fault(self) -> bool:
+        return any(p.leader_fault for p in self.parts)
+
+    def detail(self) -> dict[str, Any]:
+        return {"parts": [{"nemesis": p.name, **p.detail()} for p in self.parts]}
+
+    def _apply(self, t: Target) -> None:
+        # The parts' own _apply/_heal: one chaos_apply/chaos_heal event for the whole fault.
+        for p in self.parts:
+            p.applied_at = t.now_s()
+            p._apply(t)
+        self.victims = sorted({v for p in self.parts for v in p.victims})
+
+    def _heal(self, t: Target) -> None:
+        for p in reversed(self.parts):
+            p._heal(t)
+            p.healed_at = t.now_s()
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,

@@ -202,6 +202,8 @@ def run_scenario(
         raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
         raise ValueError(f"scenario {name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+    if not sim and spec.sim_only:
+        raise ValueError(f"scenario {name} runs in the simulator only; add --sim")
     duration = spec.default_duration_s if duration_s is None else duration_s
     schedule = spec.schedule(seed, duration, sim=sim, members=members)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))
@@ -361,7 +363,7 @@ def _service_factory(result: RunResult) -> str:
     if result.fault_stale_read:
         return STALE_READ_SERVICE
     for name in sorted(result.mutants):
-        if name in MUTANT_SERVICES:
+        if name in MUTANT_SERVICES and result.service == "kv":  # the planted service bugs are kv variants
             return MUTANT_SERVICES[name]
     return result.service
 

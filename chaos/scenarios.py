@@ -10,9 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterlab.chaos.nemesis import (
+    ClientSilence,
     ClockSkew,
+    Control,
+    Deaf,
     DiskFault,
     DiskFull,
+    Down,
     FlakyLinks,
     Kill,
     KillService,
@@ -20,10 +24,12 @@ from clusterlab.chaos.nemesis import (
     OneWayLink,
     Partition,
     Pause,
+    QuorumLoss,
     SilentClient,
     SlowElection,
     Snapshot,
     SnapshotElection,
+    Together,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
 
@@ -36,6 +42,7 @@ class Scenario:
     sizes: tuple[int, ...] = (3,)
     real_only: bool = False
     default_duration_s: float = 6.0
+    sim_only: bool = False  # uses a fault wired for the simulator only, or tried only there
 
     def schedule(self, seed: int, duration_s: float | None = None, *, sim: bool = False, members: int = 3) -> Schedule:
         d = self.default_duration_s if duration_s is None else duration_s
@@ -235,6 +242,113 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     ]
 }
+
+
+# --- scenarios for the coverage-chosen goldens (golden/candidates.py, golden/coverage.py); tried in the
+# simulator only (cluster control and client silence are wired for it alone) ---
+_GOLDEN_SCENARIOS = [
+    Scenario(
+        "solo-restart",
+        "one member: snapshot, kill it, restart it from disk (single-member election and recovery)",
+        _full_restart,
+        sizes=(1,),
+        sim_only=True,
+    ),
+    Scenario(
+        "stale-follower",
+        "a follower stays down while two leaders are killed in turn; it returns missing whole terms",
+        lambda d, n: [
+            quiet(d * 0.15),
+            fault(Down(who="follower"), d * 0.1),
+            fault(Kill(who="leader"), d * 0.2),
+            fault(Kill(who="leader"), d * 0.2),
+            quiet(d * 0.35),
+        ],
+        sizes=(5,),
+        default_duration_s=8.0,
+        sim_only=True,
+    ),
+    Scenario(
+        "quorum-loss",
+        "every follower is killed: the leader loses its quorum and steps down; they restart",
+        lambda d, n: [quiet(d * 0.3), fault(QuorumLoss(), d * 0.35), quiet(d * 0.35)],
+        sizes=(3, 5),
+        sim_only=True,
+    ),
+    Scenario(
+        "suspend-resume",
+        "cluster control: suspend the cluster (ingress held), then resume it",
+        lambda d, n: [quiet(d * 0.3), fault(Control(action="suspend"), d * 0.3), quiet(d * 0.4)],
+        sizes=(1, 3),
+        sim_only=True,
+    ),
+    Scenario(
+        "shutdown-restart",
+        "cluster control: a clean shutdown (services terminate), then every member restarts from disk",
+        lambda d, n: [quiet(d * 0.3), fault(Control(action="shutdown"), d * 0.2), quiet(d * 0.5)],
+        sizes=(3, 5),
+        sim_only=True,
+    ),
+    Scenario(
+        "split-vote",
+        "the leader is killed while every link is slow (40-160 ms): candidates stand against each other",
+        lambda d, n: [
+            quiet(d * 0.3),
+            fault(Together(parts=(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), Kill(who="leader"))), d * 0.4),
+            quiet(d * 0.3),
+        ],
+        sizes=(3, 5),
+        sim_only=True,
+    ),
+    Scenario(
+        "split-vote-diverged",
+        "links turn slow and lossy, so the followers' logs drift apart; then the leader is killed: "
+        "candidates with different logs stand against each other",
+        lambda d, n: [
+            quiet(d * 0.3),
+            fault(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), d * 0.1),
+            fault(Together(parts=(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), Kill(who="leader"))), d * 0.3),
+            quiet(d * 0.3),
+        ],
+        sizes=(3, 5),
+        sim_only=True,
+    ),
+    Scenario(
+        "votes-across-restarts",
+        "the leader goes down and a follower goes deaf (failed ballots raise candidate terms); "
+        "then every member restarts: candidate terms and votes must survive the restart",
+        lambda d, n: [
+            quiet(d * 0.25),
+            fault(Together(parts=(Down(who="leader"), Deaf())), d * 0.25),
+            fault(Kill(who="all"), d * 0.1),
+            quiet(d * 0.4),
+        ],
+        default_duration_s=8.0,
+        sim_only=True,
+    ),
+    Scenario(
+        "dueling-candidates",
+        "the leader goes down; one follower, then the other, goes deaf: both raise candidate terms, "
+        "then meet as candidates of different terms",
+        lambda d, n: [
+            quiet(d * 0.25),
+            fault(Together(parts=(Down(who="leader"), Deaf(pick=0))), d * 0.15),
+            fault(Deaf(pick=1), d * 0.15),
+            quiet(d * 0.45),
+        ],
+        default_duration_s=8.0,
+        sim_only=True,
+    ),
+    Scenario(
+        "client-silence",
+        "every client is cut off past the session timeout: the leader times the sessions out",
+        lambda d, n: [quiet(d * 0.1), fault(ClientSilence(), d * 0.75), quiet(d * 0.15)],
+        sizes=(1, 3),
+        default_duration_s=8.0,
+        sim_only=True,
+    ),
+]
+SCENARIOS.update({s.name: s for s in _GOLDEN_SCENARIOS})
 
 
 def scenario(name: str) -> Scenario:

@@ -51,7 +51,10 @@ from clusterlab.harness.services import counter, kv
 
 KV_MIX: dict[str, float] = {"put": 0.45, "get": 0.25, "cas": 0.2, "delete": 0.1}
 COUNTER_MIX: dict[str, float] = {"add": 0.7, "get": 0.3}
-SERVICES = ("kv", "counter")
+# The ``timers`` workload: the counter service with alarms set and cancelled, service-originated
+# ticks and sessions the service closes (harness/services/counter.py); checked like the counter.
+TIMERS_MIX: dict[str, float] = {"add": 0.35, "get": 0.1, "alarm": 0.3, "disarm": 0.12, "tick": 0.1, "close": 0.03}
+SERVICES = ("kv", "counter", "timers")
 _UNKNOWN = object()  # the model does not know a key's value (never happens for a fresh key)
 
 
@@ -67,6 +70,8 @@ class Op:
     client: int = 0  # which of the workload's clients runs it
     expected: str | None = None  # cas: the value expected
     delta: int = 0  # counter add
+    timer: int = 0  # timers: the alarm set or cancelled
+    delay_ms: int = 0  # timers: an alarm's delay
     final: bool = False  # a read of the final phase (checked against every possible outcome)
     completed_at: float | None = None
     outcome: str | None = None
@@ -81,6 +86,14 @@ class Op:
             return kv.delete(request_id, str(self.key))
         if self.f == "add":
             return counter.add(request_id, self.delta)
+        if self.f == "alarm":
+            return counter.alarm(request_id, self.timer, self.delay_ms)
+        if self.f == "disarm":
+            return counter.disarm(request_id, self.timer)
+        if self.f == "tick":
+            return counter.tick(request_id)
+        if self.f == "close":
+            return counter.close(request_id)
         return kv.get(request_id, str(self.key)) if self.key is not None else counter.get(request_id)
 
     def describe(self) -> str:
@@ -209,12 +222,18 @@ class Workload:
     _in_flight: int = 0
     _last_seen: dict[str, str | None] = field(default_factory=dict)  # concurrent: a key's last value seen
     _judged: bool = False  # concurrent: the history was checked for linearizability after the final reads
+    _mix: dict[str, float] = field(init=False, default_factory=dict)  # the counter's op mix
 
     def __post_init__(self) -> None:
         if self.service not in SERVICES:
             raise ValueError(f"no workload for service {self.service!r}; known: {', '.join(SERVICES)}")
         if self.clients < 1:
             raise ValueError(f"clients must be at least 1, not {self.clients}")
+        self._mix = COUNTER_MIX
+        if self.service == "timers":  # the counter's workload and model, with the timer ops mixed in
+            if self.clients > 1:
+                raise ValueError("the timers workload runs one client")
+            self.service, self._mix = "counter", TIMERS_MIX
         self.model = Model(self.service)
         self._rng = random.Random(f"workload:{self.service}:{self.seed}")
 
@@ -287,8 +306,10 @@ class Workload:
         if self.service == "counter":
             if "counter" in self._busy:
                 return None
-            f = self._rng.choices(list(COUNTER_MIX), weights=list(COUNTER_MIX.values()))[0]
+            f = self._rng.choices(list(self._mix), weights=list(self._mix.values()))[0]
             op = Op(op_id, f, None, None, now, delta=self._rng.randrange(1, 10) if f == "add" else 0)
+            if f in ("alarm", "disarm"):
+                op.timer, op.delay_ms = self._rng.randrange(4), self._rng.choice((20, 60, 150, 400))
             self._busy.add("counter")
         else:
             slots = [s for s in range(self.keys) if self._key(s) not in self._busy]

@@ -7,6 +7,16 @@ state digest:
     python -m clusterlab.golden.regenerate NAME ...   # some
     clusterlab golden regenerate [NAME...] # the same
 
+Choosing the set (``--select``): every candidate of :mod:`clusterlab.golden.candidates` is run in the
+simulator under coverage.py and measured (:mod:`clusterlab.golden.coverage`); a greedy set cover keeps
+the smallest set covering every election state and transition, log entry type and service callback
+(then the most message types and core lines) within a budget of message rows; the chosen runs are blessed,
+simulator goldens not chosen are removed, and the real-process goldens are kept (they pin the IO
+paths, which the in-process coverage cannot see). ``golden/traces/selection.json`` records why each
+golden was kept:
+
+    python -m clusterlab.golden.regenerate --select [--budget MESSAGE_ROWS] [--min-lines N]
+
 A real-process run is not reproducible exactly, so a failed one (its checks or its run) is retried a
 few times before the recipe is reported as failed; a simulator run is exact and tried once.
 """
@@ -21,9 +31,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.store import MANIFEST, TRACES, Golden, GoldenError, Recipe, bless, load_manifest
+from clusterlab.golden.store import (
+    MANIFEST,
+    TRACES,
+    Golden,
+    GoldenError,
+    Recipe,
+    bless,
+    golden_names,
+    load_manifest,
+    save_manifest,
+)
 
 REAL_ATTEMPTS = 3
+MAX_GOLDEN_BYTES = 1024 * 1024  # issue 22: each golden stays small enough for git
 
 
 def regenerate(
@@ -53,6 +74,7 @@ def regenerate(
                 sim=recipe.driver == "sim",
                 directory=work,
                 clients=1,  # the shipped goldens' workload: one client
+                service=recipe.service,
             )
             if not r.ok:
                 last = r.failure_message()
@@ -101,13 +123,112 @@ def regenerate_all(
     return failed
 
 
+def select(
+    *,
+    traces: Path = TRACES,
+    manifest: Path = MANIFEST,
+    budget_messages: int = 200_000,
+    min_lines: int = 10,
+    names: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> list[str]:
+    """Measure the candidates (``names``: only these), choose the set by greedy cover, bless it,
+    drop the simulator goldens not chosen; returns the chosen names. ``budget_messages``: the most
+    message rows the chosen simulator goldens may add up to (re-running and diffing them is what
+    ``golden verify`` spends its time on; rows, not seconds, so the choice does not depend on load)."""
+    import json
+
+    from clusterlab.golden.candidates import candidates
+    from clusterlab.golden.coverage import CATEGORIES, greedy_cover, measure_recipe
+
+    pool = [r for r in candidates() if not names or r.name in names]
+    if not pool:
+        raise GoldenError(f"no candidate named {', '.join(names)}")
+    work = Path(tempfile.mkdtemp(prefix="clusterlab-select-"))
+    try:
+        measured = []
+        runs: dict[str, Path] = {}
+        for r in pool:
+            m, trace = measure_recipe(r, work, keep=True)
+            outcome = "FAILED " + m.error.splitlines()[0] if m.error else "measured"
+            say(f"{r.name}: {outcome} ({m.elapsed_s:.1f} s)")
+            measured.append(m)
+            if trace is not None:
+                runs[r.name] = trace
+        recipes = [r for r in load_manifest(manifest) if r.driver != "sim"]
+        blessed: set[str] = set()
+        while True:
+            chosen = greedy_cover(measured, min_lines=min_lines, budget_messages=budget_messages)
+            too_big = None
+            for m in chosen:
+                if m.name in blessed:
+                    continue
+                assert m.recipe is not None
+                g = bless(
+                    runs[m.name],
+                    m.name,
+                    traces=traces,
+                    duration_s=m.recipe.duration_s,
+                    summary=m.recipe.summary,
+                    force=True,
+                    manifest=work / "scratch-manifest.json",  # the real one is written once, below
+                )
+                size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
+                if size > MAX_GOLDEN_BYTES:
+                    shutil.rmtree(g.directory)
+                    m.error = f"its golden would be {size / 1024:.0f} KiB, over {MAX_GOLDEN_BYTES // 1024} KiB"
+                    say(f"{m.name}: {m.error}; choosing again without it")
+                    too_big = m
+                    break
+                blessed.add(m.name)
+                say(f"chose {m.name} ({size / 1024:.0f} KiB)")
+            if too_big is None:
+                break
+        recipes += [m.recipe for m in chosen if m.recipe is not None]
+        keep = {r.name for r in recipes}  # a blessed golden dropped when choosing again goes too
+        for name in golden_names(traces):
+            if name not in keep and (traces / name / "messages").is_dir():  # a simulator golden not chosen
+                shutil.rmtree(traces / name)
+                say(f"removed {name}")
+        save_manifest(recipes, manifest)
+        (traces / "selection.json").write_text(
+            json.dumps(
+                {
+                    "about": "How the simulator goldens were chosen: python -m clusterlab.golden.regenerate --select",
+                    "budget_messages": budget_messages,
+                    "min_lines": min_lines,
+                    "chosen": [m.name for m in chosen],
+                    "candidates": [
+                        {**m.to_json(), **{c: len(m.items[c]) for c in CATEGORIES}, "chosen": m in chosen}
+                        for m in measured
+                    ],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        return [m.name for m in chosen]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m clusterlab.golden.regenerate", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
+    parser.add_argument(
+        "--select", action="store_true", help="choose the simulator goldens anew from the candidates, by coverage"
+    )
+    parser.add_argument(
+        "--budget", type=int, default=200_000, help="--select: message rows the simulator goldens may add up to"
+    )
+    parser.add_argument("--min-lines", type=int, default=10, help="--select: least new core lines worth a golden")
     args = parser.parse_args(argv)
     try:
+        if args.select:
+            select(budget_messages=args.budget, min_lines=args.min_lines, names=args.names)
+            return 0
         failed = regenerate_all(args.names)
     except GoldenError as e:
         print(f"golden regenerate: {e}", file=sys.stderr)

@@ -70,6 +70,7 @@ class Recipe:
     members: int = 3
     duration_s: float | None = None
     summary: str = ""
+    service: str = "kv"  # the clustered service the run drives (harness/services)
 
     def __post_init__(self) -> None:
         if self.driver not in DRIVERS:
@@ -282,6 +283,7 @@ def bless(
         len(meta.get("members") or []) or 3,
         duration_s,
         summary,
+        service,
     )
 
     target = traces / name

@@ -326,6 +326,7 @@ def verify_goldens(
                         sim=True,
                         directory=work / f"rerun-{n}",
                         clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
+                        service=str(info.get("service", "kv")),
                         mutants=mutants,
                     )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator

@@ -1,6 +1,7 @@
-"""``clusterlab golden bless|verify|regenerate|list``: golden traces (golden/traces/).
+"""``clusterlab golden bless|verify|regenerate|list|coverage``: golden traces (golden/traces/).
 
-Exit codes: 0 pass, 1 a divergence (verify) or a failed recipe (regenerate), 2 bad input (no such run
+Exit codes: 0 pass, 1 a divergence (verify), a failed recipe (regenerate) or a must-cover item no golden
+exercises (coverage), 2 bad input (no such run
 or golden, a corrupt manifest); ``bless`` refuses anything but a PASS: 1 for a run that fails its
 checks, 3 for an INCOMPLETE run, 4 for a CORRUPT one (docs/trace-schema.md, "Verdicts").
 """
@@ -68,10 +69,34 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_coverage(args: argparse.Namespace) -> int:
+    """What each golden exercises (election states and transitions, message and log entry types,
+    service callbacks, core lines); exit 1 if a must-cover item is exercised by no golden."""
+    from clusterlab.cli.paths import output_file_error
+    from clusterlab.golden.coverage import candidate_report, coverage_report, print_coverage
+
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        return _err(error)
+    traces = Path(args.traces) if args.traces else TRACES
+    err = Console(stderr=True, highlight=False)
+    progress = None if args.quiet else (lambda line: err.print(line, markup=False))
+    try:
+        if args.candidates:
+            report = candidate_report(args.names, on_progress=progress)
+        else:
+            report = coverage_report(args.names, traces=traces, on_progress=progress)
+    except GoldenError as e:
+        return _err(str(e))
+    print_coverage(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=2))
+    return 0 if report.ok else 1
+
+
 def _cmd_regenerate(args: argparse.Namespace) -> int:
     """Re-run each recipe and bless it (after an intended change of bytes or digests)."""
 
-    return regenerate.main(args.names)
+    return regenerate.main([*args.names, *(["--select"] if args.select else [])])
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -130,7 +155,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     r = gs.add_parser("regenerate", help="re-run every recipe in goldens.json and bless it anew")
     r.add_argument("names", nargs="*", metavar="NAME", help="goldens to regenerate (default: all)")
+    r.add_argument(
+        "--select",
+        action="store_true",
+        help="choose the simulator goldens anew by coverage from golden/candidates.py (NAMEs: only these candidates)",
+    )
     r.set_defaults(func=_cmd_regenerate)
+
+    c = gs.add_parser(
+        "coverage",
+        help="what each golden exercises (election states/transitions, message/entry types, service callbacks); "
+        "exit 1 if a must-cover item is exercised by no golden",
+    )
+    c.add_argument("names", nargs="*", metavar="NAME", help="goldens (or candidates) to measure (default: all)")
+    c.add_argument("--candidates", action="store_true", help="measure the candidate runs (golden/candidates.py)")
+    c.add_argument("--json", default=None, help="write the report as JSON here")
+    c.add_argument("--quiet", action="store_true", help="no progress lines")
+    c.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    c.set_defaults(func=_cmd_coverage)
 
     ls = gs.add_parser("list", help="list goldens and their recipes")
     ls.set_defaults(func=_cmd_list)

@@ -12,6 +12,7 @@ from clusterlab.harness.services.kv import KeyValueService
 SERVICES: dict[str, Callable[[], ClusteredService]] = {
     "kv": KeyValueService,
     "counter": CounterService,
+    "timers": CounterService,  # the counter driven by the timers workload (chaos/workload.py)
     "echo": EchoService,
 }
 

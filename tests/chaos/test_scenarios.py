@@ -24,6 +24,9 @@ SIM_SEEDS_5 = range(1, 3)
 SIM_RANDOM_SEEDS = range(1, 17)  # the seeded mix: many seeds, it is the one that explores
 SIM_RANDOM_SEEDS_5 = range(1, 5)
 SIM_DURATION_S = {"random": 6.0, "rolling-restart": 6.0}
+# The golden scenarios' faults need their length (a leader down past the heartbeat timeout, clients
+# silent past the session timeout).
+SIM_DURATION_S.update({s.name: s.default_duration_s for s in SCENARIOS.values() if s.sim_only})
 SIM_DEFAULT_DURATION_S = 4.0
 # Real runs are shortened from the scenarios' defaults to keep the suite in its CI budget; every
 # fault still outlasts the 1 s leader heartbeat timeout.
@@ -34,7 +37,7 @@ REAL_DEFAULT_DURATION_S = 5.0
 def _cases(config: pytest.Config, sim: bool) -> list[Any]:
     cases = []
     for spec in SCENARIOS.values():
-        if sim and spec.real_only:
+        if (sim and spec.real_only) or (not sim and spec.sim_only):
             continue
         for members in spec.sizes:
             if not sim:

@@ -411,7 +411,7 @@ def test_echo_incremental_digest_equals_digest_from_scratch_and_snapshots(steps:
 
 
 def test_registry() -> None:
-    assert set(SERVICES) == {"kv", "counter", "echo"}
+    assert set(SERVICES) == {"kv", "counter", "echo", "timers"}  # timers: the counter, driven with timers
     for factory in SERVICES.values():
         assert len(factory().state_digest()) == 16
 
