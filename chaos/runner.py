@@ -4,6 +4,8 @@ the recorded trace. ``clusterlab run`` and the pytest plugin both come here."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import shlex
 import tempfile
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.checker import OnlineChecker
+from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
-from clusterlab.chaos.schedule import Schedule
+from clusterlab.chaos.schedule import Schedule, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
@@ -61,6 +64,8 @@ class RunResult:
     fault_ack_before_append: bool = False
     clients: int = DEFAULT_CLIENTS
     fault_stale_read: bool = False
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the schedule as data (schedule_spec)
+    explicit: bool = False  # the steps were given (a shrunk schedule), not drawn from the seed
 
     @property
     def ok(self) -> bool:
@@ -80,6 +85,8 @@ class RunResult:
             parts.append("broken")
         if self.fault_stale_read:
             parts.append("stale-read")
+        if self.explicit:
+            parts.append("x" + hashlib.sha256(json.dumps(self.steps).encode()).hexdigest()[:8])
         return "-".join(parts)
 
     def rerun_command(self) -> str:
@@ -104,6 +111,8 @@ class RunResult:
             cmd.append("--fault-ack-before-append")
         if self.fault_stale_read:
             cmd.append("--fault-stale-read")
+        if self.explicit:
+            cmd += ["--schedule", json.dumps(self.steps, separators=(",", ":"))]
         return shlex.join(cmd)
 
     def summary(self) -> dict[str, Any]:
@@ -130,6 +139,8 @@ class RunResult:
             "elapsed_s": self.elapsed_s,
             "trace_dir": str(self.trace_dir),
             "schedule": self.schedule,
+            "steps": self.steps,
+            "explicit_schedule": self.explicit,
             "rerun": self.rerun_command(),
             "fault_ack_before_append": self.fault_ack_before_append,
             "clients": self.clients,
@@ -145,7 +156,7 @@ class RunResult:
 
 
 def run_scenario(
-    name: str,
+    name: str | Scenario,
     seed: int = 1,
     *,
     members: int = 3,
@@ -160,6 +171,7 @@ def run_scenario(
     rate: float | None = None,
     clients: int = DEFAULT_CLIENTS,
     fault_stale_read: bool = False,
+    schedule: list[dict[str, Any]] | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -169,8 +181,12 @@ def run_scenario(
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
-    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``)."""
-    spec = find_scenario(name)
+    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``).
+
+    ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
+    steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
+    seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly."""
+    spec = name if isinstance(name, Scenario) else find_scenario(name)
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
     if members < 1:
@@ -184,30 +200,36 @@ def run_scenario(
     if sim and spec.real_only:
         raise ValueError(f"scenario {name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     duration = spec.default_duration_s if duration_s is None else duration_s
-    schedule = spec.schedule(seed, duration, sim=sim, members=members)
-    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))
+    plan = (
+        spec.schedule(seed, duration, sim=sim, members=members)
+        if schedule is None
+        else schedule_from_spec(seed, schedule)
+    )
+    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
     result = RunResult(
-        name,
+        spec.name,
         seed,
         members,
         sim,
         duration,
         root,
         trace,
-        schedule.describe(),
+        plan.describe(),
         fault_ack_before_append=fault_ack_before_append,
         service=service,
         clients=clients,
         fault_stale_read=fault_stale_read,
+        steps=schedule_spec(plan),
+        explicit=schedule is not None,
     )
     started = time.monotonic()
     try:
         if sim:
-            _run_sim(result, schedule, root, trace, settle_s, on_step, rate)
+            _run_sim(result, plan, root, trace, settle_s, on_step, rate)
         else:
-            _run_local(result, schedule, root, trace, settle_s, on_step, rate)
+            _run_local(result, plan, root, trace, settle_s, on_step, rate)
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
     if result.trace_dir.is_dir():
