@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.runner import DEFAULT_CLIENTS, RunResult, run_scenario
+from clusterlab.chaos.runner import DEFAULT_CLIENTS, RunResult
+from clusterlab.chaos.scenarios import scenario as find_scenario
+from clusterlab.chaos.sweep import guarded_run
 
 MIN_PHASE_S = 0.05  # a phase is not shortened below this
 SIM_DEFAULT_RATE = 100.0  # the simulator workload's default ops per second (chaos.workload)
@@ -38,8 +40,7 @@ def failure_tokens(result: RunResult) -> set[str]:
 
 def default_target(tokens: set[str]) -> str:
     """The token a shrink keeps: a failed trace check (the most precise), else the error class."""
-    error_classes = {"SafetyViolation", "ChaosTimeout", "Unsupported", "no verdict"}
-    checks = sorted(tokens - error_classes)
+    checks = sorted(t for t in tokens if t[:1].islower() and t != "no verdict")  # error classes are capitalised
     return checks[0] if checks else sorted(tokens)[0]
 
 
@@ -76,7 +77,7 @@ class ShrinkResult:
 
     def run_kwargs(self) -> dict[str, Any]:
         """run_scenario's arguments that replay the minimal schedule (without the planted bug)."""
-        kwargs: dict[str, Any] = {"members": self.run["members"], "sim": True, "schedule": self.minimal.steps}
+        kwargs: dict[str, Any] = {"members": self.run["members"], "schedule": self.minimal.steps}
         if self.run.get("service", "kv") != "kv":
             kwargs["service"] = self.run["service"]
         if self.minimal.clients != DEFAULT_CLIENTS:
@@ -103,16 +104,19 @@ class ShrinkResult:
             "",
             "from pathlib import Path",
             "",
-            "from clusterlab.chaos.runner import RunResult, run_scenario",
+            "from clusterlab.chaos.runner import RunResult",
+            "from clusterlab.chaos.scenarios import scenario",
             "from clusterlab.chaos.shrink import failure_tokens",
+            "from clusterlab.chaos.sweep import guarded_run",
             "",
             f"STEPS = [\n    {steps},\n]" if steps else "STEPS: list[dict] = []",
             f"BUG = {json.dumps(bug).replace('true', 'True')}  # the planted bug the failing run had",
             "",
             "",
             "def _run(tmp_path: Path, **bug: bool) -> RunResult:",
-            "    return run_scenario(",
-            f"        {_py(self.run['scenario'])},",
+            '    """The simulator run (a crash is its error, not an exception)."""',
+            "    return guarded_run(",
+            f"        scenario({_py(self.run['scenario'])}),",
             f"        {self.run['seed']},",
             "        schedule=STEPS,",
             f"        {kwargs},",
@@ -216,11 +220,10 @@ def shrink_run(
             return False, set()
         state.runs += 1
         work = root / f"try{state.runs:03d}"
-        result = run_scenario(
-            run["scenario"],
+        result = guarded_run(
+            find_scenario(run["scenario"]),
             run["seed"],
             members=run["members"],
-            sim=True,
             directory=work,
             schedule=c.steps,
             service=run.get("service", "kv"),
@@ -294,7 +297,7 @@ def _shrink_faults(state: ShrinkResult, attempt: Attempt) -> None:
 
 
 def _shrink_phases(state: ShrinkResult, attempt: Attempt) -> None:
-    """Drop quiet phases, then halve each phase while it still fails."""
+    """Drop quiet phases, halve each phase while it still fails, then round the phases to 10 ms."""
     i = 0
     while i < len(state.minimal.steps):
         steps = state.minimal.steps
@@ -311,6 +314,9 @@ def _shrink_phases(state: ShrinkResult, attempt: Attempt) -> None:
             steps = [*state.minimal.steps[:i], step, *state.minimal.steps[i + 1 :]]
             if not attempt(f"halve step {i + 1}", _with(state.minimal, steps))[0]:
                 break
+    rounded = [{k: round(v, 2) if k in ("quiet", "seconds") else v for k, v in s.items()} for s in state.minimal.steps]
+    if rounded != state.minimal.steps:
+        attempt("round phases to 10 ms", _with(state.minimal, rounded))
 
 
 def _with(c: Candidate, steps: list[dict[str, Any]]) -> Candidate:

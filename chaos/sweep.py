@@ -26,6 +26,8 @@ from typing import Any
 from clusterlab.chaos.runner import RunResult, run_scenario
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
+from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
+from clusterlab.chaos.verify import verify_run
 
 # Planted bugs a sweep can run with, by name, and the run_scenario switch each sets. The mutant
 # catalogue (another change) replaces this table; the option already carries a list of names.
@@ -37,6 +39,26 @@ MUTANTS: dict[str, dict[str, bool]] = {
 Task = tuple[int, int]  # (seed, members)
 # Runs the tasks and yields one record per task, in any order (a pool, or Spark executors).
 Mapper = Callable[[Callable[[Task], dict[str, Any]], list[Task]], Iterable[dict[str, Any]]]
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
+    is wrong otherwise (``clusterlab sweep --seeds``, the pytest plugin's --chaos-seed)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
+        if last < first:
+            raise ValueError(f"seeds {spec!r}: empty range {part!r}")
+        seeds.extend(range(first, last + 1))
+    if not seeds:
+        raise ValueError(f"seeds {spec!r} name no seed")
+    return seeds
 
 
 def mutant_kwargs(mutants: Iterable[str]) -> dict[str, bool]:
@@ -104,6 +126,35 @@ def failure_kind(result: RunResult) -> str | None:
     return " + ".join(parts)
 
 
+def guarded_run(spec: Scenario, seed: int, *, members: int, directory: Path, **kwargs: Any) -> RunResult:
+    """run_scenario in the simulator, a crash included: an exception the run did not expect (an
+    assertion of the core's own invariants, say) is the run's error, named by its class, not the
+    sweep's end. The result's steps are the schedule either way (what shrinking replays)."""
+    try:
+        return run_scenario(spec, seed, members=members, sim=True, directory=directory, **kwargs)
+    except Exception as e:  # every failure is a finding; the sweep goes on
+        steps = kwargs.get("schedule")
+        if steps is None:
+            plan = spec.schedule(seed, kwargs.get("duration_s"), sim=True, members=members)
+        else:
+            plan = schedule_from_spec(seed, steps)
+        duration = kwargs.get("duration_s") or spec.default_duration_s
+        result = RunResult(spec.name, seed, members, True, duration, directory, directory / "trace", plan.describe())
+        result.steps, result.explicit = schedule_spec(plan), steps is not None
+        result.service = kwargs.get("service", "kv")
+        result.clients = kwargs.get("clients", result.clients)
+        result.fault_ack_before_append = bool(kwargs.get("fault_ack_before_append"))
+        result.fault_stale_read = bool(kwargs.get("fault_stale_read"))
+        first = (str(e).splitlines() or [""])[0]
+        result.error = f"{type(e).__name__}: {first}"
+        if result.trace_dir.is_dir():
+            try:
+                result.verdict = verify_run(result.trace_dir)
+            except Exception:  # a trace cut off mid-write: the error above is the finding
+                result.verdict = None
+        return result
+
+
 def run_dir_name(seed: int, members: int) -> str:
     return f"n{members}-s{seed}"
 
@@ -125,7 +176,7 @@ class SeedRunner:
             shutil.rmtree(run_dir)  # a run interrupted by the last attempt at this sweep
         spec = self.scenario or find_scenario(self.config.scenario)
         started = time.monotonic()
-        result = run_scenario(spec, seed, members=members, sim=True, directory=run_dir, **self.config.run_kwargs())
+        result = guarded_run(spec, seed, members=members, directory=run_dir, **self.config.run_kwargs())
         kind = failure_kind(result)
         record = {
             "seed": seed,

@@ -45,6 +45,7 @@ import pytest
 
 from clusterlab.chaos.nemesis import NEMESES
 from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.sweep import parse_seeds
 from clusterlab.chaos.target import LocalTarget, SimTarget
 from clusterlab.chaos.workload import make_workload
 from clusterlab.harness.local import LocalCluster, pid_alive
@@ -54,26 +55,6 @@ from clusterlab.harness.sim_recording import record_sim
 SEEDS_ENV = "CLUSTERLAB_SEEDS"
 _report_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 _chaos_key = pytest.StashKey[list[dict[str, Any]]]()
-
-
-def parse_seeds(spec: str) -> list[int]:
-    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
-    is wrong otherwise (also used by tests/sim/test_random_safety.py)."""
-    seeds: list[int] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
-        except ValueError:
-            raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
-        if last < first:
-            raise ValueError(f"seeds {spec!r}: empty range {part!r}")
-        seeds.extend(range(first, last + 1))
-    if not seeds:
-        raise ValueError(f"seeds {spec!r} name no seed")
-    return seeds
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
