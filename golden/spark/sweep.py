@@ -1,7 +1,7 @@
 """A seed sweep mapped over a Spark cluster's executors (``clusterlab sweep --master M``).
 
 The tasks (seed, members) are a DataFrame; each partition's Python worker runs its seeds in the
-simulator (``mapInArrow``) and writes each run's record as a file in the sweep directory's
+simulator and writes each run's record as a file in the sweep directory's
 ``spark/`` folder, besides the failing runs' traces: the sweep directory must be storage every
 executor shares (any local master; a real cluster needs a shared filesystem). The driver reports
 records as their files appear and takes the job's result as the authority at the end."""
@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from clusterlab.chaos.sweep import Mapper, Task
 from clusterlab.golden.spark.session import spark_session
 
@@ -38,26 +37,22 @@ def spark_mapper(master: str | None, directory: Path | str, partitions: int | No
         df = spark.createDataFrame(tasks, "seed long, members int").repartition(parts)
         box = str(outbox)
 
-        def run_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                rows = batch.to_pylist()
-                out = []
-                for row in rows:
-                    record = fn((int(row["seed"]), int(row["members"])))
-                    text = json.dumps(record)
-                    name = f"{record['members']}-{record['seed']}.json"
-                    Path(box, name + ".tmp").write_text(text)
-                    Path(box, name + ".tmp").rename(Path(box, name))  # whole files only
-                    out.append(text)
-                yield pa.RecordBatch.from_pydict({"record": out}, schema=pa.schema([("record", pa.string())]))
+        def run_partition(rows: Iterator[Any]) -> Iterator[str]:
+            for row in rows:
+                record = fn((int(row["seed"]), int(row["members"])))
+                text = json.dumps(record)
+                name = f"{record['members']}-{record['seed']}.json"
+                Path(box, name + ".tmp").write_text(text)
+                Path(box, name + ".tmp").rename(Path(box, name))  # whole files only
+                yield text
 
         collected: list[str] = []
         failure: list[BaseException] = []
 
         def job() -> None:
             try:
-                rows = df.mapInArrow(run_partition, "record string").collect()
-                collected.extend(r["record"] for r in rows)
+                # The RDD of the rows (mapInArrow would need pandas on the workers).
+                collected.extend(df.rdd.mapPartitions(run_partition).collect())
             except BaseException as e:  # re-raised in the driver's thread below
                 failure.append(e)
 
