@@ -175,7 +175,7 @@ class SeedRunner:
         if run_dir.exists():
             shutil.rmtree(run_dir)  # a run interrupted by the last attempt at this sweep
         spec = self.scenario or find_scenario(self.config.scenario)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.process_time()
         result = guarded_run(spec, seed, members=members, directory=run_dir, **self.config.run_kwargs())
         kind = failure_kind(result)
         record = {
@@ -186,6 +186,7 @@ class SeedRunner:
             "error": result.error,
             "failed_checks": result.verdict.failed() if result.verdict else None,
             "elapsed_s": round(time.monotonic() - started, 3),
+            "cpu_s": round(time.process_time() - cpu, 3),  # the run's own CPU: its cost whatever the load
             "faults": sum(1 for s in result.steps if "nemesis" in s),
             "run_dir": None if result.ok and not self.keep_traces else str(run_dir),
             "rerun": result.rerun_command(),
@@ -253,6 +254,12 @@ class SweepSummary:
     def seeds_per_minute(self) -> float:
         return 60.0 * self.ran_now / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    @property
+    def cpu_s_per_run(self) -> float | None:
+        """Mean CPU seconds of a run (this session's): what a run costs, independent of the machine's load."""
+        cpu = [r["cpu_s"] for r in self.records[len(self.records) - self.ran_now :] if "cpu_s" in r]
+        return sum(cpu) / len(cpu) if cpu else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "config": asdict(self.config) | {"seeds": [min(self.config.seeds), max(self.config.seeds)]},
@@ -264,6 +271,7 @@ class SweepSummary:
             "by_kind": self.by_kind(),
             "elapsed_s": round(self.elapsed_s, 2),
             "seeds_per_minute": round(self.seeds_per_minute, 1),
+            "cpu_s_per_run": None if self.cpu_s_per_run is None else round(self.cpu_s_per_run, 3),
             "failures": self.failures,
         }
 

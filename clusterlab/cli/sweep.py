@@ -57,6 +57,8 @@ def summary_tables(s: SweepSummary) -> list[Table]:
         t.add_row("planted bugs", ", ".join(s.config.mutants))
     t.add_row("wall time", f"{s.elapsed_s:.1f} s")
     t.add_row("seeds/minute", f"{s.seeds_per_minute:.1f}")
+    if (cpu := s.cpu_s_per_run) is not None:
+        t.add_row("CPU per run (load-independent)", f"{cpu:.2f} s = {60 / cpu:.0f} seeds/minute per idle core")
     tables = [t]
     return tables
 
