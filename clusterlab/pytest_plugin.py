@@ -403,7 +403,7 @@ class ChaosSweep:
         summary = run_sweep(sweep_config, directory, jobs=jobs)
         print(
             f"chaos sweep {scenario}: {len(summary.records)} runs ({len(chosen)} seeds x sizes {members}), "
-            f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} seeds/minute"
+            f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute"
         )
         return PluginSweep(summary)
 

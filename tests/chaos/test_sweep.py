@@ -228,3 +228,26 @@ def test_a_sweep_runs_on_spark_executors(tmp_path: Path) -> None:
     assert len(s.failures) == 3 and all(Path(r["run_dir"], "chaos.json").is_file() for r in s.failures)
     assert {r["pid"] for r in s.records} - {os.getpid()}, "the runs ran in Spark's Python workers"
     assert sorted(p.name for p in (d / "spark").glob("*.json")) == ["3-1.json", "3-2.json", "3-3.json"]
+
+
+BROKEN_SWEEP_SUITE = """
+def test_sweep(chaos_sweep):
+    chaos_sweep("random", seeds=1, duration_s=2.0, settle_s=3.0, mutants=("ack-before-append",)).check()
+"""
+
+
+def test_a_failing_sweep_fails_its_test_naming_every_seed(tmp_path: Path) -> None:
+    (tmp_path / "test_user_sweep.py").write_text(BROKEN_SWEEP_SUITE)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--chaos-sweep", "2", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "2 of 2 sweep runs failed" in r.stdout, r.stdout[-3000:]
+    for seed in (1, 2):
+        assert f"seed {seed} on 3 members: ChaosTimeout" in r.stdout
+    assert "clusterlab shrink" in r.stdout and "--fault-ack-before-append" in r.stdout
