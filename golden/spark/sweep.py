@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ def spark_mapper(master: str | None, directory: Path | str, partitions: int | No
         df = spark.createDataFrame(tasks, "seed long, members int").repartition(parts)
         box = str(outbox)
 
-        def run_partition(rows: Iterator[Any]) -> Iterator[str]:
+        def run_partition(rows: Iterable[Any]) -> Iterator[str]:
             for row in rows:
                 record = fn((int(row["seed"]), int(row["members"])))
                 text = json.dumps(record)
