@@ -232,6 +232,11 @@ def run_scenario(
             _run_local(result, plan, root, trace, settle_s, on_step, rate)
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
+    except Exception as e:
+        if not sim:
+            raise
+        # In the simulator this is the core's own invariant failing (an assertion): this run's finding.
+        result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
     if result.trace_dir.is_dir():
         result.verdict = verify_run(result.trace_dir)
         result.elections_s = result.verdict.elections_s

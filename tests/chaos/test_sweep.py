@@ -251,3 +251,12 @@ def test_a_failing_sweep_fails_its_test_naming_every_seed(tmp_path: Path) -> Non
     for seed in (1, 2):
         assert f"seed {seed} on 3 members: ChaosTimeout" in r.stdout
     assert "clusterlab shrink" in r.stdout and "--fault-ack-before-append" in r.stdout
+
+
+def test_a_crash_in_the_simulator_is_the_runs_error(tmp_path: Path) -> None:
+    # Broken build, random seed 5 on 5 members: the core's own assertion fires (a member is asked to
+    # truncate committed log); the run reports it as its error instead of raising.
+    r = run_scenario("random", 5, members=5, sim=True, settle_s=5.0, fault_ack_before_append=True, directory=tmp_path)
+    assert not r.ok and r.error is not None
+    assert r.error.startswith("AssertionError: member") and "truncate committed log" in r.error, r.error
+    assert failure_tokens(r) >= {"AssertionError"}
