@@ -4,6 +4,8 @@ the recorded trace. ``clusterlab run`` and the pytest plugin both come here."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import shlex
 import tempfile
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.checker import OnlineChecker
+from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
-from clusterlab.chaos.schedule import Schedule
+from clusterlab.chaos.schedule import Schedule, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
@@ -68,6 +71,8 @@ class RunResult:
     clients: int = DEFAULT_CLIENTS
     fault_stale_read: bool = False
     mutants: frozenset[str] = frozenset()  # planted bugs switched on (clusterlab.core.consensus.mutants)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # the schedule as data (schedule_spec)
+    explicit: bool = False  # the steps were given (a shrunk schedule), not drawn from the seed
 
     @property
     def ok(self) -> bool:
@@ -88,6 +93,8 @@ class RunResult:
         if self.fault_stale_read:
             parts.append("stale-read")
         parts.extend(f"m-{name}" for name in sorted(self.mutants))
+        if self.explicit:
+            parts.append("x" + hashlib.sha256(json.dumps(self.steps).encode()).hexdigest()[:8])
         return "-".join(parts)
 
     def rerun_command(self) -> str:
@@ -114,6 +121,8 @@ class RunResult:
             cmd.append("--fault-stale-read")
         for name in sorted(self.mutants):
             cmd += ["--mutant", name]
+        if self.explicit:
+            cmd += ["--schedule", json.dumps(self.steps, separators=(",", ":"))]
         return shlex.join(cmd)
 
     def summary(self) -> dict[str, Any]:
@@ -140,6 +149,8 @@ class RunResult:
             "elapsed_s": self.elapsed_s,
             "trace_dir": str(self.trace_dir),
             "schedule": self.schedule,
+            "steps": self.steps,
+            "explicit_schedule": self.explicit,
             "rerun": self.rerun_command(),
             "fault_ack_before_append": self.fault_ack_before_append,
             "clients": self.clients,
@@ -156,7 +167,7 @@ class RunResult:
 
 
 def run_scenario(
-    name: str,
+    name: str | Scenario,
     seed: int = 1,
     *,
     members: int = 3,
@@ -172,6 +183,7 @@ def run_scenario(
     clients: int = DEFAULT_CLIENTS,
     fault_stale_read: bool = False,
     mutants: Iterable[str] = (),
+    schedule: list[dict[str, Any]] | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -182,9 +194,13 @@ def run_scenario(
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
     planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
-    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only)."""
+    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only).
+
+    ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
+    steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
+    seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly."""
     chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
-    spec = find_scenario(name)
+    spec = name if isinstance(name, Scenario) else find_scenario(name)
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
     if members < 1:
@@ -199,39 +215,50 @@ def run_scenario(
     if len(in_service) + fault_stale_read > 1:
         raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
     if members not in spec.sizes and members != 3:
-        raise ValueError(f"scenario {name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
+        raise ValueError(f"scenario {spec.name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
     if sim and spec.real_only:
-        raise ValueError(f"scenario {name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+        raise ValueError(f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     if not sim and spec.sim_only:
-        raise ValueError(f"scenario {name} runs in the simulator only; add --sim")
+        raise ValueError(f"scenario {spec.name} runs in the simulator only; add --sim")
     duration = spec.default_duration_s if duration_s is None else duration_s
-    schedule = spec.schedule(seed, duration, sim=sim, members=members)
-    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{name}-"))
+    plan = (
+        spec.schedule(seed, duration, sim=sim, members=members)
+        if schedule is None
+        else schedule_from_spec(seed, schedule)
+    )
+    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
     result = RunResult(
-        name,
+        spec.name,
         seed,
         members,
         sim,
         duration,
         root,
         trace,
-        schedule.describe(),
+        plan.describe(),
         fault_ack_before_append=fault_ack_before_append,
         service=service,
         clients=clients,
         fault_stale_read=fault_stale_read,
         mutants=chosen,
+        steps=schedule_spec(plan),
+        explicit=schedule is not None,
     )
     started = time.monotonic()
     try:
         if sim:
-            _run_sim(result, schedule, root, trace, settle_s, on_step, rate)
+            _run_sim(result, plan, root, trace, settle_s, on_step, rate)
         else:
-            _run_local(result, schedule, root, trace, settle_s, on_step, rate)
+            _run_local(result, plan, root, trace, settle_s, on_step, rate)
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
+    except Exception as e:
+        if not sim:
+            raise
+        # In the simulator this is the core's own invariant failing (an assertion): this run's finding.
+        result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
     if result.trace_dir.is_dir():
         result.verdict = verify_run(result.trace_dir)
         result.elections_s = result.verdict.elections_s

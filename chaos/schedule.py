@@ -7,11 +7,15 @@ same steps, which ``describe`` prints, so a failure is re-run exactly with the c
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 from clusterlab.chaos.nemesis import (
+    NEMESES,
     ClockSkew,
     DiskFault,
     FlakyLinks,
@@ -105,3 +109,83 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
         steps += [fault(make(rng), hold), quiet(rng.uniform(0.3, 1.0))]
         spent += hold + steps[-1].seconds
     return Schedule(seed, steps)
+
+
+# ------------------------------------------------------------------------------ explicit schedules
+
+# Nemesis fields that are the outcome of applying it (who was hit), not its configuration.
+_OUTCOME_FIELDS = frozenset({"name", "victims", "applied_at", "healed_at", "groups", "hit_leader", "position"})
+
+
+def step_spec(step: Step) -> dict[str, Any]:
+    """One step as plain JSON data: ``{"quiet": 0.5}`` or ``{"nemesis": "kill", "seconds": 1.2, "who": "leader"}``
+    (the nemesis's name in NEMESES and the options that differ from its defaults)."""
+    if step.nemesis is None:
+        return {"quiet": step.seconds}
+    n = step.nemesis
+    fresh = type(n)()
+    spec: dict[str, Any] = {"nemesis": n.name, "seconds": step.seconds}
+    for f in fields(n):
+        if f.init and f.name not in _OUTCOME_FIELDS and getattr(n, f.name) != getattr(fresh, f.name):
+            spec[f.name] = getattr(n, f.name)
+    return spec
+
+
+def step_from_spec(spec: dict[str, Any]) -> Step:
+    """The inverse of :func:`step_spec`; ValueError naming what is wrong in a bad step."""
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"schedule step {spec!r}: expected an object like {{'quiet': 0.5}} or {{'nemesis': 'kill', ...}}"
+        )
+    if "quiet" in spec:
+        if set(spec) != {"quiet"}:
+            raise ValueError(f"schedule step {spec!r}: a quiet step has only 'quiet': SECONDS")
+        return quiet(_seconds(spec, spec["quiet"]))
+    options = dict(spec)
+    name = options.pop("nemesis", None)
+    if name not in NEMESES:
+        raise ValueError(f"schedule step {spec!r}: unknown nemesis {name!r}; known: {', '.join(NEMESES)}")
+    seconds = _seconds(spec, options.pop("seconds", None))
+    cls = NEMESES[name]
+    allowed = {f.name for f in fields(cls) if f.init and f.name not in _OUTCOME_FIELDS}
+    if unknown := sorted(set(options) - allowed):
+        raise ValueError(
+            f"schedule step {spec!r}: {name} has no option {', '.join(unknown)}; "
+            f"its options: {', '.join(sorted(allowed))}"
+        )
+    return fault(cls(**options), seconds)
+
+
+def _seconds(spec: dict[str, Any], value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"schedule step {spec!r}: seconds must be a number >= 0, not {value!r}")
+    return float(value)
+
+
+def schedule_spec(schedule: Schedule) -> list[dict[str, Any]]:
+    """The schedule's steps as JSON data (what chaos.json keeps and a shrunk test replays)."""
+    return [step_spec(s) for s in schedule.steps]
+
+
+def schedule_from_spec(seed: int, steps: list[dict[str, Any]]) -> Schedule:
+    """An explicit schedule: these steps (as :func:`schedule_spec` gives them), not the seed's."""
+    if not isinstance(steps, list):
+        raise ValueError(f"a schedule is a list of steps, not {type(steps).__name__}")
+    return Schedule(seed, [step_from_spec(s) for s in steps])
+
+
+def load_schedule_option(value: str) -> list[dict[str, Any]]:
+    """``--schedule``'s value: a JSON list of steps, inline or in a file; the steps checked (ValueError
+    naming what is wrong)."""
+    text = value
+    if not value.lstrip().startswith("["):
+        path = Path(value)
+        if not path.is_file():
+            raise ValueError(f"{value!r} is neither a JSON list of steps nor a file")
+        text = path.read_text()
+    try:
+        steps = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+    schedule_from_spec(0, steps)
+    return list(steps)

@@ -15,6 +15,10 @@ Fixtures
                      the RunResult of that scenario (clusterlab.chaos.runner.run_scenario) with the test's seed.
     ``chaos_runner`` ``chaos_runner("bridge", seed, members=5, sim=True)``: the same, called from a
                      test (the chaos suite parametrises scenarios and seeds with ``chaos_seeds``).
+    ``chaos_sweep``  ``chaos_sweep("random", members=(3, 5), seeds=20)``: a seed sweep in the simulator
+                     as one test (clusterlab.chaos.sweep); ``--chaos-sweep N`` sets N seeds (from 1),
+                     ``--chaos-sweep-jobs J`` its processes. Returns the SweepSummary; ``.check()``
+                     fails the test listing every failing seed, its trace and re-run command.
 
 Marker ``chaos(scenario, seed=1 | [seeds], members=3, sim=False, duration=None, service="kv", ...)``:
 other keywords go to run_scenario. A marked test runs once per seed: the marker's, or
@@ -45,6 +49,7 @@ import pytest
 
 from clusterlab.chaos.nemesis import NEMESES
 from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.sweep import SweepConfig, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.target import LocalTarget, SimTarget
 from clusterlab.chaos.workload import make_workload
 from clusterlab.harness.local import LocalCluster, pid_alive
@@ -54,26 +59,6 @@ from clusterlab.harness.sim_recording import record_sim
 SEEDS_ENV = "CLUSTERLAB_SEEDS"
 _report_key = pytest.StashKey[dict[str, pytest.TestReport]]()
 _chaos_key = pytest.StashKey[list[dict[str, Any]]]()
-
-
-def parse_seeds(spec: str) -> list[int]:
-    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
-    is wrong otherwise (also used by tests/sim/test_random_safety.py)."""
-    seeds: list[int] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
-        except ValueError:
-            raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
-        if last < first:
-            raise ValueError(f"seeds {spec!r}: empty range {part!r}")
-        seeds.extend(range(first, last + 1))
-    if not seeds:
-        raise ValueError(f"seeds {spec!r} name no seed")
-    return seeds
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,6 +77,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run N consecutive seeds per chaos test, from its first seed",
     )
     group.addoption(
+        "--chaos-sweep",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seeds (1..N) of every chaos_sweep test: a simulator seed sweep run as one test",
+    )
+    group.addoption(
+        "--chaos-sweep-jobs",
+        type=int,
+        default=1,
+        metavar="J",
+        help="processes a chaos_sweep test runs its seeds on (default 1)",
+    )
+    group.addoption(
         "--trace-dir",
         default=None,
         metavar="DIR",
@@ -108,6 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
     runs = config.getoption("--chaos-runs")
     if runs is not None and runs < 1:
         raise pytest.UsageError(f"--chaos-runs must be at least 1, not {runs}")
+    for option in ("--chaos-sweep", "--chaos-sweep-jobs"):
+        value = config.getoption(option)
+        if value is not None and value < 1:
+            raise pytest.UsageError(f"{option} must be at least 1, not {value}")
 
 
 def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
@@ -380,3 +383,48 @@ def workload() -> Iterator[WorkloadKit]:
     kit = WorkloadKit()
     yield kit
     kit.close()
+
+
+class ChaosSweep:
+    """``chaos_sweep(scenario, members=(3,), seeds=N, **config)``: a sweep in the test's tmp_path."""
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self.request = request
+        self.tmp_path = tmp_path
+
+    def __call__(
+        self, scenario: str, *, members: tuple[int, ...] = (3,), seeds: int | list[int] = 10, **config: Any
+    ) -> PluginSweep:
+        n = self.request.config.getoption("--chaos-sweep")
+        chosen = list(range(1, n + 1)) if n else (list(range(1, seeds + 1)) if isinstance(seeds, int) else seeds)
+        sweep_config = SweepConfig(scenario, tuple(chosen), tuple(members), **config)
+        jobs = self.request.config.getoption("--chaos-sweep-jobs")
+        directory = Path(tempfile.mkdtemp(prefix=f"sweep-{scenario}-", dir=self.tmp_path))
+        summary = run_sweep(sweep_config, directory, jobs=jobs)
+        print(
+            f"chaos sweep {scenario}: {len(summary.records)} runs ({len(chosen)} seeds x sizes {members}), "
+            f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute"
+        )
+        return PluginSweep(summary)
+
+
+class PluginSweep:
+    """A sweep's summary with ``check()``: fail the test naming every failing seed."""
+
+    def __init__(self, summary: SweepSummary) -> None:
+        self.summary = summary
+
+    def check(self) -> None:
+        if self.summary.failures:
+            lines = [
+                f"seed {r['seed']} on {r['members']} members: {r['error'] or r['kind']}\n"
+                f"  trace: {r['run_dir']}\n  re-run: {r['rerun']}\n  shrink: clusterlab shrink {r['run_dir']}"
+                for r in self.summary.failures
+            ]
+            pytest.fail(f"{len(lines)} of {len(self.summary.records)} sweep runs failed:\n" + "\n".join(lines))
+
+
+@pytest.fixture
+def chaos_sweep(request: pytest.FixtureRequest, tmp_path: Path) -> ChaosSweep:
+    """Run a simulator seed sweep as one test: ``chaos_sweep("random", members=(3, 5)).check()``."""
+    return ChaosSweep(request, tmp_path)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
@@ -89,6 +90,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return _bad(err, error)
         if Path(args.dir).is_dir() and any(Path(args.dir).iterdir()):
             return _bad(err, f"--dir {args.dir} is not empty; give a new or empty directory")
+    steps = None
+    if args.schedule is not None:
+        try:
+            steps = load_schedule_option(args.schedule)
+        except ValueError as e:
+            return _bad(err, f"--schedule: {e}")
     # Checked now, not after a run of minutes.
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         return _bad(err, error)
@@ -122,6 +129,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             clients=args.clients,
             fault_stale_read=args.fault_stale_read,
             mutants=mutants,
+            schedule=steps,
         )
         progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
 
@@ -201,6 +209,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=3,
         help="concurrent clients, each its own session; their history is checked for linearizability (default 3)",
+    )
+    p.add_argument(
+        "--schedule",
+        default=None,
+        metavar="JSON|FILE",
+        help="run these steps instead of the seed's schedule: a JSON list such as "
+        '\'[{"quiet": 0.5}, {"nemesis": "kill", "seconds": 1, "who": "leader"}]\' or a file holding one '
+        "(what clusterlab shrink prints)",
     )
     p.add_argument("--dir", default=None, help="run directory (default: a fresh temp dir, kept)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark check (the local verdict still runs)")

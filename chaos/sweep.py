@@ -1,0 +1,360 @@
+"""Seed sweeps: one scenario over many seeds (and cluster sizes) in the simulator, on every core
+(``multiprocess``, which pickles the closures and lambdas of user-defined scenarios with dill) or on
+a Spark cluster's executors (``clusterlab.golden.spark.sweep``; the map function is passed in, since
+this layer sits below golden).
+
+A sweep directory remembers what ran, so an interrupted sweep resumes where it stopped:
+
+* ``sweep.json``     the configuration (a resumed sweep must have the same one; seeds may differ);
+* ``results.jsonl``  one line per run (seed, members, ok, failure kind, error, failed checks, times);
+* ``runs/n<M>-s<S>/`` a failing run's directory (``trace/`` and ``chaos.json``, what ``clusterlab
+  shrink`` reads); a passing run's is removed unless ``keep_traces``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterlab.chaos.runner import RunResult, run_scenario
+from clusterlab.chaos.scenarios import Scenario
+from clusterlab.chaos.scenarios import scenario as find_scenario
+from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
+from clusterlab.chaos.verify import verify_run
+
+# Planted bugs a sweep can run with, by name, and the run_scenario switch each sets. The mutant
+# catalogue (another change) replaces this table; the option already carries a list of names.
+MUTANTS: dict[str, dict[str, bool]] = {
+    "ack-before-append": {"fault_ack_before_append": True},
+    "stale-read": {"fault_stale_read": True},
+}
+
+Task = tuple[int, int]  # (seed, members)
+# Runs the tasks and yields one record per task, in any order (a pool, or Spark executors).
+Mapper = Callable[[Callable[[Task], dict[str, Any]], list[Task]], Iterable[dict[str, Any]]]
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
+    is wrong otherwise (``clusterlab sweep --seeds``, the pytest plugin's --chaos-seed)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
+        if last < first:
+            raise ValueError(f"seeds {spec!r}: empty range {part!r}")
+        seeds.extend(range(first, last + 1))
+    if not seeds:
+        raise ValueError(f"seeds {spec!r} name no seed")
+    return seeds
+
+
+def mutant_kwargs(mutants: Iterable[str]) -> dict[str, bool]:
+    """run_scenario's keyword arguments for these mutant names; ValueError naming an unknown one."""
+    kwargs: dict[str, bool] = {}
+    for name in mutants:
+        if name not in MUTANTS:
+            raise ValueError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
+        kwargs.update(MUTANTS[name])
+    return kwargs
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What every run of a sweep shares; the seeds and sizes are its tasks."""
+
+    scenario: str
+    seeds: tuple[int, ...]
+    members: tuple[int, ...] = (3,)
+    duration_s: float | None = None
+    mutants: tuple[str, ...] = ()
+    clients: int | None = None
+    service: str = "kv"
+    rate: float | None = None
+    settle_s: float = 30.0
+
+    def tasks(self) -> list[Task]:
+        return [(seed, m) for seed in self.seeds for m in self.members]
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a sweep directory to be resumed (all but the seeds)."""
+        d = asdict(self)
+        del d["seeds"]
+        d["members"] = sorted(d["members"])
+        d["mutants"] = sorted(d["mutants"])
+        return d
+
+    def run_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "duration_s": self.duration_s,
+            "service": self.service,
+            "rate": self.rate,
+            "settle_s": self.settle_s,
+            **mutant_kwargs(self.mutants),
+        }
+        if self.clients is not None:
+            kwargs["clients"] = self.clients
+        return kwargs
+
+
+def failure_kind(result: RunResult) -> str | None:
+    """What failed, coarsely, for grouping runs: the run's error class (SafetyViolation, ChaosTimeout…)
+    and the failed trace checks; None for a passing run."""
+    if result.ok:
+        return None
+    parts = []
+    if result.error:
+        parts.append(result.error.split(":", 1)[0])
+    if result.verdict is None:
+        parts.append("no verdict")
+    elif result.verdict.failed():
+        parts.append("checks " + ",".join(sorted(result.verdict.failed())))
+    elif not result.verdict.ok:
+        parts.append(result.verdict.status)
+    return " + ".join(parts)
+
+
+def guarded_run(spec: Scenario, seed: int, *, members: int, directory: Path, **kwargs: Any) -> RunResult:
+    """run_scenario in the simulator, a crash included: an exception the run did not expect (an
+    assertion of the core's own invariants, say) is the run's error, named by its class, not the
+    sweep's end. The result's steps are the schedule either way (what shrinking replays)."""
+    try:
+        return run_scenario(spec, seed, members=members, sim=True, directory=directory, **kwargs)
+    except Exception as e:  # every failure is a finding; the sweep goes on
+        steps = kwargs.get("schedule")
+        if steps is None:
+            plan = spec.schedule(seed, kwargs.get("duration_s"), sim=True, members=members)
+        else:
+            plan = schedule_from_spec(seed, steps)
+        duration = kwargs.get("duration_s") or spec.default_duration_s
+        result = RunResult(spec.name, seed, members, True, duration, directory, directory / "trace", plan.describe())
+        result.steps, result.explicit = schedule_spec(plan), steps is not None
+        result.service = kwargs.get("service", "kv")
+        result.clients = kwargs.get("clients", result.clients)
+        result.fault_ack_before_append = bool(kwargs.get("fault_ack_before_append"))
+        result.fault_stale_read = bool(kwargs.get("fault_stale_read"))
+        first = (str(e).splitlines() or [""])[0]
+        result.error = f"{type(e).__name__}: {first}"
+        if result.trace_dir.is_dir():
+            try:
+                result.verdict = verify_run(result.trace_dir)
+            except Exception:  # a trace cut off mid-write: the error above is the finding
+                result.verdict = None
+        return result
+
+
+def run_dir_name(seed: int, members: int) -> str:
+    return f"n{members}-s{seed}"
+
+
+@dataclass
+class SeedRunner:
+    """Runs one task of a sweep and returns its record (a picklable callable: it travels to pool
+    workers and Spark executors, carrying a user-defined Scenario with it)."""
+
+    config: SweepConfig
+    directory: str
+    keep_traces: bool = False
+    scenario: Scenario | None = None  # a user-defined scenario (else the config's name is looked up)
+
+    def __call__(self, task: Task) -> dict[str, Any]:
+        seed, members = task
+        run_dir = Path(self.directory) / "runs" / run_dir_name(seed, members)
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a run interrupted by the last attempt at this sweep
+        spec = self.scenario or find_scenario(self.config.scenario)
+        started, cpu = time.monotonic(), time.process_time()
+        result = guarded_run(spec, seed, members=members, directory=run_dir, **self.config.run_kwargs())
+        kind = failure_kind(result)
+        record = {
+            "seed": seed,
+            "members": members,
+            "ok": result.ok,
+            "kind": kind,
+            "error": result.error,
+            "failed_checks": result.verdict.failed() if result.verdict else None,
+            "elapsed_s": round(time.monotonic() - started, 3),
+            "cpu_s": round(time.process_time() - cpu, 3),  # the run's own CPU: its cost whatever the load
+            "faults": sum(1 for s in result.steps if "nemesis" in s),
+            "run_dir": None if result.ok and not self.keep_traces else str(run_dir),
+            "rerun": result.rerun_command(),
+            "pid": os.getpid(),
+        }
+        if result.ok and not self.keep_traces:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            meta = result.summary() | {"settle_s": self.config.settle_s, "rate": self.config.rate}
+            (run_dir / "chaos.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        return record
+
+
+def pool_mapper(jobs: int) -> Mapper:
+    """Run tasks on ``jobs`` processes (``multiprocess``: dill pickles closures); ``jobs`` 1 runs them here."""
+
+    def run(fn: Callable[[Task], dict[str, Any]], tasks: list[Task]) -> Iterator[dict[str, Any]]:
+        if jobs == 1:
+            yield from map(fn, tasks)
+            return
+        import multiprocess  # type: ignore[import-untyped]
+
+        pool = multiprocess.Pool(jobs)
+        try:
+            yield from pool.imap_unordered(fn, tasks, chunksize=1)
+            pool.close()
+        finally:
+            pool.terminate()  # also on an interrupt or an error: no worker outlives the sweep
+            pool.join()
+
+    return run
+
+
+@dataclass
+class SweepSummary:
+    """Every record of the sweep directory (earlier sessions included) and this session's pace."""
+
+    config: SweepConfig
+    directory: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    ran_now: int = 0  # runs done in this session
+    elapsed_s: float = 0.0  # this session's wall time
+    skipped: int = 0  # tasks already done by an earlier session
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return sorted((r for r in self.records if not r["ok"]), key=lambda r: (r["seed"], r["members"]))
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def by_kind(self) -> dict[str, int]:
+        return dict(Counter(r["kind"] for r in self.failures).most_common())
+
+    def by_members(self) -> dict[int, tuple[int, int]]:
+        """Per cluster size: (runs, failures)."""
+        out: dict[int, tuple[int, int]] = {}
+        for r in self.records:
+            runs, failed = out.get(r["members"], (0, 0))
+            out[r["members"]] = (runs + 1, failed + (not r["ok"]))
+        return dict(sorted(out.items()))
+
+    @property
+    def seeds_per_minute(self) -> float:
+        return 60.0 * self.ran_now / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def cpu_s_per_run(self) -> float | None:
+        """Mean CPU seconds of a run (this session's): what a run costs, independent of the machine's load."""
+        cpu = [r["cpu_s"] for r in self.records[len(self.records) - self.ran_now :] if "cpu_s" in r]
+        return sum(cpu) / len(cpu) if cpu else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config) | {"seeds": [min(self.config.seeds), max(self.config.seeds)]},
+            "directory": str(self.directory),
+            "runs": len(self.records),
+            "ran_now": self.ran_now,
+            "skipped": self.skipped,
+            "failed": len(self.failures),
+            "by_kind": self.by_kind(),
+            "elapsed_s": round(self.elapsed_s, 2),
+            "seeds_per_minute": round(self.seeds_per_minute, 1),
+            "cpu_s_per_run": None if self.cpu_s_per_run is None else round(self.cpu_s_per_run, 3),
+            "failures": self.failures,
+        }
+
+
+class SweepDirError(ValueError):
+    """The sweep directory holds another sweep (or is not one)."""
+
+
+def load_records(directory: Path) -> list[dict[str, Any]]:
+    """The runs a sweep directory has recorded (a line cut short by a kill is ignored: that run re-runs)."""
+    path = directory / "results.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def _open_directory(config: SweepConfig, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = directory / "sweep.json"
+    if meta.exists():
+        try:
+            held = json.loads(meta.read_text())
+        except json.JSONDecodeError as e:
+            raise SweepDirError(f"{meta} is not a sweep's configuration ({e})") from None
+        if held != config.identity():
+            diff = {k: (held.get(k), v) for k, v in config.identity().items() if held.get(k) != v}
+            what = ", ".join(f"{k} {a!r} there, {b!r} here" for k, (a, b) in diff.items())
+            raise SweepDirError(f"{directory} holds another sweep ({what}); give a new directory")
+    elif any(directory.iterdir()):
+        raise SweepDirError(f"{directory} is not empty and holds no sweep.json; give a new or empty directory")
+    else:
+        meta.write_text(json.dumps(config.identity(), indent=1) + "\n")
+
+
+def run_sweep(
+    config: SweepConfig,
+    directory: Path | str,
+    *,
+    jobs: int = 1,
+    mapper: Mapper | None = None,
+    keep_traces: bool = False,
+    scenario: Scenario | None = None,
+    on_result: Callable[[dict[str, Any], int, int], None] | None = None,
+) -> SweepSummary:
+    """Run every task of ``config`` not yet recorded in ``directory``; ``on_result(record, done, total)``
+    after each. ``mapper``: where tasks run (default: :func:`pool_mapper` with ``jobs``). ``scenario``:
+    a user-defined Scenario (its name must be ``config.scenario``). SweepDirError for a directory that
+    holds another sweep; ValueError for a bad configuration."""
+    if scenario is not None and scenario.name != config.scenario:
+        raise ValueError(f"the scenario is {scenario.name!r} but the sweep names {config.scenario!r}")
+    spec = scenario or find_scenario(config.scenario)
+    if bad := [m for m in config.members if m not in spec.sizes]:
+        sizes = " or ".join(map(str, spec.sizes))
+        raise ValueError(f"scenario {spec.name} runs on {sizes} members, not {', '.join(map(str, bad))}")
+    if spec.real_only:
+        raise ValueError(f"scenario {spec.name} needs real processes; a sweep runs the simulator")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    mutant_kwargs(config.mutants)  # an unknown name fails before any run
+    root = Path(directory)
+    _open_directory(config, root)
+    wanted = set(config.tasks())
+    done = {(r["seed"], r["members"]): r for r in load_records(root) if (r["seed"], r["members"]) in wanted}
+    todo = [t for t in config.tasks() if t not in done]
+    summary = SweepSummary(config, root, list(done.values()), skipped=len(done))
+    runner = SeedRunner(config, str(root), keep_traces, scenario)
+    started = time.monotonic()
+    total = len(wanted)
+    with (root / "results.jsonl").open("a") as log:
+        for record in (mapper or pool_mapper(jobs))(runner, todo):
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            summary.records.append(record)
+            summary.ran_now += 1
+            summary.elapsed_s = time.monotonic() - started
+            if on_result:
+                on_result(record, len(summary.records), total)
+    summary.elapsed_s = time.monotonic() - started
+    (root / "summary.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    return summary

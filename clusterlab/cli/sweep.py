@@ -1,0 +1,256 @@
+"""``clusterlab sweep SCENARIO --seeds 1-10000`` (many seeds in the simulator, on every core or a
+Spark cluster) and ``clusterlab shrink RUN`` (a failing run's schedule cut down to what fails)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.shrink import ShrinkError, shrink_run
+from clusterlab.chaos.sweep import MUTANTS, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
+from clusterlab.chaos.workload import SERVICES
+from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
+
+# A bad option is reported as one line, exit 2 (as clusterlab run does).
+EXIT_BAD = 2
+
+
+def _bad(err: Console, command: str, message: str) -> int:
+    err.print(f"clusterlab {command}: {message}", markup=False, highlight=False)
+    return EXIT_BAD
+
+
+def _parse_members(spec: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(p) for p in spec.split(",") if p.strip())
+    except ValueError:
+        raise ValueError(f"--members {spec!r}: give sizes like 3 or 3,5") from None
+    if not sizes:
+        raise ValueError(f"--members {spec!r} names no size")
+    return sizes
+
+
+def summary_tables(s: SweepSummary) -> list[Table]:
+    """The sweep's summary table: runs, failures per size and per kind, pace."""
+    t = Table(title=f"sweep {s.config.scenario}: {'PASS' if s.ok else 'FAIL'}")
+    t.add_column("measure")
+    t.add_column("value", overflow="fold")
+    seeds = s.config.seeds
+    t.add_row("seeds", f"{len(seeds)} ({min(seeds)}-{max(seeds)})")
+    t.add_row("runs (seeds x sizes)", f"{len(s.records)} ({s.ran_now} now, {s.skipped} from an earlier session)")
+    for members, (runs, failed) in s.by_members().items():
+        t.add_row(f"  {members} members", f"{runs} runs, {failed} failed")
+    t.add_row("failed", str(len(s.failures)))
+    for kind, n in s.by_kind().items():
+        t.add_row(f"  {kind}", str(n))
+    if s.config.mutants:
+        t.add_row("planted bugs", ", ".join(s.config.mutants))
+    t.add_row("wall time", f"{s.elapsed_s:.1f} s")
+    t.add_row("seeds/minute", f"{s.seeds_per_minute:.1f}")
+    if (cpu := s.cpu_s_per_run) is not None:
+        t.add_row("CPU per run (load-independent)", f"{cpu:.2f} s = {60 / cpu:.0f} seeds/minute per idle core")
+    tables = [t]
+    return tables
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """Run SCENARIO in the simulator for every seed (and size), on --jobs processes or a Spark --master;
+    exit 0 when every run passed, 1 when some failed (each listed with its trace and re-run command),
+    2 for bad arguments. The --dir remembers what ran: the same command resumes an interrupted sweep."""
+    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    spec = SCENARIOS.get(args.scenario)
+    if spec is None:
+        return _bad(err, "sweep", f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    try:
+        seeds = parse_seeds(args.seeds)
+        members = _parse_members(args.members)
+    except ValueError as e:
+        return _bad(err, "sweep", str(e))
+    mutants = list(args.mutant or [])
+    if args.fault_ack_before_append and "ack-before-append" not in mutants:
+        mutants.append("ack-before-append")
+    for option, value in (("--duration", args.duration), ("--rate", args.rate), ("--settle", args.settle)):
+        if (error := positive_error(option, value)) is not None:
+            return _bad(err, "sweep", error)
+    if args.jobs is not None and args.jobs < 1:
+        return _bad(err, "sweep", f"--jobs must be at least 1, not {args.jobs}")
+    if args.clients is not None and args.clients < 1:
+        return _bad(err, "sweep", f"--clients must be at least 1, not {args.clients}")
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        return _bad(err, "sweep", error)
+    directory = args.dir or tempfile.mkdtemp(prefix=f"clusterlab-sweep-{spec.name}-")
+    if (error := writable_directory_error("--dir", directory)) is not None:
+        return _bad(err, "sweep", error)
+    config = SweepConfig(
+        spec.name,
+        tuple(seeds),
+        members,
+        duration_s=args.duration,
+        mutants=tuple(mutants),
+        clients=args.clients,
+        service=args.service,
+        rate=args.rate,
+        settle_s=args.settle,
+    )
+    jobs = args.jobs or os.cpu_count() or 1
+    mapper = None
+    if args.master:
+        from clusterlab.golden.spark.sweep import spark_mapper  # pyspark: imported only when it runs
+
+        mapper = spark_mapper(args.master, directory)
+    where = f"Spark {args.master}" if args.master else f"{jobs} process{'es' if jobs > 1 else ''}"
+    out.print(
+        f"[bold]sweep {spec.name}[/]: {len(seeds)} seeds x {len(members)} size(s) on {where}"
+        + (f", planted: {', '.join(mutants)}" if mutants else "")
+        + f"\nsweep directory: {directory}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=out,
+    ) as progress:
+        task = progress.add_task("runs", total=None)
+        failed = 0
+
+        def on_result(record: dict[str, Any], done: int, total: int) -> None:
+            nonlocal failed
+            failed += not record["ok"]
+            progress.update(task, total=total, completed=done, description=f"runs ({failed} failed)")
+            if not record["ok"]:
+                progress.console.print(
+                    f"[red]FAIL[/] seed {record['seed']} n{record['members']}: {record['kind']}", highlight=False
+                )
+
+        try:
+            summary = run_sweep(
+                config, directory, jobs=jobs, mapper=mapper, keep_traces=args.keep_traces, on_result=on_result
+            )
+        except (SweepDirError, ValueError) as e:
+            progress.stop()
+            return _bad(err, "sweep", str(e))
+    for t in summary_tables(summary):
+        out.print(t)
+    for r in summary.failures:  # one block each, to copy from
+        what = r["error"] or r["kind"]
+        out.print(f"[red]FAIL[/] seed {r['seed']} on {r['members']} members: {what}", highlight=False)
+        out.print(f"  run (trace, chaos.json): {r['run_dir']}\n  re-run: {r['rerun']}", highlight=False, soft_wrap=True)
+    if summary.failures:
+        first = summary.failures[0]
+        out.print(f"shrink one: clusterlab shrink {shlex.quote(str(first['run_dir']))}", highlight=False)
+    out.print(f"{summary.seeds_per_minute:.1f} seeds/minute ({summary.ran_now} runs in {summary.elapsed_s:.1f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    return 0 if summary.ok else 1
+
+
+def _cmd_shrink(args: argparse.Namespace) -> int:
+    """Shrink a failing simulator run (RUN: its directory with chaos.json, as clusterlab sweep keeps it)
+    to a minimal schedule failing the same check; print it as a pytest test. Exit 0 when shrunk, 2 when
+    RUN cannot be shrunk (not a failing simulator run, or its replay passes)."""
+    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    if args.max_runs < 1:
+        return _bad(err, "shrink", f"--max-runs must be at least 1, not {args.max_runs}")
+    for option, path in (("--json", args.json), ("--test", args.test)):
+        if path is not None and (error := output_file_error(option, path)) is not None:
+            return _bad(err, "shrink", error)
+    if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
+        return _bad(err, "shrink", error)
+
+    def on_try(phase: str, candidate: Any, fails: bool) -> None:
+        verdict = "[red]still fails[/]" if fails else "[green]passes[/]"
+        out.print(
+            f"  {phase}: {candidate.faults} faults, {candidate.seconds():.2f} s, {candidate.clients} clients,"
+            f" rate {candidate.rate:g} -> {verdict}",
+            highlight=False,
+        )
+
+    out.print(f"shrinking {args.run} ...", highlight=False)
+    try:
+        result = shrink_run(args.run, target=args.check, max_runs=args.max_runs, directory=args.dir, on_try=on_try)
+    except ShrinkError as e:
+        return _bad(err, "shrink", str(e))
+    o, m = result.original, result.minimal
+    t = Table(title=f"shrunk, keeping {result.target} failing ({result.runs} runs)")
+    for col in ("", "faults", "schedule seconds", "clients", "rate"):
+        t.add_column(col)
+    t.add_row("original", str(o.faults), f"{o.seconds():.2f}", str(o.clients), f"{o.rate:g}")
+    t.add_row("minimal", str(m.faults), f"{m.seconds():.2f}", str(m.clients), f"{m.rate:g}")
+    out.print(t)
+    out.print("minimal schedule: " + (json.dumps(m.steps) if m.steps else "[] (no fault needed)"), highlight=False)
+    if result.minimal_dir is not None:
+        out.print(f"its trace: {result.minimal_dir / 'trace'}", highlight=False)
+    source = result.pytest_source()
+    if args.test:
+        Path(args.test).write_text(source)
+        out.print(f"pytest test written to {args.test}", highlight=False)
+    out.print("# ---- pytest test ----", highlight=False)
+    print(source, end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``sweep`` and ``shrink`` to the CLI."""
+    p = sub.add_parser(
+        "sweep",
+        help="run a scenario over many seeds in the simulator (all cores, or a Spark cluster)",
+        description=_cmd_sweep.__doc__,
+    )
+    p.add_argument("scenario", metavar="SCENARIO", help="a simulator scenario (clusterlab scenarios lists them)")
+    p.add_argument("--seeds", default="1-100", help="seeds: 1-10000, 1,5,9 or a mix (default 1-100)")
+    p.add_argument("--members", default="3", help="cluster sizes, comma-separated: 3 or 3,5 (default 3)")
+    p.add_argument("--jobs", type=int, default=None, help="processes to run seeds on (default: every core)")
+    p.add_argument("--master", default=None, help="run the seeds on this Spark master's executors (e.g. local[2])")
+    p.add_argument("--dir", default=None, help="sweep directory (resumable; default: a fresh temp dir)")
+    p.add_argument("--duration", type=float, default=None, help="seconds of schedule per run (default: scenario's)")
+    p.add_argument("--settle", type=float, default=30.0, help="bound on the final healed phase, seconds (default 30)")
+    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument("--clients", type=int, default=None, help="concurrent clients per run (default 3)")
+    p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 100)")
+    p.add_argument(
+        "--mutant",
+        action="append",
+        metavar="NAME",
+        help=f"test only: run with a planted bug (repeatable): {', '.join(MUTANTS)}",
+    )
+    p.add_argument(
+        "--fault-ack-before-append",
+        action="store_true",
+        help="test only: the deliberately broken build (= --mutant ack-before-append)",
+    )
+    p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
+    p.add_argument("--json", default=None, help="also write the sweep's summary here")
+    p.set_defaults(func=_cmd_sweep)
+
+    s = sub.add_parser(
+        "shrink",
+        help="cut a failing run's schedule down to what still fails; print it as a pytest test",
+        description=_cmd_shrink.__doc__,
+    )
+    s.add_argument("run", metavar="RUN", help="a failing simulator run's directory (with chaos.json)")
+    s.add_argument(
+        "--check",
+        default=None,
+        help="the failure to keep: a trace check (durability…) or an error class (SafetyViolation, ChaosTimeout);"
+        " default: the replay's first failed trace check, else its error",
+    )
+    s.add_argument("--max-runs", type=int, default=80, help="at most this many candidate runs (default 80)")
+    s.add_argument("--dir", default=None, help="where candidates run (default: a fresh temp dir)")
+    s.add_argument("--test", default=None, help="also write the pytest test to this file")
+    s.add_argument("--json", default=None, help="also write the shrink's result here")
+    s.set_defaults(func=_cmd_shrink)
