@@ -77,7 +77,6 @@ class Attempt:
 PLANS: dict[str, list[Attempt]] = {
     m.VOTE_WITHOUT_LOG_RECENCY: [Attempt("stale-candidate", s) for s in (2, 1, 3)],
     m.VOTE_NOT_PERSISTED: [Attempt("kill-voter-and-candidate", s) for s in (4, 6)],
-    m.STALE_BALLOT_VOTES: [Attempt("slow-election", s) for s in (1, 2, 3)],
     m.QUORUM_OFF_BY_ONE: [Attempt("minority-partition", s) for s in (1, 2)],
     m.LEADER_NEVER_STEPS_DOWN: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.COMMIT_ON_OWN_APPEND: [Attempt("leader-isolation", s) for s in (1, 2)],

@@ -44,7 +44,6 @@ from clusterlab.core.consensus.members import (
 from clusterlab.core.consensus.mutants import (
     QUORUM_OFF_BY_ONE,
     SKIP_DIVERGENT_TRUNCATION,
-    STALE_BALLOT_VOTES,
     VOTE_NOT_PERSISTED,
     VOTE_WITHOUT_LOG_RECENCY,
 )
@@ -828,11 +827,9 @@ class Election:
         self.publisher.vote(request.candidate_member_id, answer)
 
     def on_vote(self, msg: Vote, now_ns: int) -> None:
-        # planted bug: a vote from an earlier ballot of ours counts in this one
-        stale_ballot = STALE_BALLOT_VOTES in self.ctx.mutants and msg.candidate_term_id < self.candidate_term_id
         if (
             self.state != ElectionState.CANDIDATE_BALLOT
-            or (msg.candidate_term_id != self.candidate_term_id and not stale_ballot)
+            or msg.candidate_term_id != self.candidate_term_id
             or msg.candidate_member_id != self.member_id
         ):
             self.host.ignore("Vote", f"not for our ballot of term {self.candidate_term_id} ({self.state.name})")
@@ -841,7 +838,7 @@ class Election:
         if s is None:
             self.host.ignore("Vote", f"unknown member {msg.follower_member_id}")
             return
-        s.candidate_term_id = self.candidate_term_id if stale_ballot else msg.candidate_term_id
+        s.candidate_term_id = msg.candidate_term_id
         s.leadership_term_id = msg.log_leadership_term_id
         s.log_position = msg.log_position
         s.vote = msg.vote == BooleanType.TRUE

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 # Election
 VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
 VOTE_NOT_PERSISTED = "vote-not-persisted"
-STALE_BALLOT_VOTES = "stale-ballot-votes"
 QUORUM_OFF_BY_ONE = "quorum-off-by-one"
 # Step-down
 LEADER_NEVER_STEPS_DOWN = "leader-never-steps-down"
@@ -63,12 +62,6 @@ MUTANTS: dict[str, Mutant] = {
             "election",
             "core/consensus/election.py Election.on_request_vote",
             "the candidate term of a YES vote is kept in memory only: a restarted member can vote again in that term",
-        ),
-        Mutant(
-            STALE_BALLOT_VOTES,
-            "election",
-            "core/consensus/election.py Election.on_vote",
-            "votes for an earlier candidate term of ours are counted in the current ballot",
         ),
         Mutant(
             QUORUM_OFF_BY_ONE,
