@@ -123,7 +123,8 @@ def check_runs(
     session for ``master``). With ``write_json``, each run directory gets ``check.json``."""
 
     started = time.monotonic()
-    all_runs = find_runs(",".join(str(p) for p in run_dirs))
+    # Absolute: a Spark Connect server (or a cluster) resolves paths in its own working directory.
+    all_runs = find_runs(",".join(os.path.abspath(p) for p in run_dirs))
     spark = spark or spark_session(master)
     # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
     completeness, all_files = establish_completeness(spark, all_runs)
