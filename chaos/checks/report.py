@@ -119,8 +119,10 @@ class CheckReport:
 
     def table(self) -> Table:
         """A rich verdict table: one row per check."""
-        engine = "Spark" if self.engine == "spark" else "Embedded (DuckDB)"
-        t = Table(title=f"{engine} check of {len(self.run_ids)} run(s) on {self.master}: {self.status}")
+        on = f"Spark check of {len(self.run_ids)} run(s) on {self.master}"
+        if self.engine != "spark":
+            on = f"Embedded (DuckDB) check of {len(self.run_ids)} run(s)"
+        t = Table(title=f"{on}: {self.status}")
         t.add_column("check")
         t.add_column("verdict")
         t.add_column("violations", justify="right")
