@@ -67,14 +67,36 @@ class DuckDbViews:
         self.con.close()
 
 
-def register_runs(db: DuckDbViews, runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> None:
-    """Register the views of ``runs`` ((run_id, run) pairs): one view per trace table, all runs' rows."""
+def view_tables(runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> dict[str, pa.Table]:
+    """The views of ``runs`` ((run_id, run) pairs) as Arrow tables: one per trace table, all runs' rows."""
+    out = {}
     for table in VIEWS:
         parts = [view_table(table, run.tables[table], run_id, columns[table]) for run_id, run in runs]
         if not parts:
             schema = view_schema(table)
             parts = [pa.schema([schema.field(c) for c in columns[table]]).empty_table()]
-        db.register(table, pa.concat_tables(parts))
+        out[table] = pa.concat_tables(parts)
+    return out
+
+
+def register_runs(db: DuckDbViews, runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> None:
+    """Register the views of ``runs`` ((run_id, run) pairs) in ``db``."""
+    for table, data in view_tables(runs, columns).items():
+        db.register(table, data)
+
+
+def row_counts(runs: Sequence[tuple[str, Run]]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
+    """(rows per table, rows per run and table, torn files per run) of ``runs`` ((run_id, run) pairs)."""
+    rows: dict[str, int] = {}
+    run_rows: dict[str, dict[str, int]] = {}
+    run_torn: dict[str, int] = {}
+    for run_id, r in runs:
+        per = run_rows.setdefault(run_id, {})
+        for t, data in r.tables.items():
+            per[t] = per.get(t, 0) + data.num_rows
+            rows[t] = rows.get(t, 0) + data.num_rows
+        run_torn[run_id] = run_torn.get(run_id, 0) + len(r.torn)
+    return rows, run_rows, run_torn
 
 
 def judge_runs(
@@ -92,15 +114,7 @@ def judge_runs(
     runs = {d: open_run(d) for d in dirs}
     completeness = {d: r.completeness for d, r in runs.items() if r.completeness is not None}
     complete = [(run_id_of(d), r) for d, r in runs.items() if r.completeness is None or r.completeness.ok]
-    rows: dict[str, int] = {}
-    run_rows: dict[str, dict[str, int]] = {}
-    run_torn: dict[str, int] = {}
-    for run_id, r in complete:
-        per = run_rows.setdefault(run_id, {})
-        for t, data in r.tables.items():
-            per[t] = per.get(t, 0) + data.num_rows
-            rows[t] = rows.get(t, 0) + data.num_rows
-        run_torn[run_id] = run_torn.get(run_id, 0) + len(r.torn)
+    rows, run_rows, run_torn = row_counts(complete)
     results: dict[str, CheckResult] = {}
     db = DuckDbViews(threads)
     try:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from clusterlab.harness.completeness import Completeness, exit_code
@@ -20,6 +22,11 @@ def run_id_of(run_dir: str) -> str:
             return str(json.load(f).get("run_id") or os.path.basename(os.path.normpath(run_dir)))
     except (OSError, ValueError):
         return os.path.basename(os.path.normpath(run_dir))
+
+
+def trace_bytes(run_dirs: Sequence[str | Path]) -> int:
+    """The size of the runs' trace files (``<table>/*.arrow``)."""
+    return sum(f.stat().st_size for d in run_dirs for f in Path(d).glob("*/*.arrow"))
 
 
 @dataclass

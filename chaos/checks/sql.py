@@ -4,16 +4,19 @@ and the messages around it) with two more queries over the same views."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
 from clusterlab.chaos.checks.base import VIEWS, SqlCheck
 from clusterlab.chaos.checks.report import CheckResult
 from clusterlab.chaos.checks.views import view_schema
-from sqlglot import exp
 
 AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
 AROUND_MESSAGES = 12
@@ -43,15 +46,46 @@ ORDER BY m.run_id, at, m.wall_ns
 FLAGGED_SCHEMA = pa.schema([pa.field("run_id", pa.string()), pa.field("log_position", pa.int64())])
 
 
+def _cache_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "clusterlab" / "sql"
+
+
 @cache
+def _compiled(sql: str) -> dict[str, Any]:
+    """``sql``'s DuckDB text and the column names it mentions. Parsing with sqlglot (and importing
+    its dialects) costs about a second, so each text's result is kept in a small on-disk cache keyed
+    by the text and sqlglot's version; a verdict in a fresh process then needs no sqlglot at all."""
+    from importlib.metadata import version
+
+    key = hashlib.blake2b(f"{version('sqlglot')}\0{sql}".encode(), digest_size=16).hexdigest()
+    path = _cache_dir() / f"{key}.json"
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        pass
+    import sqlglot
+    from sqlglot import exp
+
+    got = {
+        "duckdb": ";\n".join(sqlglot.transpile(sql, read="spark", write="duckdb")),
+        "columns": sorted({c.name for c in sqlglot.parse_one(sql, read="spark").find_all(exp.Column)}),
+    }
+    with contextlib.suppress(OSError):  # a read-only home: no cache, same result
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(got))
+        tmp.replace(path)  # atomic: parallel processes never read half a file
+    return got
+
+
 def to_duckdb(sql: str) -> str:
     """``sql`` (Spark SQL) in DuckDB's dialect."""
-    return ";\n".join(sqlglot.transpile(sql, read="spark", write="duckdb"))
+    return str(_compiled(sql)["duckdb"])
 
 
-@cache
 def _columns_of(sql: str) -> frozenset[str]:
-    return frozenset(c.name for c in sqlglot.parse_one(sql, read="spark").find_all(exp.Column))
+    return frozenset(_compiled(sql)["columns"])
 
 
 def columns_used(table: str, sqls: Iterable[str]) -> tuple[str, ...]:

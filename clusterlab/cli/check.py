@@ -22,11 +22,6 @@ SPARK_RUNS = 64  # more runs than this: Spark (auto)
 SPARK_BYTES = 1 << 30  # more trace bytes than this (all runs): Spark (auto)
 
 
-def trace_bytes(run_dirs: list[str]) -> int:
-    """The size of the runs' trace files (``<table>/*.arrow``)."""
-    return sum(f.stat().st_size for d in run_dirs for f in Path(d).glob("*/*.arrow"))
-
-
 def choose_engine(engine: str, run_dirs: list[str], *, master: str | None, remote: str | None) -> tuple[str, str]:
     """(``duckdb`` or ``spark``, why) for ``--engine engine`` over ``run_dirs`` (the module docstring)."""
     import os
@@ -39,6 +34,8 @@ def choose_engine(engine: str, run_dirs: list[str], *, master: str | None, remot
         return "spark", "under spark-submit"
     if len(run_dirs) > SPARK_RUNS:
         return "spark", f"{len(run_dirs)} runs > {SPARK_RUNS}"
+    from clusterlab.chaos.checks.report import trace_bytes
+
     size = trace_bytes(run_dirs)
     if size > SPARK_BYTES:
         return "spark", f"{size / 2**20:.0f} MiB of traces > {SPARK_BYTES >> 20} MiB"
