@@ -37,23 +37,23 @@ ORDER BY run_id, log_position, service_id
 CONTIGUITY = SqlCheck(
     name="contiguity",
     description="each service incarnation applied entries back to back (an entry starts where the previous "
-    "ended, a Snapshot row sets the start) and its seq counts from 0 without holes",
+    "ended, a Snapshot row sets the start) and its seq counts from 0 without holes (one row per hole)",
     tables=("applied",),
     sql="""
 SELECT run_id, member_id, service_id, incarnation, seq, log_position, length, entry_type,
-       CASE WHEN seq <> expected_seq
-            THEN concat('member ', member_id, '/', incarnation, ': seq ', seq, ' where ', expected_seq,
-                        ' was due (rows lost)')
+       CASE WHEN seq <> coalesce(previous_seq + 1, 0)
+            THEN concat('member ', member_id, '/', incarnation, ': seq ', seq, ' follows ',
+                        coalesce(previous_seq, -1), ' (rows lost)')
             ELSE concat('member ', member_id, '/', incarnation, ': entry at ', log_position, ' starts at ',
                         log_position - length, ' but the previous ended at ', coalesce(previous_end, 0))
        END AS detail
 FROM (
   SELECT run_id, member_id, service_id, incarnation, seq, log_position, length, entry_type,
          lag(log_position) OVER (PARTITION BY run_id, member_id, service_id, incarnation ORDER BY seq) AS previous_end,
-         row_number() OVER (PARTITION BY run_id, member_id, service_id, incarnation ORDER BY seq) - 1 AS expected_seq
+         lag(seq) OVER (PARTITION BY run_id, member_id, service_id, incarnation ORDER BY seq) AS previous_seq
   FROM applied
 ) AS a
-WHERE seq <> expected_seq
+WHERE seq <> coalesce(previous_seq + 1, 0)
    OR (entry_type <> 'Snapshot' AND log_position - length <> coalesce(previous_end, 0))
 ORDER BY run_id, member_id, service_id, incarnation, seq
 """,
