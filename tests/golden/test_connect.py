@@ -1,0 +1,43 @@
+"""A warm Spark: ``clusterlab spark start`` runs a Spark Connect server (stopped by its PID), and
+``clusterlab check --engine spark`` judges through it — given ``--remote`` or found by its state
+directory — with the verdict the embedded engine gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clusterlab.golden.spark import connect
+from clusterlab.harness.local import pid_alive
+
+from clusterlab.cli import main
+
+pytestmark = pytest.mark.spark
+
+
+def test_check_through_a_started_spark_connect_server(
+    planted: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "spark-state"
+    monkeypatch.setenv("CLUSTERLAB_SPARK_STATE", str(state))
+    assert main(["spark", "status"]) == 1
+    try:
+        assert main(["spark", "start", "--master", "local[1]", "--driver-memory", "1g"]) == 0
+        info = connect.status()
+        assert info is not None and pid_alive(info.pid)
+        assert main(["spark", "start"]) == 0 and connect.status() == info, "a second start reuses the server"
+        capsys.readouterr()
+        bad = planted["state"]["dir"]
+        assert main(["check", str(bad), "--remote", info.url]) == 1
+        doc = json.loads((bad / "check.json").read_text())
+        assert doc["engine"] == "spark" and doc["status"] == "FAIL"
+        assert doc["checks"]["agreement"]["violations"][0]["log_position"] == planted["state"]["position"]
+        assert main(["check", str(planted["clean"]["dir"]), "--engine", "spark"]) == 0  # found by its state dir
+        out = capsys.readouterr().out
+        assert f"on {info.url}" in out and "PASS" in out
+    finally:
+        stopped = connect.stop()
+    assert stopped is not None and not pid_alive(stopped.pid)
+    assert connect.status() is None and main(["spark", "stop"]) == 1
