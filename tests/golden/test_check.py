@@ -95,11 +95,11 @@ def test_check_cli_writes_check_json_and_exit_codes(
     spark, planted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clean, bad = planted["clean"]["dir"], planted["state"]["dir"]
-    assert main(["check", str(clean), "--json", str(tmp_path / "out.json")]) == 0
+    assert main(["check", str(clean), "--engine", "spark", "--json", str(tmp_path / "out.json")]) == 0
     doc = json.loads((clean / "check.json").read_text())
-    assert doc["ok"] is True and set(doc["checks"]) == set(CHECKS) and doc["rows"]["applied"] > 0
+    assert doc["engine"] == "spark" and doc["ok"] is True and set(doc["checks"]) == set(CHECKS) and doc["rows"]["applied"] > 0
     assert json.loads((tmp_path / "out.json").read_text())["run_ids"] == ["clean"]
-    assert main(["check", str(bad)]) == 1
+    assert main(["check", str(bad), "--engine", "spark"]) == 1
     doc = json.loads((bad / "check.json").read_text())
     assert doc["checks"]["agreement"]["violations"][0]["log_position"] == planted["state"]["position"]
     out = capsys.readouterr().out
