@@ -157,11 +157,6 @@ class CheckReport:
 
 
 def _describe(v: dict[str, Any]) -> str:
-    keep = {k: v[k] for k in v if k not in ("messages", "run_id")}
-    return json.dumps(keep, default=str)[:300]
-
-
-def _describe(v: dict[str, Any]) -> str:
     if v.get("detail"):
         return str(v["detail"])[:300]
     keep = {k: v[k] for k in v if k not in ("messages", "run_id")}

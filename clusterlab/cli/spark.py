@@ -27,17 +27,17 @@ def _cmd_spark(args: argparse.Namespace) -> int:
         )
         return 0
     if args.action == "stop":
-        info = connect.stop(args.state_dir)
-        if info is None:
+        stopped = connect.stop(args.state_dir)
+        if stopped is None:
             out.print(f"no Spark Connect server recorded in {connect.state_dir(args.state_dir)}", highlight=False)
             return 1
-        out.print(f"stopped the Spark Connect server {info.url} (pid {info.pid})", highlight=False)
+        out.print(f"stopped the Spark Connect server {stopped.url} (pid {stopped.pid})", highlight=False)
         return 0
-    info = connect.status(args.state_dir)
-    if info is None:
+    up = connect.status(args.state_dir)
+    if up is None:
         out.print(f"no Spark Connect server running (state: {connect.state_dir(args.state_dir)})", highlight=False)
         return 1
-    out.print(f"up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False)
+    out.print(f"up: {up.url} (pid {up.pid}, {up.master}; log {up.log})", highlight=False)
     return 0
 
 
