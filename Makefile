@@ -18,10 +18,12 @@ $(BIN)/.installed-bench: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
-# The main job: a leader-kill chaos scenario on a real 3-member local cluster, verified locally and
-# with Spark, ending with the HTML report's path (`clusterlab demo` is the simulator walk-through).
+# The main job: a leader-kill chaos scenario on a real 3-member local cluster, verified by both
+# engines — the embedded DuckDB verdict at once, then the same SQL on Spark (the warm server of
+# `clusterlab spark start` if one is up) — ending with the HTML report's path (`clusterlab demo` is
+# the simulator walk-through).
 demo: $(BIN)/.installed
-	$(BIN)/clusterlab run leader-kill
+	$(BIN)/clusterlab run leader-kill --engine spark
 
 # The whole suite (ci/suite): the lint step, pytest -n auto keeping the chaos runs' traces, the Spark
 # check of all of them, the golden-trace regression.

@@ -10,7 +10,8 @@ Two data sets are generated on disk as real Arrow IPC stream files per docs/trac
 
 Jobs timed (wall clock, one run each, same process): ``check_runs`` on **big** and on **many**;
 ``diff_positions`` of **big** against a golden of it (one planted golden divergence); and the same
-five checks / diff as DuckDB SQL with ``threads=1``. Rows/s counts every row read of every table.
+checks run by the embedded engine (the same SQL, :mod:`clusterlab.chaos.checks.embedded`) and the
+diff as DuckDB SQL, with ``threads=1``. Rows/s counts every row read of every table.
 
     python -m benchmarks.spark_bench                  # --scale small: 5 x 1 M applied rows, 100 runs
     python -m benchmarks.spark_bench --scale full     # 5 x 10 M applied rows, 100 runs (~8 GB on disk)
@@ -312,60 +313,6 @@ def _read_table(dirs: list[Path], table: str) -> pa.Table:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-DUCKDB_CHECKS = {
-    "agreement": """
-        SELECT run_id, log_position FROM applied GROUP BY run_id, log_position
-        HAVING count(DISTINCT CASE WHEN entry_type <> 'Snapshot' THEN entry_digest END) > 1
-            OR count(DISTINCT state_digest) > 1 ORDER BY run_id, log_position""",
-    "contiguity": """
-        SELECT run_id, member_id, incarnation, log_position FROM (
-          SELECT *, lag(log_position) OVER w AS previous_end, row_number() OVER w - 1 AS expected_seq FROM applied
-          WINDOW w AS (PARTITION BY run_id, member_id, service_id, incarnation ORDER BY seq))
-        WHERE seq <> expected_seq
-           OR (entry_type <> 'Snapshot' AND log_position - length <> coalesce(previous_end, 0))""",
-    "election_safety": """
-        SELECT run_id, leadership_term_id FROM events WHERE kind = 'leader' AND leadership_term_id IS NOT NULL
-        GROUP BY 1, 2 HAVING count(DISTINCT member_id) > 1""",
-    "durability": """
-        WITH acked AS (SELECT run_id, client_id, op_id, f, key, value FROM ops WHERE kind = 'ok'),
-        requests AS (
-          SELECT run_id, log_position, CAST(json_extract_string(decode(body), '$.id') AS BIGINT) AS req_id,
-                 json_extract_string(decode(body), '$.op') AS req_op,
-                 json_extract_string(decode(body), '$.key') AS req_key,
-                 json_extract_string(decode(body), '$.value') AS req_value
-          FROM log WHERE body IS NOT NULL),
-        per_op AS (
-          SELECT a.run_id, a.client_id, a.op_id, list(r.log_position ORDER BY r.log_position)
-                 FILTER (WHERE r.log_position IS NOT NULL) AS positions
-          FROM acked a LEFT JOIN requests r ON a.run_id = r.run_id AND a.op_id = r.req_id AND a.f = r.req_op
-               AND a.key IS NOT DISTINCT FROM r.req_key AND a.value IS NOT DISTINCT FROM r.req_value
-          GROUP BY ALL),
-        changes AS (
-          SELECT run_id, log_position FROM (
-            SELECT run_id, log_position, entry_type, state_digest <> lag(state_digest) OVER (
-              PARTITION BY run_id, member_id, service_id, incarnation ORDER BY seq) AS changed FROM applied)
-          WHERE entry_type = 'SessionMessage' AND changed),
-        copies AS (SELECT run_id, client_id, op_id, unnest(positions[2:]) AS copy_position FROM per_op
-                   WHERE len(positions) > 1)
-        SELECT run_id, client_id, op_id FROM per_op WHERE len(coalesce(positions, [])) = 0
-        UNION ALL
-        SELECT DISTINCT c.run_id, c.client_id, c.op_id FROM copies c JOIN changes s
-          ON c.run_id = s.run_id AND c.copy_position = s.log_position""",
-    "committed_prefix": """
-        SELECT a.run_id, a.member_id, a.log_position FROM applied a
-          JOIN (SELECT DISTINCT run_id FROM log) r ON a.run_id = r.run_id
-          LEFT JOIN log l ON a.run_id = l.run_id AND a.log_position = l.log_position
-        WHERE a.entry_type <> 'Snapshot' AND (l.entry_digest IS NULL OR l.entry_digest <> a.entry_digest)
-        UNION ALL
-        SELECT run_id, member_id, log_position FROM (
-          SELECT run_id, member_id, log_position, lag(log_position) OVER (
-            PARTITION BY run_id, source, incarnation ORDER BY wall_ns, seq) AS previous
-          FROM events WHERE kind = 'commit' AND log_position IS NOT NULL)
-        WHERE log_position < previous""",
-}
-
-# min = max per position <=> every member applied one entry and reached one state (as the Spark diff
-# does it); a list of digests per position would hold 10 M lists in memory at full scale.
 DUCKDB_DIFF = """
     WITH actual AS (
       SELECT log_position, min(entry_digest) AS entry_min, max(entry_digest) AS entry_max,
@@ -392,18 +339,6 @@ def _duckdb() -> Any:
     return con
 
 
-def duckdb_check(dirs: list[Path]) -> tuple[dict[str, list[Any]], int]:
-    """The five checks in DuckDB (one thread); returns violations per check and rows read."""
-    pa.set_cpu_count(1)
-    pa.set_io_thread_count(1)
-    con = _duckdb()
-    tables = {t: _read_table(dirs, t) for t in ("applied", "events", "ops", "log")}
-    for name, t in tables.items():
-        con.register(name, t)
-    out = {name: con.execute(sql).fetchall() for name, sql in DUCKDB_CHECKS.items()}
-    return out, sum(t.num_rows for t in tables.values())
-
-
 def duckdb_diff(golden: Path, actual: Path) -> tuple[list[int], int]:
     con = _duckdb()
     g, a = _read_table([golden], "applied"), _read_table([actual], "applied")
@@ -424,6 +359,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
     """Generate the data sets in ``workdir``, time every job, return the results (also printed).
     ``spark``: a session to use (kept open); by default one is started and stopped."""
+    from clusterlab.chaos.checks.embedded import check_runs as embedded_check
     from clusterlab.golden.spark.check import check_runs
     from clusterlab.golden.spark.diff import Comparison, diff_positions
     from clusterlab.golden.spark.session import spark_session
@@ -484,19 +420,19 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
         and [c for c, r in report.checks.items() if not r.ok] == ["agreement"]
     ), report.to_json()
     record("check big", f"Spark {master or 'local[*]'}", read_rows, s, f"agreement at {found}")
-    (violations, rows), s = _timed(lambda: duckdb_check([big]))
-    assert [v[1] for v in violations["agreement"]] == [plant_position] and not any(
-        violations[c] for c in violations if c != "agreement"
-    ), violations
-    record("check big", "DuckDB 1 thread", rows, s, f"agreement at {[v[1] for v in violations['agreement']]}")
+    # The embedded engine: the same SQL checks (and linearizability), DuckDB on one thread.
+    duck, s = _timed(lambda: embedded_check([big], write_json=False, threads=1))
+    found = [v["log_position"] for v in duck.checks["agreement"].violations]
+    assert found == [plant_position] and [c for c, r in duck.checks.items() if not r.ok] == ["agreement"], found
+    record("check big", "DuckDB 1 thread", read_rows, s, f"agreement at {found}")
 
     many_read = sum(many_rows[t] for t in ("applied", "events", "ops", "log"))
     report, s = _timed(lambda: check_runs([many], spark=spark, write_json=False))
     assert report.ok and len(report.run_ids) == p["runs"], report.to_json()
     record(f"check {p['runs']} runs", f"Spark {master or 'local[*]'}", many_read, s, "pass")
-    (violations, rows), s = _timed(lambda: duckdb_check(sorted(many.iterdir())))
-    assert not any(violations.values()), {k: v[:3] for k, v in violations.items()}
-    record(f"check {p['runs']} runs", "DuckDB 1 thread", rows, s, "pass")
+    duck, s = _timed(lambda: embedded_check(sorted(many.iterdir()), write_json=False, threads=1))
+    assert duck.ok and len(duck.run_ids) == p["runs"], duck.to_json()
+    record(f"check {p['runs']} runs", "DuckDB 1 thread", many_read, s, "pass")
 
     diff_rows = golden_rows + big_rows["applied"]
     comparison = Comparison("bench", "replay", str(golden.resolve()), str(big.resolve()))

@@ -1,37 +1,21 @@
-"""The local verdict on a recorded run: the Spark check's six properties computed with pyarrow in
-one process (what ``clusterlab run`` prints at once, and the check used where Spark is not wanted).
-The properties the online checker also judges are its definitions (clusterlab.harness.invariants). The
-protocol-level checks (clusterlab.chaos.checks.protocol) are SQL, evaluated here with DuckDB.
-
-``verify_run(trace_dir)`` returns a :class:`Verdict`; ``clusterlab.golden.spark.check`` is the same judgement at
-scale and must agree with it (a test compares them)."""
+"""The local verdict on a recorded run: every check of :mod:`clusterlab.chaos.checks` run by the
+embedded engine (DuckDB) in this process — what ``clusterlab run`` prints at once and the verdict the
+runner and the goldens use. ``verify_run(trace_dir)`` returns a :class:`Verdict`;
+``clusterlab.golden.spark.check`` runs the same SQL on Spark (a test proves the verdicts equal)."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.checks import protocol
-from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
-from clusterlab.core.codec.digests import entry_digest_of_run
-from clusterlab.harness.completeness import Completeness, Status
-from clusterlab.harness.invariants import Agreement, ElectionSafety, MonotonicCommit
-from clusterlab.harness.trace import contiguity_violations, open_run
+from clusterlab.chaos.checks import CHECK_NAMES
+from clusterlab.chaos.linearizability import HistoryVerdict
+from clusterlab.harness.completeness import Completeness
 from rich.table import Table
 
-CHECKS = (
-    "agreement",
-    "contiguity",
-    "election_safety",
-    "durability",
-    "committed_prefix",
-    "linearizability",
-    *protocol.NAMES,
-)
-_FRAME_HEADER, _MESSAGE_HEADER = 32, 8
+CHECKS = CHECK_NAMES
 
 
 @dataclass
@@ -68,7 +52,7 @@ class Verdict:
             return ["completeness"]
         return [c for c, v in self.violations.items() if v]
 
-    def table(self, title: str = "local verdict (pyarrow)") -> Table:
+    def table(self, title: str = "local verdict (DuckDB)") -> Table:
         t = Table(title=f"{title}: {self.status}")
         t.add_column("check")
         t.add_column("verdict")
@@ -92,22 +76,6 @@ class Verdict:
         return t
 
 
-def _request_of(entry: bytes) -> dict[str, Any] | None:
-    """The kv request JSON of a SessionMessage log entry (None for anything else)."""
-    if len(entry) < _FRAME_HEADER + _MESSAGE_HEADER + 24:
-        return None
-    frame_length = int.from_bytes(entry[0:4], "little", signed=True)
-    block_length = int.from_bytes(entry[_FRAME_HEADER : _FRAME_HEADER + 2], "little")
-    template_id = int.from_bytes(entry[_FRAME_HEADER + 2 : _FRAME_HEADER + 4], "little")
-    if template_id != 1:
-        return None
-    try:
-        body = json.loads(entry[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length])
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
 def election_times(events: list[dict[str, Any]]) -> list[float]:
     """Seconds from each leader fault (a ``chaos_apply`` event with ``leader_fault``) to the next
     ``leader`` event: a member won an election (the old leader too, if it came back and won). Every
@@ -126,90 +94,25 @@ def election_times(events: list[dict[str, Any]]) -> list[float]:
 
 
 def verify_run(trace_dir: Path | str) -> Verdict:
-    """Agreement, contiguity, election safety, durability and the committed prefix of one run."""
-    run = open_run(trace_dir)
+    """Completeness first, then every check of one run with the embedded engine (DuckDB: the SQL
+    checks of :mod:`clusterlab.chaos.checks`, the same text the Spark job runs) and the WGL
+    linearizability checker; each violation as its ``detail`` line."""
+    from clusterlab.chaos.checks.embedded import judge_runs  # DuckDB: imported when a verdict is due
+
+    judged = judge_runs([trace_dir], limit=1 << 62)
+    run = judged.runs[str(trace_dir)]
     v = Verdict(
         Path(trace_dir),
+        violations={c: [] for c in judged.report.checks},
         rows={k: t.num_rows for k, t in run.tables.items()},
         torn=len(run.torn),
         completeness=run.completeness,
     )
-    if run.completeness is not None and run.completeness.status is not Status.COMPLETE:
+    if not v.complete:
         return v  # complete or not judged
-    applied = run.applied.to_pylist()
-
-    # Agreement, contiguity, election safety and monotonic commit: the definitions the online checker
-    # uses (clusterlab.harness.invariants), fed the whole run.
-    agreement = Agreement()
-    for r in applied:
-        agreement.observe(
-            r["log_position"], (r["member_id"], r["incarnation"]), r["entry_type"], r["entry_digest"], r["state_digest"]
-        )
-    v.violations["agreement"] = agreement.violations()
-
-    v.violations["contiguity"] = contiguity_violations(run.applied)
-
+    for name, result in judged.report.checks.items():
+        v.violations[name] = [str(x.get("detail") or x) for x in result.violations]
+    v.linearizability = judged.linearizability.get(str(trace_dir))
     events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
     v.elections_s = election_times(events)
-    election = ElectionSafety()
-    for e in events:
-        if e["kind"] == "leader" and e["leadership_term_id"] is not None:
-            election.observe(e["leadership_term_id"], e["member_id"])
-    v.violations["election_safety"] = election.violations()
-
-    log = run.log.to_pylist()
-    requests: Counter[tuple[Any, ...]] = Counter()
-    positions: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-    for row in log:
-        req = _request_of(row["entry"])
-        if req is not None:
-            key = (req.get("id"), req.get("op"), req.get("key"), req.get("value"))
-            requests[key] += 1
-            positions[key].append(row["log_position"])
-    changed_at: set[int] = set()
-    last: dict[tuple[int, int], bytes] = {}
-    for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
-        k = (r["member_id"], r["incarnation"])
-        if k in last and last[k] != r["state_digest"] and r["entry_type"] == "SessionMessage":
-            changed_at.add(r["log_position"])
-        last[k] = r["state_digest"]
-    ops_rows = run.ops.to_pylist()
-    # Linearizability of the clients' history (every client, per key): a violation fails the run;
-    # a key whose search ran out of budget is "unknown" and says so, but does not fail it.
-    v.linearizability = check_history(operations_from_rows(ops_rows))
-    v.violations["linearizability"] = [k.describe() for k in v.linearizability.violations()]
-    for op in ops_rows:
-        if op["kind"] != "ok":
-            continue
-        key = (op["op_id"], op["f"], op["key"], op["value"])
-        if not requests[key]:
-            v.violations["durability"].append(
-                f"client {op['client_id']} op {op['op_id']} {op['f']} "
-                f"{op['key']}={op['value']}: acknowledged but not in the log"
-            )
-        for pos in positions[key][1:]:
-            if pos in changed_at:
-                v.violations["durability"].append(f"client {op['client_id']} op {op['op_id']}: applied again at {pos}")
-
-    if log:
-        digest = entry_digest_of_run(run.meta)  # blake2b-128 for runs recorded before XXH3-128
-        committed = {row["log_position"]: digest(row["entry"]) for row in log}
-        for r in applied:
-            if r["entry_type"] == "Snapshot":
-                continue
-            got = committed.get(r["log_position"])
-            if got != r["entry_digest"]:
-                v.violations["committed_prefix"].append(
-                    f"member {r['member_id']}/{r['incarnation']} applied {r['entry_digest'].hex()[:12]} at "
-                    f"{r['log_position']}; committed log has {got.hex()[:12] if got else 'nothing'}"
-                )
-    commit = MonotonicCommit()
-    for e in sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e.get("seq", 0))):
-        if e["kind"] == "commit" and e["log_position"] is not None:
-            commit.observe(e["source"], e.get("incarnation", 0), e["log_position"])
-    v.violations["committed_prefix"] += commit.violations()
-    # The protocol-level checks (chaos/checks/protocol.py): SQL over the tables, evaluated by DuckDB.
-    run_id = str(run.meta.get("run_id") or Path(trace_dir).name)
-    for check in protocol.CHECKS:
-        v.violations[check.name] = [r["detail"] for r in protocol.evaluate_duckdb(check, run.tables, run_id)]
     return v

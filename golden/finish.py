@@ -1,4 +1,5 @@
-"""What ``clusterlab run`` does after a run: the Spark check's verdict and the HTML report.
+"""What ``clusterlab run`` does after a run: the check's verdict (embedded DuckDB by default, or Spark)
+and the HTML report.
 
 from clusterlab.golden.finish import check_and_report
 report, html = check_and_report(result.trace_dir)   # prints the verdict table and the report path
@@ -8,19 +9,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from clusterlab.chaos.checks.report import CheckReport
 from clusterlab.golden.report import write_report
-from clusterlab.golden.spark.check import CheckReport, check_runs
 from rich.console import Console
 
 
 def check_and_report(
-    trace_dir: Path | str, *, master: str | None = None, console: Console | None = None
+    trace_dir: Path | str,
+    *,
+    master: str | None = None,
+    console: Console | None = None,
+    engine: str = "duckdb",
+    remote: str | None = None,
+    show: bool = True,
 ) -> tuple[CheckReport, Path]:
-    """Check ``trace_dir`` with Spark (writes RUN/check.json), print the verdict table, write
-    RUN/report.html (which shows that verdict) and print its path."""
+    """Check ``trace_dir`` with ``engine`` (``duckdb`` or ``spark``; writes RUN/check.json), print the
+    verdict table (``show``), write RUN/report.html (which shows that verdict) and print its path."""
     console = console or Console()
-    report = check_runs([trace_dir], master=master)
-    console.print(report.table())
+    if engine == "spark":
+        from clusterlab.golden.spark.check import check_runs  # pyspark: imported only when it runs
+        from clusterlab.golden.spark.session import spark_session
+
+        report = check_runs([trace_dir], spark=spark_session(master, remote=remote))
+    else:
+        from clusterlab.chaos.checks.embedded import check_runs as embedded_check
+
+        report = embedded_check([trace_dir])
+    if show:
+        console.print(report.table())
     path = write_report(trace_dir)
     console.print(f"report: {path}", highlight=False, markup=False)
     return report, path

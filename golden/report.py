@@ -1,7 +1,7 @@
 """``clusterlab report RUN``: one self-contained HTML file about a recorded run (inline CSS and SVG, no
 script and nothing fetched from a network, so it opens offline and can be attached to a CI job):
 
-- the verdict: the Spark check's ``check.json`` when the run has one, else the local pyarrow verdict;
+- the verdict: the check's ``check.json`` (DuckDB or Spark) when the run has one, else the local verdict;
 - a timeline: per member a lane coloured by role (follower, candidate, leader, down) with the
   leadership terms marked, the commit position over time, faults shaded (kill, partition, pause,
   truncate, every ``chaos_apply`` .. ``chaos_heal`` span), and every client operation's latency
@@ -186,12 +186,13 @@ def op_latencies(ops: list[dict[str, Any]]) -> list[tuple[int, float, str, str]]
 
 
 def verdict_of(run_dir: Path) -> dict[str, Any]:
-    """``check.json`` (the Spark check) if present, else the local verdict in the same shape."""
+    """``check.json`` (the embedded or Spark check) if present, else the local verdict in the same shape."""
     check = run_dir / "check.json"
     if check.is_file():
         try:
             doc = json.loads(check.read_text())
-            doc["source"] = "Spark check (check.json)"
+            engine = "Embedded (DuckDB)" if doc.get("engine") == "duckdb" else "Spark"
+            doc["source"] = f"{engine} check (check.json)"
             return doc
         except ValueError:
             pass
@@ -206,7 +207,7 @@ def verdict_of(run_dir: Path) -> dict[str, Any]:
             {**k.as_dict(), "problem": k.describe()} for k in v.linearizability.violations()[:20]
         ]
     return {
-        "source": "local verdict (pyarrow)",
+        "source": "local verdict (DuckDB)",
         "ok": v.ok,
         "status": v.status,
         "rows": v.rows,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from clusterlab.chaos.demo import run_demo
-from clusterlab.cli import check, cluster, golden, mutants, report, run, sweep, tool, trace
+from clusterlab.cli import check, cluster, golden, mutants, report, run, spark, sweep, tool, trace
 from clusterlab.cli.paths import writable_directory_error
 from clusterlab.core import __version__
 from clusterlab.core.codec.selfcheck import run_selfcheck
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
 
-    for module in (cluster, tool, trace, run, check, golden, report, mutants, sweep):
+    for module in (cluster, tool, trace, run, check, golden, report, spark, mutants, sweep):
         module.register(sub)
     return parser
 

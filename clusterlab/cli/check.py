@@ -1,4 +1,10 @@
-"""``clusterlab check RUN...``: the Spark safety check of recorded runs."""
+"""``clusterlab check RUN...``: the safety check of recorded runs, on the embedded engine (DuckDB) or Spark.
+
+Engine choice (``--engine auto``, the default): Spark when ``--master`` or ``--remote`` is given, when
+running under ``spark-submit``, or when the runs are large — more than :data:`SPARK_RUNS` runs or
+:data:`SPARK_BYTES` of trace files (DuckDB holds the checked columns in memory; Spark streams them);
+else DuckDB, whose verdict on one run takes well under a second. ``--engine spark`` without a master
+uses the warm server of ``clusterlab spark start`` when it is up, else a local session."""
 
 from __future__ import annotations
 
@@ -10,6 +16,40 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+ENGINES = ("auto", "duckdb", "spark")
+SPARK_RUNS = 64  # more runs than this: Spark (auto)
+SPARK_BYTES = 1 << 30  # more trace bytes than this (all runs): Spark (auto)
+
+
+def choose_engine(engine: str, run_dirs: list[str], *, master: str | None, remote: str | None) -> tuple[str, str]:
+    """(``duckdb`` or ``spark``, why) for ``--engine engine`` over ``run_dirs`` (the module docstring)."""
+    import os
+
+    if engine != "auto":
+        return engine, "--engine"
+    if master or remote:
+        return "spark", "--master" if master else "--remote"
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return "spark", "under spark-submit"
+    if len(run_dirs) > SPARK_RUNS:
+        return "spark", f"{len(run_dirs)} runs > {SPARK_RUNS}"
+    from clusterlab.chaos.checks.report import trace_bytes
+
+    size = trace_bytes(run_dirs)
+    if size > SPARK_BYTES:
+        return "spark", f"{size / 2**20:.0f} MiB of traces > {SPARK_BYTES >> 20} MiB"
+    return "duckdb", "small input"
+
+
+def spark_remote(remote: str | None, master: str | None) -> str | None:
+    """The Spark Connect URL to use: ``--remote``, else (no ``--master``) the started server's, if up."""
+    if remote or master:
+        return remote
+    from clusterlab.golden.spark import connect
+
+    info = connect.status()
+    return info.url if info is not None else None
 
 
 def runs_table(report: Any) -> Table:
@@ -31,7 +71,8 @@ def runs_table(report: Any) -> Table:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    """Check runs with Spark; print the verdict tables; exit 0 (PASS), 1 (FAIL: a violation in a complete
+    """Check runs (the embedded DuckDB engine by default; Spark with --engine spark, --master, --remote
+    or many/large runs); print the verdict tables; exit 0 (PASS), 1 (FAIL: a violation in a complete
     run), 2 (bad input), 3 (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's
     bytes changed; not judged)."""
     # Imported here, not at the top: pyspark, which only this command and `golden verify` need.
@@ -50,18 +91,36 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"clusterlab check: {error}", file=sys.stderr)
         return 2
     try:
-        find_runs(",".join(args.runs))
+        runs = find_runs(",".join(args.runs))
     except TraceSourceError as e:
         print(f"clusterlab check: {e}", file=sys.stderr)
         return 2
-    from clusterlab.golden.spark.check import check_runs
-
+    if args.engine == "duckdb" and (args.master or args.remote):
+        print("clusterlab check: --master/--remote need --engine spark (or auto), not duckdb", file=sys.stderr)
+        return 2
+    engine, why = choose_engine(args.engine, runs, master=args.master, remote=args.remote)
+    console = Console()
     try:
-        report = check_runs(args.runs, master=args.master, limit=args.limit)
+        if engine == "duckdb":
+            from clusterlab.chaos.checks.embedded import check_runs as embedded_check
+            from clusterlab.harness.trace import TraceError
+
+            try:
+                report = embedded_check(runs, limit=args.limit)
+            except TraceError as e:
+                print(f"clusterlab check: {e}", file=sys.stderr)
+                return 2
+        else:
+            from clusterlab.golden.spark.check import check_runs
+            from clusterlab.golden.spark.session import spark_session
+
+            remote = spark_remote(args.remote, args.master)
+            console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
+            spark = spark_session(args.master, remote=remote)
+            report = check_runs(runs, spark=spark, limit=args.limit)
     except SchemaVersionError as e:
         print(f"clusterlab check: {e}", file=sys.stderr)
         return 2
-    console = Console()
     console.print(report.table())
     if len(report.run_dirs) > 1 or not report.ok:
         console.print(runs_table(report))
@@ -80,11 +139,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``check`` to the CLI."""
     p = sub.add_parser(
         "check",
-        help="check recorded runs with Spark (agreement, durability, ...)",
+        help="check recorded runs (DuckDB by default, or Spark): agreement, durability, ...",
         description=_cmd_check.__doc__,
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or directories of runs)")
-    p.add_argument("--master", default=None, help="Spark master (default local[*]; e.g. spark://host:7077)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help=f"auto (default): DuckDB, or Spark given --master/--remote, > {SPARK_RUNS} runs or "
+        f"> {SPARK_BYTES >> 20} MiB of traces; duckdb; spark",
+    )
+    p.add_argument("--master", default=None, help="Spark master (implies --engine spark; e.g. spark://host:7077)")
+    p.add_argument(
+        "--remote",
+        default=None,
+        help="Spark Connect URL sc://HOST:PORT (implies --engine spark; default: clusterlab spark start's server)",
+    )
     p.add_argument("--json", default=None, help="also write the whole report here (each RUN gets its check.json)")
     p.add_argument("--limit", type=int, default=50, help="violations kept per check (default 50)")
     p.set_defaults(func=_cmd_check)

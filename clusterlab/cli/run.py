@@ -2,8 +2,10 @@
 
 ``run`` starts a local cluster (or the simulator with ``--sim``), drives the workload through the
 scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
-verifies the recorded trace: the local pyarrow verdict at once, then the Spark check of the same five
-properties and the HTML report RUN/report.html (``--no-spark`` skips both). Exit 0: every check
+verifies the recorded trace: the local verdict (the embedded DuckDB engine) at once, RUN/check.json and
+the HTML report RUN/report.html; ``--engine spark`` (implied by ``--master``/``--remote``) also runs
+the Spark check of the same SQL (on the warm server of ``clusterlab spark start`` when it is up);
+``--no-spark`` skips all but the local verdict. Exit 0: every check
 passed; 1: a violation (or no progress); 2: bad arguments; 3: the trace is INCOMPLETE, 4: CORRUPT
 (not judged; docs/trace-schema.md, "Verdicts")."""
 
@@ -143,11 +145,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # A run error (no progress, a crash) is a FAIL; an unjudged trace is INCOMPLETE/CORRUPT (exit 3/4).
     statuses = ["FAIL" if result.error or result.verdict is None else result.verdict.status]
     spark: dict[str, Any] | None = None
+    engine = "spark" if args.engine == "spark" or args.master or args.remote else "duckdb"
     if not args.no_spark and result.trace_dir.is_dir():
-        out.print("Spark check (the same five checks at scale) ...")
-        from clusterlab.golden.finish import check_and_report  # pyspark: imported only when it runs
+        from clusterlab.golden.finish import check_and_report
 
-        report, _ = check_and_report(result.trace_dir, master=args.master, console=out)
+        if engine == "spark":
+            from clusterlab.cli.check import spark_remote
+
+            out.print("Spark check (the same SQL checks, on Spark) ...")
+            remote = spark_remote(args.remote, args.master)
+            report, _ = check_and_report(
+                result.trace_dir, master=args.master, console=out, engine="spark", remote=remote
+            )
+        else:  # the local verdict above is this engine's: write check.json and the report, no second table
+            report, _ = check_and_report(result.trace_dir, console=out, show=False)
         spark = report.to_json()
         ok = ok and report.ok
         statuses.append(report.status)
@@ -219,8 +230,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(what clusterlab shrink prints)",
     )
     p.add_argument("--dir", default=None, help="run directory (default: a fresh temp dir, kept)")
-    p.add_argument("--no-spark", action="store_true", help="skip the Spark check (the local verdict still runs)")
-    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="skip check.json, the HTML report and any Spark check (the local verdict still runs)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("duckdb", "spark"),
+        default="duckdb",
+        help="who writes check.json: duckdb (default, the local verdict's engine) or spark (also the Spark verdict)",
+    )
+    p.add_argument("--master", default=None, help="Spark master (implies --engine spark)")
+    p.add_argument("--remote", default=None, help="Spark Connect URL sc://HOST:PORT (implies --engine spark)")
     p.add_argument("--json", default=None, help="also write the run's summary and verdicts here")
     p.add_argument(
         "--fault-ack-before-append",

@@ -1,208 +1,51 @@
-"""``clusterlab check``: a Spark job proving one or many recorded runs safe.
+"""``clusterlab check --engine spark``: a Spark job proving one or many recorded runs safe.
 
-Checks, each a DataFrame query over the ``clustertrace`` source (only violations reach the driver,
-at most ``limit`` of each):
+The checks are :mod:`clusterlab.chaos.checks`' SQL, the text the embedded engine runs: each trace table
+becomes a temporary view over the ``clustertrace`` source (:mod:`clusterlab.golden.spark.source`),
+narrowed to the columns the checks read and with the view layer's derived columns (digests as int64
+halves, so Spark plans hash aggregates; the log's requests decoded), and ``spark.sql`` runs each check.
+Per check one job counts the violations per run; only a failing check fetches its first ``limit`` rows.
+Linearizability runs the WGL checker per (run, key) in the executors (golden/spark/linearizability.py).
 
-- agreement: at every log position, every member and incarnation applied the same entry bytes
-  (``entry_digest``) and reached the same service state (``state_digest``; a Snapshot row at P
-  counts as the state at P);
-- contiguity: each service incarnation applied entries back to back (an entry starts where the
-  previous ended, a Snapshot row sets the start) and its ``seq`` has no holes;
-- election_safety: at most one member became leader in each leadership term;
-- durability: every acknowledged client op is in the committed log, and a retried copy of it
-  changed nothing (the service applied it exactly once);
-- committed_prefix: every entry any service applied (hence committed) is in the final committed log
-  with the same bytes, and each member's commit position never moved back within an incarnation;
-- the protocol-level checks of clusterlab.chaos.checks.protocol (votes, leaders per term, term starts,
-  step-down liveness, timers/session closes, snapshots): their SQL run with ``spark.sql``.
+Works on a classic session (``local[*]``, a cluster) and on a Spark Connect session (``--remote``,
+``clusterlab spark start``): everything goes through SQL, temp views and the Python data source.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.checks import protocol as protocol_checks
+from clusterlab.chaos.checks import CHECK_NAMES, LINEARIZABILITY, SQL_CHECKS, SqlCheck
+from clusterlab.chaos.checks.base import VIEWS
+from clusterlab.chaos.checks.embedded import row_counts, view_tables
+from clusterlab.chaos.checks.report import CheckReport, CheckResult, plain, run_id_of, trace_bytes
+from clusterlab.chaos.checks.sql import explain_agreement, view_columns
+from clusterlab.chaos.checks.views import view_schema
 from clusterlab.golden.spark.session import spark_session
-from clusterlab.golden.spark.source import find_runs, output_schema, run_id_of, select_columns, trace_files
+from clusterlab.golden.spark.source import find_runs, select_columns, trace_files
 from clusterlab.harness.completeness import (
     Completeness,
     FileFacts,
-    exit_code,
     judge,
     kills_from_events,
     read_meta,
     read_sidecars,
 )
-from clusterlab.harness.recorder import SCHEMAS
-from pyspark.sql import DataFrame, SparkSession, Window
+from clusterlab.harness.trace import open_run
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
-from rich.table import Table
 
-CHECKS = (
-    "agreement",
-    "contiguity",
-    "election_safety",
-    "durability",
-    "committed_prefix",
-    "linearizability",
-    *protocol_checks.NAMES,
-)
+CHECKS = CHECK_NAMES
 DEFAULT_LIMIT = 50
-AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it
+ENGINE = "spark"
+UPLOAD_BYTES = 256 << 20  # a Connect session gets traces up to this size as Arrow tables from the client
 
-
-@dataclass
-class CheckResult:
-    """One check's outcome: ``count`` violations in all, ``violations`` the first ``limit``."""
-
-    name: str
-    count: int
-    violations: list[dict[str, Any]] = field(default_factory=list)
-    per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
-    unknown: list[dict[str, Any]] = field(default_factory=list)  # linearizability: keys not decided
-
-    @property
-    def ok(self) -> bool:
-        return self.count == 0
-
-
-@dataclass
-class CheckReport:
-    """The verdict on a set of runs."""
-
-    run_ids: list[str]
-    run_dirs: list[str]
-    master: str
-    checks: dict[str, CheckResult]
-    rows: dict[str, int]
-    torn: int
-    elapsed_s: float
-    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
-    run_torn: dict[str, int] = field(default_factory=dict)
-    # run directory -> its completeness, judged first; only COMPLETE runs are checked ("complete or not
-    # judged"). Keyed by directory: two simulator runs of one configuration share a run_id.
-    completeness: dict[str, Completeness] = field(default_factory=dict)
-
-    @property
-    def complete(self) -> bool:
-        return all(c.ok for c in self.completeness.values())
-
-    @property
-    def ok(self) -> bool:
-        return self.complete and all(c.ok for c in self.checks.values())
-
-    def run_status(self, run_id: str) -> str:
-        """``PASS``, ``FAIL``, ``INCOMPLETE`` or ``CORRUPT`` of the run(s) with ``run_id``."""
-        bad = [c for d, c in self.completeness.items() if run_id_of(d) == run_id and not c.ok]
-        if bad:
-            return str(max((c.status for c in bad), key=lambda s: s == "CORRUPT"))
-        return "FAIL" if any(r.per_run.get(run_id) for r in self.checks.values()) else "PASS"
-
-    @property
-    def status(self) -> str:
-        """The verdict on all runs: FAIL if a complete run fails a check, else CORRUPT, INCOMPLETE or PASS."""
-        return ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[self.exit_code]
-
-    @property
-    def exit_code(self) -> int:
-        """0 PASS, 1 FAIL, 3 INCOMPLETE, 4 CORRUPT (docs/trace-schema.md, "Verdicts")."""
-        statuses = [str(c.status) if not c.ok else self.run_status(run_id_of(d)) for d, c in self.completeness.items()]
-        return exit_code(statuses or [self.run_status(r) for r in self.run_ids])
-
-    def to_json(self, run_id: str | None = None) -> dict[str, Any]:
-        """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
-
-        def part(c: CheckResult) -> dict[str, Any]:
-            if run_id is None:
-                return {"ok": c.ok, "count": c.count, "violations": c.violations}
-            count = c.per_run.get(run_id, 0)
-            return {
-                "ok": count == 0,
-                "count": count,
-                "violations": [v for v in c.violations if v.get("run_id") == run_id],
-            }
-
-        checks = {name: part(c) for name, c in self.checks.items()}
-        completeness = {r: c.to_json() for r, c in self.completeness.items() if run_id is None or r == run_id}
-        return {
-            "run_ids": self.run_ids if run_id is None else [run_id],
-            "ok": all(c["ok"] for c in checks.values())
-            and all(c["status"] == "COMPLETE" for c in completeness.values()),
-            "status": self.status if run_id is None else self.run_status(run_id),
-            "completeness": completeness,
-            "master": self.master,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
-            "torn": self.torn if run_id is None else self.run_torn.get(run_id, 0),
-            "checks": checks,
-        }
-
-    def table(self) -> Table:
-        """A rich verdict table: one row per check."""
-        t = Table(title=f"Spark check of {len(self.run_ids)} run(s) on {self.master}: {self.status}")
-        t.add_column("check")
-        t.add_column("verdict")
-        t.add_column("violations", justify="right")
-        t.add_column("first violation", overflow="fold")
-        findings = [(r, f) for r, c in sorted(self.completeness.items()) for f in c.findings]
-        notes = sum(len(c.notes) for c in self.completeness.values())
-        if findings:
-            bad = sorted({str(c.status) for c in self.completeness.values() if not c.ok})
-            judged = sum(1 for c in self.completeness.values() if c.ok)
-            t.add_row(
-                "completeness",
-                f"[red]{'/'.join(bad)}[/]",
-                str(len(findings)),
-                f"{findings[0][0]}: {findings[0][1].describe()} ({judged} of {len(self.completeness)} runs judged)",
-            )
-            for r, f in findings[1:10]:
-                t.add_row("", "", "", f"{r}: {f.describe()}")
-        else:
-            ended = f"{notes} file(s) a SIGKILL ended (listed in check.json)" if notes else ""
-            t.add_row("completeness", "[green]ok[/]", "0", ended)
-        for name, c in self.checks.items():
-            first = _describe(c.violations[0]) if c.violations else ""
-            t.add_row(name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", str(c.count), first)
-        return t
-
-
-def _describe(v: dict[str, Any]) -> str:
-    keep = {k: v[k] for k in v if k not in ("messages", "run_id")}
-    return json.dumps(keep, default=str)[:300]
-
-
-def _hex(b: Any) -> str | None:
-    return None if b is None else bytes(b).hex()
-
-
-def _per_run(bad: DataFrame) -> dict[str, int]:
-    """Violations per run (one small aggregate instead of a bare count)."""
-    return {r["run_id"]: int(r["count"]) for r in bad.groupBy("run_id").count().collect()}
-
-
-def _rows(df: DataFrame, limit: int) -> list[dict[str, Any]]:
-    out = []
-    for r in df.limit(limit).collect():
-        d = r.asDict(recursive=True)
-        out.append({k: _plain(v) for k, v in d.items()})
-    return out
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, bytes | bytearray):
-        return bytes(v).hex()
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
+__all__ = ["CHECKS", "CheckReport", "CheckResult", "check_runs", "establish_completeness", "load"]
 
 
 def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = ()) -> DataFrame:
@@ -216,32 +59,6 @@ def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = (
 
 # ----------------------------------------------------------------------------------------- checks
 
-# The columns each query reads (the source builds and ships only these).
-_POSITION_COLUMNS = ("run_id", "log_position", "entry_type", "entry_digest", "state_digest")
-_INCARNATION = ("run_id", "member_id", "service_id", "incarnation")
-_AROUND_COLUMNS = (
-    "run_id",
-    "process",
-    "direction",
-    "channel",
-    "msg_type",
-    "leadership_term_id",
-    "log_position",
-    "wall_ns",
-)
-_EVENT_COLUMNS = (
-    "run_id",
-    "source",
-    "member_id",
-    "incarnation",
-    "kind",
-    "leadership_term_id",
-    "log_position",
-    "wall_ns",
-    "seq",
-)
-BROADCAST_ROWS = 200_000  # a side this small is sent to every task instead of shuffling the other side
-
 
 class Tables:
     """The trace tables of one set of runs, read column-projected on demand."""
@@ -250,373 +67,56 @@ class Tables:
         self.spark = spark
         self.paths = paths
         self.rows = rows  # table -> rows in all runs
-        self.log_runs = sorted(log_runs)  # runs with committed log rows; only they are judged on the log
+        self.log_runs = sorted(log_runs)  # runs with committed log rows
 
     def read(self, table: str, *columns: str) -> DataFrame:
-        """``table``'s ``columns``; a table no run has rows of is an empty DataFrame of the contract's
+        """``table``'s ``columns``; a table no run has rows of is an empty DataFrame of the view's
         types (a run without client ops has nothing for durability to judge), not a source error."""
         if not self.rows.get(table):
-            schema = select_columns(output_schema(table, SCHEMAS[table]), ",".join(columns))
+            schema = select_columns(view_schema(table), ",".join(columns))
             return self.spark.createDataFrame([], from_arrow_schema(schema))
         return load(self.spark, self.paths, table, columns)
 
-
-def flag_positions(tables: Tables) -> DataFrame:
-    """One pass over ``applied`` grouped by (run, log position), joined with the committed log: the
-    positions where members disagree (``entry_differs``, ``state_differs``) or an applied entry is
-    missing from, or differs in, the final committed log (``lost``). Only flagged positions are kept,
-    so the result is small on a healthy run; agreement and committed_prefix both start from it."""
-    applied = tables.read("applied", *_POSITION_COLUMNS)
-    is_entry = F.col("entry_type") != "Snapshot"
-    entry = F.when(is_entry, F.col("entry_digest"))
-    # min != max finds a disagreement without distinct aggregates; exact counts are taken later for
-    # the flagged positions only.
-    per_position = applied.groupBy("run_id", "log_position").agg(
-        F.min(entry).alias("entry_min"),
-        F.max(entry).alias("entry_max"),
-        F.min("state_digest").alias("state_min"),
-        F.max("state_digest").alias("state_max"),
-        F.count(F.when(is_entry, 1)).alias("entries"),
-    )
-    entry_differs = F.coalesce(F.col("entry_min") != F.col("entry_max"), F.lit(False))
-    state_differs = F.coalesce(F.col("state_min") != F.col("state_max"), F.lit(False))
-    if tables.log_runs:
-        committed = tables.read("log", "run_id", "log_position", "entry_digest").withColumnRenamed(
-            "entry_digest", "log_digest"
-        )
-        per_position = per_position.join(committed, ["run_id", "log_position"], "left")
-        # As row by row: some applied entry here has no committed entry, or a different one.
-        lost = (
-            F.col("run_id").isin(tables.log_runs)
-            & (F.col("entries") > 0)
-            & (
-                F.col("log_digest").isNull()
-                | F.coalesce(F.col("entry_min") != F.col("log_digest"), F.lit(False))
-                | F.coalesce(F.col("entry_max") != F.col("log_digest"), F.lit(False))
-            )
-        )
-    else:
-        lost = F.lit(False)
-    return per_position.select(
-        "run_id",
-        "log_position",
-        entry_differs.alias("entry_differs"),
-        state_differs.alias("state_differs"),
-        lost.alias("lost"),
-    ).where(F.col("entry_differs") | F.col("state_differs") | F.col("lost"))
+    def register_views(self, columns: dict[str, tuple[str, ...]]) -> None:
+        """Each trace table as a temporary view of its name, carrying ``columns[table]``."""
+        for table in VIEWS:
+            self.read(table, *columns[table]).createOrReplaceTempView(table)
 
 
-def check_agreement(tables: Tables, flagged: DataFrame, limit: int) -> CheckResult:
-    """Same entry and same state digest at every log position, across members and incarnations."""
-    bad = flagged.where(F.col("entry_differs") | F.col("state_differs")).select("run_id", "log_position")
-    per_run = _per_run(bad)
+def _query(spark: SparkSession, sql: str) -> list[dict[str, Any]]:
+    return [{k: plain(v) for k, v in r.asDict(recursive=True).items()} for r in spark.sql(sql).collect()]
+
+
+def count_violations(spark: SparkSession, checks: Sequence[SqlCheck]) -> dict[str, dict[str, int]]:
+    """Per check, violations per run: one small aggregate job per check. (Measured on a loaded 2-core
+    machine, warm Connect server, one small run: one after another ~5 s in all; one UNION ALL of every
+    check ~10 s, the same jobs submitted from threads ~7 s.)"""
+    out = {}
+    for check in checks:
+        sql = f"SELECT run_id, count(*) AS n FROM ({check.sql}) AS v GROUP BY run_id"
+        out[check.name] = {r["run_id"]: int(r["n"]) for r in spark.sql(sql).collect()}
+    return out
+
+
+def run_check(spark: SparkSession, check: SqlCheck, per_run: dict[str, int], limit: int) -> CheckResult:
+    """One SQL check's result given its counts: its first ``limit`` rows fetched only when it failed."""
     count = sum(per_run.values())
-    violations: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     if count:
-        # Who reported what is gathered only for the first divergent positions, not for every position.
-        first = bad.orderBy("run_id", "log_position").limit(limit)
-        entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
-        who = tables.read(
-            "applied",
-            "run_id",
-            "member_id",
-            "incarnation",
-            "log_position",
-            "entry_type",
-            "entry_digest",
-            "state_digest",
-        ).join(F.broadcast(first), ["run_id", "log_position"])
-        members = who.groupBy("run_id", "log_position").agg(
-            F.sort_array(
-                F.collect_set(
-                    F.struct(
-                        F.col("member_id").alias("member"),
-                        F.col("incarnation"),
-                        F.col("entry_type"),
-                        F.hex("entry_digest").alias("entry_digest"),
-                        F.hex("state_digest").alias("state_digest"),
-                    )
-                )
-            ).alias("members"),
-            F.countDistinct(entry).alias("entries"),
-            F.countDistinct("state_digest").alias("states"),
-        )
-        violations = _rows(members.orderBy("run_id", "log_position"), limit)
-    messages = tables.read("messages", *_AROUND_COLUMNS) if violations else None
-    for v in violations[:5]:  # the messages around the first few divergences
-        assert messages is not None
-        pos = v["log_position"]
-        around = (
-            messages.where(
-                (F.col("run_id") == v["run_id"])
-                & F.col("log_position").between(pos - AROUND_BYTES, pos + AROUND_BYTES)
-                & (F.col("channel") != "control")
-            )
-            .select("process", "direction", "channel", "msg_type", "leadership_term_id", "log_position", "wall_ns")
-            .orderBy("wall_ns")
-        )
-        v["messages"] = _rows(around, 12)
-        v["kind"] = "entry" if v["entries"] > 1 else "state"
-    return CheckResult("agreement", count, violations, per_run)
+        rows = spark.sql(check.sql).limit(limit).collect()
+        shown = [{k: plain(v) for k, v in r.asDict(recursive=True).items()} for r in rows]
+    return CheckResult(check.name, count, shown, per_run)
 
 
-def check_contiguity(tables: Tables, limit: int) -> CheckResult:
-    """Each service incarnation applied a gap-free run of entries; ``seq`` counts from 0."""
-    applied = tables.read("applied", *_INCARNATION, "seq", "log_position", "length", "entry_type")
-    w = Window.partitionBy(*_INCARNATION).orderBy("seq")
-    rows = applied.select(
-        "run_id",
-        "member_id",
-        "incarnation",
-        "seq",
-        "log_position",
-        "length",
-        "entry_type",
-        F.lag("log_position").over(w).alias("previous_end"),
-        (F.row_number().over(w) - 1).alias("expected_seq"),
-    )
-    bad = rows.where(
-        (F.col("seq") != F.col("expected_seq"))
-        | (
-            (F.col("entry_type") != "Snapshot")
-            & ((F.col("log_position") - F.col("length")) != F.coalesce(F.col("previous_end"), F.lit(0)))
-        )
-    ).orderBy("run_id", "member_id", "incarnation", "seq")
-    per_run = _per_run(bad)
-    count = sum(per_run.values())
-    return CheckResult("contiguity", count, _rows(bad, limit) if count else [], per_run)
-
-
-def check_election_safety(events: DataFrame, limit: int) -> CheckResult:
-    """At most one leader per leadership term."""
-    leaders = events.where((F.col("kind") == "leader") & F.col("leadership_term_id").isNotNull())
-    bad = (
-        leaders.groupBy("run_id", "leadership_term_id")
-        .agg(F.sort_array(F.collect_set("member_id")).alias("members"))
-        .where(F.size("members") > 1)
-        .orderBy("run_id", "leadership_term_id")
-    )
-    per_run = _per_run(bad)
-    count = sum(per_run.values())
-    return CheckResult("election_safety", count, _rows(bad, limit) if count else [], per_run)
-
-
-def check_durability(tables: Tables, limit: int) -> CheckResult:
-    """Every acknowledged op is in the committed log; a retried copy left the state unchanged."""
-    acked = (
-        tables.read("ops", "run_id", "kind", "client_id", "op_id", "f", "key", "value")
-        .where(F.col("kind") == "ok")
-        .drop("kind")
-    )
-    # One JSON parse per request (the kv service's command: id, op, key, value).
-    request = F.from_json(F.col("body").cast("string"), "id long, op string, key string, value string")
-    requests = (
-        tables.read("log", "run_id", "log_position", "body")
-        .where(F.col("body").isNotNull())
-        .select("run_id", "log_position", request.alias("r"))
-        .select(
-            "run_id",
-            F.col("r.id").alias("op_id"),
-            F.col("r.op").alias("f"),
-            F.col("r.key").alias("key"),
-            F.col("r.value").alias("value"),
-            "log_position",
-        )
-    )
-    # Each distinct request with the positions it is at (one shuffle of the log), then one join with
-    # the acknowledged ops: no positions = not in the log; more than one = resent copies to look at.
-    op_key = ["run_id", "op_id", "f", "key", "value"]
-    positions = requests.groupBy(*op_key).agg(F.sort_array(F.collect_list("log_position")).alias("positions"))
-    cond = [acked[c].eqNullSafe(positions[c]) for c in op_key]
-    per_op = acked.join(positions, cond, "left").select(*[acked[c] for c in op_key], "client_id", "positions")
-    per_op = per_op.where(F.col("positions").isNull() | (F.size("positions") > 1)).cache()
-    cols = ["run_id", "client_id", "op_id", "f", "key", "value", "problem"]
-    missing = per_op.where(F.col("positions").isNull()).withColumn("problem", F.lit("acknowledged op not in the log"))
-    bad = missing.select(*cols)
-    # A copy after the first (a client's resend) must leave every member's state as it was: compare
-    # the state after each copy with the state before it (the same incarnation's previous row). Only
-    # the rows at copy positions and the rows just before them are looked at, never a whole-table sort.
-    copies = (
-        per_op.where(F.col("positions").isNotNull())
-        .select(
-            "run_id",
-            "client_id",
-            "op_id",
-            "f",
-            "key",
-            "value",
-            "positions",
-            F.explode(F.slice("positions", 2, 1 << 20)).alias("copy_position"),
-        )
-        .cache()
-    )
-    n_copies = copies.count()
-    if n_copies:
-        applied = tables.read("applied", *_INCARNATION, "seq", "log_position", "entry_type", "state_digest")
-        copy_positions = copies.select("run_id", F.col("copy_position").alias("log_position")).distinct()
-        at_copy = (
-            applied.where(F.col("entry_type") == "SessionMessage")
-            .join(
-                F.broadcast(copy_positions) if n_copies <= BROADCAST_ROWS else copy_positions,
-                ["run_id", "log_position"],
-                "left_semi",
-            )
-            .select(
-                *_INCARNATION, "log_position", (F.col("seq") - 1).alias("seq"), F.col("state_digest").alias("after")
-            )
-        )
-        before = applied.select(*_INCARNATION, "seq", F.col("state_digest").alias("before"))
-        if n_copies <= BROADCAST_ROWS:  # one row per member at each copy: small, so the whole table is not shuffled
-            at_copy = F.broadcast(at_copy)
-        state_change = (
-            before.join(at_copy, [*_INCARNATION, "seq"])
-            .where(F.col("after") != F.col("before"))
-            .select("run_id", "log_position")
-        )
-        twice = (
-            copies.join(
-                state_change,
-                (copies.run_id == state_change.run_id) & (copies.copy_position == state_change.log_position),
-            )
-            .select(copies.run_id, "client_id", "op_id", "f", "key", "value", "positions", "copy_position")
-            .dropDuplicates(["run_id", "client_id", "op_id", "copy_position"])
-            .withColumn("problem", F.lit("applied more than once"))
-        )
-        bad = bad.unionByName(twice.select(*cols))
-    bad = bad.orderBy("run_id", "client_id", "op_id")
-    per_run = _per_run(bad)
-    count = sum(per_run.values())
-    result = CheckResult("durability", count, _rows(bad, limit) if count else [], per_run)
-    copies.unpersist()
-    per_op.unpersist()
-    return result
-
-
-def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame, limit: int) -> CheckResult:
-    """No committed entry lost: applied entries are in the final committed log, byte for byte, and
-    commit positions never move back within an incarnation."""
-    cols = ["run_id", "member_id", "incarnation", "log_position", "applied_digest", "log_digest", "problem"]
-    lost_at = flagged.where(F.col("lost")).select("run_id", "log_position").cache()
-    if lost_at.count():
-        # Row by row, at the flagged positions only.
-        entries = (
-            tables.read("applied", "run_id", "member_id", "incarnation", "log_position", "entry_type", "entry_digest")
-            .where(F.col("entry_type") != "Snapshot")
-            .join(lost_at, ["run_id", "log_position"], "left_semi")
-            .select("run_id", "member_id", "incarnation", "log_position", F.col("entry_digest").alias("applied_digest"))
-        )
-        committed = tables.read("log", "run_id", "log_position", "entry_digest").select(
-            "run_id", "log_position", F.col("entry_digest").alias("log_digest")
-        )
-        lost = (
-            entries.join(committed, ["run_id", "log_position"], "left")
-            .where(F.col("log_digest").isNull() | (F.col("log_digest") != F.col("applied_digest")))
-            .select(
-                "run_id",
-                "member_id",
-                "incarnation",
-                "log_position",
-                F.hex("applied_digest").alias("applied_digest"),
-                F.hex("log_digest").alias("log_digest"),
-                F.lit("applied entry not in the final committed log").alias("problem"),
-            )
-        )
-    else:
-        lost = None
-    w = Window.partitionBy("run_id", "source", "incarnation").orderBy("wall_ns", "seq")
-    commits = events.where((F.col("kind") == "commit") & F.col("log_position").isNotNull()).select(
-        "run_id",
-        "member_id",
-        "incarnation",
-        "log_position",
-        F.lag("log_position").over(w).alias("previous"),
-    )
-    back = commits.where(F.col("log_position") < F.col("previous")).select(
-        "run_id",
-        "member_id",
-        "incarnation",
-        "log_position",
-        F.lit(None).cast("string").alias("applied_digest"),
-        F.lit(None).cast("string").alias("log_digest"),
-        F.concat(F.lit("commit position moved back from "), F.col("previous").cast("string")).alias("problem"),
-    )
-    bad = (
-        (back if lost is None else lost.unionByName(back)).select(*cols).orderBy("run_id", "log_position", "member_id")
-    )
-    per_run = _per_run(bad)
-    count = sum(per_run.values())
-    result = CheckResult("committed_prefix", count, _rows(bad, limit) if count else [], per_run)
-    lost_at.unpersist()
-    return result
-
-
-# ------------------------------------------------------------------------------------------ entry
-
-
-def check_linearizability(tables: Tables, limit: int) -> CheckResult:
-    """Every run's client history, per key, linearizable (golden/spark/linearizability.py); keys whose
-    search ran out of budget are reported as ``unknown`` (not violations)."""
+def check_linearizability(ops: DataFrame, limit: int) -> CheckResult:
+    """Every run's client history (``ops``), per key, linearizable (golden/spark/linearizability.py);
+    keys whose search ran out of budget are reported as ``unknown`` (not violations)."""
     from clusterlab.golden.spark.linearizability import judge_ops, violations
 
-    count, shown, per_run, unknown = violations(judge_ops(tables.read("ops")), limit)
+    count, shown, per_run, unknown = violations(judge_ops(ops), limit)
     result = CheckResult("linearizability", count, shown, per_run)
     result.unknown = unknown
     return result
-
-
-def check_protocol(tables: Tables, limit: int) -> dict[str, CheckResult]:
-    """The protocol-level checks (clusterlab.chaos.checks.protocol): their Spark SQL over temp views of the
-    tables they read, named as the checks expect."""
-    results = {}
-    for check in protocol_checks.CHECKS:
-        for name in check.tables:
-            tables.read(name, *_VIEW_COLUMNS[name]).createOrReplaceTempView(name)
-    # One Spark job for all of them (measured faster than one per check or cached views): their violations
-    # (few on a healthy run) tagged with the check's name.
-    union = "\nUNION ALL\n".join(
-        f"SELECT '{c.name}' AS check_name, run_id, detail FROM ({c.sql}) q{i}"
-        for i, c in enumerate(protocol_checks.CHECKS)
-    )
-    found: dict[str, list[dict[str, Any]]] = {c.name: [] for c in protocol_checks.CHECKS}
-    for r in tables.spark.sql(union).collect():
-        found[r["check_name"]].append({"run_id": r["run_id"], "detail": r["detail"]})
-    for name, rows in found.items():
-        per_run: dict[str, int] = {}
-        for row in rows:
-            per_run[row["run_id"]] = per_run.get(row["run_id"], 0) + 1
-        shown = sorted(rows, key=lambda r: (r["run_id"], r["detail"]))[:limit]
-        results[name] = CheckResult(name, len(rows), shown, per_run)
-    return results
-
-
-# The columns the protocol checks read (all but the bulky payload and entry bytes they do not need).
-_VIEW_COLUMNS: dict[str, tuple[str, ...]] = {
-    "events": (
-        "run_id",
-        "source",
-        "member_id",
-        "incarnation",
-        "kind",
-        "leadership_term_id",
-        "log_position",
-        "wall_ns",
-        "detail",
-    ),
-    "messages": ("run_id", "member_id", "incarnation", "direction", "peer", "msg_type", "leadership_term_id"),
-    "applied": (
-        "run_id",
-        "member_id",
-        "service_id",
-        "incarnation",
-        "log_position",
-        "length",
-        "leadership_term_id",
-        "entry_type",
-        "entry_digest",
-        "replay",
-    ),
-    "log": ("run_id", "log_position", "leadership_term_id", "entry_type", "entry"),
-}
 
 
 def check_runs(
@@ -626,19 +126,82 @@ def check_runs(
     spark: SparkSession | None = None,
     write_json: bool = True,
     limit: int = DEFAULT_LIMIT,
+    checks: Sequence[SqlCheck] = SQL_CHECKS,
+    upload: bool | None = None,
 ) -> CheckReport:
-    """Run every check over ``run_dirs`` (run directories, or parents of runs) in one Spark job set.
-    With ``write_json``, each run directory gets ``check.json`` (the whole report)."""
+    """Run every check over ``run_dirs`` (run directories, or parents of runs) on Spark (``spark``, or a
+    session for ``master``). With ``write_json``, each run directory gets ``check.json``.
+
+    ``upload``: read the runs here and send their views to Spark as Arrow tables, instead of the
+    ``clustertrace`` source reading them on the executors. None: on a Spark Connect session when the
+    traces are at most :data:`UPLOAD_BYTES` (the server then starts no Python worker to plan or read
+    a source, which dominates a small run's check); the source otherwise (large input, a cluster)."""
 
     started = time.monotonic()
-    all_runs = find_runs(",".join(str(p) for p in run_dirs))
+    # Absolute: a Spark Connect server (or a cluster) resolves paths in its own working directory.
+    all_runs = find_runs(",".join(os.path.abspath(p) for p in run_dirs))
     spark = spark or spark_session(master)
-    # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
-    completeness, all_files = establish_completeness(spark, all_runs)
     run_ids = sorted({run_id_of(r) for r in all_runs})
-    runs = [r for r in all_runs if completeness[r].ok]  # complete or not judged
-    paths = ",".join(runs)
-    files = [f for r in runs for f in all_files.get(r, [])]
+    if upload is None:
+        upload = is_connect(spark) and trace_bytes(all_runs) <= UPLOAD_BYTES
+    results: dict[str, CheckResult] = {}
+    ops: DataFrame | None = None
+    if upload:
+        # Read and judged here, as the embedded engine does; the views go to Spark as Arrow tables.
+        opened = {r: open_run(r) for r in all_runs}
+        completeness = {r: o.completeness for r, o in opened.items() if o.completeness is not None}
+        complete = [(run_id_of(r), o) for r, o in opened.items() if o.completeness is None or o.completeness.ok]
+        runs = [r for r, o in opened.items() if o.completeness is None or o.completeness.ok]
+        rows, run_rows, run_torn = row_counts(complete)
+        if runs:
+            for table, data in view_tables(complete, view_columns(checks)).items():
+                spark.createDataFrame(data).createOrReplaceTempView(table)
+            every = {t: view_schema(t).names for t in VIEWS}
+            ops = spark.createDataFrame(view_tables(complete, every)["ops"])
+    else:
+        # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
+        completeness, all_files = establish_completeness(spark, all_runs)
+        runs = [r for r in all_runs if completeness[r].ok]  # complete or not judged
+        rows, run_rows, run_torn = _file_counts([f for r in runs for f in all_files.get(r, [])])
+        if runs:
+            log_runs = [r for r, per in run_rows.items() if per.get("log")]
+            tables = Tables(spark, ",".join(runs), rows, log_runs)
+            tables.register_views(view_columns(checks))
+            ops = tables.read("ops")
+    if runs:
+        counts = count_violations(spark, checks)
+        for check in checks:
+            results[check.name] = run_check(spark, check, counts[check.name], limit)
+            if check.name == "agreement":
+                explain_agreement(
+                    results[check.name],
+                    lambda sql: _query(spark, sql),
+                    lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
+                )
+        assert ops is not None
+        results[LINEARIZABILITY] = check_linearizability(ops, limit)
+    else:  # nothing complete to judge
+        results = {c.name: CheckResult(c.name, 0) for c in checks} | {LINEARIZABILITY: CheckResult(LINEARIZABILITY, 0)}
+    report = CheckReport(
+        run_ids=run_ids,
+        run_dirs=all_runs,
+        master=_master(spark),
+        checks=results,
+        rows=rows,
+        torn=sum(run_torn.values()),
+        elapsed_s=time.monotonic() - started,
+        run_rows=run_rows,
+        run_torn=run_torn,
+        completeness=completeness,
+        engine=ENGINE,
+    )
+    if write_json:
+        report.write_json()
+    return report
+
+
+def _file_counts(files: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
+    """(rows per table, rows per run and table, torn files per run) from ``files`` table rows."""
     rows: dict[str, int] = {}
     run_rows: dict[str, dict[str, int]] = {}
     run_torn: dict[str, int] = {}
@@ -647,66 +210,20 @@ def check_runs(
         per = run_rows.setdefault(f["run_id"], {})
         per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
         run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
-    torn = sum(run_torn.values())
-    log_runs = [r for r, per in run_rows.items() if per.get("log")]
-    tables = Tables(spark, paths, rows, log_runs)
-    # Each check reads only the columns it needs, straight from the source: reading a trace file
-    # (Arrow batches straight in) is faster than building Spark's in-memory cache of it. What two
-    # checks share is computed once and cached: the flagged positions (small on a healthy run) and
-    # the events (a few rows per election and commit).
-    if not runs:  # nothing complete to judge
-        results = {name: CheckResult(name, 0) for name in CHECKS}
-        return _report(
-            run_ids, all_runs, spark, results, rows, torn, started, run_rows, run_torn, completeness, write_json
-        )
-    flagged = flag_positions(tables).cache()
-    events = tables.read("events", *_EVENT_COLUMNS).cache()
+    return rows, run_rows, run_torn
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a thin client of a server)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _master(spark: SparkSession) -> str:
+    """The session's master (a Spark Connect session reports its remote instead)."""
     try:
-        results = {
-            "agreement": check_agreement(tables, flagged, limit),
-            "contiguity": check_contiguity(tables, limit),
-            "election_safety": check_election_safety(events, limit),
-            "durability": check_durability(tables, limit),
-            "committed_prefix": check_committed_prefix(tables, flagged, events, limit),
-            "linearizability": check_linearizability(tables, limit),
-            **check_protocol(tables, limit),
-        }
-    finally:
-        flagged.unpersist()
-        events.unpersist()
-    return _report(run_ids, all_runs, spark, results, rows, torn, started, run_rows, run_torn, completeness, write_json)
-
-
-def _report(
-    run_ids: list[str],
-    runs: list[str],
-    spark: SparkSession,
-    results: dict[str, CheckResult],
-    rows: dict[str, int],
-    torn: int,
-    started: float,
-    run_rows: dict[str, dict[str, int]],
-    run_torn: dict[str, int],
-    completeness: dict[str, Completeness],
-    write_json: bool,
-) -> CheckReport:
-    report = CheckReport(
-        run_ids=run_ids,
-        run_dirs=runs,
-        master=spark.sparkContext.master or "",
-        checks=results,
-        rows=rows,
-        torn=torn,
-        elapsed_s=time.monotonic() - started,
-        run_rows=run_rows,
-        run_torn=run_torn,
-        completeness=completeness,
-    )
-    if write_json:
-        for run in runs:
-            doc = report.to_json(run_id_of(run))
-            (Path(run) / "check.json").write_text(json.dumps(doc, indent=2, default=str))
-    return report
+        return spark.sparkContext.master or ""
+    except Exception:  # Spark Connect has no SparkContext on the client
+        return spark.conf.get("spark.master", None) or "connect"
 
 
 def establish_completeness(

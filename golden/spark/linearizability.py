@@ -8,9 +8,10 @@ violation the minimal sub-history as JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 from clusterlab.chaos.linearizability import (
     COUNTER_KEY,
     DEFAULT_MAX_SECONDS,
@@ -30,14 +31,39 @@ RESULT_SCHEMA = (
 )
 
 
-def _judge(budget: tuple[int, float]) -> Any:
+_RESULT_ARROW = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("key", pa.string()),
+        ("model", pa.string()),
+        ("verdict", pa.string()),
+        ("ops", pa.int64()),
+        ("explored", pa.int64()),
+        ("reason", pa.string()),
+        ("minimal", pa.string()),
+    ]
+)
+
+
+def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
     max_states, max_seconds = budget
 
-    def judge(group: tuple[tuple[str, str], Iterable[dict[str, Any]]]) -> tuple[Any, ...]:
-        (run_id, key), rows = group
+    def judge(group: pa.Table) -> pa.Table:
+        rows = group.to_pylist()
+        run_id, key = rows[0]["run_id"], rows[0]["part"]
         v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
         minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
-        return (run_id, key, v.model, v.verdict, v.ops, v.explored, v.reason, minimal)
+        row = {
+            "run_id": run_id,
+            "key": key,
+            "model": v.model,
+            "verdict": v.verdict,
+            "ops": v.ops,
+            "explored": v.explored,
+            "reason": v.reason,
+            "minimal": minimal,
+        }
+        return pa.Table.from_pylist([row], _RESULT_ARROW)
 
     return judge
 
@@ -46,14 +72,12 @@ def judge_ops(
     ops: DataFrame, max_states: int = DEFAULT_MAX_STATES, max_seconds: float = DEFAULT_MAX_SECONDS
 ) -> DataFrame:
     """Per (run, key) verdicts of an ``ops`` DataFrame (the ``clustertrace`` source's columns; ``arg``
-    may be missing in traces older than it). Grouped with the RDD API: Spark's Arrow/pandas UDFs
-    need pandas on every worker, plain Python functions do not."""
+    may be missing in traces older than it). Grouped with ``applyInArrow`` (pyarrow on the workers, no
+    pandas, and no RDD: it runs on a Spark Connect session as on a classic one)."""
     if "arg" not in ops.columns:
         ops = ops.withColumn("arg", F.lit(None).cast("string"))
     ops = ops.select(*_OPS_COLUMNS).withColumn("part", F.coalesce(F.col("key"), F.lit(COUNTER_KEY)))
-    groups = ops.rdd.map(lambda r: ((r["run_id"], r["part"]), r.asDict())).groupByKey()
-    verdicts = groups.map(_judge((max_states, max_seconds)))
-    return ops.sparkSession.createDataFrame(verdicts, RESULT_SCHEMA)
+    return ops.groupBy("run_id", "part").applyInArrow(_judge((max_states, max_seconds)), RESULT_SCHEMA)
 
 
 def violations(

@@ -16,12 +16,21 @@ DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
-def spark_session(master: str | None = None, app_name: str = "clusterlab") -> SparkSession:
+def spark_session(
+    master: str | None = None, app_name: str = "clusterlab", *, remote: str | None = None
+) -> SparkSession:
     """A Spark session with the ``clustertrace`` source registered.
 
-    ``master`` None: ``$CLUSTERLAB_SPARK_MASTER`` or ``local[*]``; under ``spark-submit`` the
-    submitted master wins (getOrCreate returns its session). Each process gets its own scratch and
-    warehouse directory, so parallel pytest workers never share one."""
+    ``remote`` (``sc://host:port``, or ``$CLUSTERLAB_SPARK_REMOTE`` when no master is given): a Spark
+    Connect session on that server (``clusterlab spark start``). Else ``master`` None:
+    ``$CLUSTERLAB_SPARK_MASTER`` or ``local[*]``; under ``spark-submit`` the submitted master wins
+    (getOrCreate returns its session). Each process gets its own scratch and warehouse directory, so
+    parallel pytest workers never share one."""
+    remote = remote or (None if master else os.environ.get("CLUSTERLAB_SPARK_REMOTE"))
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        spark.dataSource.register(ClusterTraceDataSource)
+        return spark
     master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER")
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit: the JVM exists with the submitted master and settings; use them as given.

@@ -24,8 +24,11 @@ from the Python worker to the JVM and is converted there, whatever the query the
 not asked for are never built (no digest of log entries a query does not read).
 
 Besides pyarrow and pyspark this module imports only :mod:`clusterlab.harness.arrow_stream` (the one
-torn-stream reader, itself pyarrow-only), so the two ship to a Spark cluster together with
-``spark-submit --py-files`` (or with clusterlab installed on the executors).
+torn-stream reader) and the check views' column builders (:mod:`clusterlab.chaos.checks.views`), all
+pyarrow-only; they ship to a Spark cluster in the clusterlab wheel (``spark-submit --py-files``) or
+with clusterlab installed on the executors. The views' derived columns (``entry_digest_hi``/``_lo``,
+``state_digest_hi``/``_lo``, the log's ``req_id``, ``req_op``, ``req_key``, ``req_value``) are built
+only when ``columns`` names them.
 
 ``table=files`` also carries each file's stream-message boundaries and their CRC-32s
 (``chunk_ends``, ``chunk_crcs``): the completeness judgement (:mod:`clusterlab.harness.completeness`)
@@ -43,6 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.chaos.checks.views import derived_columns, derived_fields
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_name_of_run, entry_digest_named
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -155,11 +159,6 @@ def _is_run(directory: str) -> bool:
     )
 
 
-def run_id_of(run_dir: str) -> str:
-    """run.json's ``run_id``, or the directory name when there is no run.json."""
-    return _run_info(run_dir)[0]
-
-
 def _run_info(run_dir: str) -> tuple[str, str]:
     """(run_id, entry digest name) from run.json; the directory name and the current digest without one."""
     try:
@@ -249,6 +248,8 @@ def output_schema(table: str, file_schema: pa.Schema | None) -> pa.Schema:
             pa.field("cluster_session_id", pa.int64(), True),
             pa.field("body", pa.binary(), True),
         ]
+    # The check views' columns (digests as int64 halves, the log's requests): built only when asked for.
+    fields += [f for f in derived_fields(table) if f.name not in {g.name for g in fields}]
     fields.append(pa.field("file", pa.string(), True))
     return pa.schema(fields)
 
@@ -291,6 +292,10 @@ def conform(batch: pa.RecordBatch, part: TraceFile, schema: pa.Schema) -> pa.Rec
     wanted = names & set(_LOG_EXTRAS)
     if part.table == "log" and wanted and "entry" in batch.schema.names:
         columns.update(_log_extras(batch.column("entry"), wanted, part.entry_digest))
+    derived = names & {f.name for f in derived_fields(part.table)}
+    if derived:
+        raw = {name: batch.column(name) for name in batch.schema.names}
+        columns.update(derived_columns(part.table, raw, derived, entry_digest=part.entry_digest))
     if "file" in names:
         columns["file"] = pa.repeat(pa.scalar(part.path, pa.string()), n)
     arrays = []

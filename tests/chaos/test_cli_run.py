@@ -60,7 +60,7 @@ def test_run_in_the_simulator_passes_and_reports(tmp_path: Path, capsys: pytest.
         == 0
     )
     out = capsys.readouterr().out
-    assert "local verdict (pyarrow): PASS" in out and "PASS" in out.splitlines()[-1]
+    assert "local verdict (DuckDB): PASS" in out and "PASS" in out.splitlines()[-1]
     assert "re-run: clusterlab run leader-kill --seed 2 --members 3 --duration 6 --sim" in out
     data = json.loads(summary.read_text())
     assert data["ok"] and data["elections_s"] and data["failovers_s"] and data["acked"] > 0
@@ -103,6 +103,8 @@ def test_spark_check_agrees_with_the_local_verdict(tmp_path: Path, capsys: pytes
             "leader-kill",
             "--sim",
             "--fault-ack-before-append",
+            "--engine",
+            "spark",
             "--dir",
             str(tmp_path / "run"),
             "--json",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,46 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = run_scenario("leader-kill", seed=1, sim=True, directory=tmp_path_factory.mktemp("sim-leader-kill"), clients=1)
     assert r.ok, r.failure_message()
     return r.trace_dir
+
+
+def _first_leader_term(run: Path) -> int:
+    from clusterlab.harness.trace import open_run
+
+    return min(e["leadership_term_id"] for e in open_run(run).events.to_pylist() if e["kind"] == "leader")
+
+
+@pytest.fixture(scope="module")
+def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Copies of one clean run, each with one planted violation; what and where, by run id."""
+    from tests.golden import plant
+
+    root = tmp_path_factory.mktemp("planted")
+    runs: dict[str, dict[str, Any]] = {}
+
+    def copy(name: str) -> Path:
+        return plant.copy_run(sim_run, root / name, name)
+
+    runs["clean"] = {"dir": copy("clean"), "fails": set()}
+    d = copy("state")
+    p = plant.middle_entry(d, 1)["log_position"]
+    plant.plant_state_digest(d, 1, p)
+    runs["state"] = {"dir": d, "fails": {"agreement"}, "position": p}
+    d = copy("gap")
+    p = plant.middle_entry(d, 2)["log_position"]
+    runs["gap"] = {"dir": d, "fails": {"contiguity"}, "position": plant.plant_gap(d, 2, p)}
+    d = copy("leaders")
+    term = _first_leader_term(d)
+    plant.plant_second_leader(d, 1, term)
+    # A second leader event is a second leader in that member's own view too (the protocol-level check).
+    runs["leaders"] = {"dir": d, "fails": {"election_safety", "one_leader_per_term"}, "term": term}
+    d = copy("acked")
+    plant.plant_acked_op(d, 999_999)
+    runs["acked"] = {"dir": d, "fails": {"durability"}}
+    d = copy("lost")
+    p = plant.middle_entry(d, 1)["log_position"]
+    plant.plant_lost_entry(d, p)
+    # Acknowledged writes after the lost entry are gone from the log too.
+    runs["lost"] = {"dir": d, "fails": {"committed_prefix", "durability"}, "position": p}
+    d = copy("commit-back")
+    runs["commit-back"] = {"dir": d, "fails": {"committed_prefix"}, "position": plant.plant_commit_back(d, 1)}
+    return runs

@@ -10,52 +10,11 @@ from typing import Any
 import pytest
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.spark.check import CHECKS, check_runs
-from clusterlab.harness.trace import open_run
 
 from clusterlab.cli import main
-from tests.golden import plant
 
 # The report fixture is one Spark job set over seven runs (thirteen checks) on a loaded 2-core machine.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
-
-
-def _first_leader_term(run: Path) -> int:
-    return min(e["leadership_term_id"] for e in open_run(run).events.to_pylist() if e["kind"] == "leader")
-
-
-@pytest.fixture(scope="module")
-def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Copies of one clean run, each with one planted violation; what and where, by run id."""
-    root = tmp_path_factory.mktemp("planted")
-    runs: dict[str, dict[str, Any]] = {}
-
-    def copy(name: str) -> Path:
-        return plant.copy_run(sim_run, root / name, name)
-
-    runs["clean"] = {"dir": copy("clean"), "fails": set()}
-    d = copy("state")
-    p = plant.middle_entry(d, 1)["log_position"]
-    plant.plant_state_digest(d, 1, p)
-    runs["state"] = {"dir": d, "fails": {"agreement"}, "position": p}
-    d = copy("gap")
-    p = plant.middle_entry(d, 2)["log_position"]
-    runs["gap"] = {"dir": d, "fails": {"contiguity"}, "position": plant.plant_gap(d, 2, p)}
-    d = copy("leaders")
-    term = _first_leader_term(d)
-    plant.plant_second_leader(d, 1, term)
-    # A second leader event is a second leader in that member's own view too (the protocol-level check).
-    runs["leaders"] = {"dir": d, "fails": {"election_safety", "one_leader_per_term"}, "term": term}
-    d = copy("acked")
-    plant.plant_acked_op(d, 999_999)
-    runs["acked"] = {"dir": d, "fails": {"durability"}}
-    d = copy("lost")
-    p = plant.middle_entry(d, 1)["log_position"]
-    plant.plant_lost_entry(d, p)
-    # Acknowledged writes after the lost entry are gone from the log too.
-    runs["lost"] = {"dir": d, "fails": {"committed_prefix", "durability"}, "position": p}
-    d = copy("commit-back")
-    runs["commit-back"] = {"dir": d, "fails": {"committed_prefix"}, "position": plant.plant_commit_back(d, 1)}
-    return runs
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +42,13 @@ def test_violations_are_at_the_planted_positions(report: Any, planted: dict[str,
     gap = _of(report, "contiguity", "gap")
     assert gap[0]["log_position"] == planted["gap"]["position"] and gap[0]["member_id"] == 2
     leaders = _of(report, "election_safety", "leaders")
-    assert leaders == [
-        {
-            "run_id": "leaders",
-            "leadership_term_id": planted["leaders"]["term"],
-            "members": sorted(leaders[0]["members"]),
-        }
+    assert [(v["leadership_term_id"], v["members"]) for v in leaders] == [
+        (planted["leaders"]["term"], sorted(leaders[0]["members"]))
     ]
     assert len(leaders[0]["members"]) == 2
+    assert leaders[0]["detail"] == f"term {planted['leaders']['term']} has leaders " + ", ".join(
+        str(m) for m in leaders[0]["members"]
+    )
     acked = _of(report, "durability", "acked")
     assert [(v["op_id"], v["problem"]) for v in acked] == [(999_999, "acknowledged op not in the log")]
     lost = _of(report, "committed_prefix", "lost")
@@ -101,22 +59,49 @@ def test_violations_are_at_the_planted_positions(report: Any, planted: dict[str,
     assert back[0]["problem"].startswith("commit position moved back")
 
 
-def test_spark_and_pyarrow_verdicts_agree(report: Any, planted: dict[str, Any]) -> None:
+def test_spark_and_local_verdicts_agree(report: Any, planted: dict[str, Any]) -> None:
     for run_id, p in planted.items():
         local = verify_run(p["dir"])
         spark_failed = {c for c in CHECKS if _of(report, c, run_id)}
         assert set(local.failed()) == spark_failed, run_id
 
 
+def test_spark_and_duckdb_find_the_same_violations(report: Any, planted: dict[str, Any]) -> None:
+    """The same SQL on both engines: per check and run, the same count and the same rows (detail lines
+    and the columns both return), on the clean run and on every planted one."""
+    from clusterlab.chaos.checks.embedded import check_runs as embedded_check
+
+    duck = embedded_check([r["dir"] for r in planted.values()], write_json=False)
+    assert duck.engine == "duckdb" and report.engine == "spark"
+    assert sorted(duck.run_ids) == sorted(report.run_ids)
+    for name in CHECKS:
+        mine, theirs = duck.checks[name], report.checks[name]
+        assert (mine.count, mine.per_run) == (theirs.count, theirs.per_run), name
+        if name == "linearizability":
+            continue
+        key = sorted(str(v["detail"]) for v in mine.violations)
+        assert key == sorted(str(v["detail"]) for v in theirs.violations), name
+        for a, b in zip(
+            sorted(mine.violations, key=lambda v: v["detail"]),
+            sorted(theirs.violations, key=lambda v: v["detail"]),
+            strict=True,
+        ):
+            assert {k: v for k, v in a.items() if k != "messages"} == {k: v for k, v in b.items() if k != "messages"}, (
+                name
+            )
+    assert duck.status == report.status == "FAIL"
+
+
 def test_check_cli_writes_check_json_and_exit_codes(
     spark, planted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clean, bad = planted["clean"]["dir"], planted["state"]["dir"]
-    assert main(["check", str(clean), "--json", str(tmp_path / "out.json")]) == 0
+    assert main(["check", str(clean), "--engine", "spark", "--json", str(tmp_path / "out.json")]) == 0
     doc = json.loads((clean / "check.json").read_text())
-    assert doc["ok"] is True and set(doc["checks"]) == set(CHECKS) and doc["rows"]["applied"] > 0
+    assert doc["engine"] == "spark" and doc["ok"] is True
+    assert set(doc["checks"]) == set(CHECKS) and doc["rows"]["applied"] > 0
     assert json.loads((tmp_path / "out.json").read_text())["run_ids"] == ["clean"]
-    assert main(["check", str(bad)]) == 1
+    assert main(["check", str(bad), "--engine", "spark"]) == 1
     doc = json.loads((bad / "check.json").read_text())
     assert doc["checks"]["agreement"]["violations"][0]["log_position"] == planted["state"]["position"]
     out = capsys.readouterr().out

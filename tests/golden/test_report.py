@@ -19,7 +19,7 @@ def test_clean_run_report_has_verdict_and_timeline(sim_run: Path, tmp_path: Path
     path = write_report(run)
     assert path == run / "report.html"
     page = path.read_text()
-    assert "PASS" in page and "local verdict (pyarrow)" in page
+    assert "PASS" in page and "local verdict (DuckDB)" in page
     for m in (0, 1, 2):
         assert f">member {m}</text>" in page
     assert page.count('class="role"') >= 4 and page.count('class="commit"') >= 3

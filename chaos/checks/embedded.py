@@ -1,0 +1,168 @@
+"""The embedded check engine: DuckDB in this process, over the runs' Arrow tables.
+
+Each run is read with :func:`clusterlab.harness.trace.open_run` (which judges its completeness first);
+the complete runs' tables become the views (:mod:`clusterlab.chaos.checks.views`: digests as int64
+halves, the log's requests decoded), registered in an in-memory DuckDB, and every SQL check runs
+transpiled to DuckDB's dialect. Linearizability runs the WGL checker per run and key. A verdict on
+one small run takes well under a second (DuckDB import included); many or large runs go to Spark."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from clusterlab.chaos.checks import LINEARIZABILITY, SQL_CHECKS, SqlCheck
+from clusterlab.chaos.checks.base import VIEWS
+from clusterlab.chaos.checks.report import CheckReport, CheckResult, plain, run_id_of
+from clusterlab.chaos.checks.sql import explain_agreement, to_duckdb, view_columns
+from clusterlab.chaos.checks.views import view_schema, view_table
+from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
+from clusterlab.core.codec.digests import entry_digest_name_of_run
+from clusterlab.harness.trace import Run, open_run
+
+DEFAULT_LIMIT = 50
+ENGINE = "duckdb"
+
+
+@dataclass
+class Judged:
+    """What the embedded engine found in a set of runs: the report, and per run directory the run as
+    read and its linearizability verdict (the local verdict shows both)."""
+
+    report: CheckReport
+    runs: dict[str, Run] = field(default_factory=dict)
+    linearizability: dict[str, HistoryVerdict] = field(default_factory=dict)
+
+
+class DuckDbViews:
+    """An in-memory DuckDB holding the views of a set of runs (one thread unless told otherwise)."""
+
+    def __init__(self, threads: int = 1) -> None:
+        self.con = duckdb.connect(":memory:", config={"threads": threads})
+        self._held: dict[str, pa.Table] = {}  # registered Arrow tables must outlive their use
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """Make ``table`` the view ``name`` (replacing one of that name)."""
+        self._held[name] = table
+        self.con.register(name, table)
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        """The rows of ``sql`` (Spark SQL, transpiled) as dicts."""
+        return self.con.sql(to_duckdb(sql)).to_arrow_table().to_pylist()
+
+    def run(self, check: SqlCheck, limit: int) -> CheckResult:
+        """One check: every violation counted per run, the first ``limit`` kept."""
+        rows = self.query(check.sql)
+        per_run: dict[str, int] = {}
+        for r in rows:
+            per_run[r["run_id"]] = per_run.get(r["run_id"], 0) + 1
+        shown = [{k: plain(v) for k, v in r.items()} for r in rows[:limit]]
+        return CheckResult(check.name, len(rows), shown, per_run)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def view_tables(runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> dict[str, pa.Table]:
+    """The views of ``runs`` ((run_id, run) pairs) as Arrow tables: one per trace table, all runs' rows."""
+    out = {}
+    for table in VIEWS:
+        parts = [
+            view_table(table, run.tables[table], run_id, columns[table], entry_digest_name_of_run(run.meta))
+            for run_id, run in runs
+        ]
+        if not parts:
+            schema = view_schema(table)
+            parts = [pa.schema([schema.field(c) for c in columns[table]]).empty_table()]
+        out[table] = pa.concat_tables(parts)
+    return out
+
+
+def register_runs(db: DuckDbViews, runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> None:
+    """Register the views of ``runs`` ((run_id, run) pairs) in ``db``."""
+    for table, data in view_tables(runs, columns).items():
+        db.register(table, data)
+
+
+def row_counts(runs: Sequence[tuple[str, Run]]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
+    """(rows per table, rows per run and table, torn files per run) of ``runs`` ((run_id, run) pairs)."""
+    rows: dict[str, int] = {}
+    run_rows: dict[str, dict[str, int]] = {}
+    run_torn: dict[str, int] = {}
+    for run_id, r in runs:
+        per = run_rows.setdefault(run_id, {})
+        for t, data in r.tables.items():
+            per[t] = per.get(t, 0) + data.num_rows
+            rows[t] = rows.get(t, 0) + data.num_rows
+        run_torn[run_id] = run_torn.get(run_id, 0) + len(r.torn)
+    return rows, run_rows, run_torn
+
+
+def judge_runs(
+    run_dirs: Sequence[Path | str],
+    *,
+    limit: int = DEFAULT_LIMIT,
+    checks: Sequence[SqlCheck] = SQL_CHECKS,
+    write_json: bool = False,
+    threads: int = 1,
+) -> Judged:
+    """Judge ``run_dirs`` (run directories) with DuckDB: completeness first, then every check over the
+    complete runs. Raises :class:`clusterlab.harness.trace.TraceError` for a path that is not a run."""
+    started = time.monotonic()
+    dirs = [str(d) for d in run_dirs]
+    runs = {d: open_run(d) for d in dirs}
+    completeness = {d: r.completeness for d, r in runs.items() if r.completeness is not None}
+    complete = [(run_id_of(d), r) for d, r in runs.items() if r.completeness is None or r.completeness.ok]
+    rows, run_rows, run_torn = row_counts(complete)
+    results: dict[str, CheckResult] = {}
+    db = DuckDbViews(threads)
+    try:
+        register_runs(db, complete, view_columns(checks))
+        for check in checks:
+            results[check.name] = db.run(check, limit)
+            if check.name == "agreement":
+                explain_agreement(results[check.name], db.query, db.register)
+    finally:
+        db.close()
+    lin: dict[str, HistoryVerdict] = {}
+    lin_result = CheckResult(LINEARIZABILITY, 0)
+    for d, r in runs.items():
+        if r.completeness is not None and not r.completeness.ok:
+            continue
+        lin[d] = verdict = check_history(operations_from_rows(r.ops.to_pylist()))
+        run_id = run_id_of(d)
+        for k in verdict.violations():
+            lin_result.count += 1
+            lin_result.per_run[run_id] = lin_result.per_run.get(run_id, 0) + 1
+            if len(lin_result.violations) < limit:
+                lin_result.violations.append({"run_id": run_id, "key": k.key, "detail": k.describe()})
+        lin_result.unknown += [{"run_id": run_id, "key": k.key, "detail": k.describe()} for k in verdict.unknown()]
+    results[LINEARIZABILITY] = lin_result
+    report = CheckReport(
+        run_ids=sorted({run_id_of(d) for d in dirs}),
+        run_dirs=dirs,
+        master="embedded",
+        checks=results,
+        rows=rows,
+        torn=sum(run_torn.values()),
+        elapsed_s=time.monotonic() - started,
+        run_rows=run_rows,
+        run_torn=run_torn,
+        completeness=completeness,
+        engine=ENGINE,
+    )
+    if write_json:
+        report.write_json()
+    return Judged(report, runs, lin)
+
+
+def check_runs(
+    run_dirs: Sequence[Path | str], *, limit: int = DEFAULT_LIMIT, write_json: bool = True, threads: int = 1
+) -> CheckReport:
+    """:func:`judge_runs`' report; with ``write_json``, each run directory gets ``check.json``."""
+    return judge_runs(run_dirs, limit=limit, write_json=write_json, threads=threads).report

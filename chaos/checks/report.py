@@ -1,0 +1,174 @@
+"""The verdict on a set of recorded runs, whichever engine judged it (DuckDB or Spark): per check its
+violations (the first ``limit`` rows of its query) and counts per run, each run's completeness first,
+the JSON report (RUN/check.json; docs/spark.md) and the rich tables."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterlab.harness.completeness import Completeness, exit_code
+from rich.table import Table
+
+
+def run_id_of(run_dir: str) -> str:
+    """run.json's ``run_id``, or the directory name when there is no run.json."""
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            return str(json.load(f).get("run_id") or os.path.basename(os.path.normpath(run_dir)))
+    except (OSError, ValueError):
+        return os.path.basename(os.path.normpath(run_dir))
+
+
+def trace_bytes(run_dirs: Sequence[str | Path]) -> int:
+    """The size of the runs' trace files (``<table>/*.arrow``)."""
+    return sum(f.stat().st_size for d in run_dirs for f in Path(d).glob("*/*.arrow"))
+
+
+@dataclass
+class CheckResult:
+    """One check's outcome: ``count`` violations in all, ``violations`` the first ``limit``."""
+
+    name: str
+    count: int
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
+    unknown: list[dict[str, Any]] = field(default_factory=list)  # linearizability: keys not decided
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+
+@dataclass
+class CheckReport:
+    """The verdict on a set of runs."""
+
+    run_ids: list[str]
+    run_dirs: list[str]
+    master: str
+    checks: dict[str, CheckResult]
+    rows: dict[str, int]
+    torn: int
+    elapsed_s: float
+    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
+    run_torn: dict[str, int] = field(default_factory=dict)
+    # run directory -> its completeness, judged first; only COMPLETE runs are checked ("complete or not
+    # judged"). Keyed by directory: two simulator runs of one configuration share a run_id.
+    completeness: dict[str, Completeness] = field(default_factory=dict)
+    engine: str = "spark"  # "duckdb" (embedded) or "spark"
+
+    @property
+    def complete(self) -> bool:
+        return all(c.ok for c in self.completeness.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and all(c.ok for c in self.checks.values())
+
+    def run_status(self, run_id: str) -> str:
+        """``PASS``, ``FAIL``, ``INCOMPLETE`` or ``CORRUPT`` of the run(s) with ``run_id``."""
+        bad = [c for d, c in self.completeness.items() if run_id_of(d) == run_id and not c.ok]
+        if bad:
+            return str(max((c.status for c in bad), key=lambda s: s == "CORRUPT"))
+        return "FAIL" if any(r.per_run.get(run_id) for r in self.checks.values()) else "PASS"
+
+    @property
+    def status(self) -> str:
+        """The verdict on all runs: FAIL if a complete run fails a check, else CORRUPT, INCOMPLETE or PASS."""
+        return ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[self.exit_code]
+
+    @property
+    def exit_code(self) -> int:
+        """0 PASS, 1 FAIL, 3 INCOMPLETE, 4 CORRUPT (docs/trace-schema.md, "Verdicts")."""
+        statuses = [str(c.status) if not c.ok else self.run_status(run_id_of(d)) for d, c in self.completeness.items()]
+        return exit_code(statuses or [self.run_status(r) for r in self.run_ids])
+
+    def to_json(self, run_id: str | None = None) -> dict[str, Any]:
+        """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
+
+        def part(c: CheckResult) -> dict[str, Any]:
+            if run_id is None:
+                return {"ok": c.ok, "count": c.count, "violations": c.violations}
+            count = c.per_run.get(run_id, 0)
+            return {
+                "ok": count == 0,
+                "count": count,
+                "violations": [v for v in c.violations if v.get("run_id") == run_id],
+            }
+
+        checks = {name: part(c) for name, c in self.checks.items()}
+        completeness = {r: c.to_json() for r, c in self.completeness.items() if run_id is None or r == run_id}
+        return {
+            "run_ids": self.run_ids if run_id is None else [run_id],
+            "ok": all(c["ok"] for c in checks.values())
+            and all(c["status"] == "COMPLETE" for c in completeness.values()),
+            "status": self.status if run_id is None else self.run_status(run_id),
+            "completeness": completeness,
+            "engine": self.engine,
+            "master": self.master,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
+            "torn": self.torn if run_id is None else self.run_torn.get(run_id, 0),
+            "checks": checks,
+        }
+
+    def write_json(self) -> None:
+        """Write each run directory's part of the report to its ``check.json``."""
+        for run in self.run_dirs:
+            doc = self.to_json(run_id_of(run))
+            with open(os.path.join(run, "check.json"), "w") as f:
+                f.write(json.dumps(doc, indent=2, default=str))
+
+    def table(self) -> Table:
+        """A rich verdict table: one row per check."""
+        on = f"Spark check of {len(self.run_ids)} run(s) on {self.master}"
+        if self.engine != "spark":
+            on = f"Embedded (DuckDB) check of {len(self.run_ids)} run(s)"
+        t = Table(title=f"{on}: {self.status}")
+        t.add_column("check")
+        t.add_column("verdict")
+        t.add_column("violations", justify="right")
+        t.add_column("first violation", overflow="fold")
+        findings = [(r, f) for r, c in sorted(self.completeness.items()) for f in c.findings]
+        notes = sum(len(c.notes) for c in self.completeness.values())
+        if findings:
+            bad = sorted({str(c.status) for c in self.completeness.values() if not c.ok})
+            judged = sum(1 for c in self.completeness.values() if c.ok)
+            t.add_row(
+                "completeness",
+                f"[red]{'/'.join(bad)}[/]",
+                str(len(findings)),
+                f"{findings[0][0]}: {findings[0][1].describe()} ({judged} of {len(self.completeness)} runs judged)",
+            )
+            for r, f in findings[1:10]:
+                t.add_row("", "", "", f"{r}: {f.describe()}")
+        else:
+            ended = f"{notes} file(s) a SIGKILL ended (listed in check.json)" if notes else ""
+            t.add_row("completeness", "[green]ok[/]", "0", ended)
+        for name, c in self.checks.items():
+            first = _describe(c.violations[0]) if c.violations else ""
+            t.add_row(name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", str(c.count), first)
+        return t
+
+
+def _describe(v: dict[str, Any]) -> str:
+    if v.get("detail"):
+        return str(v["detail"])[:300]
+    keep = {k: v[k] for k in v if k not in ("messages", "run_id")}
+    return json.dumps(keep, default=str)[:300]
+
+
+def plain(v: Any) -> Any:
+    """``v`` as JSON-ready values: bytes as hex, lists and dicts element by element."""
+    if isinstance(v, bytes | bytearray):
+        return bytes(v).hex()
+    if isinstance(v, list | tuple):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    return v

@@ -1,0 +1,57 @@
+"""``clusterlab spark start|stop|status``: a warm Spark (a Spark Connect server) for repeated checks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+
+def _cmd_spark(args: argparse.Namespace) -> int:
+    """Start, stop or show the Spark Connect server ``clusterlab check --engine spark`` uses when it is
+    up. Exit 0 on success (``status``: the server is up), 1 when ``status`` finds none or ``stop`` had
+    none to stop, 2 when it cannot start."""
+    from clusterlab.golden.spark import connect
+    from clusterlab.harness.local import LocalTimeout
+
+    out = Console()
+    if args.action == "start":
+        try:
+            info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
+        except (connect.SparkServerError, LocalTimeout, OSError) as e:
+            print(f"clusterlab spark start: {e}", file=sys.stderr)
+            return 2
+        out.print(
+            f"Spark Connect server up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False
+        )
+        return 0
+    if args.action == "stop":
+        stopped = connect.stop(args.state_dir)
+        if stopped is None:
+            out.print(f"no Spark Connect server recorded in {connect.state_dir(args.state_dir)}", highlight=False)
+            return 1
+        out.print(f"stopped the Spark Connect server {stopped.url} (pid {stopped.pid})", highlight=False)
+        return 0
+    up = connect.status(args.state_dir)
+    if up is None:
+        out.print(f"no Spark Connect server running (state: {connect.state_dir(args.state_dir)})", highlight=False)
+        return 1
+    out.print(f"up: {up.url} (pid {up.pid}, {up.master}; log {up.log})", highlight=False)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``spark`` to the CLI."""
+    p = sub.add_parser(
+        "spark", help="manage a warm Spark (Spark Connect server) for checks", description=_cmd_spark.__doc__
+    )
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="where server.json and the log live (default: $CLUSTERLAB_SPARK_STATE, ~/.cache/clusterlab/spark-connect)",
+    )
+    p.add_argument("--master", default="local[2]", help="the server's Spark master (default local[2])")
+    p.add_argument("--driver-memory", default="2g", help="the server's driver memory (default 2g)")
+    p.set_defaults(func=_cmd_spark)

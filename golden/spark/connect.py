@@ -1,0 +1,199 @@
+"""A warm Spark: a Spark Connect server this machine keeps running between checks.
+
+``clusterlab spark start`` launches pyspark's own ``SparkConnectServer`` (the spark-connect jar ships in
+pyspark's ``jars/``) through ``spark-submit`` as a child in its own session, on loopback and a port
+the OS picks (``spark.connect.grpc.binding.port=0``; the port is read from the server's log). Its PID,
+port and log path go to ``server.json`` in a state directory (``--state-dir``,
+``$CLUSTERLAB_SPARK_STATE``, else ``$XDG_CACHE_HOME/clusterlab/spark-connect``); ``stop`` ends that
+PID and nothing else. ``clusterlab check --engine spark`` connects to it (``sc://127.0.0.1:PORT``) when
+it is up: the JVM, the Python workers and the registered ``clustertrace`` source are already warm.
+
+The Python data source works through Connect: the client registers it (the class is pickled to the
+server) and the server's Python workers — this interpreter, via ``PYSPARK_PYTHON`` — read the Arrow
+files, so run paths are made absolute (the server's working directory is not the client's)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clusterlab.golden.spark.session import LOG4J
+from clusterlab.harness.local import LocalTimeout, pid_alive, wait_until
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_MASTER = "local[2]"
+START_TIMEOUT_S = 180.0  # a JVM start on a loaded 2-core machine
+STOP_TIMEOUT_S = 30.0
+_STARTED = re.compile(r"Spark Connect server started at: [^\s:]+:(\d+)")
+
+
+class SparkServerError(RuntimeError):
+    """The Spark Connect server could not be started, reached or stopped (says why)."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A started server: its PID, port, master and log file."""
+
+    pid: int
+    port: int
+    master: str
+    log: str
+
+    @property
+    def url(self) -> str:
+        """The Spark Connect URL clients use."""
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def state_dir(given: str | Path | None = None) -> Path:
+    """Where ``server.json`` and the server's log live."""
+    if given:
+        return Path(given)
+    if os.environ.get("CLUSTERLAB_SPARK_STATE"):
+        return Path(os.environ["CLUSTERLAB_SPARK_STATE"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "clusterlab" / "spark-connect"
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def _accepting(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def status(directory: str | Path | None = None) -> ServerInfo | None:
+    """The server started from ``directory``, if its process is alive and its port accepts; else None
+    (a stale ``server.json`` is removed)."""
+    path = state_dir(directory) / "server.json"
+    try:
+        info = ServerInfo(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not pid_alive(info.pid):
+        path.unlink(missing_ok=True)
+        return None
+    return info if _accepting(info.port) else None
+
+
+def start(
+    directory: str | Path | None = None,
+    *,
+    master: str = DEFAULT_MASTER,
+    driver_memory: str = "2g",
+    timeout_s: float = START_TIMEOUT_S,
+) -> ServerInfo:
+    """Start a server (or return the one already running from ``directory``)."""
+    running = status(directory)
+    if running is not None:
+        return running
+    home = state_dir(directory)
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "server.log"
+    scratch = home / "scratch"
+    scratch.mkdir(exist_ok=True)
+    # clusterlab's logging (errors only) plus the server's own start line, which names its port.
+    log4j = home / "log4j2.properties"
+    log4j.write_text(
+        LOG4J.read_text()
+        + "logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer\n"
+        + "logger.connect.level = info\n"
+    )
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=str(_spark_home()),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,  # the server's Python workers: this interpreter (clusterlab, pyarrow)
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
+    cmd = [
+        str(_spark_home() / "bin" / "spark-submit"),
+        "--class",
+        SERVER_CLASS,
+        "--master",
+        master,
+        "--driver-memory",
+        driver_memory,
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        "spark.connect.grpc.binding.port=0",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=" + os.environ.get("CLUSTERLAB_SPARK_PARTITIONS", "8"),
+        "--conf",
+        f"spark.local.dir={scratch}",
+        "--conf",
+        f"spark.sql.warehouse.dir={scratch / 'warehouse'}",
+        "--conf",
+        "spark.python.worker.reuse=true",
+        "--conf",
+        f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{log4j}",
+        "spark-internal",
+    ]
+    with open(log, "wb") as out:
+        # spark-submit execs the JVM: this PID is the server's.
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+
+    def started() -> int | None:
+        if proc.poll() is not None:
+            raise SparkServerError(f"the Spark Connect server exited with {proc.returncode}; see {log}")
+        found = _STARTED.search(log.read_text(errors="replace"))
+        return int(found.group(1)) if found else None
+
+    try:
+        port = wait_until(started, timeout_s, "the Spark Connect server's start", interval_s=0.2)
+    except (LocalTimeout, SparkServerError):
+        _end(proc.pid)
+        raise
+    info = ServerInfo(proc.pid, port, master, str(log))
+    (home / "server.json").write_text(json.dumps(asdict(info)))
+    return info
+
+
+def _end(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        wait_until(lambda: not pid_alive(pid), STOP_TIMEOUT_S, f"the end of the Spark Connect server (pid {pid})")
+    except LocalTimeout:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+
+
+def stop(directory: str | Path | None = None) -> ServerInfo | None:
+    """Stop the server started from ``directory`` (by its PID); the one stopped, or None if none ran."""
+    path = state_dir(directory) / "server.json"
+    try:
+        info = ServerInfo(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if pid_alive(info.pid):
+        _end(info.pid)
+    path.unlink(missing_ok=True)
+    return info
