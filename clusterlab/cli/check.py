@@ -54,7 +54,7 @@ def spark_remote(remote: str | None, master: str | None) -> str | None:
 
 def runs_table(report: Any) -> Table:
     """One row per run: which run passed and which failed, on which checks."""
-    from clusterlab.golden.spark.source import run_id_of
+    from clusterlab.chaos.checks.report import run_id_of
 
     t = Table(title="runs")
     t.add_column("run")

@@ -59,8 +59,12 @@ def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     d = copy("leaders")
     term = _first_leader_term(d)
     plant.plant_second_leader(d, 1, term)
-    # A second leader event is a second leader in that member's own view too (the protocol-level check).
-    runs["leaders"] = {"dir": d, "fails": {"election_safety", "one_leader_per_term"}, "term": term}
+    # A second leader event is a second leader in that member's own view too, and one without votes.
+    runs["leaders"] = {
+        "dir": d,
+        "fails": {"election_safety", "one_leader_per_term", "leader_has_quorum_of_votes"},
+        "term": term,
+    }
     d = copy("acked")
     plant.plant_acked_op(d, 999_999)
     runs["acked"] = {"dir": d, "fails": {"durability"}}
