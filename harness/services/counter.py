@@ -49,6 +49,9 @@ def decode_reply(payload: bytes) -> dict[str, Any]:
 class CounterService(ClusteredService):
     """One integer; every add is counted in ``revision``."""
 
+    # Several services per member: acts on messages addressed to it (clusterlab.core.service.addressed).
+    SHARES_LOG_BY_ADDRESS = True
+
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         self.value = 0
