@@ -130,12 +130,17 @@ def verify_run(trace_dir: Path | str) -> Verdict:
 
     # Agreement, contiguity, election safety and monotonic commit: the definitions the online checker
     # uses (clusterlab.harness.invariants), fed the whole run.
-    agreement = Agreement()
+    # Per service id: a member's services reach different states at the same position.
+    agreements: dict[int, Agreement] = defaultdict(Agreement)
     for r in applied:
-        agreement.observe(
+        agreements[r.get("service_id") or 0].observe(
             r["log_position"], (r["member_id"], r["incarnation"]), r["entry_type"], r["entry_digest"], r["state_digest"]
         )
-    v.violations["agreement"] = agreement.violations()
+    v.violations["agreement"] = [
+        (f"service {service_id}: " if service_id else "") + problem
+        for service_id, agreement in sorted(agreements.items())
+        for problem in agreement.violations()
+    ]
 
     v.violations["contiguity"] = contiguity_violations(run.applied)
 
@@ -157,9 +162,9 @@ def verify_run(trace_dir: Path | str) -> Verdict:
             requests[key] += 1
             positions[key].append(row["log_position"])
     changed_at: set[int] = set()
-    last: dict[tuple[int, int], bytes] = {}
-    for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
-        k = (r["member_id"], r["incarnation"])
+    last: dict[tuple[int, int, int], bytes] = {}
+    for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r.get("service_id") or 0, r["seq"])):
+        k = (r["member_id"], r["incarnation"], r.get("service_id") or 0)
         if k in last and last[k] != r["state_digest"] and r["entry_type"] == "SessionMessage":
             changed_at.add(r["log_position"])
         last[k] = r["state_digest"]

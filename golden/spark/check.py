@@ -206,7 +206,7 @@ def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = (
 # ----------------------------------------------------------------------------------------- checks
 
 # The columns each query reads (the source builds and ships only these).
-_POSITION_COLUMNS = ("run_id", "log_position", "entry_type", "entry_digest", "state_digest")
+_POSITION_COLUMNS = ("run_id", "log_position", "service_id", "entry_type", "entry_digest", "state_digest")
 _INCARNATION = ("run_id", "member_id", "service_id", "incarnation")
 _AROUND_COLUMNS = (
     "run_id",
@@ -251,16 +251,17 @@ class Tables:
 
 
 def flag_positions(tables: Tables) -> DataFrame:
-    """One pass over ``applied`` grouped by (run, log position), joined with the committed log: the
-    positions where members disagree (``entry_differs``, ``state_differs``) or an applied entry is
-    missing from, or differs in, the final committed log (``lost``). Only flagged positions are kept,
-    so the result is small on a healthy run; agreement and committed_prefix both start from it."""
+    """One pass over ``applied`` grouped by (run, log position, service id: a member's services differ
+    in state), joined with the committed log: the positions where members disagree (``entry_differs``,
+    ``state_differs``) or an applied entry is missing from, or differs in, the final committed log
+    (``lost``). Only flagged positions are kept, so the result is small on a healthy run; agreement
+    and committed_prefix both start from it."""
     applied = tables.read("applied", *_POSITION_COLUMNS)
     is_entry = F.col("entry_type") != "Snapshot"
     entry = F.when(is_entry, F.col("entry_digest"))
     # min != max finds a disagreement without distinct aggregates; exact counts are taken later for
     # the flagged positions only.
-    per_position = applied.groupBy("run_id", "log_position").agg(
+    per_position = applied.groupBy("run_id", "log_position", "service_id").agg(
         F.min(entry).alias("entry_min"),
         F.max(entry).alias("entry_max"),
         F.min("state_digest").alias("state_min"),
@@ -289,6 +290,7 @@ def flag_positions(tables: Tables) -> DataFrame:
     return per_position.select(
         "run_id",
         "log_position",
+        "service_id",
         entry_differs.alias("entry_differs"),
         state_differs.alias("state_differs"),
         lost.alias("lost"),
@@ -296,26 +298,29 @@ def flag_positions(tables: Tables) -> DataFrame:
 
 
 def check_agreement(tables: Tables, flagged: DataFrame, limit: int) -> CheckResult:
-    """Same entry and same state digest at every log position, across members and incarnations."""
-    bad = flagged.where(F.col("entry_differs") | F.col("state_differs")).select("run_id", "log_position")
+    """Same entry and same state digest at every log position, across members and incarnations (of
+    each service id)."""
+    at = ["run_id", "log_position", "service_id"]
+    bad = flagged.where(F.col("entry_differs") | F.col("state_differs")).select(*at)
     per_run = _per_run(bad)
     count = sum(per_run.values())
     violations: list[dict[str, Any]] = []
     if count:
         # Who reported what is gathered only for the first divergent positions, not for every position.
-        first = bad.orderBy("run_id", "log_position").limit(limit)
+        first = bad.orderBy(*at).limit(limit)
         entry = F.when(F.col("entry_type") != "Snapshot", F.col("entry_digest"))
         who = tables.read(
             "applied",
             "run_id",
             "member_id",
+            "service_id",
             "incarnation",
             "log_position",
             "entry_type",
             "entry_digest",
             "state_digest",
-        ).join(F.broadcast(first), ["run_id", "log_position"])
-        members = who.groupBy("run_id", "log_position").agg(
+        ).join(F.broadcast(first), at)
+        members = who.groupBy(*at).agg(
             F.sort_array(
                 F.collect_set(
                     F.struct(
@@ -330,7 +335,7 @@ def check_agreement(tables: Tables, flagged: DataFrame, limit: int) -> CheckResu
             F.countDistinct(entry).alias("entries"),
             F.countDistinct("state_digest").alias("states"),
         )
-        violations = _rows(members.orderBy("run_id", "log_position"), limit)
+        violations = _rows(members.orderBy(*at), limit)
     messages = tables.read("messages", *_AROUND_COLUMNS) if violations else None
     for v in violations[:5]:  # the messages around the first few divergences
         assert messages is not None
@@ -485,7 +490,7 @@ def check_committed_prefix(tables: Tables, flagged: DataFrame, events: DataFrame
     """No committed entry lost: applied entries are in the final committed log, byte for byte, and
     commit positions never move back within an incarnation."""
     cols = ["run_id", "member_id", "incarnation", "log_position", "applied_digest", "log_digest", "problem"]
-    lost_at = flagged.where(F.col("lost")).select("run_id", "log_position").cache()
+    lost_at = flagged.where(F.col("lost")).select("run_id", "log_position").distinct().cache()
     if lost_at.count():
         # Row by row, at the flagged positions only.
         entries = (
