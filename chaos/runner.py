@@ -19,8 +19,10 @@ from clusterlab.chaos.schedule import Schedule
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
+from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 
@@ -61,6 +63,7 @@ class RunResult:
     fault_ack_before_append: bool = False
     clients: int = DEFAULT_CLIENTS
     fault_stale_read: bool = False
+    services: list[str] = field(default_factory=list)  # several services per member; the workload drives [0]
 
     @property
     def ok(self) -> bool:
@@ -74,6 +77,8 @@ class RunResult:
         parts = ["sim", self.scenario, f"n{self.members}", f"s{self.seed}", f"d{self.duration_s:g}"]
         if self.service != "kv":
             parts.append(self.service)
+        if self.services:
+            parts.append("+".join(self.services))
         if self.clients != 1:
             parts.append(f"c{self.clients}")
         if self.fault_ack_before_append:
@@ -94,7 +99,9 @@ class RunResult:
             "--duration",
             f"{self.duration_s:g}",
         ]
-        if self.service != "kv":
+        if self.services:
+            cmd += ["--services", ",".join(self.services)]
+        elif self.service != "kv":
             cmd += ["--service", self.service]
         if self.clients != DEFAULT_CLIENTS:
             cmd += ["--clients", str(self.clients)]
@@ -114,6 +121,7 @@ class RunResult:
             "members": self.members,
             "sim": self.sim,
             "service": self.service,
+            **({"services": self.services} if self.services else {}),
             "duration_s": self.duration_s,
             "ok": self.ok,
             "error": self.error,
@@ -160,6 +168,7 @@ def run_scenario(
     rate: float | None = None,
     clients: int = DEFAULT_CLIENTS,
     fault_stale_read: bool = False,
+    services: list[str] | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -169,8 +178,19 @@ def run_scenario(
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
-    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``)."""
+    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
+    ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
+    service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
+    (clusterlab.core.service.addressed)."""
     spec = find_scenario(name)
+    if services:
+        services = parse_services(services)
+        if len(services) < 2:
+            raise ValueError(f"services {services}: give two or more (one service is --service)")
+        unknown = [k for k in services if ":" not in k and k not in SERVICE_REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
+        service = services[0]
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
     if members < 1:
@@ -201,6 +221,7 @@ def run_scenario(
         service=service,
         clients=clients,
         fault_stale_read=fault_stale_read,
+        services=list(services or []),
     )
     started = time.monotonic()
     try:
@@ -328,7 +349,16 @@ def _drive(
 
 def _workload_meta(result: RunResult) -> dict[str, Any]:
     """run.json's ``workload``: the service, the concurrent clients and any planted bug."""
-    return {"service": result.service, "clients": result.clients, "fault_stale_read": result.fault_stale_read}
+    meta = {"service": result.service, "clients": result.clients, "fault_stale_read": result.fault_stale_read}
+    return {**meta, "services": result.services} if result.services else meta
+
+
+def _member_services(result: RunResult) -> list[str] | None:
+    """The services of each member when it runs several (service 0 planted with the stale read if asked)."""
+    if not result.services:
+        return None
+    first = STALE_READ_SERVICE if result.fault_stale_read else result.services[0]
+    return [first, *result.services[1:]]
 
 
 def _run_local(
@@ -338,6 +368,7 @@ def _run_local(
     cluster = LocalCluster(
         result.members,
         service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
+        services=_member_services(result),
         directory=root / "cluster",
         seed=result.seed,
         trace_dir=trace,
@@ -378,6 +409,7 @@ def _run_sim(
             seed=result.seed,
             directory=root / "cluster",
             service=STALE_READ_SERVICE if result.fault_stale_read else result.service,
+            services=_member_services(result),
             member_factory=factory,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
