@@ -109,13 +109,13 @@ NODE, SERVICE = "node", "service"
 
 def service_kind(service_id: int) -> str:
     """The harness's name for a member's service process ``service_id``: ``service`` for service 0
-    (as with one service), ``service-<id>`` for the others (log files, processes.json, events)."""
-    return SERVICE if service_id == 0 else f"{SERVICE}-{service_id}"
+    (as with one service), ``service-s<id>`` for the others (log files, processes.json, events)."""
+    return SERVICE if service_id == 0 else f"{SERVICE}-s{service_id}"
 
 
 def service_id_of_kind(kind: str) -> int:
-    """The service id of a service process kind (``service`` -> 0, ``service-1`` -> 1)."""
-    return 0 if kind == SERVICE else int(kind.rsplit("-", 1)[1])
+    """The service id of a service process kind (``service`` -> 0, ``service-s1`` -> 1)."""
+    return 0 if kind == SERVICE else int(kind.rsplit("-s", 1)[1])
 
 
 STATUS_TIMEOUT_S = 0.5
