@@ -70,6 +70,7 @@ class SimServiceHost:
         self._log = log
         self.to_node: deque[bytes] = deque()
         self.from_node: deque[bytes] = deque()
+        self.errors: list[str] = []  # failures the agent survived (Aeron: the container's error counter)
         self._replay_max = -1
         # Each service keeps its snapshots in its own store: the node's archive allocates its own
         # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
@@ -104,7 +105,8 @@ class SimServiceHost:
             try:
                 self.agent.on_service_message(payload, is_replay=is_replay)
             except SnapshotError as e:  # as the runtime's service: logged, the agent stays usable (Aeron)
-                self._log(f"snapshot failed: {e}")
+                self.errors.append(f"snapshot failed: {e}")
+                self._log(f"service {self.service_id}: snapshot failed: {e}")
             n += 1
         return n
 
