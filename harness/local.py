@@ -823,6 +823,14 @@ class LocalCluster:
         self._event("wipe", member_id)
         self.restart(member_id)
 
+    def exit_codes(self, member_id: int) -> dict[str, int | None]:
+        """The exit code of each of the member's current processes by kind (None: still running)."""
+        return {
+            kind: p.popen.poll()
+            for kind in self._member_kinds
+            if (p := self._current.get((member_id, kind))) is not None
+        }
+
     def wait_for_exit(self, member_id: int, timeout_s: float = 10.0) -> dict[str, int]:
         """Wait until the member's processes exit by themselves (SHUTDOWN/ABORT); their exit codes."""
         procs = [p for kind in self._member_kinds if (p := self._current.get((member_id, kind))) is not None]
