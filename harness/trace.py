@@ -449,14 +449,14 @@ def contiguity_violations(applied: pa.Table) -> list[str]:
     Each entry must start (``log_position - length``) where the previous one ended; a ``Snapshot``
     row sets the starting point; ``seq`` must count from 0 without holes (no lost rows)."""
     problems: list[str] = []
-    contiguity = Contiguity()  # the property's one definition (harness/invariants.py)
+    contiguity: dict[int, Contiguity] = {}  # per service id; the property's one definition (harness/invariants.py)
     for (member, incarnation, service_id), rows in sorted(applied_by_service_incarnation(applied).items()):
         where = f"member {member} incarnation {incarnation}" + (f" service {service_id}" if service_id else "")
         if [r["seq"] for r in rows] != list(range(len(rows))):
             problems.append(f"{where}: seq has holes")
-        who = (member, incarnation) if service_id == 0 else (member, incarnation, service_id)
+        of_service = contiguity.setdefault(service_id, Contiguity())
         for r in rows:
-            problem = contiguity.observe(who, r["entry_type"], r["log_position"], r["length"])
+            problem = of_service.observe((member, incarnation), r["entry_type"], r["log_position"], r["length"])
             if problem is not None:
                 problems.append(problem)
     return problems

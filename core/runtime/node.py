@@ -462,7 +462,7 @@ class Node:
                 src, payload = parsed
                 if service_routing_ids is not None and routing_id in service_routing_ids:
                     peer = service_routing_ids[routing_id]
-                    rejection = source_rejection(routing_id, user_id, src, lambda _src, r=routing_id: r)
+                    rejection = source_rejection(routing_id, user_id, src, _same_routing_id(routing_id))
                 else:
                     peer = f"node-{src}"
                     rejection = source_rejection(routing_id, user_id, src, routing_id_of)
@@ -782,6 +782,11 @@ class Node:
             self.own.control,
             self.own.from_service if self.to_services else "",
         )
+
+
+def _same_routing_id(routing_id: bytes) -> Callable[[int], bytes]:
+    """The expected routing id is the one received: any of the member's own services may send."""
+    return lambda _src: routing_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -79,7 +79,7 @@ class AddressedService(ClusteredService):
         return getattr(self.inner, name)
 
     def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
-        self.inner.on_start(_AddressedCluster(cluster, self.service_id), snapshot)  # type: ignore[arg-type]
+        self.inner.on_start(_AddressedCluster(cluster, self.service_id), snapshot)
 
     def on_session_open(self, session: ClientSession, timestamp: int) -> None:
         self.inner.on_session_open(session, timestamp)
