@@ -23,6 +23,7 @@ class OnlineChecker:
     interval_s: float = 0.25
     election: ElectionSafety = field(default_factory=ElectionSafety)
     agreement: Agreement = field(default_factory=Agreement)
+    service_agreements: dict[int, Agreement] = field(default_factory=dict)  # service ids > 0
     polls: int = 0
     sim: SafetyChecker | None = None
     _last: float = float("-inf")
@@ -53,11 +54,17 @@ class OnlineChecker:
             status = cluster.status(member_id, timeout_s=0.5)
             if status is not None and status.role == Role.LEADER and status.election_state is None:
                 _raise(self.election.observe(status.leadership_term_id, member_id))
-            service = cluster.service_status(member_id, timeout_s=0.5)
-            if service is not None and service.log_position > 0:
-                # A status poll knows the state digest, not the entry: an agreement check of states.
-                who = (member_id, 0)
-                _raise(self.agreement.observe(service.log_position, who, "", None, bytes(service.state_digest)))
+            for service_id in range(cluster.config.service_count):
+                service = cluster.service_status(member_id, timeout_s=0.5, service_id=service_id)
+                if service is not None and service.log_position > 0:
+                    # A status poll knows the state digest, not the entry: an agreement check of states,
+                    # among the members' services of one service id.
+                    agreement = self.agreement if service_id == 0 else self._service_agreement(service_id)
+                    who = (member_id, 0)
+                    _raise(agreement.observe(service.log_position, who, "", None, bytes(service.state_digest)))
+
+    def _service_agreement(self, service_id: int) -> Agreement:
+        return self.service_agreements.setdefault(service_id, Agreement())
 
     @property
     def leaders_by_term(self) -> dict[int, int]:

@@ -23,8 +23,10 @@ from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import SERVICES, Workload, make_workload
 from clusterlab.core.consensus.mutants import MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set
+from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 
@@ -73,6 +75,7 @@ class RunResult:
     mutants: frozenset[str] = frozenset()  # planted bugs switched on (clusterlab.core.consensus.mutants)
     steps: list[dict[str, Any]] = field(default_factory=list)  # the schedule as data (schedule_spec)
     explicit: bool = False  # the steps were given (a shrunk schedule), not drawn from the seed
+    services: list[str] = field(default_factory=list)  # several services per member; the workload drives [0]
 
     @property
     def ok(self) -> bool:
@@ -86,6 +89,8 @@ class RunResult:
         parts = ["sim", self.scenario, f"n{self.members}", f"s{self.seed}", f"d{self.duration_s:g}"]
         if self.service != "kv":
             parts.append(self.service)
+        if self.services:
+            parts.append("+".join(self.services))
         if self.clients != 1:
             parts.append(f"c{self.clients}")
         if self.fault_ack_before_append:
@@ -109,7 +114,9 @@ class RunResult:
             "--duration",
             f"{self.duration_s:g}",
         ]
-        if self.service != "kv":
+        if self.services:
+            cmd += ["--services", ",".join(self.services)]
+        elif self.service != "kv":
             cmd += ["--service", self.service]
         if self.clients != DEFAULT_CLIENTS:
             cmd += ["--clients", str(self.clients)]
@@ -133,6 +140,7 @@ class RunResult:
             "members": self.members,
             "sim": self.sim,
             "service": self.service,
+            **({"services": self.services} if self.services else {}),
             "duration_s": self.duration_s,
             "ok": self.ok,
             "error": self.error,
@@ -184,6 +192,7 @@ def run_scenario(
     fault_stale_read: bool = False,
     mutants: Iterable[str] = (),
     schedule: list[dict[str, Any]] | None = None,
+    services: list[str] | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -194,13 +203,24 @@ def run_scenario(
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
     planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
-    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only).
+    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only);
+    ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
+    service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
+    (clusterlab.core.service.addressed).
 
     ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
     steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
     seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly."""
     chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
     spec = name if isinstance(name, Scenario) else find_scenario(name)
+    if services:
+        services = parse_services(services)
+        if len(services) < 2:
+            raise ValueError(f"services {services}: give two or more (one service is --service)")
+        unknown = [k for k in services if ":" not in k and k not in SERVICE_REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
+        service = services[0]
     if service not in SERVICES:
         raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
     if members < 1:
@@ -245,6 +265,7 @@ def run_scenario(
         mutants=chosen,
         steps=schedule_spec(plan),
         explicit=schedule is not None,
+        services=list(services or []),
     )
     started = time.monotonic()
     try:
@@ -377,12 +398,13 @@ def _drive(
 
 def _workload_meta(result: RunResult) -> dict[str, Any]:
     """run.json's ``workload``: the service, the concurrent clients and any planted bug."""
-    return {
+    meta = {
         "service": result.service,
         "clients": result.clients,
         "fault_stale_read": result.fault_stale_read,
         "mutants": sorted(result.mutants),
     }
+    return {**meta, "services": result.services} if result.services else meta
 
 
 def _service_factory(result: RunResult) -> str:
@@ -395,6 +417,14 @@ def _service_factory(result: RunResult) -> str:
     return result.service
 
 
+def _member_services(result: RunResult) -> list[str] | None:
+    """The services of each member when it runs several (service 0 with a planted service bug if asked)."""
+    if not result.services:
+        return None
+    first = _service_factory(result)  # service 0 is the workload's (result.service), planted if asked
+    return [first, *result.services[1:]]
+
+
 def _run_local(
     result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
 ) -> None:
@@ -402,6 +432,7 @@ def _run_local(
     cluster = LocalCluster(
         result.members,
         service=_service_factory(result),
+        services=_member_services(result),
         directory=root / "cluster",
         seed=result.seed,
         trace_dir=trace,
@@ -443,6 +474,7 @@ def _run_sim(
             seed=result.seed,
             directory=root / "cluster",
             service=_service_factory(result),
+            services=_member_services(result),
             member_factory=factory,
             mutants=result.mutants,
             # A planted bug is judged black-box, as in a member process: no white-box invariant asserts.

@@ -50,7 +50,9 @@ EXIT_INCOMPLETE = 3
 EXIT_CORRUPT = 4
 
 _FILE_NAME = re.compile(r"^(?P<process>.+)-i(?P<incarnation>\d+)\.arrow$")
-_MEMBER_PROCESS = re.compile(r"^(?P<kind>node|service)-(?P<member>\d+)$")
+_MEMBER_PROCESS = re.compile(
+    r"^(?P<kind>node|service)(?:-s\d+)?-(?P<member>\d+)$"
+)  # service-s<id>-<m>: a service id > 0
 
 
 class Status(StrEnum):

@@ -269,6 +269,9 @@ class SafetyChecker:
     views: LeaderViews = field(default_factory=LeaderViews)
     timers: TimersAndCloses = field(default_factory=TimersAndCloses)
     committed: bytes = b""  # the longest committed log seen so far (from position 0)
+    # Services with an id > 0 (several services per member): agreement and contiguity per service id,
+    # since different services of one member reach different states at the same position.
+    services: dict[int, tuple[Agreement, Contiguity]] = field(default_factory=dict)
     applied_rows_checked: int = 0
     applied_seen: int = 0  # rows of cluster.applied already fed
     events_seen: int = 0  # entries of cluster.events already fed (by check)
@@ -295,14 +298,20 @@ class SafetyChecker:
             member = f"member {event['member_id']}"
             _raise(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
 
-    def on_applied(self, member_id: int, incarnation: int, entry: Any) -> None:
-        """Feed every ``applied`` row: agreement and contiguity."""
+    def on_applied(self, member_id: int, incarnation: int, entry: Any, service_id: int = 0) -> None:
+        """Feed every ``applied`` row: agreement and contiguity, among the rows of one service id."""
         self.applied_rows_checked += 1
         who = (member_id, incarnation)
         kind = str(getattr(entry.entry_type, "value", entry.entry_type))
-        _raise(self.contiguity.observe(who, kind, entry.log_position, entry.length), "contiguity: ")
-        _raise(self.agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest))
-        _raise(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
+        if service_id == 0:
+            agreement, contiguity, prefix = self.agreement, self.contiguity, ""
+            # Timer and SessionClose entries are the log's, the same for every service: judged on service 0.
+            _raise(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
+        else:
+            agreement, contiguity = self.services.setdefault(service_id, (Agreement(), Contiguity()))
+            prefix = f"service {service_id}: "
+        _raise(contiguity.observe(who, kind, entry.log_position, entry.length), prefix + "contiguity: ")
+        _raise(agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest), prefix)
 
     def check_member(self, member_id: int, commit_position: int, read: Any) -> None:
         """Check one live member's committed prefix [0, commit_position) against what we know."""
@@ -335,7 +344,7 @@ class SafetyChecker:
         start = self.applied_seen
         rows = getattr(cluster, "applied", [])
         for row in rows[start:]:
-            self.on_applied(row["member_id"], row["incarnation"], row["entry"])
+            self.on_applied(row["member_id"], row["incarnation"], row["entry"], row.get("service_id", 0))
         self.applied_seen = len(rows)
         for member_id in cluster.members_alive():
             m = cluster.member(member_id)

@@ -91,6 +91,7 @@ from clusterlab.core.runtime.config import (
     format_members,
     parse_members,
     remove_socket_root,
+    service_control_endpoint,
 )
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
@@ -114,6 +115,19 @@ from clusterlab.harness.services import kv
 T = TypeVar("T")
 PPM = 1_000_000
 NODE, SERVICE = "node", "service"
+
+
+def service_kind(service_id: int) -> str:
+    """The harness's name for a member's service process ``service_id``: ``service`` for service 0
+    (as with one service), ``service-s<id>`` for the others (log files, processes.json, events)."""
+    return SERVICE if service_id == 0 else f"{SERVICE}-s{service_id}"
+
+
+def service_id_of_kind(kind: str) -> int:
+    """The service id of a service process kind (``service`` -> 0, ``service-s1`` -> 1)."""
+    return 0 if kind == SERVICE else int(kind.rsplit("-s", 1)[1])
+
+
 STATUS_TIMEOUT_S = 0.5
 PROCESSES_FILE = "processes.json"
 
@@ -278,6 +292,7 @@ class LocalCluster:
         timeouts: Timeouts | None = None,
         tcp: bool = False,
         *,
+        services: list[str] | None = None,
         seed: int = 0,
         appointed_leader_id: int = NULL_VALUE,
         startup_timeout_s: float = 20.0,
@@ -299,7 +314,10 @@ class LocalCluster:
         ``secure`` (default: on with ``tcp``, off on ipc) makes a new cluster's keys and credentials
         (clusterlab.core.runtime.security); a restarted directory keeps its own setting. The
         directory is locked (clusterlab.core.runtime.dirlock) until ``close()``: a second
-        LocalCluster or ``cluster start`` on it raises at once, naming this process."""
+        LocalCluster or ``cluster start`` on it raises at once, naming this process.
+
+        ``services``: several clustered services per member (``["kv", "counter"]``: service ids 0 and
+        1, each its own process with its own snapshots; see clusterlab.core.service.addressed)."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
@@ -309,7 +327,7 @@ class LocalCluster:
         self._lock = lock_cluster_directory(self.directory)
         try:
             self._archive_segment_length = archive_segment_length  # None: Aeron's default (128 MiB)
-            self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure)
+            self._init(members, service, timeouts, tcp, seed, appointed_leader_id, secure, services)
         except BaseException:
             self._lock.release()
             raise
@@ -318,6 +336,8 @@ class LocalCluster:
         self.stop_timeout_s = stop_timeout_s
         self.directory = self.config.directory
         self.member_count = len(self.config.members)
+        self.service_kinds = [service_kind(s) for s in range(self.config.service_count)]
+        self._member_kinds = [NODE, *self.service_kinds]
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
@@ -357,6 +377,7 @@ class LocalCluster:
                     "timeouts": asdict(self.timeouts),
                     "endpoints": {str(m.member_id): asdict(m) for m in self.config.members},
                     "service": self.config.service,
+                    **({"services": self.config.services} if self.config.service_count > 1 else {}),
                     "transport": self.config.transport,
                     "appointed_leader_id": self.config.appointed_leader_id,
                     "cluster_dir": str(self.directory),
@@ -373,6 +394,7 @@ class LocalCluster:
         seed: int,
         appointed_leader_id: int,
         secure: bool | None,
+        services: list[str] | None = None,
     ) -> None:
         """Load the directory's configuration, or create it (and a secured cluster's keys)."""
         if (self.directory / "cluster.json").exists():
@@ -400,6 +422,7 @@ class LocalCluster:
                     if self._archive_segment_length is not None
                     else {}
                 ),
+                services=services,
             )
             self.config.save()
             os.chmod(self.directory, 0o700)  # its ipc sockets: reachable by this user only
@@ -440,8 +463,8 @@ class LocalCluster:
             self._launch(i, NODE)
         self._await_nodes_started(range(self.member_count))
         for i in range(self.member_count):
-            if self.config.service:
-                self._launch(i, SERVICE)
+            for kind in self.service_kinds:
+                self._launch(i, kind)
 
     def close(self) -> None:
         """Stop every process (nodes first, then services), close clients and sockets. Idempotent."""
@@ -491,10 +514,11 @@ class LocalCluster:
         env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members
         if self.mutants:
             env[MUTANTS_ENV] = format_mutants(self.mutants)
+        module = NODE if kind == NODE else SERVICE
         cmd = [
             sys.executable,
             "-m",
-            f"clusterlab.core.runtime.{kind}",
+            f"clusterlab.core.runtime.{module}",
             "--dir",
             str(self.directory),
             "--member-id",
@@ -504,6 +528,8 @@ class LocalCluster:
             "--exit-with-parent",
             str(os.getpid()),
         ]
+        if kind not in (NODE, SERVICE):
+            cmd += ["--service-id", str(service_id_of_kind(kind))]
         if self.trace_dir is not None:
             cmd += ["--trace-dir", str(self.trace_dir), "--run-id", self.run_id]
         with open(log_path, "ab") as log:
@@ -554,7 +580,7 @@ class LocalCluster:
             m = self.config.member(member_id)
             control = ControlClient(
                 self.zctx,
-                m.control if kind == NODE else m.service_control,
+                m.control if kind == NODE else service_control_endpoint(m, service_id_of_kind(kind)),
                 self.security.connector(member_key_name(member_id)),
             )
             self._controls[key] = control
@@ -646,8 +672,11 @@ class LocalCluster:
     def statuses(self) -> dict[int, MemberStatus | None]:
         return {i: self.status(i) for i in range(self.member_count)}
 
-    def service_status(self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> ServiceStatus | None:
-        reply = self._request(member_id, StatusRequest(0), timeout_s, kind=SERVICE)
+    def service_status(
+        self, member_id: int, timeout_s: float = STATUS_TIMEOUT_S, service_id: int = 0
+    ) -> ServiceStatus | None:
+        """The status of the member's service ``service_id`` (log position, state digest), or None."""
+        reply = self._request(member_id, StatusRequest(0), timeout_s, kind=service_kind(service_id))
         return reply if isinstance(reply, ServiceStatus) else None
 
     def roles(self) -> dict[int, Role | None]:
@@ -693,9 +722,9 @@ class LocalCluster:
         [(append, commit)] = positions
         if append != commit:
             return None
-        if self.config.service:
-            for i in ids:
-                service = self.service_status(i)
+        for i in ids:
+            for service_id in range(len(self.service_kinds)):
+                service = self.service_status(i, service_id=service_id)
                 if service is None or service.log_position != commit:
                     return None
         return commit
@@ -718,11 +747,8 @@ class LocalCluster:
     def status_line(self) -> str:
         parts = []
         for i, s in self.statuses().items():
-            service_down = (
-                self.config.service is not None
-                and self.is_alive(i)
-                and self._process(i, SERVICE) is None
-                and (i, SERVICE) in self._current
+            service_down = self.is_alive(i) and any(
+                self._process(i, kind) is None and (i, kind) in self._current for kind in self.service_kinds
             )
             if s is not None:
                 parts.append(s.describe() + (" (service process exited)" if service_down else ""))
@@ -770,7 +796,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ faults
     def kill(self, member_id: int) -> None:
         """Crash the member: SIGKILL its node and service processes (files stay)."""
-        for kind in (NODE, SERVICE):
+        for kind in self._member_kinds:
             p = self._process(member_id, kind)
             if p is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -779,19 +805,22 @@ class LocalCluster:
         self._paused.discard(member_id)
         self._event("kill", member_id)
 
-    def kill_service(self, member_id: int) -> None:
-        """Crash only the member's service process (SIGKILL); its node keeps running."""
-        p = self._process(member_id, SERVICE)
+    def kill_service(self, member_id: int, service_id: int = 0) -> None:
+        """Crash only the member's service process ``service_id`` (SIGKILL); its node keeps running."""
+        p = self._process(member_id, service_kind(service_id))
         if p is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGKILL)
             p.popen.wait()
-        self._event("kill", member_id, process=SERVICE)
+        if service_id == 0:
+            self._event("kill", member_id, process=SERVICE)
+        else:
+            self._event("kill", member_id, process=SERVICE, service_id=service_id)
 
     def stop(self, member_id: int) -> None:
         """Clean shutdown: SIGTERM the node (it closes its module, a leader ends its log stream),
-        then the service."""
-        for kind in (NODE, SERVICE):
+        then the services."""
+        for kind in self._member_kinds:
             p = self._process(member_id, kind)
             if p is not None:
                 for k in _stop_processes([p], self.stop_timeout_s):
@@ -801,24 +830,32 @@ class LocalCluster:
 
     def restart(self, member_id: int) -> None:
         """Start a new incarnation from the member's directory; a running member is killed first."""
-        if self.is_alive(member_id) or self._process(member_id, SERVICE) is not None:
+        if self.is_alive(member_id) or any(self._process(member_id, k) is not None for k in self.service_kinds):
             self.kill(member_id)
         self._launch(member_id, NODE)
         self._await_nodes_started([member_id])
-        if self.config.service:
-            self._launch(member_id, SERVICE)
+        for kind in self.service_kinds:
+            self._launch(member_id, kind)
 
     def restart_wiped(self, member_id: int) -> None:
         """Restart with an empty member directory (a replaced disk); a running member is killed first."""
-        if self.is_alive(member_id) or self._process(member_id, SERVICE) is not None:
+        if self.is_alive(member_id) or any(self._process(member_id, k) is not None for k in self.service_kinds):
             self.kill(member_id)
         shutil.rmtree(self.member_dir(member_id), ignore_errors=True)
         self._event("wipe", member_id)
         self.restart(member_id)
 
+    def exit_codes(self, member_id: int) -> dict[str, int | None]:
+        """The exit code of each of the member's current processes by kind (None: still running)."""
+        return {
+            kind: p.popen.poll()
+            for kind in self._member_kinds
+            if (p := self._current.get((member_id, kind))) is not None
+        }
+
     def wait_for_exit(self, member_id: int, timeout_s: float = 10.0) -> dict[str, int]:
         """Wait until the member's processes exit by themselves (SHUTDOWN/ABORT); their exit codes."""
-        procs = [p for kind in (NODE, SERVICE) if (p := self._current.get((member_id, kind))) is not None]
+        procs = [p for kind in self._member_kinds if (p := self._current.get((member_id, kind))) is not None]
         wait_until(
             lambda: not any(p.running() for p in procs),
             timeout_s,
@@ -828,8 +865,8 @@ class LocalCluster:
         return {p.kind: p.popen.returncode for p in procs}
 
     def pause(self, member_id: int) -> None:
-        """SIGSTOP node and service (a GC pause, a stalled VM)."""
-        for kind in (NODE, SERVICE):
+        """SIGSTOP node and services (a GC pause, a stalled VM)."""
+        for kind in self._member_kinds:
             p = self._process(member_id, kind)
             if p is not None:
                 os.kill(p.pid, signal.SIGSTOP)
@@ -837,7 +874,7 @@ class LocalCluster:
         self._event("pause", member_id)
 
     def resume(self, member_id: int) -> None:
-        for kind in (NODE, SERVICE):
+        for kind in self._member_kinds:
             p = self._process(member_id, kind)
             if p is not None:
                 os.kill(p.pid, signal.SIGCONT)

@@ -48,6 +48,7 @@ from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.mutants import mutant_set
+from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
@@ -125,21 +126,21 @@ class _SimOutbox:
     """A member's Outbox: stamps sends with the virtual time and hands them to the network. A dead
     incarnation's outbox is disabled, so a stale object someone still holds cannot send."""
 
-    __slots__ = ("_clock", "_network", "alive", "member_id", "service_inbox")
+    __slots__ = ("_clock", "_network", "alive", "member_id", "service_inboxes")
 
     def __init__(self, member_id: int, clock: VirtualClock, network: SimNetwork) -> None:
         self.member_id = member_id
         self._clock = clock
         self._network = network
         self.alive = True
-        self.service_inbox: Any = None  # the member's service host queue, when it runs a service
+        self.service_inboxes: list[Any] = []  # the queue of each of the member's service hosts
 
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
         if not self.alive:
             return
         if channel == Channel.SERVICE and member_id == self.member_id:
-            if self.service_inbox is not None:
-                self.service_inbox.append(payload)  # same-host IPC to its own service process
+            for inbox in self.service_inboxes:
+                inbox.append(payload)  # same-host IPC to each of its own service processes
             return
         self._network.send(self._clock.now_ns, self.member_id, member_id, channel, payload)
 
@@ -177,6 +178,7 @@ class SimCluster:
         archive_segment_length: int | None = None,
         mutants: frozenset[str] = frozenset(),
         check_invariants: bool = True,
+        services: list[str] | None = None,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -217,9 +219,13 @@ class SimCluster:
         self._members: list[Member | None] = [None] * members
         self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
         self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
-        self.service_name = service
+        # ``services``: several clustered services per member (service ids 0..N-1, see
+        # clusterlab.core.service.addressed); ``service`` alone: one. ``service_name`` is service 0's.
+        self.service_names: list[str] = list(services) if services else ([service] if service else [])
+        self.service_name = self.service_names[0] if self.service_names else None
         self._authenticator_factory = authenticator_factory
-        self._services: list[SimServiceHost | None] = [None] * members
+        self._service_hosts: list[list[SimServiceHost]] = [[] for _ in range(members)]
+        self._services: list[SimServiceHost | None] = [None] * members  # service 0's host of each member
         self.clients: list[SimClient] = []
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self._outboxes: list[_SimOutbox | None] = [None] * members
@@ -384,21 +390,21 @@ class SimCluster:
 
     def _pump_services(self, now: int) -> bool:
         busy = False
-        for i, host in enumerate(self._services):
-            if host is None:
-                continue
-            if host.pump():
-                busy = True
-            m = self._members[i]
-            while host.to_node and m is not None:
-                m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
-                m.do_work(now)
-                self._deadlines[i] = None
-                busy = True
-            if host.closed_reason is not None:
-                self._close_service(i, host.closed_reason)
-                self._deadlines[i] = None
-                busy = True
+        for i, hosts in enumerate(self._service_hosts):
+            for host in hosts:
+                if host.pump():
+                    busy = True
+                m = self._members[i]
+                while host.to_node and m is not None:
+                    m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
+                    m.do_work(now)
+                    self._deadlines[i] = None
+                    busy = True
+                if host.closed_reason is not None:
+                    self._close_service(i, host.closed_reason)  # any service gone: its member closes (Aeron)
+                    self._deadlines[i] = None
+                    busy = True
+                    break
         return busy
 
     def _deliver(self, msg: Delivery, now: int) -> None:
@@ -516,7 +522,7 @@ class SimCluster:
             appointed_leader_id=self.appointed_leader_id,
             events=self._member_event_sink(member_id, incarnation),
             log=self._member_log(member_id),
-            service_count=1 if self.service_name else 0,
+            service_count=len(self.service_names),
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
             mutants=self.mutants,
@@ -532,24 +538,29 @@ class SimCluster:
             detail["wiped"] = True
         self._harness_event("start" if incarnation == 0 else "restart", member_id, **detail)
         member.on_start(self.clock.now_ns)
-        if self.service_name:
+        hosts = []
+        for service_id, name in enumerate(self.service_names):
             host = SimServiceHost(
                 member_id,
                 storage,
-                service_factory(self.service_name),
+                addressed_factory(service_factory(name), service_id, len(self.service_names)),
                 outbox.send_egress,
-                self._applied_sink(member_id, incarnation),
+                self._applied_sink(member_id, incarnation, service_id),
                 self._member_log(member_id),
+                service_id,
             )
-            outbox.service_inbox = host.from_node
-            self._services[member_id] = host
+            outbox.service_inboxes.append(host.from_node)
+            hosts.append(host)
+        self._service_hosts[member_id] = hosts
+        self._services[member_id] = hosts[0] if hosts else None
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)
         if isinstance(member, ConsensusModule):  # its counters outlive it (Aeron's CnC file)
             self._last_counters[member_id] = member.counters(self.clock.now_ns)
         self._members[member_id] = None
-        self._services[member_id] = None  # the service process dies with its node
+        self._services[member_id] = None  # the service processes die with their node
+        self._service_hosts[member_id] = []
         outbox = self._outboxes[member_id]
         if outbox is not None:
             outbox.alive = False
@@ -633,18 +644,25 @@ class SimCluster:
             raise client.errors[0]
         return client
 
-    def service(self, member_id: int) -> Any:
-        """The member's service agent (ClusteredServiceAgent)."""
-        host = self._services[member_id]
-        if host is None:
+    def service(self, member_id: int, service_id: int = 0) -> Any:
+        """The agent (ClusteredServiceAgent) of the member's service ``service_id``."""
+        hosts = self._service_hosts[member_id]
+        if not hosts:
             raise SimError(f"member {member_id} runs no service (down, or the cluster has none)")
-        return host.agent
+        if not 0 <= service_id < len(hosts):
+            raise SimError(f"member {member_id} has no service {service_id} (services 0..{len(hosts) - 1})")
+        return hosts[service_id].agent
 
-    def _applied_sink(self, member_id: int, incarnation: int) -> Callable[[Any], None]:
+    def service_hosts(self, member_id: int) -> list[SimServiceHost]:
+        """The member's service hosts, by service id (empty while it is down)."""
+        return list(self._service_hosts[member_id])
+
+    def _applied_sink(self, member_id: int, incarnation: int, service_id: int = 0) -> Callable[[Any], None]:
         def sink(entry: Any) -> None:
-            self.applied.append(
-                {"member_id": member_id, "incarnation": incarnation, "entry": entry, "time_ns": self.clock.now_ns}
-            )
+            row = {"member_id": member_id, "incarnation": incarnation, "entry": entry, "time_ns": self.clock.now_ns}
+            if service_id:
+                row["service_id"] = service_id  # absent for service 0: rows as with one service
+            self.applied.append(row)
 
         return sink
 
@@ -714,6 +732,7 @@ class SimCluster:
 
     def _close_service(self, member_id: int, reason: str) -> None:
         self._services[member_id] = None
+        self._service_hosts[member_id] = []  # every service of the member: it closes
         m = self._members[member_id]
         if isinstance(m, ConsensusModule):
             m.on_service_closed(reason, self.clock.now_ns)

@@ -52,7 +52,8 @@ def parse_client_channel(response_channel: str) -> int | None:
 
 
 class SimServiceHost:
-    """One member's service process in the simulator."""
+    """One service process of a member in the simulator (service ``service_id``; a member runs one
+    per service id, each fed every message its node sends to its services)."""
 
     def __init__(
         self,
@@ -62,20 +63,23 @@ class SimServiceHost:
         send_egress: Callable[[str, bytes], None],
         on_applied: Callable[[AppliedEntry], None],
         log: Callable[[str], None],
+        service_id: int = 0,
     ) -> None:
         self.member_id = member_id
+        self.service_id = service_id
         self._log = log
         self.to_node: deque[bytes] = deque()
         self.from_node: deque[bytes] = deque()
+        self.errors: list[str] = []  # failures the agent survived (Aeron: the container's error counter)
         self._replay_max = -1
         self.closed_reason: str | None = None  # set once the service asked to terminate (its container closed)
         # Each service keeps its snapshots in its own store: the node's archive allocates its own
         # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
         # process serialises that; here the recording log's service_id says which store to read).
-        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(0)
+        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
         self.snapshots = SnapshotStore(storage, Catalogue.open(storage, catalogue_dir), snapshot_dir)
         self.agent = ClusteredServiceAgent(
-            0,
+            service_id,
             member_id,
             service_factory(),
             to_consensus_module=self.to_node.append,
@@ -87,7 +91,7 @@ class SimServiceHost:
         # Aeron's service reads the RecoveryState counter; ours reads the same recovery plan from the
         # recording log the node just reconciled on start.
         with RecordingLog.open(storage) as recording_log:
-            entry = recording_log.latest_snapshot(0)
+            entry = recording_log.latest_snapshot(service_id)
         self.agent.start(entry.recording_id if entry is not None else None)
 
     def pump(self) -> int:
@@ -102,9 +106,10 @@ class SimServiceHost:
             try:
                 self.agent.on_service_message(payload, is_replay=is_replay)
             except SnapshotError as e:  # as the runtime's service: logged, the agent stays usable (Aeron)
-                self._log(f"snapshot failed: {e}")
+                self.errors.append(f"snapshot failed: {e}")
+                self._log(f"service {self.service_id}: snapshot failed: {e}")
             except ServiceTerminated as e:  # as the runtime's service process: it stops
-                self._log(f"service requested termination: {e}")
+                self._log(f"service {self.service_id} requested termination: {e}")
                 self.closed_reason = "the service requested termination"
                 self.from_node.clear()
             n += 1

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.core.consensus.context import Channel
+from clusterlab.core.runtime.config import service_process_name
 from clusterlab.harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
 from clusterlab.harness.services.kv import decode_reply
 from clusterlab.harness.sim_parts import CLIENT_ID_BASE
@@ -123,6 +124,7 @@ def sim_config(cluster: Any) -> dict[str, Any]:
         "network": dataclasses.asdict(cluster.network_config),
         "appointed_leader_id": cluster.appointed_leader_id,
         "service": cluster.service_name,
+        **({"services": cluster.service_names} if len(cluster.service_names) > 1 else {}),
         "endpoints": {str(m.member_id): dataclasses.asdict(m) for m in cluster.cluster_members},
     }
 
@@ -163,11 +165,11 @@ class SimRecording:
 
     # ------------------------------------------------------------------------------- recorders
 
-    def recorder(self, process: str, member_id: int, incarnation: int) -> ProcessRecorder:
+    def recorder(self, process: str, member_id: int, incarnation: int, service_id: int = 0) -> ProcessRecorder:
         key = (process, incarnation)
         rec = self._by_incarnation.get(key)
         if rec is None:
-            rec = self.run.process(process, member_id, incarnation)
+            rec = self.run.process(process, member_id, incarnation, service_id=service_id)
             self._by_incarnation[key] = rec
         return rec
 
@@ -181,7 +183,8 @@ class SimRecording:
     def _end_incarnation(self, member_id: int) -> None:
         """The member's node and service processes died or stopped: flush their files."""
         incarnation = self.cluster.incarnation(member_id)
-        for process in (f"node-{member_id}", f"service-{member_id}"):
+        services = [service_process_name(member_id, s) for s in range(max(1, len(self.cluster.service_names)))]
+        for process in (f"node-{member_id}", *services):
             rec = self._by_incarnation.get((process, incarnation))
             if rec is not None:
                 rec.flush()
@@ -232,14 +235,19 @@ class SimRecording:
         c._start_member = self._original_start
 
     def _wrap_service_queues(self, member_id: int) -> None:
-        host = self.cluster._services[member_id]
         outbox = self.cluster._outboxes[member_id]
-        if host is None or outbox is None or isinstance(host.from_node, _NodeToService):
+        if outbox is None:
             return
+        for index, host in enumerate(self.cluster.service_hosts(member_id)):
+            if not isinstance(host.from_node, _NodeToService):
+                queue = self._wrap_service_host(member_id, host)
+                outbox.service_inboxes[index] = queue
+
+    def _wrap_service_host(self, member_id: int, host: Any) -> _NodeToService:
         incarnation = self.cluster.incarnation(member_id)
-        node = self.recorder(f"node-{member_id}", member_id, incarnation)
-        service = self.recorder(f"service-{member_id}", member_id, incarnation)
-        node_name, service_name = f"node-{member_id}", f"service-{member_id}"
+        node_name, service_name = f"node-{member_id}", service_process_name(member_id, host.service_id)
+        node = self.recorder(node_name, member_id, incarnation)
+        service = self.recorder(service_name, member_id, incarnation, host.service_id)
         now = self._now
         channel = Channel.SERVICE.value
 
@@ -260,8 +268,8 @@ class SimRecording:
 
         queue = _NodeToService(host.from_node, node_sends, service_receives)
         host.from_node = queue
-        outbox.service_inbox = queue
         host.to_node = _ServiceToNode(host.to_node, service_to_node)
+        return queue
 
     def _on_send(self, msg: Delivery) -> None:
         payload = msg.payload
@@ -322,7 +330,8 @@ class SimRecording:
 
     def _on_applied(self, row: dict[str, Any]) -> None:
         member_id = row["member_id"]
-        rec = self.recorder(f"service-{member_id}", member_id, row["incarnation"])
+        service_id = row.get("service_id", 0)
+        rec = self.recorder(service_process_name(member_id, service_id), member_id, row["incarnation"], service_id)
         rec.applied(row["entry"], row.get("time_ns", self._now()))
         self.rows["applied"] += 1
 

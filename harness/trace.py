@@ -432,18 +432,31 @@ def applied_by_incarnation(applied: pa.Table) -> dict[tuple[int, int], list[dict
     return groups
 
 
+def applied_by_service_incarnation(applied: pa.Table) -> dict[tuple[int, int, int], list[dict[str, Any]]]:
+    """``applied`` rows grouped by (member, incarnation, service id), each group in record order
+    (``seq``): one group per service process incarnation when members run several services."""
+    groups: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    for r in applied.to_pylist():
+        groups.setdefault((r["member_id"], r["incarnation"], r.get("service_id") or 0), []).append(r)
+    for rows in groups.values():
+        rows.sort(key=lambda r: r["seq"])
+    return groups
+
+
 def contiguity_violations(applied: pa.Table) -> list[str]:
-    """Where an incarnation's applied entries do not follow each other without gaps (empty: none).
+    """Where a service incarnation's applied entries do not follow each other without gaps (empty: none).
 
     Each entry must start (``log_position - length``) where the previous one ended; a ``Snapshot``
     row sets the starting point; ``seq`` must count from 0 without holes (no lost rows)."""
     problems: list[str] = []
-    contiguity = Contiguity()  # the property's one definition (harness/invariants.py)
-    for (member, incarnation), rows in sorted(applied_by_incarnation(applied).items()):
+    contiguity: dict[int, Contiguity] = {}  # per service id; the property's one definition (harness/invariants.py)
+    for (member, incarnation, service_id), rows in sorted(applied_by_service_incarnation(applied).items()):
+        where = f"member {member} incarnation {incarnation}" + (f" service {service_id}" if service_id else "")
         if [r["seq"] for r in rows] != list(range(len(rows))):
-            problems.append(f"member {member} incarnation {incarnation}: seq has holes")
+            problems.append(f"{where}: seq has holes")
+        of_service = contiguity.setdefault(service_id, Contiguity())
         for r in rows:
-            problem = contiguity.observe((member, incarnation), r["entry_type"], r["log_position"], r["length"])
+            problem = of_service.observe((member, incarnation), r["entry_type"], r["log_position"], r["length"])
             if problem is not None:
                 problems.append(problem)
     return problems

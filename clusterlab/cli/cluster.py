@@ -2,8 +2,8 @@
 
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
-    clusterlab cluster start [--members 3] [--service kv] [--dir D] [--tcp] [--secure | --no-secure]
-                             [--segment-length 128m]
+    clusterlab cluster start [--members 3] [--service kv | --services kv,counter] [--dir D] [--tcp]
+                             [--secure | --no-secure] [--segment-length 128m]
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
         (an existing D with a cluster.json is restarted from disk; a D in use is refused).
         --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
@@ -42,7 +42,7 @@ from clusterlab.core.codec.control import (
     StatusRequest,
 )
 from clusterlab.core.codec.enums import ToggleState
-from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.config import ClusterConfig, ConfigError, parse_services
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
 from clusterlab.core.runtime.transport import new_context
@@ -87,6 +87,12 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument("--members", type=int, default=3, help="number of members (default 3)")
     start.add_argument("--service", default="kv", help="service: kv, counter, echo, module:factory, none")
+    start.add_argument(
+        "--services",
+        default=None,
+        metavar="KINDS",
+        help="several clustered services per member, e.g. kv,counter (service ids 0, 1, ...; replaces --service)",
+    )
     start.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a new temp dir)")
     start.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 with OS-assigned ports, not ipc")
     start.add_argument(
@@ -222,6 +228,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
     check_member_limits(args.members)
     check_start_arguments(args)
     service = None if args.service == "none" else args.service
+    services = parse_services(args.services) if args.services is not None else None
     directory = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="clusterlab-"))
     existing = (directory / "cluster.json").exists()
 
@@ -235,6 +242,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
         cluster = LocalCluster(
             members=None if existing else args.members,
             service=service,
+            services=services,
             directory=directory,
             tcp=args.tcp,
             secure=args.secure,
@@ -248,7 +256,8 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
     try:
         console.print(
             f"{'restarting' if existing else 'starting'} a {cluster.member_count}-member cluster "
-            f"in {cluster.directory} (service {cluster.config.service}, {cluster.config.transport}"
+            f"in {cluster.directory} (service {','.join(cluster.config.service_kinds) or None}, "
+            f"{cluster.config.transport}"
             f"{'' if cluster.trace_dir is not None else ', not recorded'}"
             f"{', secured' if cluster.config.secure else ''}); Ctrl-C or SIGTERM stops it"
         )
@@ -274,13 +283,17 @@ def check_start_arguments(args: argparse.Namespace) -> None:
     """``cluster start``'s --refresh, --dir and --service, before anything starts."""
     import importlib.util
 
-    from clusterlab.cli.paths import positive_error, writable_directory_error
+    from clusterlab.cli.paths import positive_error, services_error, writable_directory_error
 
     if (error := positive_error("--refresh", args.refresh)) is not None:
         raise CommandError(error)
     args.segment_length_bytes = None if args.segment_length is None else parse_segment_length(args.segment_length)
     if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
         raise CommandError(error)
+    if args.services is not None:
+        if (error := services_error(args.services)) is not None:
+            raise CommandError(error)
+        return
     if args.service == "none":
         return
     if ":" not in args.service:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -62,4 +63,26 @@ def writable_directory_error(option: str, path: str | Path) -> str | None:
     existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         return f"{option} {path}: {existing} is not writable"
+    return None
+
+
+def services_error(text: str, first_kinds: Collection[str] | None = None) -> str | None:
+    """Why ``--services`` ``text`` (comma-separated service kinds, e.g. ``kv,counter``) cannot be used:
+    an empty or unknown name, fewer than two, too many; ``first_kinds`` (when given): what service 0
+    may be (the kinds with a workload)."""
+    from clusterlab.core.runtime.config import parse_services
+    from clusterlab.harness.services import SERVICES
+
+    try:
+        kinds = parse_services(text)
+    except ValueError as e:
+        return f"--services {text}: {e}"
+    if len(kinds) < 2:
+        return f"--services {text}: give two or more services (one service is --service)"
+    unknown = [k for k in kinds if ":" not in k and k not in SERVICES]
+    if unknown:
+        return f"--services {text}: unknown service {unknown[0]!r}; use {', '.join(sorted(SERVICES))} or module:factory"
+    if first_kinds is not None and kinds[0] not in first_kinds:
+        allowed = ", ".join(first_kinds)
+        return f"--services {text}: the first service drives the workload, so it must be one of {allowed}"
     return None

@@ -24,7 +24,7 @@ from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
-from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
+from clusterlab.cli.paths import output_file_error, positive_error, services_error, writable_directory_error
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 
@@ -79,6 +79,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return _bad(err, error)
     if args.clients < 1:
         return _bad(err, f"--clients must be at least 1, not {args.clients}")
+    if args.services is not None:
+        error = services_error(args.services, SERVICES)
+        if error is not None:
+            return _bad(err, error)
+        args.service = args.services.split(",")[0].strip()
     if args.fault_stale_read and args.service != "kv":
         return _bad(err, f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
     try:
@@ -132,6 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fault_stale_read=args.fault_stale_read,
             mutants=mutants,
             schedule=steps,
+            services=args.services,
         )
         progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
 
@@ -214,6 +220,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
     p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument(
+        "--services",
+        default=None,
+        metavar="KINDS",
+        help="several clustered services per member, e.g. kv,counter (service ids 0, 1, ...); the workload "
+        "drives the first, the others apply every entry (replaces --service)",
+    )
     p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 200 real, 100 sim)")
     p.add_argument(
         "--clients",

@@ -51,6 +51,9 @@ def segment_length_error(name: str, value: int) -> str | None:
     return None
 
 
+MAX_SERVICES = 8  # service ids 0..7: one process each on a member; a 2-core test machine runs a few at most
+
+
 # The chaos suite's deliberately broken build (ConsensusModuleContext.fault_ack_before_append),
 # switched on for a node process by this environment variable set to 1.
 FAULT_ACK_BEFORE_APPEND_ENV = "CLUSTERLAB_FAULT_ACK_BEFORE_APPEND"
@@ -138,7 +141,7 @@ class ClusterConfig:
 
     directory: Path
     members: list[MemberConfig]
-    service: str | None = "kv"
+    service: str | None = "kv"  # service 0's kind (Aeron's single-service default)
     timeouts: Timeouts = field(default_factory=Timeouts.fast)
     appointed_leader_id: int = NULL_VALUE
     seed: int = 0
@@ -146,6 +149,26 @@ class ClusterConfig:
     socket_root: str = ""  # where ipc socket paths start (the directory, or a short link to it)
     secure: bool = False  # CURVE keys + ZAP on every socket (clusterlab.core.runtime.security)
     archive_segment_length: int = ARCHIVE_SEGMENT_LENGTH_DEFAULT  # the log recording's segment files
+    # Several clustered services per member (Aeron's service ids 0..N-1): the kind of each, service 0
+    # first. Empty: one service, ``service`` (or none). Set: ``service`` is ``services[0]``.
+    services: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.services:
+            self.service = self.services[0]
+
+    # --------------------------------------------------------------------------- services
+    @property
+    def service_kinds(self) -> list[str]:
+        """The kind of every service id of a member (``[]`` when the cluster runs no service)."""
+        if self.services:
+            return list(self.services)
+        return [self.service] if self.service else []
+
+    @property
+    def service_count(self) -> int:
+        """How many clustered services each member runs (the consensus module waits for all their acks)."""
+        return len(self.service_kinds)
 
     # --------------------------------------------------------------------------- layout
     def member_dir(self, member_id: int) -> Path:
@@ -215,6 +238,8 @@ class ClusterConfig:
             "socket_root": self.socket_root,
             "secure": self.secure,
             "archive_segment_length": self.archive_segment_length,
+            # Only with more than one service: single-service files stay as they were.
+            **({"services": list(self.services)} if len(self.services) > 1 else {}),
         }
 
     def save(self) -> None:
@@ -252,6 +277,7 @@ class ClusterConfig:
                 socket_root=raw["socket_root"],
                 secure=bool(raw.get("secure", False)),
                 archive_segment_length=segment_length,
+                services=parse_services(raw.get("services") or []),
             )
         except ConfigError:
             raise
@@ -272,8 +298,10 @@ class ClusterConfig:
         appointed_leader_id: int = NULL_VALUE,
         secure: bool = False,
         archive_segment_length: int = ARCHIVE_SEGMENT_LENGTH_DEFAULT,
+        services: list[str] | None = None,
     ) -> ClusterConfig:
-        """A new configuration for ``members`` members in ``directory`` (not yet saved)."""
+        """A new configuration for ``members`` members in ``directory`` (not yet saved). ``services``:
+        the kind of each service id when a member runs several (``["kv", "counter"]``)."""
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
         if (error := segment_length_error("archive_segment_length", archive_segment_length)) is not None:
@@ -311,13 +339,45 @@ class ClusterConfig:
             socket_root=str(root),
             secure=secure,
             archive_segment_length=archive_segment_length,
+            services=parse_services(services or []),
         )
+
+
+def parse_services(kinds: str | list[str]) -> list[str]:
+    """Service kinds from ``"kv,counter"`` or a list; raises ValueError naming what is wrong."""
+    items = kinds.split(",") if isinstance(kinds, str) else list(kinds)
+    if not isinstance(kinds, str | list) or any(not isinstance(k, str) for k in items):
+        raise ValueError(f"services must be a list of service names, got {kinds!r}")
+    out = [k.strip() for k in items]
+    if any(not k for k in out):
+        raise ValueError(f"services {kinds!r}: an empty service name")
+    if len(out) > MAX_SERVICES:
+        raise ValueError(f"services {kinds!r}: at most {MAX_SERVICES} services per member, got {len(out)}")
+    return out
+
+
+def to_service_endpoint(member: MemberConfig, service_id: int) -> str:
+    """The consensus module -> service socket of ``service_id`` (service 0 keeps the member's own)."""
+    return member.to_service if service_id == 0 else member.to_service.replace(".sock", f"-{service_id}.sock")
+
+
+def service_control_endpoint(member: MemberConfig, service_id: int) -> str:
+    """The control socket of the member's service ``service_id`` (service 0 keeps the member's own)."""
+    if service_id == 0:
+        return member.service_control
+    return member.service_control.replace(".sock", f"-{service_id}.sock")
+
+
+def service_process_name(member_id: int, service_id: int = 0) -> str:
+    """``service-<member>`` for service 0 (as with one service), ``service-s<id>-<member>`` for the others:
+    the member id stays last, where the trace's readers take it from."""
+    return f"service-{member_id}" if service_id == 0 else f"service-s{service_id}-{member_id}"
 
 
 def socket_root_for(directory: Path) -> Path:
     """``directory`` if ipc socket paths under it fit a Unix socket address, else a short symlink to
-    it (``/tmp/clusterlab-XXXX/c``). The longest path is ``member-NN/service-control.sock``."""
-    longest = len(str(directory)) + len("/member-99/service-control.sock")
+    it (``/tmp/clusterlab-XXXX/c``). The longest path is ``member-NN/service-control-N.sock``."""
+    longest = len(str(directory)) + len("/member-99/service-control-9.sock")
     if longest <= MAX_IPC_PATH:
         return directory
     link_dir = Path(tempfile.mkdtemp(prefix=SOCKET_LINK_PREFIX, dir="/tmp"))

@@ -73,6 +73,8 @@ from clusterlab.core.runtime.config import (
     ConfigError,
     format_members,
     parse_members,
+    service_process_name,
+    to_service_endpoint,
 )
 from clusterlab.core.runtime.counters_file import CountersFile
 from clusterlab.core.runtime.dirlock import DirectoryLockError, hold_member_lock
@@ -191,7 +193,8 @@ class Node:
         self._now_ns = 0
         self._heads = {ch: header(ch, member_id) for ch in Channel}
         self.peers: dict[int, dict[Channel, Link]] = {}
-        self.service_connected = False
+        self.service_connected = False  # every service process has connected
+        self._services_connected: set[int] = set()
         self.service_gone_ns: int | None = None
         self._sockets: list[zmq.Socket] = []
 
@@ -233,9 +236,12 @@ class Node:
         self._sockets.append(self.control)
         self.cycle.register(self.control, self._on_control_readable)
 
-        self.to_service: Link | None = None
-        self._service_monitor: zmq.Socket | None = None
-        if config.service:
+        # One link per service id (Aeron: each service subscribes to the module's service stream), all
+        # fed the same messages; the services' offers and acks share the one from-service socket.
+        self.to_services: list[Link] = []
+        self._service_monitors: list[zmq.Socket] = []
+        self.service_kinds = config.service_kinds
+        if self.service_kinds:
             from_service, _ = bind(
                 self.zctx,
                 zmq.ROUTER,
@@ -251,20 +257,27 @@ class Node:
                     Channel.SERVICE,
                     lambda src: src == member_id,
                     lambda _src: service_routing_id(member_id),
+                    service_routing_ids={
+                        service_routing_id(member_id, s): service_process_name(member_id, s)
+                        for s in range(len(self.service_kinds))
+                    },
                 ),
             )
-            self.to_service = Link(
-                self.zctx,
-                self.own.to_service,
-                sndhwm=0,
-                immediate=False,
-                routing_id=node_routing_id(member_id),
-                setup=self.security.connector(member_key_name(member_id)),
-            )
-            self._service_monitor = self.to_service.sock.get_monitor_socket(
-                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
-            )
-            self.cycle.register(self._service_monitor, self._on_service_monitor)
+            for service_id in range(len(self.service_kinds)):
+                link = Link(
+                    self.zctx,
+                    to_service_endpoint(self.own, service_id),
+                    sndhwm=0,
+                    immediate=False,
+                    routing_id=node_routing_id(member_id),
+                    setup=self.security.connector(member_key_name(member_id)),
+                )
+                monitor = link.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+                self.cycle.register(monitor, self._service_monitor_handler(service_id, monitor))
+                self.to_services.append(link)
+                self._service_monitors.append(monitor)
+        self.to_service: Link | None = self.to_services[0] if self.to_services else None  # service 0's
+        self._service_peers = [service_process_name(member_id, s) for s in range(len(self.to_services))]
 
         self.log(
             f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
@@ -340,7 +353,7 @@ class Node:
             rng=random.Random(f"{config.seed}:{self.member_id}:{self.incarnation}"),
             timeouts=config.timeouts,
             appointed_leader_id=config.appointed_leader_id,
-            service_count=1 if config.service else 0,
+            service_count=len(self.to_services),
             events=self._on_event,
             log=self.log,
             fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
@@ -370,7 +383,7 @@ class Node:
     # ------------------------------------------------------------------ Outbox (called by the module)
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
         if channel is Channel.SERVICE:
-            if member_id == self.member_id and self.to_service is not None:
+            if member_id == self.member_id and self.to_services:
                 self._send_to_service(payload)
             return
         if self.gate.rules and not self.gate.admit(member_id, channel, payload, self._now_ns):
@@ -416,11 +429,12 @@ class Node:
             )
 
     def _send_to_service(self, payload: bytes) -> None:
-        assert self.to_service is not None
-        self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"service-{self.member_id}")
-        if not self.to_service.send(self._heads[Channel.SERVICE], payload):
-            # Cannot happen with an unbounded queue; if it does, the service would see a gap.
-            self.cycle.request_stop("the service link refused a message", EXIT_SERVICE_LINK)
+        head = self._heads[Channel.SERVICE]
+        for link, peer in zip(self.to_services, self._service_peers, strict=True):
+            self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=peer)
+            if not link.send(head, payload):
+                # Cannot happen with an unbounded queue; if it does, the service would see a gap.
+                self.cycle.request_stop(f"the link to {peer} refused a message", EXIT_SERVICE_LINK)
 
     # ------------------------------------------------------------------ inbound
     def _ignore(self, where: str, reason: str) -> None:
@@ -440,15 +454,13 @@ class Node:
         channel: Channel,
         allowed_src: Callable[[int], bool],
         routing_id_of: Callable[[int], bytes],
+        service_routing_ids: dict[bytes, str] | None = None,
     ) -> Callable[[int], int]:
-        """Messages on a ROUTER from peers (or this member's service): well framed, and from the
-        connection of the member they claim (runtime.security.source_rejection)."""
+        """Messages on a ROUTER from peers (or this member's services): well framed, and from the
+        connection of the member they claim (runtime.security.source_rejection). ``service_routing_ids``:
+        the routing id of each of this member's services -> its process name (any of them may send)."""
         record = self.rec.message
-        member_id = self.member_id
         user_ids = self.security.enabled
-
-        def peer_process(src: int) -> str:
-            return f"service-{member_id}" if channel is Channel.SERVICE else f"node-{src}"
 
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
@@ -460,11 +472,16 @@ class Node:
                     self._ignore(f"{channel} socket", parsed)
                     continue
                 src, payload = parsed
-                rejection = source_rejection(routing_id, user_id, src, routing_id_of)
+                if service_routing_ids is not None and routing_id in service_routing_ids:
+                    peer = service_routing_ids[routing_id]
+                    rejection = source_rejection(routing_id, user_id, src, _same_routing_id(routing_id))
+                else:
+                    peer = f"node-{src}"
+                    rejection = source_rejection(routing_id, user_id, src, routing_id_of)
                 if rejection is not None:
                     self._reject(f"{channel} socket", rejection)
                     continue
-                record(RECV, channel, src, payload, peer_process=peer_process(src), msg_id=msg_id_of(frames[0]))
+                record(RECV, channel, src, payload, peer_process=peer, msg_id=msg_id_of(frames[0]))
                 if module is None:
                     self._ignore(f"{channel} socket", "module not started (waiting for the members' endpoints)")
                     continue
@@ -500,23 +517,30 @@ class Node:
 
         return handle
 
-    def _on_service_monitor(self, now_ns: int) -> int:
-        assert self._service_monitor is not None
-        n = 0
-        while True:
-            try:
-                event = recv_monitor_message(self._service_monitor, zmq.NOBLOCK)
-            except zmq.Again:
-                return n
-            n += 1
-            if event["event"] == zmq.EVENT_CONNECTED:
-                self.service_connected = True
-                self.log("service process connected")
-            elif event["event"] == zmq.EVENT_DISCONNECTED and self.service_connected:
-                # Decided in do_work after a grace period: a terminating service's last ack may
-                # still be queued on the other socket when its disconnect is reported.
-                self.service_gone_ns = now_ns
-                self.log("service process disconnected")
+    def _service_monitor_handler(self, service_id: int, monitor: zmq.Socket) -> Callable[[int], int]:
+        """Connect/disconnect of service ``service_id``: a member is its node and all its services."""
+        name = service_process_name(self.member_id, service_id)
+
+        def handle(now_ns: int) -> int:
+            n = 0
+            while True:
+                try:
+                    event = recv_monitor_message(monitor, zmq.NOBLOCK)
+                except zmq.Again:
+                    return n
+                n += 1
+                if event["event"] == zmq.EVENT_CONNECTED:
+                    self._services_connected.add(service_id)
+                    self.service_connected = len(self._services_connected) == len(self.to_services)
+                    self.log(f"service process connected ({name})")
+                elif event["event"] == zmq.EVENT_DISCONNECTED and service_id in self._services_connected:
+                    # Decided in do_work after a grace period: a terminating service's last ack may
+                    # still be queued on the other socket when its disconnect is reported.
+                    if self.service_gone_ns is None:
+                        self.service_gone_ns = now_ns
+                    self.log(f"service process disconnected ({name})")
+
+        return handle
 
     # ------------------------------------------------------------------ control
     def _on_control_readable(self, now_ns: int) -> int:
@@ -649,8 +673,8 @@ class Node:
         for links in self.peers.values():
             for channel, link in links.items():
                 sent[channel.value] = sent.get(channel.value, 0) + link.sent
-        if self.to_service is not None:
-            sent["service"] = self.to_service.sent
+        if self.to_services:
+            sent["service"] = sum(link.sent for link in self.to_services)
         sent["egress"] = self.egress.sent
         cycles = max(1, self.cycle.cycles)
         return (
@@ -770,14 +794,14 @@ class Node:
                 self.module.close()  # a leader tells followers its log ended; files flushed
             except Exception as e:  # still close the sockets
                 self.log(f"module close failed: {type(e).__name__}: {e}")
-        if self._service_monitor is not None and self.to_service is not None:
-            self.to_service.sock.disable_monitor()
-            self._service_monitor.close(0)
+        for link, monitor in zip(self.to_services, self._service_monitors, strict=True):
+            link.sock.disable_monitor()
+            monitor.close(0)
         for links in self.peers.values():
             for link in links.values():
                 link.close(linger)
-        if self.to_service is not None:
-            self.to_service.close(linger)
+        for link in self.to_services:
+            link.close(linger)
         self.egress.close(linger)
         for sock in self._sockets:
             sock.close(0)
@@ -792,8 +816,13 @@ class Node:
             m.catchup_endpoint,
             m.archive_endpoint,
             self.own.control,
-            self.own.from_service if self.config.service else "",
+            self.own.from_service if self.to_services else "",
         )
+
+
+def _same_routing_id(routing_id: bytes) -> Callable[[int], bytes]:
+    """The expected routing id is the one received: any of the member's own services may send."""
+    return lambda _src: routing_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,9 +59,9 @@ def node_routing_id(member_id: int) -> bytes:
     return f"node-{member_id}".encode()
 
 
-def service_routing_id(member_id: int) -> bytes:
-    """The routing id a service's link to its node announces at connect."""
-    return f"service-{member_id}".encode()
+def service_routing_id(member_id: int, service_id: int = 0) -> bytes:
+    """The routing id a service's link to its node announces at connect (its process name)."""
+    return (f"service-{member_id}" if service_id == 0 else f"service-s{service_id}-{member_id}").encode()
 
 
 def keys_dir(directory: Path) -> Path:

@@ -1,11 +1,14 @@
 """The service process of one member: a ClusteredServiceAgent hosting the user's service.
 
-    python -m clusterlab.core.runtime.service --dir CLUSTER_DIR --member-id I [--incarnation N]
+    python -m clusterlab.core.runtime.service --dir CLUSTER_DIR --member-id I [--service-id S] [--incarnation N]
 
 Start it after its node answers a status request with a started module: like Aeron's service
 container, it reads its recovery plan (the latest service snapshot) from the recording log the
-node has just reconciled. The service is ``cluster.json``'s ``service``: a name of
-``clusterlab.harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
+node has just reconciled. The service is ``cluster.json``'s ``service`` (or ``services[S]`` when a
+member runs several, Aeron's service ids 0..N-1, each its own process with its own snapshots): a name
+of ``clusterlab.harness.services.SERVICES`` (kv, counter, echo) or ``package.module:factory``.
+Several services share the log as in Aeron: each applies every entry; which session messages a
+service acts on is the address convention of ``clusterlab.core.service.addressed``.
 
 Sockets: ``to-service`` (ROUTER, bound; from its node's ``node-<i>`` connection only: JoinLog,
 committed log blocks, termination; lossless), ``from-service`` (DEALER ``service-<i>`` to the node:
@@ -42,7 +45,13 @@ from clusterlab.core.consensus.context import Channel
 from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
-from clusterlab.core.runtime.config import ClusterConfig, ConfigError
+from clusterlab.core.runtime.config import (
+    ClusterConfig,
+    ConfigError,
+    service_control_endpoint,
+    service_process_name,
+    to_service_endpoint,
+)
 from clusterlab.core.runtime.dirlock import hold_member_lock
 from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder, open_recorder
@@ -76,6 +85,7 @@ from clusterlab.core.runtime.transport import (
     parse,
     remove_ipc_files,
 )
+from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.core.service.agent import (
     AgentError,
     AppliedEntry,
@@ -113,16 +123,24 @@ def load_service_factory(name: str) -> Callable[[], ClusteredService]:
 class ServiceProcess:
     """See the module docstring."""
 
-    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None) -> None:
-        if not config.service:
+    def __init__(
+        self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None, service_id: int = 0
+    ) -> None:
+        kinds = config.service_kinds
+        if not kinds:
             raise ConfigError("the cluster runs no service (cluster.json: service is null)")
+        if not 0 <= service_id < len(kinds):
+            raise ConfigError(f"service id {service_id} is not in the cluster's services 0..{len(kinds) - 1} ({kinds})")
         self.rec = rec if rec is not None else NullRecorder()
-        factory = load_service_factory(config.service)
+        factory = addressed_factory(load_service_factory(kinds[service_id]), service_id, len(kinds))
         self.member_id = member_id
+        self.service_id = service_id
         self.incarnation = incarnation
         own = self.own = config.member(member_id)
+        self.to_service_endpoint = to_service_endpoint(own, service_id)
+        self.service_control_endpoint = service_control_endpoint(own, service_id)
         self.member_dir = config.member_dir(member_id)
-        self.log = ProcessLog(f"service-{member_id}")
+        self.log = ProcessLog(service_process_name(member_id, service_id))
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
@@ -138,15 +156,20 @@ class ServiceProcess:
         self._egress_pending: dict[str, list[bytes]] = {}
         self._applied_pending: list[AppliedEntry] = []
         self._head = header(Channel.SERVICE, member_id)
+        self._node_name = f"node-{member_id}"
         self._control_head = header(Channel.CONTROL, member_id)
 
         security = self.security
         self.inbound, _ = bind(
-            self.zctx, zmq.ROUTER, own.to_service, rcvhwm=0, setup=lambda s: security.serve(s, DOMAIN_MEMBER)
+            self.zctx,
+            zmq.ROUTER,
+            self.to_service_endpoint,
+            rcvhwm=0,
+            setup=lambda s: security.serve(s, DOMAIN_MEMBER),
         )
         self.cycle.register(self.inbound, self._on_inbound)
         self.control, _ = bind(
-            self.zctx, zmq.ROUTER, own.service_control, setup=lambda s: security.serve(s, DOMAIN_CONTROL)
+            self.zctx, zmq.ROUTER, self.service_control_endpoint, setup=lambda s: security.serve(s, DOMAIN_CONTROL)
         )
         self.cycle.register(self.control, self._on_control)
         self.to_node = Link(
@@ -154,7 +177,7 @@ class ServiceProcess:
             own.from_service,
             sndhwm=0,
             immediate=False,
-            routing_id=service_routing_id(member_id),
+            routing_id=service_routing_id(member_id, service_id),
             setup=security.connector(member_key_name(member_id)),
         )
         self._node_connected = False
@@ -162,11 +185,11 @@ class ServiceProcess:
         self.cycle.register(self._monitor, self._on_monitor)
 
         self.storage = FileStorage(self.member_dir)
-        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(0)
+        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
         catalogue = Catalogue.open(self.storage, catalogue_dir)
         self.snapshots = SnapshotStore(self.storage, catalogue, snapshot_dir)
         self.agent = ClusteredServiceAgent(
-            0,
+            service_id,
             member_id,
             factory(),
             to_consensus_module=self._to_node,
@@ -178,9 +201,9 @@ class ServiceProcess:
             log=self.log,
         )
         with RecordingLog.open(self.storage) as recording_log:
-            entry = recording_log.latest_snapshot(0)
+            entry = recording_log.latest_snapshot(service_id)
         self.log(
-            f"started pid={os.getpid()} incarnation={incarnation} service={config.service} "
+            f"started pid={os.getpid()} incarnation={incarnation} service={kinds[service_id]} service_id={service_id} "
             f"snapshot={entry.recording_id if entry is not None else None}"
         )
         self.agent.start(entry.recording_id if entry is not None else None)
@@ -210,7 +233,7 @@ class ServiceProcess:
             self._applied_pending.clear()  # in place: the agent holds its append method
 
     def _to_node(self, payload: bytes) -> None:
-        self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=f"node-{self.member_id}")
+        self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=self._node_name)
         if not self.to_node.send(self._head, payload):
             self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
 
@@ -385,11 +408,12 @@ class ServiceProcess:
         self.security.close()
         self.zctx.term()
         self.cycle.close()
-        remove_ipc_files(self.own.to_service, self.own.service_control)
+        remove_ipc_files(self.to_service_endpoint, self.service_control_endpoint)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = process_argument_parser("python -m clusterlab.core.runtime.service", __doc__.split("\n\n")[0])
+    parser.add_argument("--service-id", type=int, default=0, help="which of the member's services (default 0)")
     args = parser.parse_args(argv)
     if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
         print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
@@ -398,20 +422,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
         # Held until exit (the kernel releases it, SIGKILL included): one service per member.
-        member_lock = hold_member_lock(config.member_dir(args.member_id), "service", args.member_id)
+        name = service_process_name(args.member_id, args.service_id)
+        lock_kind = "service" if args.service_id == 0 else f"service-{args.service_id}"
+        member_lock = hold_member_lock(config.member_dir(args.member_id), lock_kind, args.member_id)
         rec = open_recorder(
             args.trace_dir,
             args.run_id,
-            f"service-{args.member_id}",
+            name,
             member_id=args.member_id,
             incarnation=args.incarnation,
+            service_id=args.service_id,
         )
-        process = ServiceProcess(config, args.member_id, args.incarnation, rec)
+        process = ServiceProcess(config, args.member_id, args.incarnation, rec, args.service_id)
     except ConfigError as e:
         print(f"service: {e}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        return run_profiled(process.run, f"service-{args.member_id}-{args.incarnation}")
+        return run_profiled(process.run, f"{name}-{args.incarnation}")
     finally:
         member_lock.release()
 

@@ -86,6 +86,9 @@ IDLE_TIMER_MS = 200
 class CounterService(ClusteredService):
     """One integer; every add is counted in ``revision``."""
 
+    # Several services per member: acts on messages addressed to it (clusterlab.core.service.addressed).
+    SHARES_LOG_BY_ADDRESS = True
+
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         self.value = 0

@@ -49,6 +49,9 @@ _UNITS_PER_MS = {ClusterTimeUnit.MILLIS: 1, ClusterTimeUnit.MICROS: 1_000, Clust
 class EchoService(ClusteredService):
     """Echo plus per-session timers."""
 
+    # Several services per member: acts on messages addressed to it (clusterlab.core.service.addressed).
+    SHARES_LOG_BY_ADDRESS = True
+
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         # correlation id -> (cluster_session_id, client timer id, deadline)

@@ -157,6 +157,9 @@ def _field(command: dict[str, Any], name: str, kind: type, nullable: bool = Fals
 class KeyValueService(ClusteredService):
     """The key-value store; state = {key: (value, mod_revision)} and the store revision."""
 
+    # Several services per member: acts on messages addressed to it (clusterlab.core.service.addressed).
+    SHARES_LOG_BY_ADDRESS = True
+
     def __init__(self) -> None:
         self.cluster: Cluster | None = None
         self.entries: dict[str, tuple[str, int]] = {}
