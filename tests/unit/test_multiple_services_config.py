@@ -37,9 +37,18 @@ class _Cluster:
         self.offered: list[bytes] = []
         self.role = Role.LEADER
 
+        self.timers: dict[int, int] = {}
+
     def offer(self, payload: bytes) -> bool:
         self.offered.append(payload)
         return True
+
+    def schedule_timer(self, correlation_id: int, deadline: int) -> bool:
+        self.timers[correlation_id] = deadline  # the counter's idle timer (moved back by every add)
+        return True
+
+    def cancel_timer(self, correlation_id: int) -> bool:
+        return self.timers.pop(correlation_id, None) is not None
 
 
 def test_services_round_trip_through_cluster_json(tmp_path: Path) -> None:
