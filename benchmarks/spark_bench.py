@@ -15,6 +15,7 @@ diff as DuckDB SQL, with ``threads=1``. Rows/s counts every row read of every ta
 
     python -m benchmarks.spark_bench                  # --scale small: 5 x 1 M applied rows, 100 runs
     python -m benchmarks.spark_bench --scale full     # 5 x 10 M applied rows, 100 runs (~8 GB on disk)
+    python -m benchmarks.spark_bench --scale medium   # 5 x 200 k applied rows, 20 runs: a quick comparison
     python -m benchmarks.spark_bench --scale smoke    # seconds; what the test suite runs
 
 Writes JSON to benchmarks/results/spark.json (``--out``); the generated data is deleted afterwards
@@ -44,6 +45,7 @@ from benchmarks import write_results
 
 SCALES: dict[str, dict[str, int]] = {
     "smoke": {"members": 3, "rows": 5_000, "runs": 3, "run_rows": 1_000},
+    "medium": {"members": 5, "rows": 200_000, "runs": 20, "run_rows": 10_000},
     "small": {"members": 5, "rows": 1_000_000, "runs": 100, "run_rows": 10_000},
     "full": {"members": 5, "rows": 10_000_000, "runs": 100, "run_rows": 10_000},
 }
