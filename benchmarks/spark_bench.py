@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from clusterlab.core.codec.digests import entry_digest
+from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest
 from clusterlab.harness.recorder import SCHEMAS
 
 from benchmarks import write_results
@@ -125,6 +125,7 @@ def write_run(
                 "scenario": "synthetic",
                 "seed": seed,
                 "members": [{"member_id": m} for m in range(members)],
+                "trace_format": {"entry_digest": ENTRY_DIGEST_NAME},
             }
         )
     )
@@ -148,6 +149,8 @@ def write_run(
             positions = pa.array((index + 1) * ENTRY)
             term = pa.array(np.zeros(c.n, dtype=np.int64))
             etype = _const("SessionMessage", c.n, pa.string())
+            if c.start == 0:  # the term begins with its NewLeadershipTerm entry (term_starts_with_new_leadership_term)
+                etype = pa.array(["NewLeadershipTerm"] + ["SessionMessage"] * (c.n - 1), pa.string())
             log_batch = pa.RecordBatch.from_arrays([positions, term, etype, c.entries], schema=SCHEMAS["log"])
             log_writer.write_batch(log_batch)
             counts["log"] += c.n
@@ -213,10 +216,19 @@ def write_run(
     counts["ops"] = _write(run_dir / "ops" / "client-0-i0.arrow", SCHEMAS["ops"], iter(ops_rows))
     ends = np.arange(COMMIT_EVERY, rows + 1, COMMIT_EVERY, dtype=np.int64) * ENTRY
     for m in range(members):
-        n = len(ends) + (1 if m == 0 else 0)
-        kinds = (["leader"] if m == 0 else []) + ["commit"] * len(ends)
-        terms = ([0] if m == 0 else []) + [0] * len(ends)
-        positions = ([0] if m == 0 else []) + ends.tolist()
+        # Member 0 leads term 0, elected by every other member's YES vote (leader_has_quorum_of_votes).
+        n = len(ends) + 1
+        kinds = ["leader" if m == 0 else "vote"] + ["commit"] * len(ends)
+        terms = [0] * (len(ends) + 1)
+        positions = [0, *ends.tolist()]
+        vote = {
+            "candidate": 0,
+            "vote": True,
+            "log_leadership_term_id": 0,
+            "candidate_log_leadership_term_id": 0,
+            "candidate_log_position": 0,
+        }
+        details = [json.dumps(vote) if m else "{}"] + ["{}"] * len(ends)
         counts["events"] += _write(
             run_dir / "events" / f"node-{m}-i0.arrow",
             SCHEMAS["events"],
@@ -231,7 +243,7 @@ def write_run(
                             pa.array(kinds),
                             pa.array(terms, pa.int64()),
                             pa.array(positions, pa.int64()),
-                            _const("{}", n, pa.string()),
+                            pa.array(details, pa.string()),
                             pa.array(np.zeros(n, np.int32)),
                             pa.array(np.arange(n, dtype=np.int64)),
                         ],

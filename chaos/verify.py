@@ -87,9 +87,20 @@ def election_times(events: list[dict[str, Any]]) -> list[float]:
         detail = json.loads(e["detail"] or "{}")
         if not detail.get("leader_fault"):
             continue
-        nxt = next((x for x in events[i + 1 :] if x["kind"] == "leader"), None)
+        # A nemesis that acts in stages (kill-voter: kill the leader, wait for a vote, kill the voter)
+        # records chaos_apply when done: the fault began at its victims' first harness action since the
+        # previous chaos event, and an election may already have ended before chaos_apply.
+        start = i
+        victims = set(detail.get("victims") or [])
+        j = i - 1
+        while j >= 0 and events[j]["kind"] not in ("chaos_apply", "chaos_heal"):
+            x = events[j]
+            if x["source"] == "harness" and x["kind"] in ("kill", "pause", "stop") and x["member_id"] in victims:
+                start = j
+            j -= 1
+        nxt = next((x for x in events[start + 1 :] if x["kind"] == "leader"), None)
         if nxt is not None:
-            out.append((nxt["wall_ns"] - e["wall_ns"]) / 1e9)
+            out.append((nxt["wall_ns"] - events[start]["wall_ns"]) / 1e9)
     return out
 
 

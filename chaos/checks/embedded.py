@@ -140,7 +140,17 @@ def judge_runs(
             lin_result.count += 1
             lin_result.per_run[run_id] = lin_result.per_run.get(run_id, 0) + 1
             if len(lin_result.violations) < limit:
-                lin_result.violations.append({"run_id": run_id, "key": k.key, "detail": k.describe()})
+                minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
+                lin_result.violations.append(
+                    {
+                        "run_id": run_id,
+                        "key": k.key,
+                        "model": k.model,
+                        "ops": k.ops,
+                        "minimal": minimal,
+                        "detail": k.describe(),
+                    }
+                )
         lin_result.unknown += [{"run_id": run_id, "key": k.key, "detail": k.describe()} for k in verdict.unknown()]
     results[LINEARIZABILITY] = lin_result
     report = CheckReport(

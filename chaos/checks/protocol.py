@@ -325,7 +325,7 @@ WHERE EXISTS (SELECT 1 FROM events s WHERE s.run_id = a.run_id AND s.kind = 'sna
 LEADER_HAS_QUORUM_OF_VOTES = SqlCheck(
     name="leader_has_quorum_of_votes",
     description="every leader of a term won it with a quorum of YES votes for that very term (its own "
-    "included; the voters' vote events; a SIGKILLed voter's unflushed events may be missing on real processes)",
+    "included; the voters' vote events, which a real node writes out before it sends the vote)",
     tables=("events",),
     sql=f"""
 WITH leaders AS (

@@ -376,6 +376,10 @@ class Node:
 
     def _on_event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
         self.rec.event(kind, member_id, term, pos, detail)
+        if kind == "vote":
+            # Written out before the Vote is sent: a SIGKILL right after voting (the kill-voter nemesis)
+            # must not lose the evidence the trace's vote checks count (leader_has_quorum_of_votes).
+            self.rec.flush()
         if kind == "commit":  # one per commit advance: too many for a log line each
             return
         self.log(f"event {kind} member={member_id} term={term} pos={pos} {detail}")
