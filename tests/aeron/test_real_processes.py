@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from clusterlab.core.consensus.context import Role
+from clusterlab.harness.local import wait_until
 
 from tests.cluster.helpers import LEADER_S, assert_services_agree, await_caught_up, running_cluster
 
@@ -108,9 +109,19 @@ def test_should_shutdown_cluster_and_restart_with_snapshots(tmp_path: Path) -> N
         for m in range(3):
             c.restart(m)
         leader2 = c.await_leader(LEADER_S)
-        statuses = c.statuses()
-        assert all(s is not None for s in statuses.values())
-        assert {s.leadership_term_id for s in statuses.values() if s is not None} == {
-            statuses[leader2].leadership_term_id  # type: ignore[union-attr]
-        }
+
+        def one_term() -> bool:
+            # Aeron's awaitLeader then checks every member: a follower may still be joining the term.
+            statuses = c.statuses()
+            leader_status = statuses.get(leader2)
+            return (
+                leader_status is not None
+                and all(s is not None for s in statuses.values())
+                and {s.leadership_term_id for s in statuses.values() if s is not None}
+                == {leader_status.leadership_term_id}
+            )
+
+        wait_until(
+            one_term, LEADER_S, "every restarted member in the new leader's term", context=lambda: str(c.statuses())
+        )
         assert c.client().get("k")["value"] == "v"
