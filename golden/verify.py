@@ -316,7 +316,7 @@ def verify_goldens(
                 if factory is None:
                     v.errors.append(f"unknown service {g.info['service']!r}")
                     continue
-            m = Measurement(n, recipe=recipe_of(g))
+            m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
             cov_started = time.monotonic()
             measure_replay = coverage and (g.driver != "sim" or not rerun)  # else the re-run is measured
             with Covered() if measure_replay else contextlib.nullcontext() as covered:
