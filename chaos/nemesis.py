@@ -615,6 +615,33 @@ class Deaf(Nemesis):
 
 
 @dataclass
+class Mute(Nemesis):
+    """A follower is heard by no one (every link out of it is cut) but hears everyone: its canvass
+    positions, ballots and votes are lost, while the others' ballots and NewLeadershipTerms reach it
+    (a candidate that never learns it lost, until the winner's NewLeadershipTerm arrives)."""
+
+    name: str = "mute"
+    fail_votes: bool = False  # also fail its handling of the next term's RequestVotes (simulator hook)
+
+    def detail(self) -> dict[str, Any]:
+        return {"fail_votes": self.fail_votes}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = [t.rng.choice(_followers(t) or t.alive())]
+        for m in t.members:
+            if m != self.victims[0]:
+                t.block(self.victims[0], m)
+        if self.fail_votes:
+            # It never learns the winner's candidate term from a RequestVote, so it stands in that term.
+            t.fail_next_request_vote(self.victims[0])
+
+    def _heal(self, t: Target) -> None:
+        t.heal_network()
+        if self.fail_votes and self.victims[0] in t.alive():
+            t.fail_next_request_vote(self.victims[0], armed=False)
+
+
+@dataclass
 class Together(Nemesis):
     """Several nemeses at once: applied in order, healed in reverse (e.g. slow links during a leader
     kill, so that two candidates stand in the same election)."""
@@ -668,6 +695,7 @@ __all__ = [
     "Kill",
     "KillService",
     "KillVoter",
+    "Mute",
     "Nemesis",
     "OneWayLink",
     "Partition",

@@ -21,6 +21,7 @@ from clusterlab.chaos.nemesis import (
     Kill,
     KillService,
     KillVoter,
+    Mute,
     OneWayLink,
     Partition,
     Pause,
@@ -244,6 +245,27 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def _mute_candidate(d: float, n: int) -> list[Step]:
+    """Three rounds of: lossy links (logs drift), then slow links, a mute follower and the leader killed."""
+    steps = [quiet(d * 0.1)]
+    for _ in range(3):
+        steps += [
+            fault(FlakyLinks(loss=0.3, delay_s=0.03, jitter_s=0.025), d * 0.05),
+            fault(
+                Together(
+                    parts=(
+                        FlakyLinks(loss=0.0, delay_s=0.03, jitter_s=0.025),
+                        Mute(fail_votes=True),
+                        Kill(who="leader"),
+                    )
+                ),
+                d * 0.18,
+            ),
+            quiet(d * 0.07),
+        ]
+    return steps
+
+
 # --- scenarios for the coverage-chosen goldens (golden/candidates.py, golden/coverage.py); tried in the
 # simulator only (cluster control and client silence are wired for it alone) ---
 _GOLDEN_SCENARIOS = [
@@ -337,6 +359,16 @@ _GOLDEN_SCENARIOS = [
             quiet(d * 0.45),
         ],
         default_duration_s=8.0,
+        sim_only=True,
+    ),
+    Scenario(
+        "mute-candidate",
+        "three times: links turn slow and lossy (the followers' logs drift apart), then the leader is "
+        "killed as a follower goes mute (it hears, is not heard): it may stand, unheard, in the term "
+        "another wins, and the winner's NewLeadershipTerm finds it a candidate behind the term's base",
+        _mute_candidate,
+        sizes=(5,),
+        default_duration_s=10.0,
         sim_only=True,
     ),
     Scenario(

@@ -103,6 +103,11 @@ class Target:
         """The member's election state (None: not in an election, down or not answering)."""
         raise NotImplementedError
 
+    def fail_next_request_vote(self, member_id: int, armed: bool = True) -> None:
+        """Test hook (Aeron's FailFirstElectionIntercept): the member's handling of other candidates'
+        RequestVote for the next candidate term (its leadership term + 1) fails; ``armed=False`` clears it."""
+        raise Unsupported(f"{self.kind}: fail a RequestVote")
+
     def silence_client(self) -> int | None:
         """Make the newest connected client hang without closing its session (no more keepalives); the
         workload moves to a new session. Returns the client id (None: no client connected)."""
@@ -222,6 +227,10 @@ class SimTarget(Target):
                 self.cluster.event("client_silenced", -1, client_id=c.client_id)
                 return int(c.client_id)
         return None
+
+    def fail_next_request_vote(self, member_id: int, armed: bool = True) -> None:
+        term = self.cluster.member(member_id).leadership_term_id + 1 if armed else None
+        self.cluster.fail_request_vote(member_id, term)
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

@@ -65,6 +65,7 @@ _RUNS: list[tuple[str, int, str, int, float | None]] = [
     ("shutdown-restart", 5, "kv", 1, None),
     ("client-silence", 3, "timers", 1, None),
     ("client-silence", 1, "kv", 1, None),
+    ("mute-candidate", 5, "kv", 5, None),  # CANDIDATE_BALLOT -> FOLLOWER_LOG_REPLICATION (its seed reaches it)
 ]
 
 

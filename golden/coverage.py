@@ -47,7 +47,7 @@ from clusterlab.core.consensus.election import TRANSITIONS
 from clusterlab.core.service.agent import EntryType
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.golden.replay import replay_log
-from clusterlab.golden.store import TRACES, GoldenError, Recipe, golden_names, load_golden
+from clusterlab.golden.store import TRACES, Golden, GoldenError, Recipe, golden_names, load_golden
 from clusterlab.harness.services import SERVICES, service_factory
 from clusterlab.harness.trace import open_run
 from rich.console import Console
@@ -138,13 +138,13 @@ class Measurement:
         }
 
 
-class _Covered:
+class Covered:
     """coverage.py over the core and the sample services while a block runs."""
 
     def __init__(self) -> None:
         self.cov = coverage.Coverage(data_file=None, source=[str(CORE_DIR), str(SERVICES_DIR)], branch=False)
 
-    def __enter__(self) -> _Covered:
+    def __enter__(self) -> Covered:
         self.cov.start()
         return self
 
@@ -205,7 +205,7 @@ def measure_recipe(recipe: Recipe, work: Path, keep: bool = False) -> tuple[Meas
     run_dir = work / f"measure-{recipe.name}"
     started = time.monotonic()
     try:
-        with _Covered() as cov:
+        with Covered() as cov:
             r = run_scenario(
                 recipe.scenario,
                 seed=recipe.seed,
@@ -234,17 +234,7 @@ def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -
     """Measure golden ``name``: a simulator golden by re-running its recipe, a real one by replaying
     its committed log (both under coverage.py)."""
     g = load_golden(name, traces)
-    info = g.info
-    recipe = Recipe(
-        name,
-        g.driver,
-        info["scenario"],
-        int(info["seed"]),
-        int(info["members"]),
-        info.get("duration_s"),
-        info.get("summary", ""),
-        str(info.get("service", "kv")),
-    )
+    recipe = recipe_of(g)
     if g.driver == "sim":
         scratch = work or Path(tempfile.mkdtemp(prefix="clusterlab-golden-coverage-"))
         try:
@@ -259,16 +249,36 @@ def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -
     except (KeyError, ImportError, AttributeError) as e:
         m.error = f"unknown service {recipe.service!r}: {e}"
         return m
-    with _Covered() as cov:
+    with Covered() as cov:
         replay = replay_log(g.log.to_pylist(), factory)
     cov.record(m)
     if replay.error:
         m.error = f"replay stopped: {replay.error}"
+    measure_log(m, g)
+    m.elapsed_s = time.monotonic() - started
+    return m
+
+
+def measure_log(m: Measurement, g: Golden) -> None:
+    """Add the log entry types of golden ``g``'s committed log, and the callbacks applying them calls."""
     types = set(g.log.column("entry_type").to_pylist())
     m.add("entry_type", (t for t in types if t != EntryType.SNAPSHOT.value))
     m.add("callback", (_ENTRY_CALLBACKS[t] for t in types if t in _ENTRY_CALLBACKS))
-    m.elapsed_s = time.monotonic() - started
-    return m
+
+
+def recipe_of(g: Golden) -> Recipe:
+    """The recipe golden ``g`` was recorded from (its run.json)."""
+    info = g.info
+    return Recipe(
+        g.name,
+        g.driver,
+        info["scenario"],
+        int(info["seed"]),
+        int(info["members"]),
+        info.get("duration_s"),
+        info.get("summary", ""),
+        str(info.get("service", "kv")),
+    )
 
 
 def _gain(m: Measurement, covered: dict[str, set[str]], lines: set[str], must: dict[str, set[str]]) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from there on, which tells a one-off wrong update from a changed digest function
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from clusterlab.chaos.runner import run_scenario
+from clusterlab.golden.coverage import CoverageReport, Covered, Measurement, measure_log, measure_trace, recipe_of
 from clusterlab.golden.replay import describe_entry, replay_log
 from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
 from clusterlab.golden.spark.session import spark_session
@@ -116,6 +118,7 @@ class VerifyReport:
     commit: str | None
     elapsed_s: float
     master: str = ""
+    coverage: CoverageReport | None = None  # with ``coverage=True``: measured on the replays and re-runs
 
     @property
     def ok(self) -> bool:
@@ -128,6 +131,7 @@ class VerifyReport:
             "master": self.master,
             "elapsed_s": round(self.elapsed_s, 2),
             "goldens": [v.to_json() for v in self.verdicts],
+            **({"coverage": self.coverage.to_json()} if self.coverage is not None else {}),
         }
 
     def table(self) -> Table:
@@ -271,11 +275,15 @@ def verify_goldens(
     scratch: Path | None = None,
     on_progress: Callable[[str], None] | None = None,
     mutants: Sequence[str] = (),
+    coverage: bool = False,
 ) -> VerifyReport:
     """Verify goldens ``names`` (default: all under ``traces``). ``service_factory`` replaces the
     golden's service in the replay (tests plant a faulty one). Raises GoldenError only when a named
     golden does not exist; a corrupt golden is a failed verdict with its error. ``mutants``: planted
-    bugs switched on in the simulator re-runs (``clusterlab mutants --golden``; test-only)."""
+    bugs switched on in the simulator re-runs (``clusterlab mutants --golden``; test-only).
+    ``coverage``: also measure what each golden exercises (golden/coverage.py) on the runs verify makes
+    anyway, a simulator golden's re-run and a real golden's replay, under coverage.py: the report's
+    ``coverage`` is what ``golden coverage`` reports, without running every golden a second time."""
     started = time.monotonic()
     say = on_progress or (lambda _line: None)
     wanted = list(names) if names else golden_names(traces)
@@ -289,6 +297,7 @@ def verify_goldens(
     verdicts: list[GoldenVerdict] = []
     comparisons: list[Comparison] = []
     goldens: dict[str, Golden] = {}
+    measured: list[Measurement] = []
     own_spark = False
     try:
         for n in wanted:
@@ -307,7 +316,18 @@ def verify_goldens(
                 if factory is None:
                     v.errors.append(f"unknown service {g.info['service']!r}")
                     continue
-            replay = replay_log(g.log.to_pylist(), factory)
+            m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
+            cov_started = time.monotonic()
+            measure_replay = coverage and (g.driver != "sim" or not rerun)  # else the re-run is measured
+            with Covered() if measure_replay else contextlib.nullcontext() as covered:
+                replay = replay_log(g.log.to_pylist(), factory)
+            if covered is not None:
+                covered.record(m)
+                measure_log(m, g)
+                if replay.error:
+                    m.error = f"replay stopped: {replay.error}"
+                m.elapsed_s = time.monotonic() - cov_started
+                measured.append(m)
             if replay.error:
                 v.errors.append(f"replay stopped: {replay.error}")
             v.session_mismatches = replay.session_mismatches
@@ -317,21 +337,34 @@ def verify_goldens(
             if rerun and g.driver == "sim":
                 info = g.info
                 say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
+                cov_started = time.monotonic()
                 try:
-                    r = run_scenario(
-                        info["scenario"],
-                        seed=int(info["seed"]),
-                        members=int(info["members"]),
-                        duration_s=info.get("duration_s"),
-                        sim=True,
-                        directory=work / f"rerun-{n}",
-                        clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
-                        service=str(info.get("service", "kv")),
-                        mutants=mutants,
-                    )
+                    with Covered() if coverage else contextlib.nullcontext() as covered:
+                        r = run_scenario(
+                            info["scenario"],
+                            seed=int(info["seed"]),
+                            members=int(info["members"]),
+                            duration_s=info.get("duration_s"),
+                            sim=True,
+                            directory=work / f"rerun-{n}",
+                            clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
+                            service=str(info.get("service", "kv")),
+                            mutants=mutants,
+                        )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
                     v.errors.append(f"cannot re-run {info['scenario']}: {e}")
+                    if coverage:
+                        m.error = f"cannot run {info['scenario']}: {e}"
+                        measured.append(m)
                     continue
+                if covered is not None:
+                    covered.record(m)
+                    if not r.ok:
+                        m.error = r.failure_message()
+                    if r.trace_dir.is_dir():
+                        measure_trace(m, r.trace_dir)
+                    m.elapsed_s = time.monotonic() - cov_started
+                    measured.append(m)
                 if r.error:
                     v.errors.append(f"re-run failed: {r.error}")
                 if r.trace_dir.is_dir():
@@ -360,7 +393,9 @@ def verify_goldens(
     finally:
         if own_scratch:
             shutil.rmtree(work, ignore_errors=True)
-    return VerifyReport(verdicts, current_commit(), time.monotonic() - started, master_used)
+    elapsed = time.monotonic() - started
+    covered_report = CoverageReport(measured, sum(m.elapsed_s for m in measured)) if coverage else None
+    return VerifyReport(verdicts, current_commit(), elapsed, master_used, covered_report)
 
 
 def print_report(report: VerifyReport, console: Console | None = None) -> None:

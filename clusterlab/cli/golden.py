@@ -1,7 +1,7 @@
 """``clusterlab golden bless|verify|regenerate|list|coverage``: golden traces (golden/traces/).
 
 Exit codes: 0 pass, 1 a divergence (verify), a failed recipe (regenerate) or a must-cover item no golden
-exercises (coverage), 2 bad input (no such run
+exercises (coverage, verify --coverage), 2 bad input (no such run
 or golden, a corrupt manifest); ``bless`` refuses anything but a PASS: 1 for a run that fails its
 checks, 3 for an INCOMPLETE run, 4 for a CORRUPT one (docs/trace-schema.md, "Verdicts").
 """
@@ -44,9 +44,12 @@ def _cmd_bless(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    """Replay every golden (and re-run the simulator ones); diff with Spark."""
+    """Replay every golden (and re-run the simulator ones); diff with Spark. With ``--coverage`` also
+    what ``golden coverage`` reports, measured on those same runs; over the whole set (no NAMEs) a
+    must-cover item no golden exercises fails the command too."""
     # Imported here: golden.verify pulls in pyspark (~0.3 s), which no other command needs.
     from clusterlab.cli.paths import output_file_error
+    from clusterlab.golden.coverage import print_coverage
     from clusterlab.golden.verify import print_report, verify_goldens
 
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
@@ -60,13 +63,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             master=args.master,
             rerun=not args.no_rerun,
             on_progress=lambda line: err.print(line, markup=False),
+            coverage=args.coverage,
         )
     except GoldenError as e:
         return _err(str(e))
     print_report(report)
+    covered = True
+    if report.coverage is not None:
+        print_coverage(report.coverage)
+        if args.names:  # a subset need not exercise everything: shown, not judged
+            err.print("coverage of the goldens named only: not judged against the must-cover items", markup=False)
+        else:
+            covered = report.coverage.ok
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str))
-    return 0 if report.ok else 1
+    return 0 if report.ok and covered else 1
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:
@@ -150,6 +161,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--master", default=None, help="Spark master (default local[*])")
     v.add_argument("--no-rerun", action="store_true", help="skip re-running simulator goldens (replay only)")
     v.add_argument("--json", default=None, help="write the report as JSON here")
+    v.add_argument(
+        "--coverage",
+        action="store_true",
+        help="also report what the goldens exercise (as `golden coverage`), measured on verify's own runs; "
+        "exit 1 if a must-cover item is exercised by no golden",
+    )
     v.add_argument("--traces", default=None, help=argparse.SUPPRESS)
     v.set_defaults(func=_cmd_verify)
 

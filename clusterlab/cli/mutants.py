@@ -54,7 +54,8 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     """Hunt each planted bug with black-box runs (chaos scenarios in the simulator, seed sweeps, the
     fuzz schedule; the online checker and the trace checks judge) and print mutant -> caught? -> by
     which check -> runs and time to the first detection. Exit 0 only if every one was caught."""
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    # At least 140 columns: piped (CI, a log file) rich would squeeze the table to 80 and cut the names.
+    out, err = Console(width=max(Console().width, 140)), Console(stderr=True, soft_wrap=True)
     if args.list:
         for mutant in MUTANTS.values():
             print(f"{mutant.name:30} {mutant.area:20} {mutant.bug}")
@@ -95,6 +96,9 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     for r in results:
         if r.caught and r.rerun:
             out.print(f"  {r.name}: {r.rerun}", markup=False, highlight=False)
+    if args.golden:  # which goldens diverged under each mutant
+        for r in results:
+            out.print(f"  {r.name}: golden verify: {r.golden_detail}", markup=False, highlight=False, soft_wrap=True)
     if args.json:
         Path(args.json).write_text(json.dumps(summary(results), indent=2))
     return 0 if caught == len(results) else 1

@@ -42,3 +42,21 @@ def test_the_sweep_covers_every_simulator_scenario_and_the_fuzz_schedule() -> No
     scenarios = {a.scenario for a in order}
     assert set(sim_scenarios()) <= scenarios and FUZZ in scenarios
     assert {a.seed for a in order if a.scenario == "leader-kill"} == {1, 2}
+
+
+def test_the_golden_column_and_its_total() -> None:
+    """``--golden``: the table gains the golden-regression-alone column, the JSON its total."""
+    from clusterlab.chaos.mutants import MutantResult, summary, table
+    from rich.console import Console
+
+    rows = [
+        MutantResult(m.COMMIT_ON_OWN_APPEND, "log", True, "online: agreement", 1, 1.0, golden=True),
+        MutantResult(m.STALE_READ, "service", True, "online: safety", 1, 1.0, golden=False),
+    ]
+    console = Console(width=200, record=True)
+    console.print(table(rows, golden=True))
+    text = console.export_text()
+    assert "golden" in text.splitlines()[2] and text.count("yes") == 3 and " no " in text
+    assert "golden" not in [c.header for c in table(rows).columns]  # without --golden: no column
+    assert summary(rows)["golden_caught"] == 1
+    assert summary([MutantResult(m.STALE_READ, "service", True, None, 1, 1.0)])["golden_caught"] is None
