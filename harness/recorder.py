@@ -222,13 +222,15 @@ def file_name(process: str, incarnation: int) -> str:
 
 _INT_CODES = {pa.int64(): "q", pa.int32(): "i", pa.int16(): "h"}
 _BINARY = pa.binary()
+_DIGEST = pa.binary(DIGEST_SIZE)
 
 
 def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
     """A column as an Arrow array. Integer columns without nulls skip pyarrow's Python-sequence
     conversion (several times slower for the small batches a trace writes) and wrap a packed buffer;
     a binary column of ``bytes`` (the payloads) is one join and an offsets buffer (half the time of
-    the sequence conversion, which copies each value on its own)."""
+    the sequence conversion, which copies each value on its own); a digest column (16-byte values)
+    is one join."""
     if type_ == _BINARY:
         try:
             data = b"".join(values)
@@ -239,6 +241,15 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
             offsets.extend(itertools.accumulate(map(len, values)))
             if offsets[-1] == len(data):
                 return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    elif type_ == _DIGEST:
+        try:
+            data = b"".join(values)
+        except TypeError:
+            pass
+        else:
+            # Every value 16 bytes: the total says so once the shortest is 16 (pa.array would raise).
+            if len(data) == DIGEST_SIZE * len(values) and (not values or min(map(len, values)) == DIGEST_SIZE):
+                return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(data)])
     code = _INT_CODES.get(type_)
     if code is not None:
         try:

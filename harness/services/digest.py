@@ -14,7 +14,7 @@ leave the digest unchanged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import xxhash
 
@@ -88,16 +88,21 @@ def counter_item_hash(domain: bytes, tag: str, number: int) -> int:
     return number * constant % MODULUS
 
 
-def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) -> int:
-    """``item_hash(domain, tag_str, key, value, number)`` for the common (str, str, str, int) item,
-    without the general encoder (the KV store hashes one such item per write). ``tag`` is
-    ``_encode_field(tag_str)``, precomputed by the caller. Same bytes, same hash."""
-    kb = key.encode("utf-8")
-    vb = value.encode("utf-8")
-    nb = b"%d" % number
-    return _int_digest(
-        b"%b%bS%b%bS%b%bI%b%b" % (_prefix(domain), tag, _U32(len(kb)), kb, _U32(len(vb)), vb, _U32(len(nb)), nb)
-    )
+def str_item_hasher(domain: bytes, tag: str) -> Callable[[str, str, int], int]:
+    """``item_hash(domain, tag, key, value, number)`` for the common (str, str, str, int) item, without
+    the general encoder and with the bytes of ``(domain, tag)`` joined once: the function the
+    KV store calls per written key when a digest is asked for (per applied entry while recording)."""
+    head = _prefix(domain) + _encode_field(tag) + b"S"
+    u32 = _U32
+    int_digest = _int_digest
+
+    def hash_item(key: str, value: str, number: int) -> int:
+        kb = key.encode("utf-8")
+        vb = value.encode("utf-8")
+        nb = b"%d" % number
+        return int_digest(b"%b%b%bS%b%bI%b%b" % (head, u32(len(kb)), kb, u32(len(vb)), vb, u32(len(nb)), nb))
+
+    return hash_item
 
 
 def encode_field(value: Field) -> bytes:

@@ -48,9 +48,8 @@ from clusterlab.harness.services.digest import (
     MODULUS,
     MultisetDigest,
     counter_item_hash,
-    encode_field,
     item_hash,
-    str_item_hash,
+    str_item_hasher,
 )
 
 DOMAIN = b"clusterlab-kv"
@@ -58,7 +57,7 @@ SNAPSHOT_BATCH = 256
 REMEMBERED_PER_CLIENT = 1024  # replies kept per client for deduplicating resends
 
 
-_ENTRY_TAG = encode_field("entry")
+_entry_hash = str_item_hasher(DOMAIN, "entry")  # item_hash(DOMAIN, "entry", key, value, mod_revision)
 _REVISION_CONSTANT = counter_item_hash(DOMAIN, "revision", 1)  # revision n's item hash is n times it
 # Strings that JSON writes as they are (printable ASCII without quote or backslash): put() and the
 # replies format those directly; anything else goes through json.dumps. Same bytes either way.
@@ -209,7 +208,7 @@ class KeyValueService(ClusteredService):
             total = self._entries_sum
             for key in self._dirty:
                 value, mod_revision = entries[key]
-                h = hashes[key] = str_item_hash(DOMAIN, _ENTRY_TAG, key, value, mod_revision)
+                h = hashes[key] = _entry_hash(key, value, mod_revision)
                 total += h
             self._entries_sum = total % MODULUS
             self._dirty.clear()

@@ -38,7 +38,7 @@ from clusterlab.core.service import (
     SnapshotWriter,
 )
 from clusterlab.harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv
-from clusterlab.harness.services.digest import MultisetDigest, item_hash
+from clusterlab.harness.services.digest import MultisetDigest, item_hash, str_item_hasher
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +131,19 @@ def test_item_hash_tells_types_and_field_boundaries_apart() -> None:
     assert item_hash(b"a", 1) != item_hash(b"b", 1)
     with pytest.raises(TypeError):
         item_hash(b"t", True)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "number"), [("k", "v", 1), ("", "", 0), ("ключ", "värde", 10**12), ('a"b', "x" * 300, -5)]
+)
+def test_str_item_hasher_is_item_hash(key: str, value: str, number: int) -> None:
+    # The KV store's per-write hash must be the general item hash (digests recomputed from scratch).
+    assert str_item_hasher(b"clusterlab-kv", "entry")(key, value, number) == item_hash(
+        b"clusterlab-kv", "entry", key, value, number
+    )
+    assert str_item_hasher(b"other", "entry")(key, value, number) != item_hash(
+        b"clusterlab-kv", "entry", key, value, number
+    )
 
 
 def test_duplicated_items_do_not_cancel() -> None:
