@@ -14,7 +14,7 @@ leave the digest unchanged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import xxhash
 
@@ -88,21 +88,10 @@ def counter_item_hash(domain: bytes, tag: str, number: int) -> int:
     return number * constant % MODULUS
 
 
-def str_item_hasher(domain: bytes, tag: str) -> Callable[[str, str, int], int]:
-    """``item_hash(domain, tag, key, value, number)`` for the common (str, str, str, int) item, without
-    the general encoder and with the bytes of ``(domain, tag)`` joined once: the function the
-    KV store calls per written key when a digest is asked for (per applied entry while recording)."""
-    head = _prefix(domain) + _encode_field(tag) + b"S"
-    u32 = _U32
-    int_digest = _int_digest
-
-    def hash_item(key: str, value: str, number: int) -> int:
-        kb = key.encode("utf-8")
-        vb = value.encode("utf-8")
-        nb = b"%d" % number
-        return int_digest(b"%b%b%bS%b%bI%b%b" % (head, u32(len(kb)), kb, u32(len(vb)), vb, u32(len(nb)), nb))
-
-    return hash_item
+def str_item_head(domain: bytes, tag: str) -> bytes:
+    """The bytes :func:`item_hash` hashes for a ``(tag, key: str, ...)`` item up to the key's length:
+    the domain prefix, the encoded tag and the key's type byte (kvdigest.KeyDigests's ``head``)."""
+    return _prefix(domain) + _encode_field(tag) + b"S"
 
 
 def encode_field(value: Field) -> bytes:
