@@ -16,10 +16,7 @@ Three layers:
   old, and on close. A killed process therefore loses at most the last 100 ms, *provided* something
   calls :meth:`TableWriter.poll` (or records a row) at least that often: the runtime's duty cycle
   calls :meth:`ProcessRecorder.poll` every loop and includes :meth:`ProcessRecorder.next_deadline_ns`
-  in its poll timeout. Time comes from the caller's ``clock`` (virtual in the simulator). The member
-  processes record with ``background=True``: a batch is built on the duty cycle and written by one
-  writer thread per process (a write that waits for the disk then holds up nothing; one batch per
-  file in flight, so a SIGKILL may also lose the batch being written).
+  in its poll timeout. Time comes from the caller's ``clock`` (virtual in the simulator).
 - :class:`ProcessRecorder` — what one process calls: ``message()`` at every send, receive and chaos
   drop; ``applied()`` as the service agent's ``on_applied``; ``event()`` as the consensus module's
   ``EventSink``; ``op()`` for a client's history. Tables are opened lazily.
@@ -84,7 +81,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -335,7 +331,6 @@ class TableWriter:
         compression: str | None = None,
         on_error: Callable[[TableWriter, OSError], None] | None = None,
         fault: WriteFault | None = None,
-        executor: ThreadPoolExecutor | None = None,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -374,12 +369,6 @@ class TableWriter:
         self.on_error = on_error
         self.failed: OSError | None = None
         self._fault = fault
-        # With an ``executor`` (one thread per process: ProcessRecorder(background=True)), the IPC
-        # write of a batch (which may block on the disk's writeback) runs there, off the caller's
-        # duty cycle; at most one batch per file is in flight (the next flush waits for it), and a
-        # write error surfaces at the next flush or close, on the caller's thread.
-        self._executor = executor
-        self._in_flight: Future[None] | None = None
 
     @property
     def next_seq(self) -> int:
@@ -436,8 +425,6 @@ class TableWriter:
             return
         self.failed = error
         self._discard()
-        with contextlib.suppress(Exception):  # its error, if any, is the one being handled or moot now
-            self._wait_in_flight()
         writer, sink = self._writer, self._sink
         self._writer = self._sink = None
         with contextlib.suppress(Exception):  # the end-of-stream marker may not fit either
@@ -496,28 +483,14 @@ class TableWriter:
         assert self._writer is not None
         if self._fault is not None:
             self._fault.check(self.path.parent.name)
-        if self._executor is None:
-            self._write(batch)
-        else:
-            self._wait_in_flight()  # raises the previous batch's write error here, on this thread
-            self._in_flight = self._executor.submit(self._write, batch)
+        self._writer.write_batch(batch)
         for column in self.columns:
             column.clear()
         self.buffered = 0
         self.rows_written += n
         self.batches_written += 1
-
-    def _write(self, batch: pa.RecordBatch) -> None:
-        writer, sink = self._writer, self._sink
-        assert writer is not None and sink is not None
-        writer.write_batch(batch)  # releases the GIL while it writes
-        self.bytes_written = sink.tell()
-
-    def _wait_in_flight(self) -> None:
-        """Wait for the batch being written in the background, if any; raise its write error."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight.result()
+        assert self._sink is not None
+        self.bytes_written = self._sink.tell()
 
     def close(self) -> None:
         """Flush and write the end-of-stream marker. Idempotent."""
@@ -525,18 +498,8 @@ class TableWriter:
             return
         try:
             self.flush()
-            if self._in_flight is not None and self.failed is None:
-                try:
-                    self._wait_in_flight()
-                except OSError as e:
-                    if self.on_error is None:
-                        raise
-                    self.stop(e)
-                    self.on_error(self, e)
         finally:
             self.closed = True
-            with contextlib.suppress(Exception):  # raised above unless the flush itself failed
-                self._wait_in_flight()
             if self._writer is not None:
                 try:
                     self._writer.close()
@@ -665,7 +628,6 @@ class ProcessRecorder:
         compression: str | None = None,
         close_at_exit: bool = False,
         degrade: bool = True,
-        background: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
@@ -689,9 +651,6 @@ class ProcessRecorder:
         self.stopped: dict[str, Any] | None = None
         self._fault = WriteFault.from_env(process)
         self._reserve: Path | None = None
-        # ``background``: the tables' IPC writes run on one thread of this process (TableWriter's
-        # ``executor``), so a write blocked by the disk does not hold up the process's duty cycle.
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"trace-{process}") if background else None
         if close_at_exit:
             atexit.register(self.close)
 
@@ -728,7 +687,6 @@ class ProcessRecorder:
                 compression=self.compression,
                 on_error=self._write_failed if self.degrade else None,
                 fault=self._fault,
-                executor=self._executor,
             )
             if self.stopped is not None:
                 w.stop(OSError(self.stopped["reason"]))
@@ -1004,8 +962,6 @@ class ProcessRecorder:
                 w.close()
             except Exception as e:  # close the others, then report
                 errors.append(e)
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
         if self.stopped is None:
             self._release_marker()
         if errors:

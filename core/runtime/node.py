@@ -848,12 +848,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"node: {e}", file=sys.stderr)
         return EXIT_CONFIG
     rec = open_recorder(
-        args.trace_dir,
-        args.run_id,
-        f"node-{args.member_id}",
-        member_id=args.member_id,
-        incarnation=args.incarnation,
-        background=True,  # trace writes on their own thread, off the duty cycle
+        args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
     )
     try:
         node = Node(config, args.member_id, args.incarnation, rec)

@@ -432,7 +432,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             member_id=args.member_id,
             incarnation=args.incarnation,
             service_id=args.service_id,
-            background=True,  # trace writes on their own thread, off the duty cycle
         )
         process = ServiceProcess(config, args.member_id, args.incarnation, rec, args.service_id)
     except ConfigError as e:

@@ -5,7 +5,6 @@ a process killed with SIGKILL while recording leaves a file whose complete batch
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import select
@@ -541,28 +540,3 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
     ]
     lost = pa.Table.from_pylist([row(0, 32), row(2, 64)])
     assert contiguity_violations(lost) == ["member 1 incarnation 0: seq has holes"]
-
-
-def test_a_background_recorder_writes_the_same_tables(tmp_path: Path) -> None:
-    """ProcessRecorder(background=True) (the member processes') writes on its own thread; the files
-    read back row for row as the inline recorder's, over several batches and tables."""
-    digest = bytes(range(16))
-    tables = {}
-    for background in (False, True):
-        clock = itertools.count(0, 1000).__next__
-        rec = ProcessRecorder(
-            tmp_path / str(background), "r", "service-0", 0, 0, clock, wall_clock=clock,
-            max_rows=7, background=background,
-        )  # fmt: skip
-        for i in range(50):
-            rec.message("recv", "service", 0, encode_session_message(1, 2, i, b"x" * i), peer_process="node-0")
-            rec.applied_many(
-                [AppliedEntry(64 * i + 64, 64, 1, EntryType.SESSION_MESSAGE, i, digest, digest[::-1], False)]
-            )
-            if i % 10 == 0:
-                rec.event("tick", 0, 1, i)
-        rec.close()
-        run = open_run(tmp_path / str(background))
-        tables[background] = {name: run.tables[name].to_pylist() for name in ("messages", "applied", "events")}
-    assert tables[True] == tables[False]
-    assert len(tables[True]["applied"]) == 50 and len(tables[True]["messages"]) == 50

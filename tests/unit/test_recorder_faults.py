@@ -130,11 +130,10 @@ def test_fault_spec_selects_processes() -> None:
     assert WriteFault.from_env("node-2", {}) is None
 
 
-@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
-def test_a_full_tmpfs_stops_recording_and_the_marker_still_fits(tmp_path: Path, background: bool) -> None:
+def test_a_full_tmpfs_stops_recording_and_the_marker_still_fits(tmp_path: Path) -> None:
     with small_tmpfs(tmp_path / "disk", "128k") as disk:
         clock = FakeClock()
-        rec = ProcessRecorder(disk, "r", "node-0", 0, 0, clock, wall_clock=clock, max_rows=64, background=background)
+        rec = ProcessRecorder(disk, "r", "node-0", 0, 0, clock, wall_clock=clock, max_rows=64)
         fill(rec, clock, 20_000)  # ~1.5 MB of rows into 128 KiB
         assert rec.stopped is not None and rec.stopped["reason"].startswith("ENOSPC: ")
         rec.close()
@@ -155,45 +154,3 @@ def test_a_killed_process_leaves_no_reservation_after_the_run(tmp_path: Path) ->
     assert any((tmp_path / INCOMPLETE_DIR).rglob("node-0-i0"))
     run.finish("ok")
     assert not (tmp_path / INCOMPLETE_DIR).exists()
-
-
-@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
-def test_the_injected_fault_stops_a_background_recorder_alike(tmp_path: Path, monkeypatch, background: bool) -> None:
-    monkeypatch.setenv(TRACE_WRITE_FAULT_ENV, "ENOSPC,after=3,table=messages")
-    clock = FakeClock()
-    rec = ProcessRecorder(tmp_path, "r", "node-0", 0, 0, clock, wall_clock=clock, max_rows=10, background=background)
-    fill(rec, clock, 200)
-    assert rec.stopped is not None and rec.stopped["table"] == "messages"
-    rec.close()
-    assert marker(tmp_path, "node-0")["reason"].startswith("ENOSPC: ")
-    assert 0 < open_run(tmp_path).tables["messages"].num_rows < 200
-
-
-def test_a_write_error_on_the_writer_thread_stops_recording_at_the_next_flush(tmp_path: Path, monkeypatch) -> None:
-    """A background write that fails (the disk, on the writer thread) is reported on the recording
-    thread: at the next flush the process stops recording, as when the write was its own."""
-    from clusterlab.harness import recorder as recorder_module
-
-    real_write = recorder_module.TableWriter._write
-    writes: list[str] = []
-
-    def failing_write(self, batch) -> None:  # type: ignore[no-untyped-def]
-        import threading
-
-        writes.append(threading.current_thread().name)
-        if len(writes) == 3 and self.path.parent.name == "messages":
-            raise OSError(errno.EIO, "I/O error (test)")
-        real_write(self, batch)
-
-    monkeypatch.setattr(recorder_module.TableWriter, "_write", failing_write)
-    clock = FakeClock()
-    rec = ProcessRecorder(tmp_path, "r", "node-0", 0, 0, clock, wall_clock=clock, max_rows=10, background=True)
-    for i in range(30):  # three batches of messages: the third fails on the writer thread
-        rec.message("send", "consensus", 1, PAYLOAD, msg_id=i)
-    assert rec.stopped is None, "not seen yet: the failed write is the one in flight"
-    for i in range(10):
-        rec.message("send", "consensus", 1, PAYLOAD, msg_id=30 + i)
-    assert rec.stopped is not None and rec.stopped["reason"].startswith("EIO: ")
-    rec.close()
-    assert all(name.startswith("trace-node-0") for name in writes), writes
-    assert open_run(tmp_path).tables["messages"].column("msg_id").to_pylist() == list(range(20))
