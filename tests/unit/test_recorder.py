@@ -44,6 +44,7 @@ from clusterlab.harness.recorder import (
     TableWriter,
     bench_message_rows,
     promote,
+    promote_many,
 )
 from clusterlab.harness.trace import open_run, read_stream
 
@@ -205,6 +206,9 @@ ENTRIES = frame(b"a" * 10, 4096, 7) + frame(b"b" * 40, 4096 + 64, 7)
 )  # fmt: skip
 def test_promote_reads_header_and_fixed_fields(payload: bytes, expected: tuple) -> None:
     assert promote(payload) == expected
+    # The batch form (ingress and egress rows) gives the same, whatever its neighbours.
+    names, terms, positions = promote_many([payload, encode_session_message(1, 2, 3, b"x"), payload])
+    assert list(zip(names, terms, positions, strict=True)) == [expected, ("SessionMessageHeader", 1, None), expected]
 
 
 # ---------------------------------------------------------------------------------------- writer
