@@ -7,7 +7,8 @@ follower and a leader service, recording off and on, it does per LogBlock what
 it, ``ClusteredServiceAgent.on_log_frames`` with the block's bytes, the replies recorded as egress
 rows, the applied rows recorded in bulk; the ZeroMQ sends are left out) with the KV service and
 64 B puts of a pipelined client (one session, 1 000 keys). Figures are this thread's CPU time
-(``time.thread_time``), best of ``--repeat``, so they hold on a loaded machine. Nothing is asserted.
+(``time.thread_time``), best of ``--repeat``: much steadier than ops/s on a loaded machine, though a
+busy machine still slows every instruction, so compare runs taken back to back. Nothing is asserted.
 """
 
 from __future__ import annotations
