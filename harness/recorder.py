@@ -222,6 +222,7 @@ def file_name(process: str, incarnation: int) -> str:
 
 _INT_CODES = {pa.int64(): "q", pa.int32(): "i", pa.int16(): "h"}
 _BINARY = pa.binary()
+_STRING = pa.string()
 _DIGEST = pa.binary(DIGEST_SIZE)
 
 
@@ -230,7 +231,7 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
     conversion (several times slower for the small batches a trace writes) and wrap a packed buffer;
     a binary column of ``bytes`` (the payloads) is one join and an offsets buffer (half the time of
     the sequence conversion, which copies each value on its own); a digest column (16-byte values)
-    is one join."""
+    is one join; a string column of one value is a repeat."""
     if type_ == _BINARY:
         try:
             data = b"".join(values)
@@ -241,6 +242,11 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
             offsets.extend(itertools.accumulate(map(len, values)))
             if offsets[-1] == len(data):
                 return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    elif type_ == _STRING:
+        # One value throughout (a batch's entry_type, direction, channel): a repeat, not a conversion.
+        first = values[0] if values else None
+        if type(first) is str and values.count(first) == len(values):
+            return pa.repeat(pa.scalar(first, type_), len(values))
     elif type_ == _DIGEST:
         try:
             data = b"".join(values)
