@@ -52,6 +52,7 @@ lint-imports: $(BIN)/.installed
 bench: $(BIN)/.installed-bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider benchmarks/tests
 	$(BIN)/python -m benchmarks.codec_bench
+	$(BIN)/python -m benchmarks.apply_bench
 	$(BIN)/python -m benchmarks.sim_bench
 	$(BIN)/python -m benchmarks.cluster_bench
 	$(BIN)/python -m benchmarks.spark_bench

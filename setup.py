@@ -16,7 +16,10 @@ from setuptools import find_packages, setup
 
 LAYERS = ("core", "harness", "chaos", "golden")
 # Modules compiled with mypyc: (module, source file). Each must import only the standard library.
-COMPILED = (("clusterlab.core.codec.framewalk", "core/codec/framewalk.py"),)
+COMPILED = (
+    ("clusterlab.core.codec.framewalk", "core/codec/framewalk.py"),
+    ("clusterlab.harness.services.kvdigest", "harness/services/kvdigest.py"),
+)
 
 
 def compiled_extensions() -> list:
@@ -42,7 +45,9 @@ def compiled_extensions() -> list:
         shutil.copyfile(source, target)
         paths.append(str(target))
     try:
-        return mypycify(paths, opt_level="3", target_dir="build/mypyc-c")
+        # One shared library per module, next to it (a group of several would be one library at the
+        # top level, which only imports with the source tree on sys.path).
+        return mypycify(paths, opt_level="3", target_dir="build/mypyc-c", separate=True)
     except Exception as e:  # a mypyc that cannot compile them: run them interpreted
         print(f"clusterlab: mypyc failed ({e}), hot modules stay pure Python", file=sys.stderr)
         return []

@@ -222,13 +222,16 @@ def file_name(process: str, incarnation: int) -> str:
 
 _INT_CODES = {pa.int64(): "q", pa.int32(): "i", pa.int16(): "h"}
 _BINARY = pa.binary()
+_STRING = pa.string()
+_DIGEST = pa.binary(DIGEST_SIZE)
 
 
 def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
     """A column as an Arrow array. Integer columns without nulls skip pyarrow's Python-sequence
     conversion (several times slower for the small batches a trace writes) and wrap a packed buffer;
     a binary column of ``bytes`` (the payloads) is one join and an offsets buffer (half the time of
-    the sequence conversion, which copies each value on its own)."""
+    the sequence conversion, which copies each value on its own); a digest column (16-byte values)
+    is one join; a string column of one value is a repeat."""
     if type_ == _BINARY:
         try:
             data = b"".join(values)
@@ -239,6 +242,20 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
             offsets.extend(itertools.accumulate(map(len, values)))
             if offsets[-1] == len(data):
                 return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    elif type_ == _STRING:
+        # One value throughout (a batch's entry_type, direction, channel): a repeat, not a conversion.
+        first = values[0] if values else None
+        if type(first) is str and values.count(first) == len(values):
+            return pa.repeat(pa.scalar(first, type_), len(values))
+    elif type_ == _DIGEST:
+        try:
+            data = b"".join(values)
+        except TypeError:
+            pass
+        else:
+            # Every value 16 bytes: the total says so once the shortest is 16 (pa.array would raise).
+            if len(data) == DIGEST_SIZE * len(values) and (not values or min(map(len, values)) == DIGEST_SIZE):
+                return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(data)])
     code = _INT_CODES.get(type_)
     if code is not None:
         try:
@@ -559,6 +576,33 @@ def promote(payload: bytes) -> tuple[str, int | None, int | None]:
     return name, term, position
 
 
+def promote_many(payloads: list[bytes]) -> tuple[list[str], list[int | None], list[int | None]]:
+    """:func:`promote` of every payload, as three columns: one loop for a batch (a client's ingress,
+    a service's egress: one row per log entry on the leader), the fixed-block fields read inline."""
+    table = _PROMOTIONS
+    if table is None:
+        promote(b"")  # builds the table
+        table = _PROMOTIONS
+        assert table is not None
+    names: list[str] = []
+    terms: list[int | None] = []
+    positions: list[int | None] = []
+    unpack = _I64.unpack_from
+    for payload in payloads:
+        n = len(payload)
+        spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
+        if spec is None or spec[3] >= 0:  # not a known message, or a block: the general path
+            name, term, position = promote(payload)
+        else:
+            name, term_at, position_at, _start_at = spec
+            term = unpack(payload, term_at)[0] if 0 <= term_at <= n - 8 else None
+            position = unpack(payload, position_at)[0] if 0 <= position_at <= n - 8 else None
+        names.append(name)
+        terms.append(term)
+        positions.append(position)
+    return names, terms, positions
+
+
 # ---------------------------------------------------------------------------------------------- process
 
 
@@ -812,8 +856,7 @@ class ProcessRecorder:
             w = self._messages = self.writer("messages")
             self._msg_appends = tuple(c.append for c in w.columns)
         c_wall, c_mono, c_dir, c_chan, c_peer, c_type, c_term, c_pos, c_payload, c_pp, c_id, c_reason = w.columns
-        promoted = list(map(promote, payloads))
-        types, terms, positions = zip(*promoted, strict=True)
+        types, terms, positions = promote_many(payloads)
         c_wall.extend(itertools.repeat(self.wall_clock(), n))
         c_mono.extend(itertools.repeat(self.clock(), n))
         c_dir.extend(itertools.repeat(direction, n))

@@ -88,16 +88,10 @@ def counter_item_hash(domain: bytes, tag: str, number: int) -> int:
     return number * constant % MODULUS
 
 
-def str_item_hash(domain: bytes, tag: bytes, key: str, value: str, number: int) -> int:
-    """``item_hash(domain, tag_str, key, value, number)`` for the common (str, str, str, int) item,
-    without the general encoder (the KV store hashes one such item per write). ``tag`` is
-    ``_encode_field(tag_str)``, precomputed by the caller. Same bytes, same hash."""
-    kb = key.encode("utf-8")
-    vb = value.encode("utf-8")
-    nb = b"%d" % number
-    return _int_digest(
-        b"%b%bS%b%bS%b%bI%b%b" % (_prefix(domain), tag, _U32(len(kb)), kb, _U32(len(vb)), vb, _U32(len(nb)), nb)
-    )
+def str_item_head(domain: bytes, tag: str) -> bytes:
+    """The bytes :func:`item_hash` hashes for a ``(tag, key: str, ...)`` item up to the key's length:
+    the domain prefix, the encoded tag and the key's type byte (kvdigest.KeyDigests's ``head``)."""
+    return _prefix(domain) + _encode_field(tag) + b"S"
 
 
 def encode_field(value: Field) -> bytes:

@@ -42,23 +42,23 @@ from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import orjson
+import xxhash
 from clusterlab.core.codec import CloseReason
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService, Role, SnapshotImage, SnapshotWriter
 from clusterlab.harness.services.digest import (
     MODULUS,
     MultisetDigest,
     counter_item_hash,
-    encode_field,
-    item_hash,
-    str_item_hash,
+    str_item_head,
 )
+from clusterlab.harness.services.kvdigest import KeyDigests
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
 REMEMBERED_PER_CLIENT = 1024  # replies kept per client for deduplicating resends
 
 
-_ENTRY_TAG = encode_field("entry")
+_ENTRY_HEAD = str_item_head(DOMAIN, "entry")  # items ("entry", key, value, mod_revision): kvdigest.KeyDigests
 _REVISION_CONSTANT = counter_item_hash(DOMAIN, "revision", 1)  # revision n's item hash is n times it
 # Strings that JSON writes as they are (printable ASCII without quote or backslash): put() and the
 # replies format those directly; anything else goes through json.dumps. Same bytes either way.
@@ -165,15 +165,11 @@ class KeyValueService(ClusteredService):
         self.entries: dict[str, tuple[str, int]] = {}
         self.revision = 0
         # The digest is the multiset sum of every item's hash (digest.py), kept incrementally and
-        # lazily: ``_entries_sum`` sums the hashes in ``_entry_hashes``, which holds every key except
-        # the ``_dirty`` ones, written since the last digest; a digest hashes those (each once, however
-        # often it was written) and adds the ("revision", n) item (a counter item, a multiply:
-        # digest.counter_item_hash). The same value as a MultisetDigest kept item by item; a write
-        # costs no hashing until a digest is asked for (per entry only when applied entries are
-        # recorded).
-        self._entry_hashes: dict[str, int] = {}
-        self._entries_sum = 0
-        self._dirty: set[str] = set()
+        # lazily by a KeyDigests (kvdigest.py, compiled): a write costs no hashing until a digest is
+        # asked for (per entry only when applied entries are recorded), the ("revision", n) item is
+        # a counter item (a multiply: digest.counter_item_hash). The same value as a MultisetDigest
+        # kept item by item.
+        self._digests = KeyDigests(_ENTRY_HEAD, _REVISION_CONSTANT, xxhash.xxh3_128_intdigest)
         # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
         self.replies: dict[int, dict[int, dict[str, Any]]] = {}
         # The planted stale read (stale_read_service, tests only): session -> key -> the value that
@@ -189,33 +185,15 @@ class KeyValueService(ClusteredService):
     def _set(self, key: str, value: str) -> None:
         self.revision += 1
         self.entries[key] = (value, time.time_ns() if self.fault_wall_clock else self.revision)
-        if key not in self._dirty:
-            old = self._entry_hashes.pop(key, None)
-            if old is not None:
-                self._entries_sum -= old
-            self._dirty.add(key)
+        self._digests.written(key)
 
     def _delete(self, key: str) -> None:
         del self.entries[key]
-        if key in self._dirty:
-            self._dirty.discard(key)
-        else:
-            self._entries_sum -= self._entry_hashes.pop(key)
+        self._digests.deleted(key)
         self.revision += 1
 
     def state_digest(self) -> bytes:
-        if self._dirty:
-            entries, hashes = self.entries, self._entry_hashes
-            total = self._entries_sum
-            for key in self._dirty:
-                value, mod_revision = entries[key]
-                h = hashes[key] = str_item_hash(DOMAIN, _ENTRY_TAG, key, value, mod_revision)
-                total += h
-            self._entries_sum = total % MODULUS
-            self._dirty.clear()
-        # counter_item_hash(DOMAIN, "revision", self.revision): a multiply, not a hash, per entry
-        h = self.revision * _REVISION_CONSTANT
-        return ((self._entries_sum + h) % MODULUS).to_bytes(16, "little")
+        return self._digests.digest(self.entries, self.revision)
 
     def recompute_digest(self) -> bytes:
         """The digest computed from scratch over the current state (tests compare it with the
@@ -327,9 +305,7 @@ class KeyValueService(ClusteredService):
             for record in snapshot.records[1:]:
                 for key, value, mod_revision in json.loads(record):
                     self.entries[key] = (value, mod_revision)
-        self._entry_hashes = {k: item_hash(DOMAIN, "entry", k, v, rev) for k, (v, rev) in self.entries.items()}
-        self._entries_sum = sum(self._entry_hashes.values()) % MODULUS
-        self._dirty = set()
+        self._digests.reset(self.entries)
 
     def on_session_open(self, session: ClientSession, timestamp: int) -> None:
         pass

@@ -44,6 +44,7 @@ from clusterlab.harness.recorder import (
     TableWriter,
     bench_message_rows,
     promote,
+    promote_many,
 )
 from clusterlab.harness.trace import open_run, read_stream
 
@@ -205,6 +206,9 @@ ENTRIES = frame(b"a" * 10, 4096, 7) + frame(b"b" * 40, 4096 + 64, 7)
 )  # fmt: skip
 def test_promote_reads_header_and_fixed_fields(payload: bytes, expected: tuple) -> None:
     assert promote(payload) == expected
+    # The batch form (ingress and egress rows) gives the same, whatever its neighbours.
+    names, terms, positions = promote_many([payload, encode_session_message(1, 2, 3, b"x"), payload])
+    assert list(zip(names, terms, positions, strict=True)) == [expected, ("SessionMessageHeader", 1, None), expected]
 
 
 # ---------------------------------------------------------------------------------------- writer
@@ -540,3 +544,33 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
     ]
     lost = pa.Table.from_pylist([row(0, 32), row(2, 64)])
     assert contiguity_violations(lost) == ["member 1 incarnation 0: seq has holes"]
+
+
+@pytest.mark.parametrize(
+    ("values", "type_"),
+    [
+        (["SessionMessage"] * 5, pa.string()),
+        (["send", "recv", "send"], pa.string()),
+        (["send", None, "send"], pa.string()),
+        ([None, None], pa.string()),
+        (["ключ"] * 3, pa.string()),
+        ([], pa.string()),
+        ([bytes(range(16)), bytes(16)], pa.binary(16)),
+        ([bytes(15), bytes(17)], pa.binary(16)),  # a wrong width: the general path refuses it
+        ([bytes(16), None], pa.binary(16)),
+        ([b"a", b"", b"xyz"], pa.binary()),
+        ([1, 2, 3], pa.int64()),
+        ([1, None], pa.int64()),
+    ],
+)
+def test_column_fast_paths_build_what_pyarrow_builds(values: list, type_: pa.DataType) -> None:
+    from clusterlab.harness.recorder import _to_arrow
+
+    try:
+        expected = pa.array(values, type=type_)
+    except (pa.ArrowInvalid, ValueError) as e:
+        with pytest.raises(type(e)):
+            _to_arrow(values, type_)
+        return
+    got = _to_arrow(values, type_)
+    assert got.type == type_ and got.equals(expected) and got.to_pylist() == values

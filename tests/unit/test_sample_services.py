@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
+import xxhash
 from clusterlab.core.archive.catalogue import Catalogue
 from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.codec import (
@@ -37,8 +40,8 @@ from clusterlab.core.service import (
     SnapshotImage,
     SnapshotWriter,
 )
-from clusterlab.harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv
-from clusterlab.harness.services.digest import MultisetDigest, item_hash
+from clusterlab.harness.services import SERVICES, CounterService, EchoService, KeyValueService, counter, kv, kvdigest
+from clusterlab.harness.services.digest import MultisetDigest, item_hash, str_item_head
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +134,63 @@ def test_item_hash_tells_types_and_field_boundaries_apart() -> None:
     assert item_hash(b"a", 1) != item_hash(b"b", 1)
     with pytest.raises(TypeError):
         item_hash(b"t", True)
+
+
+def _interpreted_kvdigest() -> ModuleType:
+    """kvdigest.py's source run interpreted: what runs where the mypyc build could not."""
+    source = Path(kvdigest.__file__).with_name("kvdigest.py")
+    spec = importlib.util.spec_from_file_location("kvdigest_interpreted", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+KVDIGEST_INTERPRETED = _interpreted_kvdigest()
+KVDIGEST_MODULES = [kvdigest, KVDIGEST_INTERPRETED]
+
+
+@pytest.mark.parametrize("module", KVDIGEST_MODULES, ids=["built", "interpreted"])
+@pytest.mark.parametrize(
+    ("key", "value", "number"),
+    [("k", "v", 1), ("", "", 0), ("ключ", "värde", 10**12), ('a"b', "x" * 3000, -5)],
+)
+def test_key_digests_item_hash_is_item_hash(module: ModuleType, key: str, value: str, number: int) -> None:
+    # The KV store's per-write hash must be the general item hash (digests recomputed from scratch).
+    digests = module.KeyDigests(str_item_head(b"clusterlab-kv", "entry"), 3, xxhash.xxh3_128_intdigest)
+    assert digests.item_hash(key, value, number) == item_hash(b"clusterlab-kv", "entry", key, value, number)
+    other = module.KeyDigests(str_item_head(b"other", "entry"), 3, xxhash.xxh3_128_intdigest)
+    assert other.item_hash(key, value, number) != item_hash(b"clusterlab-kv", "entry", key, value, number)
+
+
+@pytest.mark.parametrize("module", KVDIGEST_MODULES, ids=["built", "interpreted"])
+def test_key_digests_follow_writes_and_deletes_like_a_multiset_digest(module: ModuleType) -> None:
+    digests = module.KeyDigests(str_item_head(b"t", "entry"), 5, xxhash.xxh3_128_intdigest)
+    entries: dict[str, tuple[str, int]] = {}
+    expected = MultisetDigest(b"t")
+    for step, (op, key) in enumerate([("w", "a"), ("w", "b"), ("w", "a"), ("d", "b"), ("w", "c"), ("d", "a")]):
+        if key in entries:
+            expected.remove("entry", key, *entries[key])
+        if op == "w":
+            entries[key] = (f"v{step}", step)
+            expected.add("entry", key, *entries[key])
+            digests.written(key)
+        else:
+            del entries[key]
+            digests.deleted(key)
+        if step % 2:  # a digest after some steps only: writes in between are hashed once
+            want = (expected.value + step * 5) % (1 << 128)
+            assert digests.digest(entries, step) == want.to_bytes(16, "little")
+    fresh = module.KeyDigests(str_item_head(b"t", "entry"), 5, xxhash.xxh3_128_intdigest)
+    fresh.reset(entries)
+    assert fresh.digest(entries, 9) == digests.digest(entries, 9)
+
+
+def test_the_build_compiled_kvdigest_when_an_extension_is_present() -> None:
+    # setup.py compiles it with mypyc (pip install -e .); the interpreted source is the fallback.
+    built = any(p.name.startswith("kvdigest.") and p.suffix != ".py" for p in Path(kvdigest.__file__).parent.iterdir())
+    assert built == kvdigest.COMPILED
+    assert KVDIGEST_INTERPRETED.COMPILED is False
 
 
 def test_duplicated_items_do_not_cancel() -> None:

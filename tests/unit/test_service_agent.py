@@ -771,3 +771,44 @@ def test_entry_digests_from_the_block_bytes_equal_digests_of_the_reframed_entrie
         agents["block"].on_log_frames(frames, commit, block=entries, block_position=start)
     assert len(rows["block"]) == 15
     assert rows["block"] == rows["plain"]
+
+
+def test_a_committed_block_applies_like_entries_delivered_one_at_a_time(tmp_path: Path) -> None:
+    """The block path (a run of committed session messages applied in one loop) and the general
+    path (entries buffered, then delivered one by one as the commit position passes them) give the
+    same applied rows, service calls, egress and messages to the consensus module."""
+    harnesses = [Harness(tmp_path / "block", term=3), Harness(tmp_path / "deliver", term=3)]
+    for h in harnesses:
+        h.started_and_joined(Role.LEADER)
+    built = []
+    for h in harnesses:
+        built.append(
+            [
+                h.open(4, timestamp=20),
+                h.message(4, b"a", timestamp=30),
+                h.message(4, b"timer 9 500", timestamp=31),
+                h.message(-1, b"offer zz", timestamp=32),
+                h.entry(TimerEvent(leadership_term_id=3, correlation_id=9, timestamp=40)),
+                h.message(4, b"b", timestamp=41),
+                h.message(4, b"cancel 9", timestamp=42),
+                h.message(4, b"past the commit", timestamp=43),
+            ]
+        )
+    block_h, deliver_h = harnesses
+    frames = built[0]
+    commit = frames[-2].end_position
+    assert block_h.agent.on_log_frames(frames, commit) == 7
+    deliver_h.agent.on_log_frames(built[1], 0)
+    assert deliver_h.agent.pending_frames == 8
+    assert deliver_h.agent.on_log_frames([], commit) == 7
+    for h in harnesses:
+        assert h.agent.log_position == commit
+        assert h.agent.pending_frames == 1
+    assert block_h.applied == deliver_h.applied
+    assert [r.entry_type for r in block_h.applied] == [EntryType.SESSION_OPEN] + [EntryType.SESSION_MESSAGE] * 3 + [
+        EntryType.TIMER
+    ] + [EntryType.SESSION_MESSAGE] * 2
+    assert block_h.service.calls == deliver_h.service.calls
+    assert block_h.egress == deliver_h.egress and len(block_h.egress) == 2  # the replies to "a" and "b"
+    assert block_h.to_cm == deliver_h.to_cm
+    assert [type(m) for m in block_h.to_cm[-3:]] == [ScheduleTimer, SessionMessageHeader, CancelTimer]
