@@ -282,13 +282,19 @@ class SimCluster:
     def leader_id(self) -> int | None:
         """The settled leader: a live member with role LEADER and no election running, whose term
         is the highest term among live members, and the only such leader in that term."""
-        live = [m for m in self._members if m is not None]
-        if not live:
-            return None
-        top_term = max(m.leadership_term_id for m in live)
-        leaders = [
-            m for m in live if m.role == Role.LEADER and m.election_state is None and m.leadership_term_id == top_term
-        ]
+        # One pass (it is asked before every offer and in most await predicates): the top term so far
+        # and the settled leaders in it.
+        top_term = -(1 << 63)
+        leaders: list[Member] = []
+        for m in self._members:
+            if m is None:
+                continue
+            term = m.leadership_term_id
+            if term > top_term:
+                top_term = term
+                leaders = []
+            if term == top_term and m.role == Role.LEADER and m.election_state is None:
+                leaders.append(m)
         return leaders[0].member_id if len(leaders) == 1 else None
 
     def election_states_entered(self) -> set[ElectionState]:
