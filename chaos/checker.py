@@ -35,15 +35,15 @@ class OnlineChecker:
         self._last = now
         self.polls += 1
         if self.target.kind == "sim":
-            self._poll_sim()
+            self._poll_sim(full=force)
         else:
             self._poll_local()
 
-    def _poll_sim(self) -> None:
+    def _poll_sim(self, full: bool = False) -> None:
         cluster = self.target.cluster
         if self.sim is None:
             self.sim = SafetyChecker()
-        self.sim.check(cluster)
+        self.sim.check(cluster, full)  # a forced (final) poll re-reads every member's whole committed log
         self.election = self.sim.election
 
     def _poll_local(self) -> None:

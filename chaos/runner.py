@@ -193,6 +193,7 @@ def run_scenario(
     mutants: Iterable[str] = (),
     schedule: list[dict[str, Any]] | None = None,
     services: list[str] | None = None,
+    verify: bool = True,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -210,7 +211,9 @@ def run_scenario(
 
     ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
     steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
-    seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly."""
+    seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly.
+    ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
+    batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`)."""
     chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
     spec = name if isinstance(name, Scenario) else find_scenario(name)
     if services:
@@ -280,14 +283,19 @@ def run_scenario(
             raise
         # In the simulator this is the core's own invariant failing (an assertion): this run's finding.
         result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-    if result.trace_dir.is_dir():
-        result.verdict = verify_run(result.trace_dir)
-        result.elections_s = result.verdict.elections_s
-        if clients > 1 and result.verdict.linearizability is not None:
-            # Concurrent clients: their replies are checked by the linearizability checker instead.
-            result.model_checked = sum(k.ops for k in result.verdict.linearizability.keys if k.verdict == "ok")
+    if verify and result.trace_dir.is_dir():
+        apply_verdict(result, verify_run(result.trace_dir))
     result.elapsed_s = time.monotonic() - started
     return result
+
+
+def apply_verdict(result: RunResult, verdict: Verdict) -> None:
+    """Set the run's verdict on its trace and what follows from it (election times, ops model-checked)."""
+    result.verdict = verdict
+    result.elections_s = verdict.elections_s
+    if result.clients > 1 and verdict.linearizability is not None:
+        # Concurrent clients: their replies are checked by the linearizability checker instead.
+        result.model_checked = sum(k.ops for k in verdict.linearizability.keys if k.verdict == "ok")
 
 
 @dataclass

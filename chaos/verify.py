@@ -6,6 +6,7 @@ runner and the goldens use. ``verify_run(trace_dir)`` returns a :class:`Verdict`
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,22 +109,35 @@ def verify_run(trace_dir: Path | str) -> Verdict:
     """Completeness first, then every check of one run with the embedded engine (DuckDB: the SQL
     checks of :mod:`clusterlab.chaos.checks`, the same text the Spark job runs) and the WGL
     linearizability checker; each violation as its ``detail`` line."""
-    from clusterlab.chaos.checks.embedded import judge_runs  # DuckDB: imported when a verdict is due
+    return verify_runs([trace_dir])[str(trace_dir)]
 
-    judged = judge_runs([trace_dir], limit=1 << 62)
-    run = judged.runs[str(trace_dir)]
-    v = Verdict(
-        Path(trace_dir),
-        violations={c: [] for c in judged.report.checks},
-        rows={k: t.num_rows for k, t in run.tables.items()},
-        torn=len(run.torn),
-        completeness=run.completeness,
-    )
-    if not v.complete:
-        return v  # complete or not judged
-    for name, result in judged.report.checks.items():
-        v.violations[name] = [str(x.get("detail") or x) for x in result.violations]
-    v.linearizability = judged.linearizability.get(str(trace_dir))
-    events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
-    v.elections_s = election_times(events)
-    return v
+
+def verify_runs(trace_dirs: Sequence[Path | str]) -> dict[str, Verdict]:
+    """:func:`verify_run` of several runs at once (keyed by ``str(trace_dir)``), in one DuckDB: the
+    engine's fixed cost per query is paid once for all of them (a seed sweep judges its runs in
+    batches). The runs must have distinct run ids; each verdict holds only its own run's violations."""
+    from clusterlab.chaos.checks.embedded import judge_runs  # DuckDB: imported when a verdict is due
+    from clusterlab.chaos.checks.report import run_id_of
+
+    judged = judge_runs(trace_dirs, limit=1 << 62)
+    out: dict[str, Verdict] = {}
+    for trace_dir in trace_dirs:
+        key = str(trace_dir)
+        run = judged.runs[key]
+        v = Verdict(
+            Path(trace_dir),
+            violations={c: [] for c in judged.report.checks},
+            rows={k: t.num_rows for k, t in run.tables.items()},
+            torn=len(run.torn),
+            completeness=run.completeness,
+        )
+        out[key] = v
+        if not v.complete:
+            continue  # complete or not judged
+        run_id = run_id_of(key)
+        for name, result in judged.report.checks.items():
+            v.violations[name] = [str(x.get("detail") or x) for x in result.violations if x.get("run_id") == run_id]
+        v.linearizability = judged.linearizability.get(key)
+        events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
+        v.elections_s = election_times(events)
+    return out

@@ -275,6 +275,10 @@ class SafetyChecker:
     applied_rows_checked: int = 0
     applied_seen: int = 0  # rows of cluster.applied already fed
     events_seen: int = 0  # entries of cluster.events already fed (by check)
+    # (member, incarnation) -> the prefix of its log already matched against ``committed``: a poll
+    # reads only what lies beyond it (a whole re-read each poll made the checker quadratic in the log).
+    # Committed bytes never change within an incarnation; ``full=True`` re-reads everything anyway.
+    matched: dict[Who, int] = field(default_factory=dict)
 
     @property
     def leaders_by_term(self) -> dict[int, int]:
@@ -313,44 +317,57 @@ class SafetyChecker:
         _raise(contiguity.observe(who, kind, entry.log_position, entry.length), prefix + "contiguity: ")
         _raise(agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest), prefix)
 
-    def check_member(self, member_id: int, commit_position: int, read: Any) -> None:
-        """Check one live member's committed prefix [0, commit_position) against what we know."""
+    def check_member(self, member_id: int, commit_position: int, read: Any, incarnation: int | None = None) -> None:
+        """Check one live member's committed prefix [0, commit_position) against what we know. With
+        ``incarnation`` only the bytes past what this incarnation already matched are read."""
         if commit_position <= 0:
             return
+        key = (member_id, incarnation) if incarnation is not None else None
+        start = self.matched.get(key, 0) if key is not None else 0
+        if start > commit_position:
+            start = 0  # the member's log fell back below what it held: judge it whole
+        elif start == commit_position:
+            return
         common = min(commit_position, len(self.committed))
-        mine = read(0, commit_position)
-        if len(mine) != commit_position:
+        mine = read(start, commit_position)
+        if len(mine) != commit_position - start:
             raise SafetyViolation(
-                f"durability: member {member_id} commit {commit_position} but only {len(mine)} bytes recorded"
+                f"durability: member {member_id} commit {commit_position} but only {start + len(mine)} bytes recorded"
             )
-        if mine[:common] != self.committed[:common]:
-            first = next(i for i in range(common) if mine[i] != self.committed[i])
+        if start < common and mine[: common - start] != self.committed[start:common]:
+            first = start + next(i for i in range(common - start) if mine[i] != self.committed[start + i])
             raise SafetyViolation(
                 f"log matching: member {member_id} differs from the committed log at byte {first} "
                 f"(frame at {first - first % FRAME_ALIGNMENT}) within its commit position {commit_position}"
             )
         if commit_position > len(self.committed):
-            self.committed = mine
+            # ``mine`` matched ``committed`` up to ``common``: the longer log is ours from there on.
+            self.committed = self.committed[:start] + mine if start <= len(self.committed) else self.committed
+        if key is not None:
+            self.matched[key] = commit_position
 
-    def check(self, cluster: Any) -> None:
+    def check(self, cluster: Any, full: bool = False) -> None:
         """Feed the SimCluster's events since the last call, then :meth:`check_cluster`."""
         for event in cluster.events[self.events_seen :]:
             self.on_event(event)
         self.events_seen = len(cluster.events)
-        self.check_cluster(cluster)
+        self.check_cluster(cluster, full)
 
-    def check_cluster(self, cluster: Any) -> None:
-        """Check every live member of a SimCluster (and every applied row since the last check)."""
+    def check_cluster(self, cluster: Any, full: bool = False) -> None:
+        """Check every live member of a SimCluster (and every applied row since the last check); ``full``
+        re-reads each member's whole committed prefix instead of only what it appended since."""
         start = self.applied_seen
         rows = getattr(cluster, "applied", [])
         for row in rows[start:]:
             self.on_applied(row["member_id"], row["incarnation"], row["entry"], row.get("service_id", 0))
         self.applied_seen = len(rows)
+        incarnation_of = None if full else getattr(cluster, "incarnation", None)
         for member_id in cluster.members_alive():
             m = cluster.member(member_id)
             # A member restored from a snapshot may hold less log than its commit position when a
             # fault truncated its recording below the snapshot; compare what it does hold.
-            self.check_member(member_id, min(m.commit_position, m.archive.stop_position), m.archive.read)
+            incarnation = incarnation_of(member_id) if incarnation_of is not None else None
+            self.check_member(member_id, min(m.commit_position, m.archive.stop_position), m.archive.read, incarnation)
 
     def check_durable(self, cluster: Any) -> None:
         """At the end, with every member up and converged: the committed log is a prefix of each log."""

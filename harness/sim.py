@@ -64,6 +64,14 @@ from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetw
 DEFAULT_MAX_ROUNDS_PER_INSTANT = 10_000
 
 
+_UNKNOWN = -1  # a cached deadline that must be asked for again (deadlines are never negative)
+
+
+def _deadline_or_never(client: SimClient) -> int:
+    d = client.next_deadline_ns()
+    return NEVER_NS if d is None else d
+
+
 class SimError(RuntimeError):
     """The simulation itself cannot continue (livelock, misuse of a fault operation)."""
 
@@ -227,6 +235,7 @@ class SimCluster:
         self._service_hosts: list[list[SimServiceHost]] = [[] for _ in range(members)]
         self._services: list[SimServiceHost | None] = [None] * members  # service 0's host of each member
         self.clients: list[SimClient] = []
+        self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self._outboxes: list[_SimOutbox | None] = [None] * members
         self._incarnations = [-1] * members
@@ -273,13 +282,19 @@ class SimCluster:
     def leader_id(self) -> int | None:
         """The settled leader: a live member with role LEADER and no election running, whose term
         is the highest term among live members, and the only such leader in that term."""
-        live = [m for m in self._members if m is not None]
-        if not live:
-            return None
-        top_term = max(m.leadership_term_id for m in live)
-        leaders = [
-            m for m in live if m.role == Role.LEADER and m.election_state is None and m.leadership_term_id == top_term
-        ]
+        # One pass (it is asked before every offer and in most await predicates): the top term so far
+        # and the settled leaders in it.
+        top_term = -(1 << 63)
+        leaders: list[Member] = []
+        for m in self._members:
+            if m is None:
+                continue
+            term = m.leadership_term_id
+            if term > top_term:
+                top_term = term
+                leaders = []
+            if term == top_term and m.role == Role.LEADER and m.election_state is None:
+                leaders.append(m)
         return leaders[0].member_id if len(leaders) == 1 else None
 
     def election_states_entered(self) -> set[ElectionState]:
@@ -321,16 +336,20 @@ class SimCluster:
                     d = deadlines[i] = m.next_deadline_ns()
                 if d < t:
                     t = d
-        for c in self.clients:
-            client_deadline = c.next_deadline_ns()
-            if client_deadline is not None and client_deadline < t:
-                t = client_deadline
+        client_deadlines = self._client_deadlines
+        for k, c in enumerate(self.clients):
+            d = client_deadlines[k]
+            if d == _UNKNOWN:
+                d = client_deadlines[k] = _deadline_or_never(c)
+            if d < t:
+                t = d
         return t
 
     def _forget_deadlines(self) -> None:
         """Members' deadlines are cached between calls into them (a deadline is a function of a member's
         state, which only our calls change); anything outside the run loop may have called in."""
         self._deadlines = [None] * self.member_count
+        self._client_deadlines = [_UNKNOWN] * len(self.clients)
 
     def step(self) -> bool:
         """Advance to the next instant with work and settle it. Returns False when nothing at all is
@@ -379,11 +398,15 @@ class SimCluster:
                     busy = True
             if self._pump_services(now):
                 busy = True
-            for c in self.clients:
-                d = c.next_deadline_ns()
-                if d is not None and d <= now:
+            client_deadlines = self._client_deadlines
+            for k, c in enumerate(self.clients):
+                d = client_deadlines[k]
+                if d == _UNKNOWN:
+                    d = client_deadlines[k] = _deadline_or_never(c)
+                if d <= now:
                     c.do_work(now)
-                    busy = busy or (c.next_deadline_ns() or NEVER_NS) <= now
+                    d = client_deadlines[k] = _deadline_or_never(c)
+                    busy = busy or d <= now
             if not busy:
                 return
         self._raise_livelock(now)
@@ -413,6 +436,7 @@ class SimCluster:
             client_id = CLIENT_ID_BASE - dst
             if client_id < len(self.clients):
                 self.clients[client_id].on_egress(msg.payload, now)
+                self._client_deadlines[client_id] = _UNKNOWN
             return
         m = self._members[dst] if 0 <= dst < self.member_count else None
         if m is None:
@@ -633,6 +657,7 @@ class SimCluster:
             first_member=first_member,
         )
         self.clients.append(client)
+        self._client_deadlines.append(_UNKNOWN)
         return client
 
     def connect_client(self, credentials: bytes = b"", timeout_ns: int = 10 * SECOND) -> SimClient:

@@ -44,20 +44,38 @@ from clusterlab.harness.services.kv import decode_reply
 from clusterlab.harness.sim_parts import CLIENT_ID_BASE
 from clusterlab.harness.simnet import DROP_DOWN, Delivery
 
-_SESSION_MESSAGE_TEMPLATE_ID = 1  # SessionMessageHeader: egress sent by the service, not the node
+# Trace batches of a simulated run: rows per record batch, and no flush on virtual time (see SimRecording).
+SIM_MAX_ROWS = 1 << 16
+SIM_FLUSH_INTERVAL_NS = 1 << 62
+_SESSION_TEMPLATE = 1  # SessionMessageHeader's template id: egress sent by the service, not the node
 
 
 def process_of(network_id: int, channel: Channel | str, payload: bytes) -> tuple[str, int]:
     """(process name, member id or -1) of the endpoint ``network_id`` for a message it sends or gets.
     A member's egress SessionMessageHeader is its service's reply (Aeron's service publishes egress)."""
     if network_id >= 0:
-        template_id = payload[2] | payload[3] << 8 if len(payload) >= 4 else -1
-        if channel == Channel.EGRESS and template_id == _SESSION_MESSAGE_TEMPLATE_ID:
-            return f"service-{network_id}", network_id
-        return f"node-{network_id}", network_id
+        if channel == Channel.EGRESS and len(payload) >= 4 and (payload[2] | payload[3] << 8) == _SESSION_TEMPLATE:
+            return _named(_SERVICE_NAMES, network_id, "service-")
+        return _named(_NODE_NAMES, network_id, "node-")
     if network_id <= CLIENT_ID_BASE:
-        return f"client-{CLIENT_ID_BASE - network_id}", -1
+        return _named(_CLIENT_NAMES, network_id, "client-"), -1
     return "harness", -1
+
+
+# Endpoint names by network id, made once (every recorded message names two endpoints).
+_NODE_NAMES: dict[int, tuple[str, int]] = {}
+_SERVICE_NAMES: dict[int, tuple[str, int]] = {}
+_CLIENT_NAMES: dict[int, str] = {}
+
+
+def _named(names: dict[int, Any], network_id: int, prefix: str) -> Any:
+    name = names.get(network_id)
+    if name is None:
+        if prefix == "client-":
+            name = names[network_id] = f"client-{CLIENT_ID_BASE - network_id}"
+        else:
+            name = names[network_id] = (f"{prefix}{network_id}", network_id)
+    return name
 
 
 class _NodeToService(deque):
@@ -137,6 +155,11 @@ class SimRecording:
         self, cluster: Any, run_dir: Path | str, run_id: str | None, scenario: str, seed: int | None, **kwargs: Any
     ) -> None:
         self.cluster = cluster
+        # One process holds the whole cluster, so the runtime's "flush every 100 ms, lose at most that
+        # to a SIGKILL" does not apply: a simulated kill flushes its incarnation (_end_incarnation) and
+        # close flushes the rest. Large batches make the trace several times cheaper to write.
+        kwargs.setdefault("max_rows", SIM_MAX_ROWS)
+        kwargs.setdefault("flush_interval_ns", SIM_FLUSH_INTERVAL_NS)
         clock = cluster.clock
         now: Callable[[], int] = lambda: clock.now_ns  # noqa: E731
         self._now = now

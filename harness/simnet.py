@@ -89,10 +89,13 @@ class LinkOverride:
     max_latency_ns: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
     """One message on the wire. ``seq`` is unique per network and orders deliveries due at the same
-    time; ``deliver_ns`` is when it arrives (or would have, for a message dropped at send)."""
+    time; ``deliver_ns`` is when it arrives (or would have, for a message dropped at send).
+
+    Treat it as immutable. It is not ``frozen`` because a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``: six times slower, and one is made for every message."""
 
     seq: int
     send_ns: int

@@ -25,7 +25,8 @@ from clusterlab.chaos.schedule import (
     schedule_spec,
 )
 from clusterlab.chaos.shrink import ShrinkError, failure_tokens, shrink_run
-from clusterlab.chaos.sweep import SweepConfig, SweepDirError, load_records, run_sweep
+from clusterlab.chaos.sweep import SeedRunner, SweepConfig, SweepDirError, batches, load_records, run_sweep
+from clusterlab.chaos.verify import verify_run, verify_runs
 
 pytestmark = [pytest.mark.chaos, pytest.mark.sim]
 
@@ -174,6 +175,34 @@ def test_failure_tokens_name_the_error_and_the_checks(tmp_path: Path) -> None:
     broken = run_scenario("leader-kill", 1, sim=True, directory=tmp_path, fault_ack_before_append=True)
     tokens = failure_tokens(broken)
     assert {"SafetyViolation", "durability", "committed_prefix"} <= tokens, tokens
+
+
+def test_runs_judged_together_get_the_verdicts_they_get_alone(tmp_path: Path) -> None:
+    # A sweep judges a batch of runs in one DuckDB (verify_runs): each run's violations stay its own.
+    broken = run_scenario(
+        "leader-kill", 1, sim=True, directory=tmp_path / "broken", fault_ack_before_append=True, verify=False
+    )
+    clean = run_scenario("leader-kill", 2, sim=True, directory=tmp_path / "clean", verify=False)
+    assert broken.verdict is None and clean.verdict is None  # verify=False: left to the caller
+    together = verify_runs([broken.trace_dir, clean.trace_dir])
+    for r in (broken, clean):
+        alone = verify_run(r.trace_dir)
+        assert together[str(r.trace_dir)].violations == alone.violations
+        assert together[str(r.trace_dir)].elections_s == alone.elections_s
+    assert not together[str(clean.trace_dir)].failed()
+    assert {"durability", "committed_prefix"} <= set(together[str(broken.trace_dir)].failed())
+
+
+def test_a_batch_of_seeds_gives_the_records_of_one_seed_at_a_time(tmp_path: Path) -> None:
+    config = SweepConfig("random", (1, 2, 3), (3,), duration_s=2.0, mutants=("ack-before-append",), settle_s=3.0)
+    batch = SeedRunner(config, str(tmp_path / "batch")).run_batch([(1, 3), (2, 3), (3, 3)])
+    one = [SeedRunner(config, str(tmp_path / "one"))((seed, 3)) for seed in (1, 2, 3)]
+    keys = ("seed", "members", "ok", "kind", "error", "failed_checks", "faults", "rerun")
+    assert [{k: r[k] for k in keys} for r in batch] == [{k: r[k] for k in keys} for r in one]
+    assert not any(r["ok"] for r in batch)
+    tasks = [(s, 3) for s in range(100)]
+    assert batches(tasks, jobs=2) == [tasks[i : i + 8] for i in range(0, 100, 8)]  # the last one of 4
+    assert [len(b) for b in batches([(s, 3) for s in range(6)], jobs=2)] == [1] * 6  # every worker gets some
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@ online checker and the trace verdict judge the same observations the same way.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -85,3 +86,42 @@ def test_the_online_checker_raises_on_the_first_violation() -> None:
     with pytest.raises(SafetyViolation, match="contiguity: member 0 incarnation 0: entry ending at 128"):
         checker.on_applied(0, 0, _entry(128, 32, E1, S1))
     assert checker.leaders_by_term == {3: 0}
+
+
+def test_log_matching_reads_only_new_bytes_per_incarnation_and_a_full_check_rereads() -> None:
+    logs = {0: bytearray(b"a" * 64), 1: bytearray(b"a" * 64)}
+    reads: list[tuple[int, int, int]] = []
+
+    def reader(member: int) -> Callable[[int, int], bytes]:
+        def read(start: int, end: int) -> bytes:
+            reads.append((member, start, end))
+            return bytes(logs[member][start:end])
+
+        return read
+
+    checker = SafetyChecker()
+    checker.check_member(0, 64, reader(0), incarnation=0)
+    checker.check_member(1, 32, reader(1), incarnation=0)
+    logs[0] += b"b" * 32
+    logs[1] += b"b" * 32
+    checker.check_member(0, 96, reader(0), incarnation=0)
+    checker.check_member(1, 96, reader(1), incarnation=0)
+    assert reads == [(0, 0, 64), (1, 0, 32), (0, 64, 96), (1, 32, 96)]
+    assert checker.committed == b"a" * 64 + b"b" * 32
+    # New bytes that differ from the committed log are caught at their byte.
+    logs[1] = bytearray(b"a" * 64 + b"b" * 32 + b"c" * 32)
+    logs[0] = bytearray(b"a" * 64 + b"b" * 32 + b"d" * 32)
+    checker.check_member(0, 128, reader(0), incarnation=0)
+    with pytest.raises(SafetyViolation, match="differs from the committed log at byte 96"):
+        checker.check_member(1, 128, reader(1), incarnation=0)
+    # Bytes rewritten below what an incarnation already matched: only a full check re-reads them.
+    logs[0][10:11] = b"x"
+    checker.check_member(0, 128, reader(0), incarnation=0)
+    with pytest.raises(SafetyViolation, match="at byte 10"):
+        checker.check_member(0, 128, reader(0))
+    # A new incarnation starts from 0; so does a log that fell back below what was matched.
+    with pytest.raises(SafetyViolation, match="at byte 10"):
+        checker.check_member(0, 128, reader(0), incarnation=1)
+    logs[1] = bytearray(b"a" * 64)
+    checker.check_member(1, 64, reader(1), incarnation=0)
+    assert reads[-1] == (1, 0, 64)
