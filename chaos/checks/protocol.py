@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
 from clusterlab.chaos.checks.base import SqlCheck
+from clusterlab.chaos.checks.sql import to_duckdb
 
 # Rows of the ``vote`` events, with their JSON detail as columns.
 _VOTES = """
@@ -387,7 +387,7 @@ NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 
 def duckdb_sql(check: SqlCheck) -> str:
     """The check's SQL in DuckDB's dialect."""
-    return sqlglot.transpile(check.sql, read="spark", write="duckdb")[0]
+    return to_duckdb(check.sql)  # the shared, cached transpile (Spark's join hints dropped)
 
 
 def evaluate_duckdb(check: SqlCheck, tables: dict[str, pa.Table], run_id: str) -> list[dict[str, Any]]:
