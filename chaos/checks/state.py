@@ -146,16 +146,34 @@ COMMITTED_PREFIX = SqlCheck(
     "bytes, and each member's commit position never moved back within an incarnation",
     tables=("applied", "log", "events"),
     sql="""
-SELECT /*+ BROADCAST(r) */ a.run_id, a.member_id, a.incarnation, a.log_position, CAST(NULL AS BIGINT) AS previous,
+WITH positions AS (
+  -- the applied digests at each position, aggregated (a hash aggregate) before the join with the log, so
+  -- only one row per position meets the log, not one per member and incarnation
+  SELECT /*+ BROADCAST(r) */ a.run_id, a.log_position,
+         min(a.entry_digest_hi) AS min_hi, max(a.entry_digest_hi) AS max_hi,
+         min(a.entry_digest_lo) AS min_lo, max(a.entry_digest_lo) AS max_lo
+  FROM applied AS a
+  JOIN (SELECT DISTINCT run_id FROM log) AS r ON r.run_id = a.run_id  -- runs with a committed log
+  WHERE a.entry_type <> 'Snapshot'
+  GROUP BY a.run_id, a.log_position
+), flagged AS (
+  -- positions where some member's entry is missing from the log or differs from it
+  SELECT p.run_id, p.log_position, l.log_position AS log_has, l.entry_digest_hi AS log_hi, l.entry_digest_lo AS log_lo
+  FROM positions AS p
+  LEFT JOIN log AS l ON l.run_id = p.run_id AND l.log_position = p.log_position
+  WHERE l.log_position IS NULL
+     OR l.entry_digest_hi <> p.min_hi OR l.entry_digest_hi <> p.max_hi
+     OR l.entry_digest_lo <> p.min_lo OR l.entry_digest_lo <> p.max_lo
+)
+SELECT /*+ BROADCAST(f) */ a.run_id, a.member_id, a.incarnation, a.log_position, CAST(NULL AS BIGINT) AS previous,
        'applied entry not in the final committed log' AS problem,
        concat('member ', a.member_id, '/', a.incarnation, ' applied an entry at ', a.log_position,
-              CASE WHEN l.log_position IS NULL THEN '; the committed log has nothing there'
+              CASE WHEN f.log_has IS NULL THEN '; the committed log has nothing there'
                    ELSE '; the committed log has another entry there' END) AS detail
 FROM applied AS a
-JOIN (SELECT DISTINCT run_id FROM log) AS r ON r.run_id = a.run_id  -- runs with a committed log
-LEFT JOIN log AS l ON l.run_id = a.run_id AND l.log_position = a.log_position
+JOIN flagged AS f ON f.run_id = a.run_id AND f.log_position = a.log_position
 WHERE a.entry_type <> 'Snapshot'
-  AND (l.log_position IS NULL OR l.entry_digest_hi <> a.entry_digest_hi OR l.entry_digest_lo <> a.entry_digest_lo)
+  AND (f.log_has IS NULL OR f.log_hi <> a.entry_digest_hi OR f.log_lo <> a.entry_digest_lo)
 UNION ALL
 SELECT run_id, member_id, incarnation, log_position, previous,
        concat('commit position moved back from ', previous) AS problem,
