@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
 from clusterlab.chaos.checks.base import SqlCheck
+from clusterlab.chaos.checks.sql import to_duckdb
 
 # Rows of the ``vote`` events, with their JSON detail as columns.
 _VOTES = """
@@ -121,23 +121,35 @@ TERM_STARTS_WITH_NEW_LEADERSHIP_TERM = SqlCheck(
     "is its NewLeadershipTerm entry",
     tables=("applied", "log"),
     sql="""
-WITH firsts AS (
-  SELECT run_id, member_id, service_id, incarnation, leadership_term_id,
-         min_by(entry_type, log_position) AS first_type,
-         min(log_position) AS first_end,
-         min_by(length, log_position) AS first_length
+WITH first_ends AS (
+  SELECT run_id, member_id, service_id, incarnation, leadership_term_id, min(log_position) AS first_end
   FROM applied WHERE entry_type <> 'Snapshot'
   GROUP BY run_id, member_id, service_id, incarnation, leadership_term_id
+),
+firsts AS (
+  -- the row at each first position: an int64 min (a hash aggregate) and a broadcast of the few groups,
+  -- where min_by(entry_type, ...) over a string planned as a sort of every applied row
+  SELECT /*+ BROADCAST(m) */ a.run_id, a.member_id, a.service_id, a.incarnation, a.leadership_term_id,
+         a.entry_type AS first_type, m.first_end, a.length AS first_length
+  FROM applied a
+  JOIN first_ends m
+    ON a.run_id = m.run_id AND a.member_id <=> m.member_id AND a.service_id <=> m.service_id
+       AND a.incarnation <=> m.incarnation AND a.leadership_term_id <=> m.leadership_term_id
+       AND a.log_position = m.first_end
+  WHERE a.entry_type <> 'Snapshot'
 ),
 snaps AS (
   SELECT run_id, member_id, service_id, incarnation, log_position FROM applied WHERE entry_type = 'Snapshot'
 ),
+log_first_ends AS (
+  SELECT run_id, leadership_term_id, min(log_position) AS first_end FROM log GROUP BY run_id, leadership_term_id
+),
 log_firsts AS (
-  SELECT run_id, leadership_term_id,
-         min_by(entry_type, log_position) AS first_type,
-         min(log_position) AS first_end,
-         min_by(octet_length(entry), log_position) AS first_length
-  FROM log GROUP BY run_id, leadership_term_id
+  SELECT /*+ BROADCAST(m) */ l.run_id, l.leadership_term_id, l.entry_type AS first_type, m.first_end,
+         octet_length(l.entry) AS first_length
+  FROM log l
+  JOIN log_first_ends m
+    ON l.run_id = m.run_id AND l.leadership_term_id <=> m.leadership_term_id AND l.log_position = m.first_end
 )
 SELECT run_id,
        concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
@@ -251,7 +263,7 @@ WITH tc AS (
 ),
 spots AS (SELECT DISTINCT run_id, log_position FROM tc),
 at_spot AS (
-  SELECT a.run_id, a.log_position,
+  SELECT /*+ BROADCAST(p) */ a.run_id, a.log_position,
          concat(a.entry_type, ' ', substring(lower(hex(a.entry_digest)), 1, 12)) AS what,
          concat(CAST(a.member_id AS STRING), '/', CAST(a.incarnation AS STRING)) AS who
   FROM applied a JOIN spots p ON a.run_id = p.run_id AND a.log_position = p.log_position
@@ -275,7 +287,8 @@ SELECT tc.run_id,
               ' that is not in the committed log') AS detail
 FROM tc JOIN log_end e ON e.run_id = tc.run_id
 WHERE tc.log_position <= e.end_position
-  AND NOT EXISTS (SELECT 1 FROM log l WHERE l.run_id = tc.run_id AND l.log_position = tc.log_position
+  AND NOT EXISTS (SELECT 1 FROM log l WHERE l.entry_type IN ('Timer', 'SessionClose')  -- filtered before any shuffle
+                                           AND l.run_id = tc.run_id AND l.log_position = tc.log_position
                                            AND l.entry_type = tc.entry_type)
 """,
 )
@@ -293,12 +306,16 @@ WITH taken AS (
   SELECT run_id, member_id, incarnation, log_position, 'restored' AS how FROM applied WHERE entry_type = 'Snapshot'
 ),
 log_end AS (SELECT run_id, max(log_position) AS end_position FROM log GROUP BY run_id),
+lasts AS (
+  -- each incarnation's last position (a hash aggregate), not a join of applied with itself
+  SELECT run_id, member_id, service_id, incarnation, max(log_position) AS last_position FROM applied
+  GROUP BY run_id, member_id, service_id, incarnation
+),
 actions AS (
-  SELECT run_id, member_id, service_id, incarnation, log_position FROM applied a
-  WHERE entry_type = 'ClusterAction' AND NOT replay
-    AND EXISTS (SELECT 1 FROM applied b WHERE b.run_id = a.run_id AND b.member_id = a.member_id
-                                             AND b.service_id = a.service_id AND b.incarnation = a.incarnation
-                                             AND b.log_position > a.log_position)
+  SELECT a.run_id, a.member_id, a.service_id, a.incarnation, a.log_position FROM applied a
+  JOIN lasts b ON b.run_id = a.run_id AND b.member_id = a.member_id AND b.service_id = a.service_id
+                  AND b.incarnation = a.incarnation
+  WHERE a.entry_type = 'ClusterAction' AND NOT a.replay AND b.last_position > a.log_position
 )
 SELECT k.run_id,
        concat('member ', CAST(k.member_id AS STRING), '/', CAST(k.incarnation AS STRING), ' ', k.how,
@@ -370,7 +387,7 @@ NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 
 def duckdb_sql(check: SqlCheck) -> str:
     """The check's SQL in DuckDB's dialect."""
-    return sqlglot.transpile(check.sql, read="spark", write="duckdb")[0]
+    return to_duckdb(check.sql)  # the shared, cached transpile (Spark's join hints dropped)
 
 
 def evaluate_duckdb(check: SqlCheck, tables: dict[str, pa.Table], run_id: str) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from pathlib import Path
@@ -43,6 +44,7 @@ JOIN flagged AS f
 WHERE m.channel <> 'control'
 ORDER BY m.run_id, at, m.wall_ns
 """
+_HINT = re.compile(r"/\*\+.*?\*/", re.DOTALL)
 FLAGGED_SCHEMA = pa.schema([pa.field("run_id", pa.string()), pa.field("log_position", pa.int64())])
 
 
@@ -68,7 +70,9 @@ def _compiled(sql: str) -> dict[str, Any]:
     from sqlglot import exp
 
     got = {
-        "duckdb": ";\n".join(sqlglot.transpile(sql, read="spark", write="duckdb")),
+        # Join hints (/*+ BROADCAST(x) */) are Spark's planning advice; DuckDB has none (sqlglot would drop
+        # them with a warning on stderr).
+        "duckdb": ";\n".join(sqlglot.transpile(_HINT.sub("", sql), read="spark", write="duckdb")),
         "columns": sorted({c.name for c in sqlglot.parse_one(sql, read="spark").find_all(exp.Column)}),
     }
     with contextlib.suppress(OSError):  # a read-only home: no cache, same result

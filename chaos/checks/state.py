@@ -86,21 +86,31 @@ DURABILITY = SqlCheck(
 WITH acked AS (
   SELECT run_id, client_id, op_id, f, key, value FROM ops WHERE kind = 'ok'
 ), requests AS (
-  SELECT run_id, req_id, req_op, req_key, req_value, log_position,
-         row_number() OVER (PARTITION BY run_id, req_id, req_op, req_key, req_value ORDER BY log_position) AS copy
-  FROM log
-  WHERE req_op IS NOT NULL
+  SELECT run_id, req_id, req_op, req_key, req_value, log_position FROM log WHERE req_op IS NOT NULL
+), repeated AS (
+  SELECT run_id, req_id, req_op, req_key, req_value, min(log_position) AS first_position
+  FROM requests
+  GROUP BY run_id, req_id, req_op, req_key, req_value
+  HAVING count(*) > 1
 ), copies AS (
-  SELECT * FROM requests WHERE copy > 1
+  -- every copy of a request after its first (one entry per log position): a hash aggregate and a
+  -- broadcast of the few repeated requests, where a row_number() window sorted every entry
+  SELECT /*+ BROADCAST(d) */ r.run_id, r.req_id, r.req_op, r.req_key, r.req_value, r.log_position
+  FROM requests AS r
+  JOIN repeated AS d
+    ON r.run_id = d.run_id AND r.req_id <=> d.req_id AND r.req_op = d.req_op AND r.req_key <=> d.req_key
+   AND r.req_value <=> d.req_value
+  WHERE r.log_position > d.first_position
 ), at_copy AS (
-  SELECT a.run_id, a.member_id, a.service_id, a.incarnation, a.seq, a.log_position,
+  -- copies are few: Spark broadcasts them rather than shuffling and sorting every applied row (twice)
+  SELECT /*+ BROADCAST(c) */ a.run_id, a.member_id, a.service_id, a.incarnation, a.seq, a.log_position,
          a.state_digest_hi, a.state_digest_lo
   FROM applied AS a
   JOIN (SELECT DISTINCT run_id, log_position FROM copies) AS c
     ON a.run_id = c.run_id AND a.log_position = c.log_position
   WHERE a.entry_type = 'SessionMessage'
 ), changed AS (
-  SELECT DISTINCT x.run_id, x.log_position
+  SELECT /*+ BROADCAST(x) */ DISTINCT x.run_id, x.log_position
   FROM at_copy AS x
   JOIN applied AS b
     ON b.run_id = x.run_id AND b.member_id = x.member_id AND b.service_id <=> x.service_id
@@ -136,16 +146,34 @@ COMMITTED_PREFIX = SqlCheck(
     "bytes, and each member's commit position never moved back within an incarnation",
     tables=("applied", "log", "events"),
     sql="""
-SELECT a.run_id, a.member_id, a.incarnation, a.log_position, CAST(NULL AS BIGINT) AS previous,
+WITH positions AS (
+  -- the applied digests at each position, aggregated (a hash aggregate) before the join with the log, so
+  -- only one row per position meets the log, not one per member and incarnation
+  SELECT /*+ BROADCAST(r) */ a.run_id, a.log_position,
+         min(a.entry_digest_hi) AS min_hi, max(a.entry_digest_hi) AS max_hi,
+         min(a.entry_digest_lo) AS min_lo, max(a.entry_digest_lo) AS max_lo
+  FROM applied AS a
+  JOIN (SELECT DISTINCT run_id FROM log) AS r ON r.run_id = a.run_id  -- runs with a committed log
+  WHERE a.entry_type <> 'Snapshot'
+  GROUP BY a.run_id, a.log_position
+), flagged AS (
+  -- positions where some member's entry is missing from the log or differs from it
+  SELECT p.run_id, p.log_position, l.log_position AS log_has, l.entry_digest_hi AS log_hi, l.entry_digest_lo AS log_lo
+  FROM positions AS p
+  LEFT JOIN log AS l ON l.run_id = p.run_id AND l.log_position = p.log_position
+  WHERE l.log_position IS NULL
+     OR l.entry_digest_hi <> p.min_hi OR l.entry_digest_hi <> p.max_hi
+     OR l.entry_digest_lo <> p.min_lo OR l.entry_digest_lo <> p.max_lo
+)
+SELECT /*+ BROADCAST(f) */ a.run_id, a.member_id, a.incarnation, a.log_position, CAST(NULL AS BIGINT) AS previous,
        'applied entry not in the final committed log' AS problem,
        concat('member ', a.member_id, '/', a.incarnation, ' applied an entry at ', a.log_position,
-              CASE WHEN l.log_position IS NULL THEN '; the committed log has nothing there'
+              CASE WHEN f.log_has IS NULL THEN '; the committed log has nothing there'
                    ELSE '; the committed log has another entry there' END) AS detail
 FROM applied AS a
-LEFT JOIN log AS l ON l.run_id = a.run_id AND l.log_position = a.log_position
+JOIN flagged AS f ON f.run_id = a.run_id AND f.log_position = a.log_position
 WHERE a.entry_type <> 'Snapshot'
-  AND a.run_id IN (SELECT DISTINCT run_id FROM log)
-  AND (l.log_position IS NULL OR l.entry_digest_hi <> a.entry_digest_hi OR l.entry_digest_lo <> a.entry_digest_lo)
+  AND (f.log_has IS NULL OR f.log_hi <> a.entry_digest_hi OR f.log_lo <> a.entry_digest_lo)
 UNION ALL
 SELECT run_id, member_id, incarnation, log_position, previous,
        concat('commit position moved back from ', previous) AS problem,

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+import orjson
 import pyarrow as pa
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_named
 
@@ -82,10 +83,14 @@ def request_of(entry: bytes) -> dict[str, object] | None:
     block_length, template_id = struct.unpack_from("<HH", entry, _FRAME_HEADER)
     if template_id != _SESSION_MESSAGE_TEMPLATE_ID:
         return None
+    raw = entry[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length]
     try:
-        body = json.loads(entry[_FRAME_HEADER + _MESSAGE_HEADER + block_length : frame_length])
-    except ValueError:
-        return None
+        body = orjson.loads(raw)  # ~3x json.loads: this runs once per log entry
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and json accepts (NaN, Infinity, integers past 64 bits)
+            body = json.loads(raw)
+        except ValueError:
+            return None
     return body if isinstance(body, dict) else None
 
 

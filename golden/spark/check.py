@@ -164,9 +164,9 @@ def check_runs(
         rows, run_rows, run_torn = row_counts(complete)
         if runs:
             for table, data in view_tables(complete, view_columns(checks)).items():
-                spark.createDataFrame(data).createOrReplaceTempView(table)
+                _arrow_frame(spark, data).createOrReplaceTempView(table)
             every = {t: view_schema(t).names for t in VIEWS}
-            ops = spark.createDataFrame(view_tables(complete, every)["ops"])
+            ops = _arrow_frame(spark, view_tables(complete, every)["ops"])
     else:
         # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
         completeness, all_files = establish_completeness(spark, all_runs)
@@ -209,6 +209,14 @@ def check_runs(
     if write_json:
         report.write_json()
     return report
+
+
+def _arrow_frame(spark: SparkSession, data: Any) -> DataFrame:
+    """``data`` (a pyarrow Table) as a DataFrame; an empty one keeps its schema (a golden has no events
+    or ops: Spark Connect cannot infer a schema from no rows)."""
+    if data.num_rows == 0:
+        return spark.createDataFrame([], from_arrow_schema(data.schema))
+    return spark.createDataFrame(data)
 
 
 def _file_counts(files: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:

@@ -145,6 +145,8 @@ def start(
         "--conf",
         "spark.python.worker.reuse=true",
         "--conf",
+        "spark.sql.inMemoryColumnarStorage.compressed=false",  # as session.py: the check's cached views
+        "--conf",
         f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{log4j}",
         "spark-internal",
     ]

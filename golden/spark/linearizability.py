@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 NAME = "linearizability"
+BUCKETS = 16  # (run, key) histories are judged in this many groups (a few per core of a small cluster)
 _OPS_COLUMNS = ("run_id", "client_id", "op_id", "kind", "wall_ns", "f", "key", "value", "result", "arg")
 RESULT_SCHEMA = (
     "run_id string, key string, model string, verdict string, ops long, explored long, reason string, minimal string"
@@ -49,21 +50,27 @@ def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
     max_states, max_seconds = budget
 
     def judge(group: pa.Table) -> pa.Table:
-        rows = group.to_pylist()
-        run_id, key = rows[0]["run_id"], rows[0]["part"]
-        v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
-        minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
-        row = {
-            "run_id": run_id,
-            "key": key,
-            "model": v.model,
-            "verdict": v.verdict,
-            "ops": v.ops,
-            "explored": v.explored,
-            "reason": v.reason,
-            "minimal": minimal,
-        }
-        return pa.Table.from_pylist([row], _RESULT_ARROW)
+        # One bucket of many (run, key) histories: each judged alone, as one group per key would be.
+        parts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in group.to_pylist():
+            parts.setdefault((row["run_id"], row["part"]), []).append(row)
+        out = []
+        for (run_id, key), rows in sorted(parts.items()):
+            v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
+            minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
+            out.append(
+                {
+                    "run_id": run_id,
+                    "key": key,
+                    "model": v.model,
+                    "verdict": v.verdict,
+                    "ops": v.ops,
+                    "explored": v.explored,
+                    "reason": v.reason,
+                    "minimal": minimal,
+                }
+            )
+        return pa.Table.from_pylist(out, _RESULT_ARROW)
 
     return judge
 
@@ -77,7 +84,11 @@ def judge_ops(
     if "arg" not in ops.columns:
         ops = ops.withColumn("arg", F.lit(None).cast("string"))
     ops = ops.select(*_OPS_COLUMNS).withColumn("part", F.coalesce(F.col("key"), F.lit(COUNTER_KEY)))
-    return ops.groupBy("run_id", "part").applyInArrow(_judge((max_states, max_seconds)), RESULT_SCHEMA)
+    # Grouped into BUCKETS hash buckets of (run, key), not one group per key: each group is one call
+    # into the Python worker, and a run of thousands of keys spent most of its time in those calls
+    # (medium bench: 20 k keys, 14 s; the keys are still judged one by one inside a bucket).
+    bucket = F.pmod(F.xxhash64("run_id", "part"), F.lit(BUCKETS)).alias("bucket")
+    return ops.groupBy(bucket).applyInArrow(_judge((max_states, max_seconds)), RESULT_SCHEMA)
 
 
 def violations(
