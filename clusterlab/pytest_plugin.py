@@ -132,6 +132,20 @@ def _seeds_for(config: pytest.Config, marker: pytest.Mark) -> list[int]:
     return chaos_seeds(config, marker.kwargs.get("seed", 1))
 
 
+# A sweep test's time bound grows with its seeds (pytest-timeout's ini default is for one run): up to
+# two cluster sizes at a few CPU seconds a run, on a loaded machine; it still bounds a hung sweep.
+SWEEP_TIMEOUT_S_PER_SEED = 6.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    n = config.getoption("--chaos-sweep")
+    if not n:
+        return
+    for item in items:
+        if "chaos_sweep" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(300 + SWEEP_TIMEOUT_S_PER_SEED * n))
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("chaos")
     if marker is not None and "chaos_seed" in metafunc.fixturenames:

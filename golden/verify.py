@@ -32,7 +32,7 @@ from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.coverage import CoverageReport, Covered, Measurement, measure_log, measure_trace, recipe_of
 from clusterlab.golden.replay import describe_entry, replay_log
 from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
-from clusterlab.golden.spark.session import spark_session
+from clusterlab.golden.spark.session import spark_session, spark_session_is_running
 from clusterlab.golden.store import (
     TRACES,
     Golden,
@@ -373,7 +373,8 @@ def verify_goldens(
                     )
         if comparisons:
             say(f"diffing {len(comparisons)} runs against their goldens with Spark")
-            own_spark = spark is None
+            # getOrCreate hands back a session already running in this process: not ours to stop.
+            own_spark = spark is None and not spark_session_is_running()
             spark = spark or spark_session(master)
             positions = diff_positions(spark, comparisons)
             messages = diff_messages(spark, comparisons)

@@ -25,14 +25,16 @@ def _bad(err: Console, message: str) -> int:
 
 
 def _golden_judge(master: str | None) -> tuple[Any, Any]:
-    """One Spark session for every mutant's `golden verify` (its start-up dominates otherwise), and
+    """One Spark session for every mutant's `golden verify` (its start-up dominates otherwise; returned
+    only when this call started it, for the caller to stop), and
     the judge: the goldens replayed through the mutant's service and re-run with the mutant on."""
     from clusterlab.chaos.runner import MUTANT_SERVICES
-    from clusterlab.golden.spark.session import spark_session
+    from clusterlab.golden.spark.session import spark_session, spark_session_is_running
     from clusterlab.golden.store import MANIFEST, load_manifest
     from clusterlab.golden.verify import verify_goldens
     from clusterlab.harness.services import service_factory
 
+    owned = not spark_session_is_running()
     spark = spark_session(master)
 
     def judge(name: str) -> tuple[bool, str]:
@@ -47,7 +49,7 @@ def _golden_judge(master: str | None) -> tuple[Any, Any]:
         failed = [v.name for v in report.verdicts if not v.ok]
         return bool(failed), ("diverged: " + ", ".join(failed)) if failed else "every golden matches"
 
-    return spark, judge
+    return (spark if owned else None), judge
 
 
 def _cmd_mutants(args: argparse.Namespace) -> int:

@@ -16,6 +16,12 @@ DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
+def spark_session_is_running() -> bool:
+    """Whether this process already has an active Spark session: ``spark_session`` would return it
+    (getOrCreate), so a caller that did not start it must not stop it (a pytest worker's shared one)."""
+    return SparkSession.getActiveSession() is not None
+
+
 def spark_session(
     master: str | None = None, app_name: str = "clusterlab", *, remote: str | None = None
 ) -> SparkSession:

@@ -95,3 +95,31 @@ def test_cluster_nemesis_and_workload_fixtures(cluster: Any, nemesis: Any, workl
         "old leader follows",
     )
     assert new_leader != leader
+
+
+SWEEP_SUITE = """
+def test_sweep_bound(chaos_sweep, request):
+    marker = request.node.get_closest_marker("timeout")
+    print("TIMEOUT", marker.args[0] if marker else None)
+"""
+
+
+@pytest.mark.chaos
+def test_chaos_sweep_n_gives_the_sweep_test_a_time_bound_growing_with_n(tmp_path: Path) -> None:
+    """pytest-timeout's default bounds one run; a `--chaos-sweep 500` test needs far longer (the CI
+    sweep was cut at 300 s), and without the option it keeps the default."""
+    (tmp_path / "test_sweep_user.py").write_text(SWEEP_SUITE)
+
+    def bound(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", "test_sweep_user.py", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return next(line for line in done.stdout.splitlines() if line.startswith("TIMEOUT"))
+
+    assert bound("--chaos-sweep", "500") == "TIMEOUT 3300.0"
+    assert bound() == "TIMEOUT None"

@@ -54,3 +54,14 @@ def test_verify_coverage_of_a_subset_is_shown_not_judged(tmp_path: Path, capsys:
     assert report["ok"] and report["coverage"]["missing_required"], report["coverage"]["missing_required"]
     captured = capsys.readouterr()
     assert "not judged" in captured.err and "golden coverage: the set (2 goldens): FAIL" in captured.out
+
+
+def test_verify_leaves_this_process_s_running_session_running(spark: object) -> None:
+    """`golden verify` in a process that already runs Spark (a pytest worker's shared session, or a
+    notebook's) uses that session and does not stop it: the next job on it still reads traces."""
+    from clusterlab.golden.store import TRACES
+
+    real = _pick()[0]
+    assert main(["golden", "verify", real, "--master", "local[2]"]) == 0
+    applied = spark.read.format("clustertrace").option("table", "applied").load(str(TRACES / real))  # type: ignore[attr-defined]
+    assert applied.count() > 0
