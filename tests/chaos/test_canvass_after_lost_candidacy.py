@@ -20,7 +20,9 @@ from clusterlab.chaos.runner import run_scenario
 pytestmark = [pytest.mark.chaos, pytest.mark.sim]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open liveness bug: CANVASS after a lost own candidacy (see module doc)")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="open liveness bug: CANVASS after a lost own candidacy (module doc)"
+)
 def test_member_whose_candidacy_lost_rejoins_the_current_leader(tmp_path: Path) -> None:
     result = run_scenario("random", seed=216, members=3, duration_s=10.0, sim=True, directory=tmp_path)
     assert result.ok, result.failure_message()
