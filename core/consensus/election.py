@@ -71,6 +71,8 @@ class ElectionHost(Protocol):
     def time_of_last_leader_update_ns(self) -> int: ...
     @property
     def is_catchup_stopped(self) -> bool: ...
+    def vote_promise_term_id(self, persisted_candidate_term_id: int) -> int: ...
+    def promise_vote(self, candidate_term_id: int) -> None: ...
 
     # notifications
     def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None: ...
@@ -811,8 +813,13 @@ class Election:
                 self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                     msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
                 )
+            self.host.promise_vote(msg.candidate_term_id)
             self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
+
+    def vote_promise_term_id(self) -> int:
+        """The lowest term whose leader this member may follow from CANVASS (ElectionHost.promise_vote)."""
+        return self.host.vote_promise_term_id(self.node_state.candidate_term_id)
 
     def _place_vote(self, request: RequestVote, vote: bool) -> None:
         answer = Vote(
@@ -857,10 +864,14 @@ class Election:
             self.graceful_closed_leader_id = NULL_VALUE
         if self.state == ElectionState.FOLLOWER_LOG_REPLICATION and msg.leader_member_id == self.leader_member_id:
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
-        # In CANVASS only a term at least the one this member last voted in: a vote for term T promises to
-        # follow no leader of an earlier term (Raft's rule; Aeron persists the candidate term for it). A
-        # stalled leader of an older term would otherwise make it commit entries the new leader lacks.
-        acceptable = (self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.candidate_term_id) or (
+        # In CANVASS only a term at least the one this member last voted for another member in: that vote
+        # for term T promises to follow no leader of an earlier term (Raft's rule). A stalled leader of an
+        # older term would otherwise make it commit entries the new leader lacks. Its own lost candidacy,
+        # or a vote it denied, promises nothing: holding off then would wait for ever for a term nobody
+        # starts (random seed 216: a member behind, in CANVASS below its candidate term).
+        acceptable = (
+            self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.vote_promise_term_id()
+        ) or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
             and msg.leadership_term_id == self.candidate_term_id
         )

@@ -97,6 +97,18 @@ class ElectionLink:
     def time_of_last_leader_update_ns(self) -> int:
         return self._s.time_of_last_leader_update_ns
 
+    def vote_promise_term_id(self, persisted_candidate_term_id: int) -> int:
+        """The term below which this member follows no leader (ModuleState.vote_promise_term_id)."""
+        st = self._s
+        if st.vote_promise_term_id is None:
+            st.vote_promise_term_id = persisted_candidate_term_id
+        return st.vote_promise_term_id
+
+    def promise_vote(self, candidate_term_id: int) -> None:
+        st = self._s
+        held = NULL_VALUE if st.vote_promise_term_id is None else st.vote_promise_term_id
+        st.vote_promise_term_id = max(held, candidate_term_id)
+
     @property
     def is_catchup_stopped(self) -> bool:
         return self._catchup.is_catchup_stopped
@@ -231,7 +243,7 @@ class ElectionLink:
         hold off its own nomination either, or both sides wait for ever."""
         st = self._s
         e = st.election
-        return st.leadership_term_id if e is None else max(st.leadership_term_id, e.candidate_term_id)
+        return st.leadership_term_id if e is None else max(st.leadership_term_id, e.vote_promise_term_id())
 
     def on_new_leadership_term(self, src: int, msg: NewLeadershipTerm, now_ns: int) -> None:
         st = self._s
