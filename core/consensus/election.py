@@ -71,7 +71,8 @@ class ElectionHost(Protocol):
     def time_of_last_leader_update_ns(self) -> int: ...
     @property
     def is_catchup_stopped(self) -> bool: ...
-    def vote_promise_term_id(self, persisted_candidate_term_id: int) -> int: ...
+    @property
+    def vote_promise_term_id(self) -> int: ...
     def promise_vote(self, candidate_term_id: int) -> None: ...
 
     # notifications
@@ -228,6 +229,11 @@ class Election:
         self.replication_started = False
         self.replay_started = False
         self.nomination_deadline_ns = 0
+        # A live leader's term this member refused in CANVASS because it voted in a later term: it then
+        # stands itself once the canvass deadline passes, even behind (Raft's answer: its higher-term
+        # RequestVote pulls the refused leader and its followers into a new election). Else it waits for
+        # ever for a term nobody starts (random seed 374, 5 members).
+        self.refused_leader_term_id = NULL_VALUE
         self.time_of_last_state_change_ns = now_ns
         self.time_of_last_update_ns = FAR_PAST_NS
         self.time_of_last_commit_publish_ns = FAR_PAST_NS
@@ -425,8 +431,9 @@ class Election:
             deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
-            now_ns >= deadline and self._is_quorum_candidate(n)
+            now_ns >= deadline and (self._is_quorum_candidate(n) or self.refused_leader_term_id != NULL_VALUE)
         ):
+            self.refused_leader_term_id = NULL_VALUE
             backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
             self.nomination_deadline_ns = now_ns + backoff
             self._transition(ElectionState.NOMINATE, now_ns)
@@ -817,10 +824,6 @@ class Election:
             self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
 
-    def vote_promise_term_id(self) -> int:
-        """The lowest term whose leader this member may follow from CANVASS (ElectionHost.promise_vote)."""
-        return self.host.vote_promise_term_id(self.node_state.candidate_term_id)
-
     def _place_vote(self, request: RequestVote, vote: bool) -> None:
         answer = Vote(
             candidate_term_id=request.candidate_term_id,
@@ -870,12 +873,14 @@ class Election:
         # or a vote it denied, promises nothing: holding off then would wait for ever for a term nobody
         # starts (random seed 216: a member behind, in CANVASS below its candidate term).
         acceptable = (
-            self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.vote_promise_term_id()
+            self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.host.vote_promise_term_id
         ) or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
             and msg.leadership_term_id == self.candidate_term_id
         )
         if not acceptable:
+            if self.state == ElectionState.CANVASS and msg.leadership_term_id < self.host.vote_promise_term_id:
+                self.refused_leader_term_id = msg.leadership_term_id
             self.host.ignore("NewLeadershipTerm", f"term {msg.leadership_term_id} in {self.state.name}")
             return
         if msg.log_leadership_term_id != self.log_leadership_term_id:
