@@ -71,6 +71,9 @@ class ElectionHost(Protocol):
     def time_of_last_leader_update_ns(self) -> int: ...
     @property
     def is_catchup_stopped(self) -> bool: ...
+    @property
+    def vote_promise_term_id(self) -> int: ...
+    def promise_vote(self, candidate_term_id: int) -> None: ...
 
     # notifications
     def on_election_state(self, old: ElectionState | None, new: ElectionState, now_ns: int) -> None: ...
@@ -226,6 +229,11 @@ class Election:
         self.replication_started = False
         self.replay_started = False
         self.nomination_deadline_ns = 0
+        # A live leader's term this member refused in CANVASS because it voted in a later term: it then
+        # stands itself once the canvass deadline passes, even behind (Raft's answer: its higher-term
+        # RequestVote pulls the refused leader and its followers into a new election). Else it waits for
+        # ever for a term nobody starts (random seed 374, 5 members).
+        self.refused_leader_term_id = NULL_VALUE
         self.time_of_last_state_change_ns = now_ns
         self.time_of_last_update_ns = FAR_PAST_NS
         self.time_of_last_commit_publish_ns = FAR_PAST_NS
@@ -423,8 +431,9 @@ class Election:
             deadline = self.host.time_of_last_leader_update_ns + self.timeouts.leader_heartbeat_timeout_ns
         n = self._member_count()
         if is_unanimous_candidate(self.statuses, self.this_member, self.graceful_closed_leader_id, n) or (
-            now_ns >= deadline and self._is_quorum_candidate(n)
+            now_ns >= deadline and (self._is_quorum_candidate(n) or self.refused_leader_term_id != NULL_VALUE)
         ):
+            self.refused_leader_term_id = NULL_VALUE
             backoff = self.ctx.rng.randrange(max(self.timeouts.election_timeout_ns // 2, 1))
             self.nomination_deadline_ns = now_ns + backoff
             self._transition(ElectionState.NOMINATE, now_ns)
@@ -811,6 +820,7 @@ class Election:
                 self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                     msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
                 )
+            self.host.promise_vote(msg.candidate_term_id)
             self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
 
@@ -857,14 +867,20 @@ class Election:
             self.graceful_closed_leader_id = NULL_VALUE
         if self.state == ElectionState.FOLLOWER_LOG_REPLICATION and msg.leader_member_id == self.leader_member_id:
             self.replication_deadline_ns = now_ns + self.timeouts.leader_heartbeat_timeout_ns
-        # In CANVASS only a term at least the one this member last voted in: a vote for term T promises to
-        # follow no leader of an earlier term (Raft's rule; Aeron persists the candidate term for it). A
-        # stalled leader of an older term would otherwise make it commit entries the new leader lacks.
-        acceptable = (self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.candidate_term_id) or (
+        # In CANVASS only a term at least the one this member last voted for another member in: that vote
+        # for term T promises to follow no leader of an earlier term (Raft's rule). A stalled leader of an
+        # older term would otherwise make it commit entries the new leader lacks. Its own lost candidacy,
+        # or a vote it denied, promises nothing: holding off then would wait for ever for a term nobody
+        # starts (random seed 216: a member behind, in CANVASS below its candidate term).
+        acceptable = (
+            self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.host.vote_promise_term_id
+        ) or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
             and msg.leadership_term_id == self.candidate_term_id
         )
         if not acceptable:
+            if self.state == ElectionState.CANVASS and msg.leadership_term_id < self.host.vote_promise_term_id:
+                self.refused_leader_term_id = msg.leadership_term_id
             self.host.ignore("NewLeadershipTerm", f"term {msg.leadership_term_id} in {self.state.name}")
             return
         if msg.log_leadership_term_id != self.log_leadership_term_id:

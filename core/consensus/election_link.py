@@ -68,6 +68,9 @@ class ElectionLink:
         self._archive = archive_store.recording
         self._recording_log = recording_log
         self._node_state = node_state
+        # After a restart the persisted candidate term stands in for the vote promise: who got that
+        # vote is not kept, so it may have gone to another member.
+        state.vote_promise_term_id = max(state.vote_promise_term_id, node_state.candidate_term_id)
         self._publisher = publisher
         self._replication = replication
         self._catchup = catchup
@@ -96,6 +99,15 @@ class ElectionLink:
     @property
     def time_of_last_leader_update_ns(self) -> int:
         return self._s.time_of_last_leader_update_ns
+
+    @property
+    def vote_promise_term_id(self) -> int:
+        """The term below which this member follows no leader (ModuleState.vote_promise_term_id)."""
+        return self._s.vote_promise_term_id
+
+    def promise_vote(self, candidate_term_id: int) -> None:
+        st = self._s
+        st.vote_promise_term_id = max(st.vote_promise_term_id, candidate_term_id)
 
     @property
     def is_catchup_stopped(self) -> bool:
@@ -231,7 +243,7 @@ class ElectionLink:
         hold off its own nomination either, or both sides wait for ever."""
         st = self._s
         e = st.election
-        return st.leadership_term_id if e is None else max(st.leadership_term_id, e.candidate_term_id)
+        return st.leadership_term_id if e is None else max(st.leadership_term_id, st.vote_promise_term_id)
 
     def on_new_leadership_term(self, src: int, msg: NewLeadershipTerm, now_ns: int) -> None:
         st = self._s

@@ -68,6 +68,10 @@ class ModuleState:
         self.consumed_position = 0  # log adapter position: entries processed up to here
         self.election: Election | None = None
         self.time_of_last_leader_update_ns = 0
+        # The highest term this member voted yes for another member in: it follows no leader of an earlier
+        # term (a self-vote or a denial promises nothing). ElectionLink seeds it from the persisted
+        # candidate term at start.
+        self.vote_promise_term_id = NULL_VALUE
         self.time_of_last_log_update_ns = 0  # last sign of life of the leader's log (follower)
         self.terminated = False
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
