@@ -137,6 +137,8 @@ class RecordingStore:
         self._active_fd: StorageFile | None = None  # the last segment, open for writing
         self._read_fds: OrderedDict[int, StorageFile] = OrderedDict()  # base position -> older segment
         self._closed = False
+        # The stop position, kept current by every write and truncate (read several times per append).
+        self._stop = segments[-1].end_position if segments else 0
         if segments:
             self._active_fd = storage.open(segments[-1].path, create=False)
         self._clear_tail_cache()
@@ -277,7 +279,7 @@ class RecordingStore:
     @property
     def stop_position(self) -> int:
         """The append position: the position after the last whole frame."""
-        return self._segments[-1].end_position if self._segments else 0
+        return self._stop
 
     @property
     def segment_count(self) -> int:
@@ -295,7 +297,7 @@ class RecordingStore:
         ``start_position`` must equal :attr:`stop_position` and every frame must be valid (CRC, position),
         otherwise ArchiveError and nothing is appended. Returns the new stop position."""
         self._check_open()
-        stop = self.stop_position
+        stop = self._stop
         if start_position != stop:
             raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if not framed:
@@ -310,7 +312,7 @@ class RecordingStore:
             )
         self._write(framed, [f.end_position - start_position for f in result.frames])
         self._cache_append(framed, result.frames)
-        return self.stop_position
+        return self._stop
 
     def append_walked(self, framed: bytes, start_position: int, frames: list[Frame]) -> int:
         """Append a block the caller already validated with ``walk_frames``: ``frames`` are its whole frames.
@@ -318,7 +320,7 @@ class RecordingStore:
         Saves the second CRC pass of :meth:`append` on the follower's hot path; the block must still
         start at the stop position and consist of exactly those frames (else ArchiveError)."""
         self._check_open()
-        stop = self.stop_position
+        stop = self._stop
         if start_position != stop or not frames or frames[0].position != start_position:
             raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if frames[-1].end_position != start_position + len(framed):
@@ -328,7 +330,7 @@ class RecordingStore:
             )
         self._write(framed, [f.end_position - start_position for f in frames])
         self._cache_append(framed, frames)
-        return self.stop_position
+        return self._stop
 
     def append_entry(self, payload: bytes, leadership_term_id: int) -> int:
         """Frame ``payload`` at the stop position and append it; returns the position after it."""
@@ -337,8 +339,17 @@ class RecordingStore:
     def append_entries(self, payloads: Sequence[bytes], leadership_term_id: int) -> int:
         """Frame each payload in turn from the stop position and append them with one write; returns
         the position after the last (the leader's batched ingress)."""
-        self._check_open()
-        position = start = self.stop_position
+        if self._closed:
+            self._check_open()
+        position = start = self._stop
+        if len(payloads) == 1:
+            # One entry (the common case): no join, no list walk.
+            payload = payloads[0]
+            data = frame(payload, position, leadership_term_id)
+            end = position + len(data)
+            self._write(data, [len(data)])
+            self._cache_append_one(data, Frame(position, leadership_term_id, HDR_TYPE_DATA, payload), end)
+            return end
         chunks: list[bytes] = []
         frames: list[Frame] = []
         ends: list[int] = []
@@ -354,13 +365,13 @@ class RecordingStore:
         block = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._write(block, ends)
         self._cache_append(block, frames)
-        return self.stop_position
+        return self._stop
 
     # ------------------------------------------------------------------ tail cache
 
     def _clear_tail_cache(self) -> None:
         self._cache = bytearray()
-        self._cache_base = self.stop_position if self._segments else 0
+        self._cache_base = self._stop
         self._cache_frames: list[Frame] = []
         self._cache_starts: list[int] = []
         self._cache_ends: list[int] = []
@@ -383,6 +394,17 @@ class RecordingStore:
             del self._cache_ends[:i]
             self._cache_base = new_base
 
+    def _cache_append_one(self, data: bytes, f: Frame, end_position: int) -> None:
+        """:meth:`_cache_append` of one frame ending at ``end_position`` (the leader's single offer)."""
+        cache = self._cache
+        if self._cache_base + len(cache) != f.position or len(cache) + len(data) > 2 * TAIL_CACHE_BYTES:
+            self._cache_append(data, [f])
+            return
+        cache += data
+        self._cache_frames.append(f)
+        self._cache_starts.append(f.position)
+        self._cache_ends.append(end_position)
+
     def _cached(self, from_position: int, to_position: int, max_bytes: int | None) -> tuple[int, int] | None:
         """Indices ``[i, j)`` of the cached frames :meth:`read` would return, or None if the range is not
         (wholly) in the cache. Same rules as a read from the files."""
@@ -393,7 +415,7 @@ class RecordingStore:
         if i == len(starts) or starts[i] != from_position:
             return None  # not a frame boundary we know: the file read says why
         ends = self._cache_ends
-        to = min(to_position, self.stop_position)
+        to = min(to_position, self._stop)
         if ends[i] > to:
             return i, i
         limit = to if max_bytes is None else min(to, max(from_position + max_bytes, ends[i]))
@@ -417,6 +439,16 @@ class RecordingStore:
             raise
 
     def _write_chunks(self, data: bytes, frame_ends: list[int]) -> None:
+        segments = self._segments
+        if segments:
+            seg = segments[-1]
+            if len(data) <= self.segment_length - seg.length:
+                # Fits the active segment (nearly every append): one write, no slicing.
+                assert self._active_fd is not None
+                self._active_fd.write(seg.length, data)
+                seg.length += len(data)
+                self._stop = seg.base_position + seg.length
+                return
         view = memoryview(data)
         offset = 0
         while offset < len(data):
@@ -438,6 +470,7 @@ class RecordingStore:
                     end = frame_ends[bisect.bisect_right(frame_ends, offset)]
             self._pwrite_all(view[offset:end], seg.length)
             seg.length += end - offset
+            self._stop = seg.base_position + seg.length
             offset = end
 
     def _pwrite_all(self, data: memoryview, file_offset: int) -> None:
@@ -671,6 +704,7 @@ class RecordingStore:
             assert self._active_fd is not None
             self._active_fd.truncate(keep)
             seg.length = keep
+        self._stop = seg.end_position
         if self.file_sync:
             assert self._active_fd is not None
             self._active_fd.sync()

@@ -24,7 +24,7 @@ every input.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from clusterlab.core.archive.archive import Archive
@@ -492,6 +492,25 @@ class ConsensusModule:
             self.on_storage_failure(e, now_ns)
         self._after_input()
 
+    def on_message_and_work(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> int:
+        """:meth:`on_message`, then :meth:`do_work` at the same instant (how the simulator delivers), with
+        the invariants checked once, after both: the pair is one input. Returns do_work's work count."""
+        if self.storage_failure is not None:
+            return 0
+        work = 0
+        try:
+            self._dispatch(src_member_id, channel, payload, now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+        if self.storage_failure is None:
+            try:
+                work = self._do_work(now_ns)
+            except OSError as e:
+                self.on_storage_failure(e, now_ns)
+                work = 1
+        self._after_input()
+        return work
+
     def _dispatch(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         self._now_ns = now_ns
         self.outbox.now_ns = now_ns
@@ -735,16 +754,26 @@ class ConsensusModule:
     # ------------------------------------------------------------------ application input (leader)
     def offer(self, payload: bytes, now_ns: int, cluster_session_id: int = 0) -> int:
         """Leader only: append an application message; returns its end position or -1."""
+        return self.offer_batch((payload,), now_ns, cluster_session_id)
+
+    def offer_batch(self, payloads: Sequence[bytes], now_ns: int, cluster_session_id: int = 0) -> int:
+        """Leader only: append application messages in order with one write, as Aeron's leader appends
+        the ingress of one duty cycle; returns the end position of the last, or -1 (none appended)."""
         st = self.s
         if st.role != Role.LEADER or st.election is not None or st.state != ConsensusModuleState.ACTIVE:
             return -1
-        encoded = encode_session_message(
-            st.leadership_term_id, cluster_session_id, self.cluster_time_ms(now_ns), payload
-        )
+        if not payloads:
+            return -1
+        term = st.leadership_term_id
+        timestamp = self.cluster_time_ms(now_ns)
+        encoded = [encode_session_message(term, cluster_session_id, timestamp, p) for p in payloads]
         try:
-            position = self.archive.append_entry(encoded, st.leadership_term_id)
+            position = self.archive.append_entries(encoded, term)
         except OSError as e:
             self.on_storage_failure(e, now_ns)
+            self._after_input()
             return -1
-        self._after_input()
+        if self.check_invariants_enabled:
+            # An append changes only the log: check what it can break (the append position's history).
+            self.replication.check_invariants()
         return position
