@@ -201,7 +201,11 @@ class SimRecording:
 
     def _endpoint(self, network_id: int, channel: Channel, payload: bytes) -> tuple[ProcessRecorder, str]:
         process, member_id = process_of(network_id, channel, payload)
-        return self.recorder(process, member_id, self._incarnation(process, member_id)), process
+        incarnation = self.cluster.incarnation(member_id) if member_id >= 0 else 0
+        rec = self._by_incarnation.get((process, incarnation))  # known (nearly always): no call
+        if rec is None:
+            rec = self.recorder(process, member_id, incarnation)
+        return rec, process
 
     def _end_incarnation(self, member_id: int) -> None:
         """The member's node and service processes died or stopped: flush their files."""
@@ -317,10 +321,9 @@ class SimRecording:
     def _on_deliver(self, msg: Delivery) -> None:
         dst = msg.dst
         if dst >= 0:
-            process, member_id = f"node-{dst}", dst
+            rec, _ = self._endpoint(dst, Channel.CONSENSUS, b"")  # what reaches a member reaches its node
         else:
-            process, member_id = process_of(dst, msg.channel, msg.payload)
-        rec = self.recorder(process, member_id, self._incarnation(process, member_id))
+            rec, _ = self._endpoint(dst, msg.channel, msg.payload)
         sender, _ = process_of(msg.src, msg.channel, msg.payload)
         # SimNetwork.send schedules a duplicate right after its original, so its seq is the original's + 1.
         msg_id = msg.seq - 1 if msg.duplicate else msg.seq

@@ -209,6 +209,18 @@ class ConsensusModule:
             ReplayBlock: archive_replication.on_replay_block,
             ArchiveError: archive_replication.on_archive_error,
         }
+        # The subsystems' invariant checks after ModuleState's, bound once: they run after every input.
+        self._invariant_checks: tuple[Callable[[], None], ...] = (
+            replication.check_invariants,
+            self.catchup.check_invariants,
+            archive_replication.check_invariants,
+            self.log_adapter.check_invariants,
+            self.client_sessions.check_invariants,
+            self.services.check_invariants,
+            self.snapshots.check_invariants,
+            self.termination.check_invariants,
+            self.control.check_invariants,
+        )
         self._now_ns = 0
 
     # ------------------------------------------------------------------ state other layers read
@@ -355,17 +367,9 @@ class ConsensusModule:
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
         """Every subsystem's invariants (asserts); run after each input when enabled."""
-        append = self.archive.stop_position
-        self.s.check_invariants(append)
-        self.replication.check_invariants()
-        self.catchup.check_invariants()
-        self.archive_replication.check_invariants()
-        self.log_adapter.check_invariants()
-        self.client_sessions.check_invariants()
-        self.services.check_invariants()
-        self.snapshots.check_invariants()
-        self.termination.check_invariants()
-        self.control.check_invariants()
+        self.s.check_invariants(self.archive.stop_position)
+        for check in self._invariant_checks:
+            check()
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, now_ns: int) -> None:
