@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import re
 import struct
 from collections import OrderedDict
@@ -56,6 +57,9 @@ _FRAME_POSITION = struct.Struct("<q")
 _FRAME_POSITION_OFFSET = 16
 # Older segments are read rarely (replay, catch-up); a few cached descriptors are enough.
 _READ_FD_CACHE_SIZE = 4
+# A frame's start and end positions, read in C for a block's frames (the tail cache's indexes).
+_START_OF = operator.attrgetter("position")
+_END_OF = operator.attrgetter("end_position")
 # Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
 TAIL_CACHE_BYTES = 32 * 1024 * 1024
 
@@ -310,7 +314,7 @@ class RecordingStore:
                 f"recording {self.recording_id}: rejected block at {start_position} "
                 f"({len(framed)} bytes): bad frame at position {result.end_position}: {reason}"
             )
-        self._write(framed, [f.end_position - start_position for f in result.frames])
+        self._write(framed, result.frames)
         self._cache_append(framed, result.frames)
         return self._stop
 
@@ -328,7 +332,7 @@ class RecordingStore:
                 f"recording {self.recording_id}: block at {start_position} has {len(framed)} bytes but its frames "
                 f"end at {frames[-1].end_position}"
             )
-        self._write(framed, [f.end_position - start_position for f in frames])
+        self._write(framed, frames)
         self._cache_append(framed, frames)
         return self._stop
 
@@ -347,23 +351,22 @@ class RecordingStore:
             payload = payloads[0]
             data = frame(payload, position, leadership_term_id)
             end = position + len(data)
-            self._write(data, [len(data)])
-            self._cache_append_one(data, Frame(position, leadership_term_id, HDR_TYPE_DATA, payload), end)
+            f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
+            self._write(data, (f,))
+            self._cache_append_one(data, f, end)
             return end
         chunks: list[bytes] = []
         frames: list[Frame] = []
-        ends: list[int] = []
         for payload in payloads:
             data = frame(payload, position, leadership_term_id)
             f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
             frames.append(f)
             chunks.append(data)
             position = f.end_position
-            ends.append(position - start)
         if not chunks:
             return start
         block = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._write(block, ends)
+        self._write(block, frames)
         self._cache_append(block, frames)
         return self._stop
 
@@ -382,8 +385,8 @@ class RecordingStore:
             self._cache_base = frames[0].position
         self._cache += data
         self._cache_frames += frames
-        self._cache_starts += [f.position for f in frames]
-        self._cache_ends += [f.end_position for f in frames]
+        self._cache_starts += map(_START_OF, frames)
+        self._cache_ends += map(_END_OF, frames)
         if len(self._cache) > 2 * TAIL_CACHE_BYTES:
             keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
             i = bisect.bisect_left(self._cache_starts, keep_from)
@@ -421,14 +424,14 @@ class RecordingStore:
         limit = to if max_bytes is None else min(to, max(from_position + max_bytes, ends[i]))
         return i, bisect.bisect_right(ends, limit, lo=i)
 
-    def _write(self, data: bytes, frame_ends: list[int]) -> None:
-        """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments.
+    def _write(self, data: bytes, frames: Sequence[Frame]) -> None:
+        """Write whole frames (``data`` holds exactly ``frames``), rolling segments.
 
         If the storage refuses (ENOSPC, EIO) the OSError propagates; the stop position covers only the
         chunks written whole, and a torn chunk's bytes are cut off again so that a later, shorter write
         at the same position cannot leave stale frames behind it."""
         try:
-            self._write_chunks(data, frame_ends)
+            self._write_chunks(data, frames)
         except OSError:
             self._clear_tail_cache()
             if self._active_fd is not None and self._segments:
@@ -438,7 +441,7 @@ class RecordingStore:
                     self._log(f"archive: recording {self.recording_id}: cannot cut a failed write back: {e}")
             raise
 
-    def _write_chunks(self, data: bytes, frame_ends: list[int]) -> None:
+    def _write_chunks(self, data: bytes, frames: Sequence[Frame]) -> None:
         segments = self._segments
         if segments:
             seg = segments[-1]
@@ -449,6 +452,9 @@ class RecordingStore:
                 seg.length += len(data)
                 self._stop = seg.base_position + seg.length
                 return
+        # Crossing into a new segment: split at frame ends (offsets in ``data``).
+        start = frames[0].position
+        frame_ends = [f.end_position - start for f in frames]
         view = memoryview(data)
         offset = 0
         while offset < len(data):
