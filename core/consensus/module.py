@@ -728,27 +728,34 @@ class ConsensusModule:
         if st.terminated or st.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return now + 3600 * 1_000_000_000
         timeouts = self.ctx.timeouts
-        if st.election is not None:
-            deadline = st.election.next_deadline_ns(now)
+        election = st.election
+        is_leader = st.role == Role.LEADER
+        if election is not None:
+            deadline = election.next_deadline_ns(now)
+            if is_leader and self.replication.has_blocks_to_send():
+                deadline = now
+            if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
+                deadline = now
         else:
+            # Work due now (log to send, committed log to consume): nothing below can make it earlier.
+            if is_leader and self.replication.has_blocks_to_send():
+                return now
+            if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
+                return now
             deadline = now + max(timeouts.leader_heartbeat_interval_ns // 2, 1)
-            if st.role != Role.LEADER and not self.termination.is_pending:
+            if not is_leader and not self.termination.is_pending:
                 # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.
-                silent = self.s.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
+                silent = st.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
                 deadline = min(deadline, max(now, silent))
-            active_leader = st.role == Role.LEADER and st.state == ConsensusModuleState.ACTIVE
-            timer = self.services.timer_service.next_deadline() if active_leader else None
-            if timer is not None:
-                # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
-                deadline = min(deadline, max(now, timer * 1_000_000))
-        if st.role == Role.LEADER and self.replication.has_blocks_to_send():
-            deadline = now
-        if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
-            deadline = now
+            if is_leader and st.state == ConsensusModuleState.ACTIVE:
+                timer = self.services.timer_service.next_deadline()
+                if timer is not None:
+                    # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
+                    deadline = min(deadline, max(now, timer * 1_000_000))
         held = self.outbox.next_due_ns()
         if held is not None:
             deadline = min(deadline, max(now, held))
-        if st.election is not None and self.hooks.stalls(st.election.state, now, st.election.leadership_term_id):
+        if election is not None and self.hooks.stalls(election.state, now, election.leadership_term_id):
             stall_end = self.hooks.stall_deadline_ns()  # stalled: nothing to do until it ends
             deadline = (
                 stall_end if stall_end is not None else max(deadline, now + timeouts.leader_heartbeat_interval_ns)
