@@ -72,6 +72,23 @@ def _deadline_or_never(client: SimClient) -> int:
     return NEVER_NS if d is None else d
 
 
+def _no_delivery(src: int, channel: Channel, payload: bytes, now_ns: int) -> None:
+    raise SimError("delivery to a member that never started")
+
+
+def _deliver_fn(member: Member) -> Callable[[int, Channel, bytes, int], object]:
+    """How the scheduler hands ``member`` a message: on_message, then do_work at the same instant. The
+    real module does both as one input (its invariants checked once, after the pair)."""
+    if isinstance(member, ConsensusModule):
+        return member.on_message_and_work
+
+    def deliver(src: int, channel: Channel, payload: bytes, now_ns: int) -> object:
+        member.on_message(src, channel, payload, now_ns)
+        return member.do_work(now_ns)
+
+    return deliver
+
+
 class SimError(RuntimeError):
     """The simulation itself cannot continue (livelock, misuse of a fault operation)."""
 
@@ -225,6 +242,8 @@ class SimCluster:
         self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
+        # Each member's "deliver one message, then run its duty cycle" (one input: see _deliver_fn).
+        self._deliverers: list[Callable[[int, Channel, bytes, int], object]] = [_no_delivery] * members
         self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
         self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
         # ``services``: several clustered services per member (service ids 0..N-1, see
@@ -415,14 +434,15 @@ class SimCluster:
         busy = False
         for i, hosts in enumerate(self._service_hosts):
             for host in hosts:
-                if host.pump():
+                # Most rounds bring a service nothing and it sends nothing: two cheap queue tests.
+                if host.from_node and host.pump():
                     busy = True
-                m = self._members[i]
-                while host.to_node and m is not None:
-                    m.on_message(i, Channel.SERVICE, host.to_node.popleft(), now)
-                    m.do_work(now)
-                    self._deadlines[i] = None
-                    busy = True
+                if host.outgoing:
+                    m = self._members[i]
+                    while host.to_node and m is not None:
+                        self._deliverers[i](i, Channel.SERVICE, host.to_node.popleft(), now)
+                        self._deadlines[i] = None
+                        busy = True
                 if host.closed_reason is not None:
                     self._close_service(i, host.closed_reason)  # any service gone: its member closes (Aeron)
                     self._deadlines[i] = None
@@ -443,8 +463,7 @@ class SimCluster:
             # Dead destinations are dropped by the network (mark_down); this is an id with no member.
             self.undeliverable += 1
             return
-        m.on_message(msg.src, msg.channel, msg.payload, now)
-        m.do_work(now)
+        self._deliverers[dst](msg.src, msg.channel, msg.payload, now)
         self._deadlines[dst] = None
 
     def _raise_livelock(self, now: int) -> None:
@@ -555,6 +574,7 @@ class SimCluster:
             ctx.archive_segment_length = self.archive_segment_length
         member = self._factory(ctx)
         self._members[member_id] = member
+        self._deliverers[member_id] = _deliver_fn(member)
         self._outboxes[member_id] = outbox
         self.network.mark_up(member_id)
         detail: dict[str, Any] = {"incarnation": incarnation}
@@ -785,6 +805,20 @@ class SimCluster:
         if leader is None:
             return -1
         return self.member(leader).offer(payload, self.clock.now_ns)
+
+    def offer_batch(self, payloads: list[bytes]) -> int:
+        """Append several messages through the current leader in one write (as its duty cycle appends
+        the ingress it took): the end log position of the last, or -1 (no leader, back-pressure)."""
+        leader = self.leader_id()
+        if leader is None:
+            return -1
+        m = self.member(leader)
+        if isinstance(m, ConsensusModule):
+            return m.offer_batch(payloads, self.clock.now_ns)
+        position = -1
+        for payload in payloads:  # a member fake: one offer at a time
+            position = m.offer(payload, self.clock.now_ns)
+        return position
 
     # ----------------------------------------------------------------------------- network faults
 

@@ -70,6 +70,9 @@ class SimServiceHost:
         self.service_id = service_id
         self._log = log
         self.to_node: deque[bytes] = deque()
+        # The queue the agent appends to, whatever stands in for to_node (a recorder wraps it): the
+        # scheduler asks it whether the service sent anything, every round.
+        self.outgoing = self.to_node
         self.from_node: deque[bytes] = deque()
         self.errors: list[str] = []  # failures the agent survived (Aeron: the container's error counter)
         self._replay_max = -1

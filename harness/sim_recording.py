@@ -178,6 +178,7 @@ class SimRecording:
         self.run_id = self.run.run_id
         self._by_incarnation: dict[tuple[str, int], ProcessRecorder] = {}
         self._senders: dict[int, ProcessRecorder] = {}  # network seq of a message in flight -> its sender
+        self._routes: dict[tuple[int, int, bool], tuple[str, int, str]] = {}  # see _send_route
         self.down_drops = 0  # messages lost to a dead receiver: unmatched sends, no drop row
         self.down_drops_between_members = 0
         self.rows = Counter[str]()
@@ -201,7 +202,11 @@ class SimRecording:
 
     def _endpoint(self, network_id: int, channel: Channel, payload: bytes) -> tuple[ProcessRecorder, str]:
         process, member_id = process_of(network_id, channel, payload)
-        return self.recorder(process, member_id, self._incarnation(process, member_id)), process
+        incarnation = self.cluster.incarnation(member_id) if member_id >= 0 else 0
+        rec = self._by_incarnation.get((process, incarnation))  # known (nearly always): no call
+        if rec is None:
+            rec = self.recorder(process, member_id, incarnation)
+        return rec, process
 
     def _end_incarnation(self, member_id: int) -> None:
         """The member's node and service processes died or stopped: flush their files."""
@@ -294,13 +299,30 @@ class SimRecording:
         host.to_node = _ServiceToNode(host.to_node, service_to_node)
         return queue
 
+    def _send_route(self, src: int, dst: int, channel: Channel, payload: bytes) -> tuple[str, int, str]:
+        """(sender process, its member id or -1, receiver process) of a message: a pure function of
+        the endpoints and whether it is a service's egress, so each route is worked out once."""
+        service_egress = (
+            channel == Channel.EGRESS and len(payload) >= 4 and (payload[2] | payload[3] << 8) == _SESSION_TEMPLATE
+        )
+        key = (src, dst, service_egress)
+        route = self._routes.get(key)
+        if route is None:
+            process, member_id = process_of(src, channel, payload)
+            peer_process, _ = process_of(dst, channel, payload)
+            if peer_process.startswith("service-"):
+                peer_process = f"node-{dst}"  # only egress is sent by a service; nothing is sent to one
+            route = self._routes[key] = (process, member_id, peer_process)
+        return route
+
     def _on_send(self, msg: Delivery) -> None:
         payload = msg.payload
         channel = msg.channel
-        rec, _ = self._endpoint(msg.src, channel, payload)
-        peer_process, _ = process_of(msg.dst, channel, payload)
-        if peer_process.startswith("service-"):
-            peer_process = f"node-{msg.dst}"  # only egress is sent by a service; nothing is sent to one
+        process, member_id, peer_process = self._send_route(msg.src, msg.dst, channel, payload)
+        incarnation = self.cluster.incarnation(member_id) if member_id >= 0 else 0
+        rec = self._by_incarnation.get((process, incarnation))
+        if rec is None:
+            rec = self.recorder(process, member_id, incarnation)
         rec.message(
             SEND,
             channel.value,
@@ -316,12 +338,12 @@ class SimRecording:
 
     def _on_deliver(self, msg: Delivery) -> None:
         dst = msg.dst
-        if dst >= 0:
-            process, member_id = f"node-{dst}", dst
-        else:
-            process, member_id = process_of(dst, msg.channel, msg.payload)
-        rec = self.recorder(process, member_id, self._incarnation(process, member_id))
-        sender, _ = process_of(msg.src, msg.channel, msg.payload)
+        # What reaches a member reaches its node; the route names the client (or harness) otherwise.
+        sender, _, receiver = self._send_route(msg.src, dst, msg.channel, msg.payload)
+        incarnation = self.cluster.incarnation(dst) if dst >= 0 else 0
+        rec = self._by_incarnation.get((receiver, incarnation))
+        if rec is None:
+            rec = self.recorder(receiver, dst if dst >= 0 else -1, incarnation)
         # SimNetwork.send schedules a duplicate right after its original, so its seq is the original's + 1.
         msg_id = msg.seq - 1 if msg.duplicate else msg.seq
         self._senders.pop(msg_id, None)

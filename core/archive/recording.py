@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import re
 import struct
 from collections import OrderedDict
@@ -56,6 +57,9 @@ _FRAME_POSITION = struct.Struct("<q")
 _FRAME_POSITION_OFFSET = 16
 # Older segments are read rarely (replay, catch-up); a few cached descriptors are enough.
 _READ_FD_CACHE_SIZE = 4
+# A frame's start and end positions, read in C for a block's frames (the tail cache's indexes).
+_START_OF = operator.attrgetter("position")
+_END_OF = operator.attrgetter("end_position")
 # Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
 TAIL_CACHE_BYTES = 32 * 1024 * 1024
 
@@ -137,6 +141,8 @@ class RecordingStore:
         self._active_fd: StorageFile | None = None  # the last segment, open for writing
         self._read_fds: OrderedDict[int, StorageFile] = OrderedDict()  # base position -> older segment
         self._closed = False
+        # The stop position, kept current by every write and truncate (read several times per append).
+        self._stop = segments[-1].end_position if segments else 0
         if segments:
             self._active_fd = storage.open(segments[-1].path, create=False)
         self._clear_tail_cache()
@@ -277,7 +283,7 @@ class RecordingStore:
     @property
     def stop_position(self) -> int:
         """The append position: the position after the last whole frame."""
-        return self._segments[-1].end_position if self._segments else 0
+        return self._stop
 
     @property
     def segment_count(self) -> int:
@@ -295,7 +301,7 @@ class RecordingStore:
         ``start_position`` must equal :attr:`stop_position` and every frame must be valid (CRC, position),
         otherwise ArchiveError and nothing is appended. Returns the new stop position."""
         self._check_open()
-        stop = self.stop_position
+        stop = self._stop
         if start_position != stop:
             raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if not framed:
@@ -308,9 +314,9 @@ class RecordingStore:
                 f"recording {self.recording_id}: rejected block at {start_position} "
                 f"({len(framed)} bytes): bad frame at position {result.end_position}: {reason}"
             )
-        self._write(framed, [f.end_position - start_position for f in result.frames])
+        self._write(framed, result.frames)
         self._cache_append(framed, result.frames)
-        return self.stop_position
+        return self._stop
 
     def append_walked(self, framed: bytes, start_position: int, frames: list[Frame]) -> int:
         """Append a block the caller already validated with ``walk_frames``: ``frames`` are its whole frames.
@@ -318,7 +324,7 @@ class RecordingStore:
         Saves the second CRC pass of :meth:`append` on the follower's hot path; the block must still
         start at the stop position and consist of exactly those frames (else ArchiveError)."""
         self._check_open()
-        stop = self.stop_position
+        stop = self._stop
         if start_position != stop or not frames or frames[0].position != start_position:
             raise ArchiveError(f"recording {self.recording_id}: append at {start_position} but stop position is {stop}")
         if frames[-1].end_position != start_position + len(framed):
@@ -326,9 +332,9 @@ class RecordingStore:
                 f"recording {self.recording_id}: block at {start_position} has {len(framed)} bytes but its frames "
                 f"end at {frames[-1].end_position}"
             )
-        self._write(framed, [f.end_position - start_position for f in frames])
+        self._write(framed, frames)
         self._cache_append(framed, frames)
-        return self.stop_position
+        return self._stop
 
     def append_entry(self, payload: bytes, leadership_term_id: int) -> int:
         """Frame ``payload`` at the stop position and append it; returns the position after it."""
@@ -337,30 +343,38 @@ class RecordingStore:
     def append_entries(self, payloads: Sequence[bytes], leadership_term_id: int) -> int:
         """Frame each payload in turn from the stop position and append them with one write; returns
         the position after the last (the leader's batched ingress)."""
-        self._check_open()
-        position = start = self.stop_position
+        if self._closed:
+            self._check_open()
+        position = start = self._stop
+        if len(payloads) == 1:
+            # One entry (the common case): no join, no list walk.
+            payload = payloads[0]
+            data = frame(payload, position, leadership_term_id)
+            end = position + len(data)
+            f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
+            self._write(data, (f,))
+            self._cache_append_one(data, f, end)
+            return end
         chunks: list[bytes] = []
         frames: list[Frame] = []
-        ends: list[int] = []
         for payload in payloads:
             data = frame(payload, position, leadership_term_id)
             f = Frame(position, leadership_term_id, HDR_TYPE_DATA, payload)
             frames.append(f)
             chunks.append(data)
             position = f.end_position
-            ends.append(position - start)
         if not chunks:
             return start
         block = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._write(block, ends)
+        self._write(block, frames)
         self._cache_append(block, frames)
-        return self.stop_position
+        return self._stop
 
     # ------------------------------------------------------------------ tail cache
 
     def _clear_tail_cache(self) -> None:
         self._cache = bytearray()
-        self._cache_base = self.stop_position if self._segments else 0
+        self._cache_base = self._stop
         self._cache_frames: list[Frame] = []
         self._cache_starts: list[int] = []
         self._cache_ends: list[int] = []
@@ -371,8 +385,8 @@ class RecordingStore:
             self._cache_base = frames[0].position
         self._cache += data
         self._cache_frames += frames
-        self._cache_starts += [f.position for f in frames]
-        self._cache_ends += [f.end_position for f in frames]
+        self._cache_starts += map(_START_OF, frames)
+        self._cache_ends += map(_END_OF, frames)
         if len(self._cache) > 2 * TAIL_CACHE_BYTES:
             keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
             i = bisect.bisect_left(self._cache_starts, keep_from)
@@ -382,6 +396,17 @@ class RecordingStore:
             del self._cache_starts[:i]
             del self._cache_ends[:i]
             self._cache_base = new_base
+
+    def _cache_append_one(self, data: bytes, f: Frame, end_position: int) -> None:
+        """:meth:`_cache_append` of one frame ending at ``end_position`` (the leader's single offer)."""
+        cache = self._cache
+        if self._cache_base + len(cache) != f.position or len(cache) + len(data) > 2 * TAIL_CACHE_BYTES:
+            self._cache_append(data, [f])
+            return
+        cache += data
+        self._cache_frames.append(f)
+        self._cache_starts.append(f.position)
+        self._cache_ends.append(end_position)
 
     def _cached(self, from_position: int, to_position: int, max_bytes: int | None) -> tuple[int, int] | None:
         """Indices ``[i, j)`` of the cached frames :meth:`read` would return, or None if the range is not
@@ -393,20 +418,20 @@ class RecordingStore:
         if i == len(starts) or starts[i] != from_position:
             return None  # not a frame boundary we know: the file read says why
         ends = self._cache_ends
-        to = min(to_position, self.stop_position)
+        to = min(to_position, self._stop)
         if ends[i] > to:
             return i, i
         limit = to if max_bytes is None else min(to, max(from_position + max_bytes, ends[i]))
         return i, bisect.bisect_right(ends, limit, lo=i)
 
-    def _write(self, data: bytes, frame_ends: list[int]) -> None:
-        """Write whole frames (``frame_ends`` are their end offsets in ``data``), rolling segments.
+    def _write(self, data: bytes, frames: Sequence[Frame]) -> None:
+        """Write whole frames (``data`` holds exactly ``frames``), rolling segments.
 
         If the storage refuses (ENOSPC, EIO) the OSError propagates; the stop position covers only the
         chunks written whole, and a torn chunk's bytes are cut off again so that a later, shorter write
         at the same position cannot leave stale frames behind it."""
         try:
-            self._write_chunks(data, frame_ends)
+            self._write_chunks(data, frames)
         except OSError:
             self._clear_tail_cache()
             if self._active_fd is not None and self._segments:
@@ -416,7 +441,20 @@ class RecordingStore:
                     self._log(f"archive: recording {self.recording_id}: cannot cut a failed write back: {e}")
             raise
 
-    def _write_chunks(self, data: bytes, frame_ends: list[int]) -> None:
+    def _write_chunks(self, data: bytes, frames: Sequence[Frame]) -> None:
+        segments = self._segments
+        if segments:
+            seg = segments[-1]
+            if len(data) <= self.segment_length - seg.length:
+                # Fits the active segment (nearly every append): one write, no slicing.
+                assert self._active_fd is not None
+                self._active_fd.write(seg.length, data)
+                seg.length += len(data)
+                self._stop = seg.base_position + seg.length
+                return
+        # Crossing into a new segment: split at frame ends (offsets in ``data``).
+        start = frames[0].position
+        frame_ends = [f.end_position - start for f in frames]
         view = memoryview(data)
         offset = 0
         while offset < len(data):
@@ -438,6 +476,7 @@ class RecordingStore:
                     end = frame_ends[bisect.bisect_right(frame_ends, offset)]
             self._pwrite_all(view[offset:end], seg.length)
             seg.length += end - offset
+            self._stop = seg.base_position + seg.length
             offset = end
 
     def _pwrite_all(self, data: memoryview, file_offset: int) -> None:
@@ -671,6 +710,7 @@ class RecordingStore:
             assert self._active_fd is not None
             self._active_fd.truncate(keep)
             seg.length = keep
+        self._stop = seg.end_position
         if self.file_sync:
             assert self._active_fd is not None
             self._active_fd.sync()

@@ -24,7 +24,7 @@ every input.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from clusterlab.core.archive.archive import Archive
@@ -209,6 +209,18 @@ class ConsensusModule:
             ReplayBlock: archive_replication.on_replay_block,
             ArchiveError: archive_replication.on_archive_error,
         }
+        # The subsystems' invariant checks after ModuleState's, bound once: they run after every input.
+        self._invariant_checks: tuple[Callable[[], None], ...] = (
+            replication.check_invariants,
+            self.catchup.check_invariants,
+            archive_replication.check_invariants,
+            self.log_adapter.check_invariants,
+            self.client_sessions.check_invariants,
+            self.services.check_invariants,
+            self.snapshots.check_invariants,
+            self.termination.check_invariants,
+            self.control.check_invariants,
+        )
         self._now_ns = 0
 
     # ------------------------------------------------------------------ state other layers read
@@ -355,17 +367,9 @@ class ConsensusModule:
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:
         """Every subsystem's invariants (asserts); run after each input when enabled."""
-        append = self.archive.stop_position
-        self.s.check_invariants(append)
-        self.replication.check_invariants()
-        self.catchup.check_invariants()
-        self.archive_replication.check_invariants()
-        self.log_adapter.check_invariants()
-        self.client_sessions.check_invariants()
-        self.services.check_invariants()
-        self.snapshots.check_invariants()
-        self.termination.check_invariants()
-        self.control.check_invariants()
+        self.s.check_invariants(self.archive.stop_position)
+        for check in self._invariant_checks:
+            check()
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self, now_ns: int) -> None:
@@ -491,6 +495,25 @@ class ConsensusModule:
         except OSError as e:
             self.on_storage_failure(e, now_ns)
         self._after_input()
+
+    def on_message_and_work(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> int:
+        """:meth:`on_message`, then :meth:`do_work` at the same instant (how the simulator delivers), with
+        the invariants checked once, after both: the pair is one input. Returns do_work's work count."""
+        if self.storage_failure is not None:
+            return 0
+        work = 0
+        try:
+            self._dispatch(src_member_id, channel, payload, now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+        if self.storage_failure is None:
+            try:
+                work = self._do_work(now_ns)
+            except OSError as e:
+                self.on_storage_failure(e, now_ns)
+                work = 1
+        self._after_input()
+        return work
 
     def _dispatch(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         self._now_ns = now_ns
@@ -705,27 +728,34 @@ class ConsensusModule:
         if st.terminated or st.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return now + 3600 * 1_000_000_000
         timeouts = self.ctx.timeouts
-        if st.election is not None:
-            deadline = st.election.next_deadline_ns(now)
+        election = st.election
+        is_leader = st.role == Role.LEADER
+        if election is not None:
+            deadline = election.next_deadline_ns(now)
+            if is_leader and self.replication.has_blocks_to_send():
+                deadline = now
+            if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
+                deadline = now
         else:
+            # Work due now (log to send, committed log to consume): nothing below can make it earlier.
+            if is_leader and self.replication.has_blocks_to_send():
+                return now
+            if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
+                return now
             deadline = now + max(timeouts.leader_heartbeat_interval_ns // 2, 1)
-            if st.role != Role.LEADER and not self.termination.is_pending:
+            if not is_leader and not self.termination.is_pending:
                 # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.
-                silent = self.s.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
+                silent = st.time_of_last_log_update_ns + timeouts.leader_heartbeat_timeout_ns
                 deadline = min(deadline, max(now, silent))
-            active_leader = st.role == Role.LEADER and st.state == ConsensusModuleState.ACTIVE
-            timer = self.services.timer_service.next_deadline() if active_leader else None
-            if timer is not None:
-                # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
-                deadline = min(deadline, max(now, timer * 1_000_000))
-        if st.role == Role.LEADER and self.replication.has_blocks_to_send():
-            deadline = now
-        if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
-            deadline = now
+            if is_leader and st.state == ConsensusModuleState.ACTIVE:
+                timer = self.services.timer_service.next_deadline()
+                if timer is not None:
+                    # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
+                    deadline = min(deadline, max(now, timer * 1_000_000))
         held = self.outbox.next_due_ns()
         if held is not None:
             deadline = min(deadline, max(now, held))
-        if st.election is not None and self.hooks.stalls(st.election.state, now, st.election.leadership_term_id):
+        if election is not None and self.hooks.stalls(election.state, now, election.leadership_term_id):
             stall_end = self.hooks.stall_deadline_ns()  # stalled: nothing to do until it ends
             deadline = (
                 stall_end if stall_end is not None else max(deadline, now + timeouts.leader_heartbeat_interval_ns)
@@ -735,16 +765,26 @@ class ConsensusModule:
     # ------------------------------------------------------------------ application input (leader)
     def offer(self, payload: bytes, now_ns: int, cluster_session_id: int = 0) -> int:
         """Leader only: append an application message; returns its end position or -1."""
+        return self.offer_batch((payload,), now_ns, cluster_session_id)
+
+    def offer_batch(self, payloads: Sequence[bytes], now_ns: int, cluster_session_id: int = 0) -> int:
+        """Leader only: append application messages in order with one write, as Aeron's leader appends
+        the ingress of one duty cycle; returns the end position of the last, or -1 (none appended)."""
         st = self.s
         if st.role != Role.LEADER or st.election is not None or st.state != ConsensusModuleState.ACTIVE:
             return -1
-        encoded = encode_session_message(
-            st.leadership_term_id, cluster_session_id, self.cluster_time_ms(now_ns), payload
-        )
+        if not payloads:
+            return -1
+        term = st.leadership_term_id
+        timestamp = self.cluster_time_ms(now_ns)
+        encoded = [encode_session_message(term, cluster_session_id, timestamp, p) for p in payloads]
         try:
-            position = self.archive.append_entry(encoded, st.leadership_term_id)
+            position = self.archive.append_entries(encoded, term)
         except OSError as e:
             self.on_storage_failure(e, now_ns)
+            self._after_input()
             return -1
-        self._after_input()
+        if self.check_invariants_enabled:
+            # An append changes only the log: check what it can break (the append position's history).
+            self.replication.check_invariants()
         return position
