@@ -224,6 +224,8 @@ _INT_CODES = {pa.int64(): "q", pa.int32(): "i", pa.int16(): "h"}
 _BINARY = pa.binary()
 _STRING = pa.string()
 _DIGEST = pa.binary(DIGEST_SIZE)
+_BOOL = pa.bool_()
+_SESSION_MESSAGE = str(EntryType.SESSION_MESSAGE)  # an AppliedRun's entry_type
 
 
 def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
@@ -256,6 +258,11 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
             # Every value 16 bytes: the total says so once the shortest is 16 (pa.array would raise).
             if len(data) == DIGEST_SIZE * len(values) and (not values or min(map(len, values)) == DIGEST_SIZE):
                 return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(data)])
+    elif type_ == _BOOL:
+        # One value throughout (the applied rows' replay flag): a repeat, not a conversion.
+        first = values[0] if values else None
+        if type(first) is bool and values.count(first) == len(values):
+            return pa.repeat(pa.scalar(first, type_), len(values))
     code = _INT_CODES.get(type_)
     if code is not None:
         try:
@@ -892,6 +899,26 @@ class ProcessRecorder:
         c_sdig.extend(state_digest)
         c_replay.extend(map(bool, replay))
         c_wall.extend(itertools.repeat(self.wall_clock(), n))
+        w.row_added(n)
+
+    def applied_run(self, run: Any, wall_ns: int | None = None) -> None:
+        """The rows of a service agent's AppliedRun (a block's run of session messages, as columns:
+        pass this method as the agent's ``on_applied_run``): each column extended once, the same rows
+        :meth:`applied_many` writes for ``run.entries()``."""
+        n = len(run.log_positions)
+        if n == 0:
+            return
+        w = self.writer("applied")
+        c_pos, c_len, c_term, c_type, c_time, c_edig, c_sdig, c_replay, c_wall = w.columns
+        c_pos.extend(run.log_positions)
+        c_len.extend(run.lengths)
+        c_term.extend(run.leadership_term_ids)
+        c_type.extend(itertools.repeat(_SESSION_MESSAGE, n))
+        c_time.extend(run.cluster_times)
+        c_edig.extend(run.entry_digests)
+        c_sdig.extend(run.state_digests)
+        c_replay.extend(itertools.repeat(bool(run.replay), n))
+        c_wall.extend(itertools.repeat(self.wall_clock() if wall_ns is None else wall_ns, n))
         w.row_added(n)
 
     def applied(self, entry: Any, wall_ns: int | None = None) -> None:

@@ -34,7 +34,7 @@ from clusterlab.core.codec import (
 )
 from clusterlab.core.codec.enums import BooleanType, ReplayPurpose
 from clusterlab.core.codec.session import SessionConnectRequest
-from clusterlab.core.service.agent import AppliedEntry, EntryType
+from clusterlab.core.service.agent import AppliedEntry, AppliedRun, EntryType
 from clusterlab.harness.recorder import (
     SCHEMAS,
     TABLES,
@@ -342,10 +342,42 @@ def test_bulk_rows_equal_the_rows_written_one_by_one(tmp_path: Path) -> None:
     assert [a["replay"] for a in tables[True][1]] == [False, True, False]
 
 
+def test_applied_run_rows_equal_the_rows_of_its_entries_and_are_byte_identical(tmp_path: Path) -> None:
+    """applied_run() (the service runtime's per-block path: columns extended once) writes the rows
+    applied_many() writes for the run's entries, to the same file bytes; the replay flag of a run is
+    one value (written as a repeat) and a mixed column still converts."""
+    runs = [
+        AppliedRun([704, 768], [64, 64], [4, 4], [99, 100], [b"a" * 16, b"b" * 16], [b"s" * 16, b"t" * 16], False),
+        AppliedRun([832], [64], [5], [101], [b"c" * 16], [b"u" * 16], True),
+    ]
+    data = {}
+    for columnar in (False, True):
+        rec = ProcessRecorder(tmp_path / str(columnar), "r1", "service-2", 2, 3, FakeClock(), wall_clock=lambda: 7)
+        if columnar:
+            rec.applied_run(runs[0])
+            rec.applied_run(AppliedRun([], [], [], [], [], [], False))
+            rec.flush()  # one batch of a single replay value, one of the other
+            rec.applied_run(runs[1])
+        else:
+            rec.applied_many(runs[0].entries())
+            rec.flush()
+            rec.applied_many(runs[1].entries())
+        rec.close()
+        data[columnar] = (tmp_path / str(columnar) / "applied" / "service-2-i3.arrow").read_bytes()
+    assert data[True] == data[False]
+    rows = open_run(tmp_path / "True").applied.to_pylist()
+    assert [(r["log_position"], r["entry_type"], r["replay"], r["wall_ns"]) for r in rows] == [
+        (704, "SessionMessage", False, 7),
+        (768, "SessionMessage", False, 7),
+        (832, "SessionMessage", True, 7),
+    ]
+    assert [r["entry_digest"] for r in rows] == [b"a" * 16, b"b" * 16, b"c" * 16]
+
+
 def test_null_recorder_has_the_api_and_does_nothing() -> None:
     rec = NullRecorder()
-    for name in ("message", "messages", "applied", "applied_many", "event", "op", "poll", "next_deadline_ns", "flush",
-                 "close"):  # fmt: skip
+    for name in ("message", "messages", "applied", "applied_many", "applied_run", "event", "op", "poll",
+                 "next_deadline_ns", "flush", "close"):  # fmt: skip
         assert callable(getattr(rec, name)) and callable(getattr(ProcessRecorder, name))
     rec.message("send", "log", 1, b"")
     assert rec.next_deadline_ns() is None
