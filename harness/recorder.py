@@ -104,6 +104,8 @@ from clusterlab.core.runtime.recording import NullRecorder
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
+from clusterlab.harness.promotion import COMPILED as PROMOTION_COMPILED
+from clusterlab.harness.promotion import promote_fixed
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -585,12 +587,22 @@ def promote(payload: bytes) -> tuple[str, int | None, int | None]:
 
 def promote_many(payloads: list[bytes]) -> tuple[list[str], list[int | None], list[int | None]]:
     """:func:`promote` of every payload, as three columns: one loop for a batch (a client's ingress,
-    a service's egress: one row per log entry on the leader), the fixed-block fields read inline."""
+    a service's egress: one row per log entry on the leader), the fixed-block fields read inline
+    (compiled: :mod:`clusterlab.harness.promotion`; interpreted where the build could not run)."""
     table = _PROMOTIONS
     if table is None:
         promote(b"")  # builds the table
         table = _PROMOTIONS
         assert table is not None
+    if PROMOTION_COMPILED:
+        return promote_fixed(payloads, table, promote)
+    return promote_many_py(payloads, table)
+
+
+def promote_many_py(
+    payloads: list[bytes], table: dict[int, _Promotion]
+) -> tuple[list[str], list[int | None], list[int | None]]:
+    """The interpreted loop of :func:`promote_many` (``table``: the promotion table)."""
     names: list[str] = []
     terms: list[int | None] = []
     positions: list[int | None] = []

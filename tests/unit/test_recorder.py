@@ -5,6 +5,7 @@ a process killed with SIGKILL while recording leaves a file whose complete batch
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import select
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -35,6 +37,8 @@ from clusterlab.core.codec import (
 from clusterlab.core.codec.enums import BooleanType, ReplayPurpose
 from clusterlab.core.codec.session import SessionConnectRequest
 from clusterlab.core.service.agent import AppliedEntry, AppliedRun, EntryType
+from clusterlab.harness import promotion
+from clusterlab.harness import recorder as recorder_module
 from clusterlab.harness.recorder import (
     SCHEMAS,
     TABLES,
@@ -47,6 +51,18 @@ from clusterlab.harness.recorder import (
     promote_many,
 )
 from clusterlab.harness.trace import open_run, read_stream
+
+
+def _interpreted_promotion() -> ModuleType:
+    source = Path(promotion.__file__).with_name("promotion.py")
+    spec = importlib.util.spec_from_file_location("promotion_interpreted", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PROMOTION_INTERPRETED = _interpreted_promotion()
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE_SCHEMA_MD = REPO / "docs" / "trace-schema.md"
@@ -202,13 +218,39 @@ ENTRIES = frame(b"a" * 10, 4096, 7) + frame(b"b" * 40, 4096 + 64, 7)
         # A torn LogBlock: the name survives, the end position cannot be computed.
         (LogBlock(leadership_term_id=7, start_position=4096, commit_position=0, leader_member_id=0,
                   log_session_id=1, entries=ENTRIES).encode()[:20], ("LogBlock", 7, None)),
+        # Negative fixed fields (NULL_VALUE terms) and a fixed block cut short.
+        (AppendPosition(leadership_term_id=-1, log_position=-(2**63), follower_member_id=1, flags=0).encode(),
+         ("AppendPosition", -1, -(2**63))),
+        (CommitPosition(leadership_term_id=7, log_position=8192, leader_member_id=0).encode()[:20],
+         ("CommitPosition", 7, None)),
+        (CommitPosition(leadership_term_id=7, log_position=8192, leader_member_id=0).encode()[:12],
+         ("CommitPosition", None, None)),
     ],
 )  # fmt: skip
 def test_promote_reads_header_and_fixed_fields(payload: bytes, expected: tuple) -> None:
     assert promote(payload) == expected
-    # The batch form (ingress and egress rows) gives the same, whatever its neighbours.
-    names, terms, positions = promote_many([payload, encode_session_message(1, 2, 3, b"x"), payload])
-    assert list(zip(names, terms, positions, strict=True)) == [expected, ("SessionMessageHeader", 1, None), expected]
+    # The batch form (ingress and egress rows) gives the same, whatever its neighbours: compiled
+    # (harness/promotion.py, when the build ran), the recorder's interpreted loop, and the promotion
+    # module's source run interpreted.
+    batch = [payload, encode_session_message(1, 2, 3, b"x"), payload]
+    table = recorder_module._PROMOTIONS
+    assert table is not None
+    for name, columns in (
+        ("promote_many", promote_many(batch)),
+        ("promote_many_py", recorder_module.promote_many_py(batch, table)),
+        ("promotion.py interpreted", PROMOTION_INTERPRETED.promote_fixed(batch, table, promote)),
+    ):
+        names, terms, positions = columns
+        rows = list(zip(names, terms, positions, strict=True))
+        assert rows == [expected, ("SessionMessageHeader", 1, None), expected], name
+
+
+def test_promotion_is_compiled_where_the_build_ran() -> None:
+    """The build compiles harness/promotion.py unless told not to (CLUSTERLAB_NO_MYPYC)."""
+    if os.environ.get("CLUSTERLAB_NO_MYPYC"):
+        assert not PROMOTION_INTERPRETED.COMPILED
+    else:
+        assert promotion.COMPILED and recorder_module.PROMOTION_COMPILED
 
 
 # ---------------------------------------------------------------------------------------- writer
