@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from clusterlab.core import __version__
 from clusterlab.core.archive.layout import LOG_DIR
@@ -227,7 +228,19 @@ _BINARY = pa.binary()
 _STRING = pa.string()
 _DIGEST = pa.binary(DIGEST_SIZE)
 _BOOL = pa.bool_()
+_INT64 = pa.int64()
 _SESSION_MESSAGE = str(EntryType.SESSION_MESSAGE)  # an AppliedRun's entry_type
+
+
+_IOTA: list[pa.Array] = [pa.array(range(DEFAULT_MAX_ROWS), _INT64)]
+
+
+def _iota(n: int) -> pa.Array:
+    """0, 1, ..., n - 1 as int64 (a slice of a cached array, grown when a batch is larger)."""
+    iota = _IOTA[0]
+    if len(iota) < n:
+        iota = _IOTA[0] = pa.array(range(2 * n), _INT64)
+    return iota.slice(0, n)
 
 
 def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
@@ -235,7 +248,9 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
     conversion (several times slower for the small batches a trace writes) and wrap a packed buffer;
     a binary column of ``bytes`` (the payloads) is one join and an offsets buffer (half the time of
     the sequence conversion, which copies each value on its own); a digest column (16-byte values)
-    is one join; a string column of one value is a repeat."""
+    is one join; a column of one value (string, bool, integer) is a repeat; the ``seq`` column (a
+    ``range``) is a vector add to a cached 0, 1, 2, ...: all give the bytes the general conversion
+    gives (no validity buffer when there is no null)."""
     if type_ == _BINARY:
         try:
             data = b"".join(values)
@@ -267,6 +282,15 @@ def _to_arrow(values: Any, type_: pa.DataType) -> pa.Array:
             return pa.repeat(pa.scalar(first, type_), len(values))
     code = _INT_CODES.get(type_)
     if code is not None:
+        n = len(values)
+        if type(values) is range and values.step == 1 and type_ == _INT64:
+            # The seq column: a slice of a cached 0, 1, 2, ... plus its start (one vector add).
+            return pc.add(_iota(n), pa.scalar(values.start, type_))
+        first = values[0] if n > 1 else None
+        if type(first) is int and values[-1] == first and values.count(first) == n:
+            # One value throughout (wall and mono clocks of a batch, a term, a length, a peer).
+            with contextlib.suppress(pa.ArrowInvalid):  # out of range: the packed path says so
+                return pa.repeat(pa.scalar(first, type_), n)
         try:
             packed = array.array(code, values)
         except TypeError:  # a null: the general path

@@ -635,10 +635,30 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
         ([b"a", b"", b"xyz"], pa.binary()),
         ([1, 2, 3], pa.int64()),
         ([1, None], pa.int64()),
+        ([7, 7, 7], pa.int64()),  # one value: a repeat
+        ([7, 7, None], pa.int64()),
+        ([None, 7, 7], pa.int64()),
+        ([7, 8, 7], pa.int64()),
+        ([-1] * 4, pa.int16()),
+        ([96] * 3, pa.int32()),
+        (range(4096, 4096 + 70), pa.int64()),  # the seq column: a vector add to a cached iota
+        (range(0, 10_000), pa.int64()),  # larger than the cache
+        (range(5, 5), pa.int64()),
+        ([False] * 3, pa.bool_()),
+        ([True, False], pa.bool_()),
+        ([True, None], pa.bool_()),
     ],
 )
 def test_column_fast_paths_build_what_pyarrow_builds(values: list, type_: pa.DataType) -> None:
+    """Each fast path gives the array pyarrow's conversion gives, to the same IPC bytes."""
     from clusterlab.harness.recorder import _to_arrow
+
+    def ipc_bytes(array: pa.Array) -> bytes:
+        sink = pa.BufferOutputStream()
+        batch = pa.RecordBatch.from_arrays([array], names=["c"])
+        with ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue().to_pybytes()
 
     try:
         expected = pa.array(values, type=type_)
@@ -647,4 +667,5 @@ def test_column_fast_paths_build_what_pyarrow_builds(values: list, type_: pa.Dat
             _to_arrow(values, type_)
         return
     got = _to_arrow(values, type_)
-    assert got.type == type_ and got.equals(expected) and got.to_pylist() == values
+    assert got.type == type_ and got.equals(expected) and got.to_pylist() == list(values)
+    assert ipc_bytes(got) == ipc_bytes(expected)
