@@ -1,13 +1,13 @@
-"""The ``messages`` table's promoted columns of a batch of payloads, compiled with mypyc.
+"""The ``messages`` table's promoted columns (msg_type, term, log position), compiled with mypyc.
 
-Every client request the leader node receives and every reply its service sends is a ``messages``
-row, so :func:`clusterlab.harness.recorder.promote_many` runs once per log entry in two processes
-while recording. ``setup.py`` compiles this module with mypyc (``clusterlab.harness.promotion``, like
-core/codec/framewalk.py): the header and the two fixed-block fields are read as native integers
-straight from the bytes. Where the build cannot run it is imported as plain Python and the recorder
-keeps its own loop (``COMPILED`` says which; ``tests/unit/test_recorder.py`` checks both give the
-rows of :func:`~clusterlab.harness.recorder.promote`). Standard library only: the table of message
-layouts and the general path come from the recorder.
+Every message a process sends or receives is a ``messages`` row (on the leader node one per client
+request, on the leader service one per reply), so promotion runs per log entry while recording.
+``setup.py`` compiles this module with mypyc (``clusterlab.harness.promotion``, like
+core/codec/framewalk.py): the header and the fixed-block fields are read as native integers straight
+from the bytes. Where the build cannot run it is imported as plain Python and the recorder keeps its
+own loops (``COMPILED`` says which; ``tests/unit/test_recorder.py`` checks the compiled module, its
+source run interpreted and the recorder's loops give the same rows). Standard library only: the
+table of message layouts and the naming of unknown payloads come from the recorder.
 """
 
 from __future__ import annotations
@@ -32,26 +32,46 @@ def _i64(b: bytes, o: int) -> int:
     return v - (1 << 64) if v >= (1 << 63) else v
 
 
+def _u32(b: bytes, o: int) -> int:
+    return b[o] | (b[o + 1] << 8) | (b[o + 2] << 16) | (b[o + 3] << 24)
+
+
+def promote_one(
+    payload: bytes,
+    table: dict[int, tuple[str, int, int, int]],
+    unknown: Callable[[bytes], tuple[str, int | None, int | None]],
+) -> tuple[str, int | None, int | None]:
+    """(msg_type, leadership_term_id, log_position) of one payload: a message whose template id is in
+    ``table`` (name, term offset | -1, position offset | -1, block start offset | -1) has its fields
+    read here (a block's position is its start plus the length of its entries, which follow the
+    sender's fixed block); a payload too short for a header or of an unknown template goes to
+    ``unknown``."""
+    n = len(payload)
+    spec = table.get(payload[2] | (payload[3] << 8)) if n >= HEADER_LENGTH else None
+    if spec is None:
+        return unknown(payload)
+    name, term_at, position_at, start_at = spec
+    term: int | None = _i64(payload, term_at) if 0 <= term_at <= n - 8 else None
+    if start_at >= 0:
+        # Variable data starts after the *sender's* block length (SBE); entries is the only var field.
+        var_at = HEADER_LENGTH + (payload[0] | (payload[1] << 8))
+        if start_at <= n - 8 and var_at <= n - 4:
+            return name, term, _i64(payload, start_at) + _u32(payload, var_at)
+        return name, term, None
+    return name, term, _i64(payload, position_at) if 0 <= position_at <= n - 8 else None
+
+
 def promote_fixed(
     payloads: list[bytes],
     table: dict[int, tuple[str, int, int, int]],
-    general: Callable[[bytes], tuple[str, int | None, int | None]],
+    unknown: Callable[[bytes], tuple[str, int | None, int | None]],
 ) -> tuple[list[str], list[int | None], list[int | None]]:
-    """(msg_type, leadership_term_id, log_position) columns of ``payloads``: a message whose template
-    id is in ``table`` (name, term offset | -1, position offset | -1, block start offset | -1) and is
-    not a block has its fields read here; any other payload goes through ``general``."""
+    """:func:`promote_one` of every payload, as three columns."""
     names: list[str] = []
     terms: list[int | None] = []
     positions: list[int | None] = []
     for payload in payloads:
-        n = len(payload)
-        spec = table.get(payload[2] | (payload[3] << 8)) if n >= HEADER_LENGTH else None
-        if spec is None or spec[3] >= 0:  # not a known message, or a block: the general path
-            name, term, position = general(payload)
-        else:
-            name, term_at, position_at, _start_at = spec
-            term = _i64(payload, term_at) if 0 <= term_at <= n - 8 else None
-            position = _i64(payload, position_at) if 0 <= position_at <= n - 8 else None
+        name, term, position = promote_one(payload, table, unknown)
         names.append(name)
         terms.append(term)
         positions.append(position)

@@ -106,7 +106,7 @@ from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
 from clusterlab.harness.promotion import COMPILED as PROMOTION_COMPILED
-from clusterlab.harness.promotion import promote_fixed
+from clusterlab.harness.promotion import promote_fixed, promote_one
 
 # ---------------------------------------------------------------------------------------------- schemas
 
@@ -591,14 +591,31 @@ def _build_promotions() -> dict[int, _Promotion]:
     return table
 
 
-def promote(payload: bytes) -> tuple[str, int | None, int | None]:
-    """(msg_type, leadership_term_id, log_position) from a message's header and fixed block, without
-    decoding it. Never raises: a payload the codec cannot name gets ``message_name``'s description
-    (``Truncated(...)``, ``Unknown(...)``) and null positions."""
+def _promotions() -> dict[int, _Promotion]:
     global _PROMOTIONS
     table = _PROMOTIONS
     if table is None:
         table = _PROMOTIONS = _build_promotions()
+    return table
+
+
+def _unknown(payload: bytes) -> tuple[str, int | None, int | None]:
+    return message_name(payload), None, None
+
+
+def promote(payload: bytes) -> tuple[str, int | None, int | None]:
+    """(msg_type, leadership_term_id, log_position) from a message's header and fixed block, without
+    decoding it. Never raises: a payload the codec cannot name gets ``message_name``'s description
+    (``Truncated(...)``, ``Unknown(...)``) and null positions. Compiled
+    (:func:`clusterlab.harness.promotion.promote_one`) where the build ran, else :func:`promote_py`."""
+    if PROMOTION_COMPILED:
+        return promote_one(payload, _PROMOTIONS or _promotions(), _unknown)
+    return promote_py(payload)
+
+
+def promote_py(payload: bytes) -> tuple[str, int | None, int | None]:
+    """:func:`promote`, interpreted."""
+    table = _PROMOTIONS or _promotions()
     n = len(payload)
     spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
     if spec is None:
@@ -619,13 +636,9 @@ def promote_many(payloads: list[bytes]) -> tuple[list[str], list[int | None], li
     """:func:`promote` of every payload, as three columns: one loop for a batch (a client's ingress,
     a service's egress: one row per log entry on the leader), the fixed-block fields read inline
     (compiled: :mod:`clusterlab.harness.promotion`; interpreted where the build could not run)."""
-    table = _PROMOTIONS
-    if table is None:
-        promote(b"")  # builds the table
-        table = _PROMOTIONS
-        assert table is not None
+    table = _PROMOTIONS or _promotions()
     if PROMOTION_COMPILED:
-        return promote_fixed(payloads, table, promote)
+        return promote_fixed(payloads, table, _unknown)
     return promote_many_py(payloads, table)
 
 
@@ -641,7 +654,7 @@ def promote_many_py(
         n = len(payload)
         spec = table.get(payload[2] | payload[3] << 8) if n >= _HEADER_LENGTH else None
         if spec is None or spec[3] >= 0:  # not a known message, or a block: the general path
-            name, term, position = promote(payload)
+            name, term, position = promote_py(payload)
         else:
             name, term_at, position_at, _start_at = spec
             term = unpack(payload, term_at)[0] if 0 <= term_at <= n - 8 else None

@@ -229,16 +229,18 @@ ENTRIES = frame(b"a" * 10, 4096, 7) + frame(b"b" * 40, 4096 + 64, 7)
 )  # fmt: skip
 def test_promote_reads_header_and_fixed_fields(payload: bytes, expected: tuple) -> None:
     assert promote(payload) == expected
+    assert recorder_module.promote_py(payload) == expected
+    table = recorder_module._PROMOTIONS
+    assert table is not None
+    assert PROMOTION_INTERPRETED.promote_one(payload, table, recorder_module._unknown) == expected
     # The batch form (ingress and egress rows) gives the same, whatever its neighbours: compiled
     # (harness/promotion.py, when the build ran), the recorder's interpreted loop, and the promotion
     # module's source run interpreted.
     batch = [payload, encode_session_message(1, 2, 3, b"x"), payload]
-    table = recorder_module._PROMOTIONS
-    assert table is not None
     for name, columns in (
         ("promote_many", promote_many(batch)),
         ("promote_many_py", recorder_module.promote_many_py(batch, table)),
-        ("promotion.py interpreted", PROMOTION_INTERPRETED.promote_fixed(batch, table, promote)),
+        ("promotion.py interpreted", PROMOTION_INTERPRETED.promote_fixed(batch, table, recorder_module._unknown)),
     ):
         names, terms, positions = columns
         rows = list(zip(names, terms, positions, strict=True))
