@@ -646,6 +646,11 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
         (range(4096, 4096 + 70), pa.int64()),  # the seq column: a vector add to a cached iota
         (range(0, 10_000), pa.int64()),  # larger than the cache
         (range(5, 5), pa.int64()),
+        ([None] * 3, pa.int64()),  # all null: pa.nulls
+        ([None] * 2, pa.binary()),
+        ([None] * 4, pa.int16()),
+        ([b"a", None, b""], pa.binary()),
+        ([bytes(range(256)) * 8] * 3, pa.binary()),
         ([False] * 3, pa.bool_()),
         ([True, False], pa.bool_()),
         ([True, None], pa.bool_()),
