@@ -19,6 +19,7 @@ LAYERS = ("core", "harness", "chaos", "golden")
 COMPILED = (
     ("clusterlab.core.codec.framewalk", "core/codec/framewalk.py"),
     ("clusterlab.harness.services.kvdigest", "harness/services/kvdigest.py"),
+    ("clusterlab.harness.promotion", "harness/promotion.py"),
 )
 
 

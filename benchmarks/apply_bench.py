@@ -24,7 +24,7 @@ from clusterlab.core.codec import LogBlock, SessionOpenEvent, decode, encode_ses
 from clusterlab.core.codec.service import JoinLog
 from clusterlab.core.consensus.context import Channel, Role
 from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder
-from clusterlab.core.service.agent import MAX_LOG_POSITION, AppliedEntry, ClusteredServiceAgent
+from clusterlab.core.service.agent import MAX_LOG_POSITION, AppliedEntry, AppliedRun, ClusteredServiceAgent
 from clusterlab.harness.recorder import ProcessRecorder
 from clusterlab.harness.services.kv import KeyValueService, put
 
@@ -83,6 +83,12 @@ def run_once(blocks: list[bytes], role: Role, recording: bool, directory: str) -
     def send_egress(channel: str, _session: int, message: bytes) -> None:
         egress.setdefault(channel, []).append(message)
 
+    def record_run(run: AppliedRun) -> None:  # as core/runtime/service.py: rows stay in log order
+        if pending:
+            rec.applied_many(pending)
+            pending.clear()
+        rec.applied_run(run)
+
     agent = ClusteredServiceAgent(
         0,
         0,
@@ -91,6 +97,7 @@ def run_once(blocks: list[bytes], role: Role, recording: bool, directory: str) -
         send_egress,
         None,
         None if isinstance(rec, NullRecorder) else pending.append,
+        on_applied_run=record_run,
     )
     agent.start(None)
     agent.on_join_log(

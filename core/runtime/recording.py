@@ -45,6 +45,9 @@ class NullRecorder:
     def applied_many(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def applied_run(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def poll(self, now_ns: int | None = None) -> int:
         return 0
 

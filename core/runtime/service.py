@@ -89,6 +89,7 @@ from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.core.service.agent import (
     AgentError,
     AppliedEntry,
+    AppliedRun,
     ClusteredServiceAgent,
     ServiceError,
     ServiceTerminated,
@@ -198,6 +199,7 @@ class ServiceProcess:
             # Only a recording process needs each entry's row (and so the two digests per entry).
             # Held for one inbound batch, then recorded together (_flush_applied).
             on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
+            on_applied_run=self._record_run,
             log=self.log,
         )
         with RecordingLog.open(self.storage) as recording_log:
@@ -231,6 +233,12 @@ class ServiceProcess:
         if self._applied_pending:
             self.rec.applied_many(self._applied_pending)
             self._applied_pending.clear()  # in place: the agent holds its append method
+
+    def _record_run(self, run: AppliedRun) -> None:
+        """A block's run of session messages: its rows go to the recorder as columns, after the
+        entries held before it (rows stay in log order)."""
+        self._flush_applied()
+        self.rec.applied_run(run)
 
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=self._node_name)

@@ -40,32 +40,25 @@ class KeyDigests:
         self.revision_constant = revision_constant
         self.int_digest = int_digest
         self.hashes: dict[str, int] = {}
+        # key -> its item's encoding up to the value (head, length, key, "S"): keys are rewritten far
+        # more often than they are new, and this part of the item never changes.
+        self.prefixes: dict[str, bytes] = {}
         self.total = 0  # sum of ``hashes``' values (not reduced until a digest)
         self.dirty: set[str] = set()
 
     def item_hash(self, key: str, value: str, mod_revision: int) -> int:
         """The hash of one ``(key, value, mod_revision)`` item."""
-        kb = key.encode("utf-8")
+        prefix = self.prefixes.get(key)
+        if prefix is None:
+            kb = key.encode("utf-8")
+            prefix = self.prefixes[key] = b"".join([self.head, _length(len(kb)), kb, b"S"])
         vb = value.encode("utf-8")
         nb = str(mod_revision).encode("ascii")
-        return self.int_digest(
-            b"".join(
-                [
-                    self.head,
-                    _length(len(kb)),
-                    kb,
-                    b"S",
-                    _length(len(vb)),
-                    vb,
-                    b"I",
-                    _length(len(nb)),
-                    nb,
-                ]
-            )
-        )
+        return self.int_digest(b"".join([prefix, _length(len(vb)), vb, b"I", _length(len(nb)), nb]))
 
     def reset(self, entries: dict[str, tuple[str, int]]) -> None:
         """Start over from a whole store (after a snapshot is loaded)."""
+        self.prefixes = {}
         self.hashes = {key: self.item_hash(key, value, rev) for key, (value, rev) in entries.items()}
         total = 0
         for h in self.hashes.values():
@@ -84,6 +77,7 @@ class KeyDigests:
 
     def deleted(self, key: str) -> None:
         """``key`` left the store."""
+        self.prefixes.pop(key, None)
         if key in self.dirty:
             self.dirty.discard(key)
         else:

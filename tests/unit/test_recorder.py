@@ -5,6 +5,7 @@ a process killed with SIGKILL while recording leaves a file whose complete batch
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import select
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -34,7 +36,9 @@ from clusterlab.core.codec import (
 )
 from clusterlab.core.codec.enums import BooleanType, ReplayPurpose
 from clusterlab.core.codec.session import SessionConnectRequest
-from clusterlab.core.service.agent import AppliedEntry, EntryType
+from clusterlab.core.service.agent import AppliedEntry, AppliedRun, EntryType
+from clusterlab.harness import promotion
+from clusterlab.harness import recorder as recorder_module
 from clusterlab.harness.recorder import (
     SCHEMAS,
     TABLES,
@@ -47,6 +51,18 @@ from clusterlab.harness.recorder import (
     promote_many,
 )
 from clusterlab.harness.trace import open_run, read_stream
+
+
+def _interpreted_promotion() -> ModuleType:
+    source = Path(promotion.__file__).with_name("promotion.py")
+    spec = importlib.util.spec_from_file_location("promotion_interpreted", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PROMOTION_INTERPRETED = _interpreted_promotion()
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE_SCHEMA_MD = REPO / "docs" / "trace-schema.md"
@@ -202,13 +218,41 @@ ENTRIES = frame(b"a" * 10, 4096, 7) + frame(b"b" * 40, 4096 + 64, 7)
         # A torn LogBlock: the name survives, the end position cannot be computed.
         (LogBlock(leadership_term_id=7, start_position=4096, commit_position=0, leader_member_id=0,
                   log_session_id=1, entries=ENTRIES).encode()[:20], ("LogBlock", 7, None)),
+        # Negative fixed fields (NULL_VALUE terms) and a fixed block cut short.
+        (AppendPosition(leadership_term_id=-1, log_position=-(2**63), follower_member_id=1, flags=0).encode(),
+         ("AppendPosition", -1, -(2**63))),
+        (CommitPosition(leadership_term_id=7, log_position=8192, leader_member_id=0).encode()[:20],
+         ("CommitPosition", 7, None)),
+        (CommitPosition(leadership_term_id=7, log_position=8192, leader_member_id=0).encode()[:12],
+         ("CommitPosition", None, None)),
     ],
 )  # fmt: skip
 def test_promote_reads_header_and_fixed_fields(payload: bytes, expected: tuple) -> None:
     assert promote(payload) == expected
-    # The batch form (ingress and egress rows) gives the same, whatever its neighbours.
-    names, terms, positions = promote_many([payload, encode_session_message(1, 2, 3, b"x"), payload])
-    assert list(zip(names, terms, positions, strict=True)) == [expected, ("SessionMessageHeader", 1, None), expected]
+    assert recorder_module.promote_py(payload) == expected
+    table = recorder_module._PROMOTIONS
+    assert table is not None
+    assert PROMOTION_INTERPRETED.promote_one(payload, table, recorder_module._unknown) == expected
+    # The batch form (ingress and egress rows) gives the same, whatever its neighbours: compiled
+    # (harness/promotion.py, when the build ran), the recorder's interpreted loop, and the promotion
+    # module's source run interpreted.
+    batch = [payload, encode_session_message(1, 2, 3, b"x"), payload]
+    for name, columns in (
+        ("promote_many", promote_many(batch)),
+        ("promote_many_py", recorder_module.promote_many_py(batch, table)),
+        ("promotion.py interpreted", PROMOTION_INTERPRETED.promote_fixed(batch, table, recorder_module._unknown)),
+    ):
+        names, terms, positions = columns
+        rows = list(zip(names, terms, positions, strict=True))
+        assert rows == [expected, ("SessionMessageHeader", 1, None), expected], name
+
+
+def test_promotion_is_compiled_where_the_build_ran() -> None:
+    """The build compiles harness/promotion.py unless told not to (CLUSTERLAB_NO_MYPYC)."""
+    if os.environ.get("CLUSTERLAB_NO_MYPYC"):
+        assert not PROMOTION_INTERPRETED.COMPILED
+    else:
+        assert promotion.COMPILED and recorder_module.PROMOTION_COMPILED
 
 
 # ---------------------------------------------------------------------------------------- writer
@@ -342,10 +386,42 @@ def test_bulk_rows_equal_the_rows_written_one_by_one(tmp_path: Path) -> None:
     assert [a["replay"] for a in tables[True][1]] == [False, True, False]
 
 
+def test_applied_run_rows_equal_the_rows_of_its_entries_and_are_byte_identical(tmp_path: Path) -> None:
+    """applied_run() (the service runtime's per-block path: columns extended once) writes the rows
+    applied_many() writes for the run's entries, to the same file bytes; the replay flag of a run is
+    one value (written as a repeat) and a mixed column still converts."""
+    runs = [
+        AppliedRun([704, 768], [64, 64], [4, 4], [99, 100], [b"a" * 16, b"b" * 16], [b"s" * 16, b"t" * 16], False),
+        AppliedRun([832], [64], [5], [101], [b"c" * 16], [b"u" * 16], True),
+    ]
+    data = {}
+    for columnar in (False, True):
+        rec = ProcessRecorder(tmp_path / str(columnar), "r1", "service-2", 2, 3, FakeClock(), wall_clock=lambda: 7)
+        if columnar:
+            rec.applied_run(runs[0])
+            rec.applied_run(AppliedRun([], [], [], [], [], [], False))
+            rec.flush()  # one batch of a single replay value, one of the other
+            rec.applied_run(runs[1])
+        else:
+            rec.applied_many(runs[0].entries())
+            rec.flush()
+            rec.applied_many(runs[1].entries())
+        rec.close()
+        data[columnar] = (tmp_path / str(columnar) / "applied" / "service-2-i3.arrow").read_bytes()
+    assert data[True] == data[False]
+    rows = open_run(tmp_path / "True").applied.to_pylist()
+    assert [(r["log_position"], r["entry_type"], r["replay"], r["wall_ns"]) for r in rows] == [
+        (704, "SessionMessage", False, 7),
+        (768, "SessionMessage", False, 7),
+        (832, "SessionMessage", True, 7),
+    ]
+    assert [r["entry_digest"] for r in rows] == [b"a" * 16, b"b" * 16, b"c" * 16]
+
+
 def test_null_recorder_has_the_api_and_does_nothing() -> None:
     rec = NullRecorder()
-    for name in ("message", "messages", "applied", "applied_many", "event", "op", "poll", "next_deadline_ns", "flush",
-                 "close"):  # fmt: skip
+    for name in ("message", "messages", "applied", "applied_many", "applied_run", "event", "op", "poll",
+                 "next_deadline_ns", "flush", "close"):  # fmt: skip
         assert callable(getattr(rec, name)) and callable(getattr(ProcessRecorder, name))
     rec.message("send", "log", 1, b"")
     assert rec.next_deadline_ns() is None
@@ -561,10 +637,35 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
         ([b"a", b"", b"xyz"], pa.binary()),
         ([1, 2, 3], pa.int64()),
         ([1, None], pa.int64()),
+        ([7, 7, 7], pa.int64()),  # one value: a repeat
+        ([7, 7, None], pa.int64()),
+        ([None, 7, 7], pa.int64()),
+        ([7, 8, 7], pa.int64()),
+        ([-1] * 4, pa.int16()),
+        ([96] * 3, pa.int32()),
+        (range(4096, 4096 + 70), pa.int64()),  # the seq column: a vector add to a cached iota
+        (range(0, 10_000), pa.int64()),  # larger than the cache
+        (range(5, 5), pa.int64()),
+        ([None] * 3, pa.int64()),  # all null: pa.nulls
+        ([None] * 2, pa.binary()),
+        ([None] * 4, pa.int16()),
+        ([b"a", None, b""], pa.binary()),
+        ([bytes(range(256)) * 8] * 3, pa.binary()),
+        ([False] * 3, pa.bool_()),
+        ([True, False], pa.bool_()),
+        ([True, None], pa.bool_()),
     ],
 )
 def test_column_fast_paths_build_what_pyarrow_builds(values: list, type_: pa.DataType) -> None:
+    """Each fast path gives the array pyarrow's conversion gives, to the same IPC bytes."""
     from clusterlab.harness.recorder import _to_arrow
+
+    def ipc_bytes(array: pa.Array) -> bytes:
+        sink = pa.BufferOutputStream()
+        batch = pa.RecordBatch.from_arrays([array], names=["c"])
+        with ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue().to_pybytes()
 
     try:
         expected = pa.array(values, type=type_)
@@ -573,4 +674,5 @@ def test_column_fast_paths_build_what_pyarrow_builds(values: list, type_: pa.Dat
             _to_arrow(values, type_)
         return
     got = _to_arrow(values, type_)
-    assert got.type == type_ and got.equals(expected) and got.to_pylist() == values
+    assert got.type == type_ and got.equals(expected) and got.to_pylist() == list(values)
+    assert ipc_bytes(got) == ipc_bytes(expected)

@@ -44,6 +44,7 @@ from clusterlab.core.service import (
     MAX_LOG_POSITION,
     AgentError,
     AppliedEntry,
+    AppliedRun,
     ClientSession,
     Cluster,
     ClusteredService,
@@ -812,3 +813,54 @@ def test_a_committed_block_applies_like_entries_delivered_one_at_a_time(tmp_path
     assert block_h.egress == deliver_h.egress and len(block_h.egress) == 2  # the replies to "a" and "b"
     assert block_h.to_cm == deliver_h.to_cm
     assert [type(m) for m in block_h.to_cm[-3:]] == [ScheduleTimer, SessionMessageHeader, CancelTimer]
+
+
+def test_applied_runs_give_the_rows_on_applied_gives_in_log_order(tmp_path: Path) -> None:
+    """With ``on_applied_run`` a block's run of session messages arrives as one columnar AppliedRun;
+    read back in order with ``on_applied``'s rows, they are the rows an agent without it gives, and a
+    run cut by a failing entry still gives the rows of the entries applied before it."""
+    plain = Harness(tmp_path / "plain", term=3)
+    runs = Harness(tmp_path / "runs", term=3)
+    rows: list[AppliedEntry] = []
+    given: list[AppliedRun] = []
+
+    def on_run(run: AppliedRun) -> None:
+        given.append(run)
+        rows.extend(run.entries())
+
+    runs.agent = ClusteredServiceAgent(
+        SERVICE_ID,
+        1,
+        runs.service,
+        lambda b: runs.to_cm.append(decode(b)),
+        lambda channel, sid, msg: runs.egress.append((channel, sid, msg)),
+        runs.store,
+        rows.append,
+        on_applied_run=on_run,
+        client_id=CLIENT_ID,
+    )
+    for h in (plain, runs):
+        h.started_and_joined(Role.LEADER)
+    built = [
+        [
+            h.open(4, timestamp=20),
+            h.message(4, b"a", timestamp=30),
+            h.message(4, b"timer 9 500", timestamp=31),
+            h.entry(TimerEvent(leadership_term_id=3, correlation_id=9, timestamp=40)),
+            h.message(4, b"b", timestamp=41),
+            h.message(4, b"c", timestamp=42),
+            h.message(4, b"boom", timestamp=43),
+            h.message(4, b"never", timestamp=44),
+        ]
+        for h in (plain, runs)
+    ]
+    for h, frames in zip((plain, runs), built, strict=True):
+        with pytest.raises(ServiceError):
+            h.agent.on_log_frames(frames, frames[-1].end_position)
+    assert [len(r.log_positions) for r in given] == [2, 2]  # a, timer | b, c (boom failed, never not reached)
+    assert all(r.replay is False for r in given)
+    assert rows == plain.applied
+    assert [r.entry_type for r in rows] == [EntryType.SESSION_OPEN] + [EntryType.SESSION_MESSAGE] * 2 + [
+        EntryType.TIMER
+    ] + [EntryType.SESSION_MESSAGE] * 2
+    assert runs.egress == plain.egress and runs.to_cm == plain.to_cm
