@@ -194,7 +194,8 @@ def check_runs(
         if runs:
             for table, data in view_tables(complete, view_columns(checks)).items():
                 _arrow_frame(spark, data).createOrReplaceTempView(table)
-            every = {t: view_schema(t).names for t in VIEWS}
+            # Every column of ops for linearizability; the other views' columns are not wanted again.
+            every = {t: tuple(view_schema(t).names) if t == "ops" else ("run_id",) for t in VIEWS}
             ops = _arrow_frame(spark, view_tables(complete, every)["ops"])
     else:
         # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
@@ -214,7 +215,8 @@ def check_runs(
             ThreadPoolExecutor(SMALL_THREADS if small else 1, thread_name_prefix="clusterlab-check") as pool,
         ):
             # Linearizability (Python workers) alongside the SQL checks (the JVM): both cores busy.
-            linearizable = pool.submit(check_linearizability, ops, limit)
+            # No client ops (a golden, a run without a workload): nothing to judge, no Python worker.
+            linearizable = pool.submit(check_linearizability, ops, limit) if rows.get("ops") else None
             counts = count_violations(spark, checks, pool if small else None)
             for check in checks:
                 results[check.name] = run_check(spark, check, counts[check.name], limit)
@@ -224,7 +226,8 @@ def check_runs(
                         lambda sql: _query(spark, sql),
                         lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
                     )
-            results[LINEARIZABILITY] = linearizable.result()
+            no_ops = CheckResult(LINEARIZABILITY, 0)
+            results[LINEARIZABILITY] = linearizable.result() if linearizable is not None else no_ops
         if tables is not None:
             tables.drop_views()
     else:  # nothing complete to judge
