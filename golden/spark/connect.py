@@ -151,6 +151,8 @@ def start(
         f"spark.sql.warehouse.dir={scratch / 'warehouse'}",
         "--conf",
         "spark.python.worker.reuse=true",
+        "--conf",  # a client that never released its session (killed) holds its views until this expires
+        "spark.connect.session.manager.defaultSessionTimeout=10min",
         "--conf",
         "spark.sql.inMemoryColumnarStorage.compressed=false",  # as session.py: the check's cached views
         "--conf",
