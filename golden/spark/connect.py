@@ -181,6 +181,27 @@ def start(
     return info
 
 
+def warm(info: ServerInfo, rounds: int) -> float:
+    """Run the whole check ``rounds`` times on the shipped ``real-leader-kill`` golden through the
+    server ``info``; returns the seconds taken. A new server's JVM is still compiling Spark's analyzer
+    and planner: its first checks of a small run took 15-60 s on a loaded 2-core machine, settling
+    near 5 s only after ~20 checks. The golden is read-only here (no check.json is written)."""
+    import time
+
+    from clusterlab.golden.spark.check import check_runs
+    from clusterlab.golden.spark.session import spark_session
+    from clusterlab.golden.store import TRACES
+
+    started = time.monotonic()
+    spark = spark_session(remote=info.url)
+    try:
+        for _ in range(rounds):
+            check_runs([TRACES / "real-leader-kill"], spark=spark, write_json=False)
+    finally:
+        spark.stop()  # a Connect session: releases it, the server stays up
+    return time.monotonic() - started
+
+
 def _end(pid: int) -> None:
     from clusterlab.harness.local import LocalTimeout, pid_alive, wait_until
 
