@@ -153,6 +153,16 @@ def start(
         "spark.python.worker.reuse=true",
         "--conf",  # a client that never released its session (killed) holds its views until this expires
         "spark.connect.session.manager.defaultSessionTimeout=10min",
+        # The status store (kept without a UI) of ~1000 executions filled a 2 GB heap's old generation
+        # within ~25 checks (per-task metric arrays); the GC then took CPU from the checks. Keep less.
+        "--conf",
+        "spark.sql.ui.retainedExecutions=50",
+        "--conf",
+        "spark.ui.retainedJobs=100",
+        "--conf",
+        "spark.ui.retainedStages=100",
+        "--conf",
+        "spark.ui.retainedTasks=5000",
         "--conf",
         "spark.sql.inMemoryColumnarStorage.compressed=false",  # as session.py: the check's cached views
         "--conf",
