@@ -27,10 +27,15 @@ def check_and_report(
     verdict table (``show``), write RUN/report.html (which shows that verdict) and print its path."""
     console = console or Console()
     if engine == "spark":
-        from clusterlab.golden.spark.check import check_runs  # pyspark: imported only when it runs
+        from clusterlab.golden.spark.check import check_runs, is_connect  # pyspark: imported only when it runs
         from clusterlab.golden.spark.session import spark_session
 
-        report = check_runs([trace_dir], spark=spark_session(master, remote=remote))
+        spark = spark_session(master, remote=remote)
+        try:
+            report = check_runs([trace_dir], spark=spark)
+        finally:
+            if is_connect(spark):  # release this client's session (its views) on the warm server now
+                spark.stop()
     else:
         from clusterlab.chaos.checks.embedded import check_runs as embedded_check
 

@@ -8,15 +8,19 @@ imports it (pyproject.toml's import-linter contracts). One module per group of c
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from clusterlab.chaos.demo import run_demo
-from clusterlab.cli import check, cluster, golden, mutants, report, run, spark, sweep, tool, trace
 from clusterlab.cli.paths import writable_directory_error
 from clusterlab.core import __version__
-from clusterlab.core.codec.selfcheck import run_selfcheck
+
+# The modules registering subcommands, imported by build_parser. `check` and `spark` import little at
+# the top: ``clusterlab check RUN`` builds a parser of that command alone and skips the rest (the
+# harness, the simulator: ~1.5 s of a warm Spark check's whole command).
+COMMAND_MODULES = ("cluster", "tool", "trace", "run", "check", "golden", "report", "spark", "mutants", "sweep")
+LIGHT_COMMANDS = ("check", "spark")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -24,11 +28,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
         print(f"clusterlab demo: {error}", file=sys.stderr)
         return 2
+    from clusterlab.chaos.demo import run_demo  # here: it imports the whole harness (~1 s), which `check` never needs
+
     return run_demo(seed=args.seed, members=args.members, directory=args.dir)
 
 
 def _cmd_codec_selfcheck(args: argparse.Namespace) -> int:
     """Round-trip every registered message type once and print a line per type."""
+    from clusterlab.core.codec.selfcheck import run_selfcheck
+
     return run_selfcheck()
 
 
@@ -41,8 +49,9 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``clusterlab`` argument parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``clusterlab`` argument parser with every subcommand registered (``only``: that one of
+    :data:`LIGHT_COMMANDS` alone)."""
     parser = OneLineParser(
         prog="clusterlab",
         description="Aeron Cluster in Python over ZeroMQ, with a record-replay chaos harness.",
@@ -50,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    if only is not None:
+        importlib.import_module(f"clusterlab.cli.{only}").register(sub)
+        return parser
     demo = sub.add_parser("demo", help="a guided simulator walk-through (the main job is `clusterlab run`)")
     demo.add_argument("--seed", type=int, default=1, help="seed of the scenario (same seed, same run)")
     demo.add_argument("--members", type=int, default=3, choices=[1, 3, 5], help="cluster size")
@@ -59,14 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
     selfcheck.set_defaults(func=_cmd_codec_selfcheck)
 
-    for module in (cluster, tool, trace, run, check, golden, report, spark, mutants, sweep):
-        module.register(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"clusterlab.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``clusterlab`` console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in LIGHT_COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -111,13 +111,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 print(f"clusterlab check: {e}", file=sys.stderr)
                 return 2
         else:
-            from clusterlab.golden.spark.check import check_runs
+            from clusterlab.golden.spark.check import check_runs, is_connect
             from clusterlab.golden.spark.session import spark_session
 
             remote = spark_remote(args.remote, args.master)
             console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
             spark = spark_session(args.master, remote=remote)
-            report = check_runs(runs, spark=spark, limit=args.limit)
+            try:
+                report = check_runs(runs, spark=spark, limit=args.limit)
+            finally:
+                if is_connect(spark):  # release this client's session (its views) on the warm server now
+                    spark.stop()
     except SchemaVersionError as e:
         print(f"clusterlab check: {e}", file=sys.stderr)
         return 2

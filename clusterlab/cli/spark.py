@@ -16,6 +16,9 @@ def _cmd_spark(args: argparse.Namespace) -> int:
     from clusterlab.harness.local import LocalTimeout
 
     out = Console()
+    if args.warm < 0:
+        print(f"clusterlab spark: --warm must be >= 0, got {args.warm}", file=sys.stderr)
+        return 2
     if args.action == "start":
         try:
             info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
@@ -25,6 +28,15 @@ def _cmd_spark(args: argparse.Namespace) -> int:
         out.print(
             f"Spark Connect server up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False
         )
+        if args.warm:
+            try:
+                seconds = connect.warm(info, args.warm)
+            except Exception as e:  # the server is up; say why its warm-up failed, no traceback
+                print(f"clusterlab spark start: the server is up but its warm-up check failed: {e}", file=sys.stderr)
+                return 2
+            out.print(
+                f"warmed: {args.warm} check(s) of the real-leader-kill golden in {seconds:.1f} s", highlight=False
+            )
         return 0
     if args.action == "stop":
         stopped = connect.stop(args.state_dir)
@@ -54,4 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--master", default="local[2]", help="the server's Spark master (default local[2])")
     p.add_argument("--driver-memory", default="2g", help="the server's driver memory (default 2g)")
+    p.add_argument(
+        "--warm",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start: then run N checks of a shipped golden, so the JVM has compiled Spark's planner "
+        "before the first real check (a new server's first checks are several times slower; default 0)",
+    )
     p.set_defaults(func=_cmd_spark)

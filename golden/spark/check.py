@@ -13,9 +13,11 @@ Works on a classic session (``local[*]``, a cluster) and on a Spark Connect sess
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,14 @@ CHECKS = CHECK_NAMES
 DEFAULT_LIMIT = 50
 ENGINE = "spark"
 UPLOAD_BYTES = 256 << 20  # a Connect session gets traces up to this size as Arrow tables from the client
+# A check reading at most this many rows (of the tables it reads) is "small": Spark evaluates it
+# interpreted, its job submitted from a thread beside the other small ones (SMALL_CONF, SMALL_THREADS).
+# Compiling the generated code of each check's stages (Janino, in every task) cost ~40 % of a warm
+# server's CPU on a 17 k-row run; per row, interpreted is slower (break-even near 1 M rows measured on
+# the medium bench: agreement 2.9 -> 5.4 s, the events-only checks 0.4-1.4 -> 0.2-0.6 s).
+SMALL_ROWS = 250_000
+SMALL_CONF = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+SMALL_THREADS = 3  # concurrent check jobs of a small check: overlaps one job's planning with another's tasks
 
 __all__ = ["CHECKS", "CheckReport", "CheckResult", "check_runs", "establish_completeness", "load"]
 
@@ -95,15 +105,36 @@ def _query(spark: SparkSession, sql: str) -> list[dict[str, Any]]:
     return [{k: plain(v) for k, v in r.asDict(recursive=True).items()} for r in spark.sql(sql).collect()]
 
 
-def count_violations(spark: SparkSession, checks: Sequence[SqlCheck]) -> dict[str, dict[str, int]]:
-    """Per check, violations per run: one small aggregate job per check. (Measured on a loaded 2-core
-    machine, warm Connect server, one small run: one after another ~5 s in all; one UNION ALL of every
-    check ~10 s, the same jobs submitted from threads ~7 s.)"""
-    out = {}
-    for check in checks:
+def count_violations(
+    spark: SparkSession, checks: Sequence[SqlCheck], pool: ThreadPoolExecutor | None = None
+) -> dict[str, dict[str, int]]:
+    """Per check, violations per run: one small aggregate job per check, submitted from ``pool``'s
+    threads when given (a Spark session, classic or Connect, runs concurrent jobs). (One UNION ALL of
+    every check measured ~2x slower than separate jobs, warm Connect server, one small run.)"""
+
+    def count(check: SqlCheck) -> dict[str, int]:
         sql = f"SELECT run_id, count(*) AS n FROM ({check.sql}) AS v GROUP BY run_id"
-        out[check.name] = {r["run_id"]: int(r["n"]) for r in spark.sql(sql).collect()}
-    return out
+        return {r["run_id"]: int(r["n"]) for r in spark.sql(sql).collect()}
+
+    counts = pool.map(count, checks) if pool is not None else map(count, checks)
+    return {check.name: n for check, n in zip(checks, counts, strict=True)}
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """``conf`` set on ``spark`` inside the block, the former values (or unset) restored after: a warm
+    or shared session checks other, larger runs next."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
 
 
 def run_check(spark: SparkSession, check: SqlCheck, per_run: dict[str, int], limit: int) -> CheckResult:
@@ -165,7 +196,8 @@ def check_runs(
         if runs:
             for table, data in view_tables(complete, view_columns(checks)).items():
                 _arrow_frame(spark, data).createOrReplaceTempView(table)
-            every = {t: view_schema(t).names for t in VIEWS}
+            # Every column of ops for linearizability; the other views' columns are not wanted again.
+            every = {t: tuple(view_schema(t).names) if t == "ops" else ("run_id",) for t in VIEWS}
             ops = _arrow_frame(spark, view_tables(complete, every)["ops"])
     else:
         # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
@@ -178,17 +210,26 @@ def check_runs(
             tables.register_views(view_columns(checks))
             ops = tables.read("ops")
     if runs:
-        counts = count_violations(spark, checks)
-        for check in checks:
-            results[check.name] = run_check(spark, check, counts[check.name], limit)
-            if check.name == "agreement":
-                explain_agreement(
-                    results[check.name],
-                    lambda sql: _query(spark, sql),
-                    lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
-                )
         assert ops is not None
-        results[LINEARIZABILITY] = check_linearizability(ops, limit)
+        small = [c for c in checks if sum(rows.get(t, 0) for t in c.tables) <= SMALL_ROWS]
+        large = [c for c in checks if c not in small]
+        with ThreadPoolExecutor(SMALL_THREADS, thread_name_prefix="clusterlab-check") as pool:
+            # Linearizability (Python workers) alongside the SQL checks (the JVM): both cores busy.
+            # No client ops (a golden, a run without a workload): nothing to judge, no Python worker.
+            linearizable = pool.submit(check_linearizability, ops, limit) if rows.get("ops") else None
+            with session_conf(spark, SMALL_CONF if small else {}):
+                counts = count_violations(spark, small, pool)
+            counts |= count_violations(spark, large)  # generated code, one after another (memory)
+            for check in checks:
+                results[check.name] = run_check(spark, check, counts[check.name], limit)
+                if check.name == "agreement":
+                    explain_agreement(
+                        results[check.name],
+                        lambda sql: _query(spark, sql),
+                        lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
+                    )
+            no_ops = CheckResult(LINEARIZABILITY, 0)
+            results[LINEARIZABILITY] = linearizable.result() if linearizable is not None else no_ops
         if tables is not None:
             tables.drop_views()
     else:  # nothing complete to judge

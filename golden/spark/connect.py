@@ -26,7 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from clusterlab.golden.spark.session import LOG4J
-from clusterlab.harness.local import LocalTimeout, pid_alive, wait_until
+
+# clusterlab.harness.local (pid_alive, wait_until) is imported where used: it brings the whole process
+# harness (~1 s), which `clusterlab check` asking status() before a warm check does not need.
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_MASTER = "local[2]"
@@ -86,10 +88,13 @@ def status(directory: str | Path | None = None) -> ServerInfo | None:
         info = ServerInfo(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
+    if _accepting(info.port) and Path(f"/proc/{info.pid}").exists():
+        return info  # up (a dead server's port may be another process's: its PID must exist too)
+    from clusterlab.harness.local import pid_alive
+
     if not pid_alive(info.pid):
         path.unlink(missing_ok=True)
-        return None
-    return info if _accepting(info.port) else None
+    return None
 
 
 def start(
@@ -100,6 +105,8 @@ def start(
     timeout_s: float = START_TIMEOUT_S,
 ) -> ServerInfo:
     """Start a server (or return the one already running from ``directory``)."""
+    from clusterlab.harness.local import LocalTimeout, wait_until
+
     running = status(directory)
     if running is not None:
         return running
@@ -144,6 +151,18 @@ def start(
         f"spark.sql.warehouse.dir={scratch / 'warehouse'}",
         "--conf",
         "spark.python.worker.reuse=true",
+        "--conf",  # a client that never released its session (killed) holds its views until this expires
+        "spark.connect.session.manager.defaultSessionTimeout=10min",
+        # The status store (kept without a UI) of ~1000 executions filled a 2 GB heap's old generation
+        # within ~25 checks (per-task metric arrays); the GC then took CPU from the checks. Keep less.
+        "--conf",
+        "spark.sql.ui.retainedExecutions=50",
+        "--conf",
+        "spark.ui.retainedJobs=100",
+        "--conf",
+        "spark.ui.retainedStages=100",
+        "--conf",
+        "spark.ui.retainedTasks=5000",
         "--conf",
         "spark.sql.inMemoryColumnarStorage.compressed=false",  # as session.py: the check's cached views
         "--conf",
@@ -172,7 +191,30 @@ def start(
     return info
 
 
+def warm(info: ServerInfo, rounds: int) -> float:
+    """Run the whole check ``rounds`` times on the shipped ``real-leader-kill`` golden through the
+    server ``info``; returns the seconds taken. A new server's JVM is still compiling Spark's analyzer
+    and planner: its first checks of a small run took 15-60 s on a loaded 2-core machine, settling
+    near 5 s only after ~20 checks. The golden is read-only here (no check.json is written)."""
+    import time
+
+    from clusterlab.golden.spark.check import check_runs
+    from clusterlab.golden.spark.session import spark_session
+    from clusterlab.golden.store import TRACES
+
+    started = time.monotonic()
+    spark = spark_session(remote=info.url)
+    try:
+        for _ in range(rounds):
+            check_runs([TRACES / "real-leader-kill"], spark=spark, write_json=False)
+    finally:
+        spark.stop()  # a Connect session: releases it, the server stays up
+    return time.monotonic() - started
+
+
 def _end(pid: int) -> None:
+    from clusterlab.harness.local import LocalTimeout, pid_alive, wait_until
+
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -195,6 +237,8 @@ def stop(directory: str | Path | None = None) -> ServerInfo | None:
         info = ServerInfo(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
+    from clusterlab.harness.local import pid_alive
+
     if pid_alive(info.pid):
         _end(info.pid)
     path.unlink(missing_ok=True)

@@ -92,6 +92,27 @@ def test_spark_and_duckdb_find_the_same_violations(report: Any, planted: dict[st
     assert duck.status == report.status == "FAIL"
 
 
+def test_small_and_large_input_plans_agree(
+    spark: Any, report: Any, planted: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planted runs are a small input (every check evaluated interpreted, the jobs submitted from
+    threads); checked as a large input is (generated code, one job after another) they give the same
+    counts and rows, and the small checks' settings do not outlive the check."""
+    import clusterlab.golden.spark.check as spark_check
+
+    assert sum(report.rows.values()) <= spark_check.SMALL_ROWS
+    before = {k: spark.conf.get(k, None) for k in spark_check.SMALL_CONF}
+    monkeypatch.setattr(spark_check, "SMALL_ROWS", -1)
+    large = check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False)
+    assert {k: spark.conf.get(k, None) for k in spark_check.SMALL_CONF} == before
+    assert before["spark.sql.codegen.wholeStage"] in (None, "true")
+    for name in CHECKS:
+        small_result, large_result = report.checks[name], large.checks[name]
+        assert (small_result.count, small_result.per_run) == (large_result.count, large_result.per_run), name
+        details = sorted(str(v.get("detail", v.get("problem"))) for v in small_result.violations)
+        assert details == sorted(str(v.get("detail", v.get("problem"))) for v in large_result.violations), name
+
+
 def test_check_cli_writes_check_json_and_exit_codes(
     spark, planted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

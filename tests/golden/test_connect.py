@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from clusterlab.golden.spark import connect
+from clusterlab.golden.store import TRACES
 from clusterlab.harness.local import pid_alive
 
 from clusterlab.cli import main
@@ -38,8 +39,31 @@ def test_check_through_a_started_spark_connect_server(
     state = tmp_path / "spark-state"
     monkeypatch.setenv("CLUSTERLAB_SPARK_STATE", str(state))
     assert main(["spark", "status"]) == 1
+    assert main(["spark", "start", "--warm", "-1"]) == 2 and connect.status() is None
     try:
-        assert main(["spark", "start", "--master", "local[1]", "--driver-memory", "1g"]) == 0
+        # In a child (its warm-up check is a Connect session); warmed on a shipped golden, left unwritten.
+        golden_json = TRACES / "real-leader-kill" / "check.json"
+        start = [
+            sys.executable,
+            "-m",
+            "clusterlab.cli",
+            "spark",
+            "start",
+            "--master",
+            "local[1]",
+            "--driver-memory",
+            "1g",
+        ]
+        started = subprocess.run(
+            [*start, "--warm", "1"],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
+        assert started.returncode == 0, started.stderr
+        assert "warmed: 1 check(s) of the real-leader-kill golden" in started.stdout
+        assert not golden_json.exists()
         info = connect.status()
         assert info is not None and pid_alive(info.pid)
         assert main(["spark", "start"]) == 0 and connect.status() == info, "a second start reuses the server"
