@@ -60,7 +60,7 @@ def compiled_extensions() -> list:
         return mypycify(
             [*options, *paths], only_compile_paths=paths, opt_level="3", target_dir="build/mypyc-c", separate=True
         )
-    except Exception as e:  # a mypyc that cannot compile them: run them interpreted
+    except (Exception, SystemExit) as e:  # mypyc exits on a type error: run them interpreted
         print(f"clusterlab: mypyc failed ({e}), hot modules stay pure Python", file=sys.stderr)
         return []
 
