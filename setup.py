@@ -7,6 +7,8 @@ Hot modules (``COMPILED``) are compiled with mypyc when it is available (it come
 ``build-system.requires``) and a C compiler works; otherwise the build goes on without them and the
 same modules run as plain Python (each has a pure-Python fallback: see its docstring)."""
 
+import hashlib
+import json
 import os
 import shutil
 import sys
@@ -34,8 +36,37 @@ COMPILED = (
 SOURCE_LAYERS = ("core", "harness")
 
 
+# What was compiled from which source (clusterlab/compiled.py runs the sources instead once one changes).
+BUILD_RECORD = Path("clusterlab/mypyc_build.json")
+
+
+def remove_extensions() -> None:
+    """Delete the in-place extensions of a previous build (they would shadow the sources) and its record."""
+    try:
+        previous = json.loads(BUILD_RECORD.read_text())
+    except (OSError, ValueError):
+        previous = {}
+    modules = {module: source for module, source in COMPILED} | {m: e["source"] for m, e in previous.items()}
+    for module, source in modules.items():
+        name = module.rsplit(".", 1)[1]
+        for built in Path(source).parent.glob(f"{name}*.cpython-*"):
+            if built.name.startswith((f"{name}.", f"{name}__mypyc.")):
+                built.unlink()
+    BUILD_RECORD.unlink(missing_ok=True)
+
+
+def record_build() -> None:
+    """Write BUILD_RECORD: each compiled module's source path and SHA-256."""
+    record = {
+        module: {"source": str(Path(source).resolve()), "sha256": hashlib.sha256(Path(source).read_bytes()).hexdigest()}
+        for module, source in COMPILED
+    }
+    BUILD_RECORD.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def compiled_extensions() -> list:
     """mypyc extensions for COMPILED, or [] when mypyc cannot run here (CLUSTERLAB_NO_MYPYC=1 skips them)."""
+    remove_extensions()
     if os.environ.get("CLUSTERLAB_NO_MYPYC"):
         return []
     try:
@@ -57,12 +88,14 @@ def compiled_extensions() -> list:
     try:
         # One shared library per module, next to it (a group of several would be one library at the
         # top level, which only imports with the source tree on sys.path).
-        return mypycify(
+        extensions = mypycify(
             [*options, *paths], only_compile_paths=paths, opt_level="3", target_dir="build/mypyc-c", separate=True
         )
     except (Exception, SystemExit) as e:  # mypyc exits on a type error: run them interpreted
         print(f"clusterlab: mypyc failed ({e}), hot modules stay pure Python", file=sys.stderr)
         return []
+    record_build()
+    return extensions
 
 
 setup(
