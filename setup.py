@@ -24,6 +24,7 @@ COMPILED = (
     ("clusterlab.harness.services.kvdigest", "harness/services/kvdigest.py"),
     ("clusterlab.core.archive.recording", "core/archive/recording.py"),
     ("clusterlab.harness.simnet", "harness/simnet.py"),
+    ("clusterlab.harness.sim", "harness/sim.py"),
     ("clusterlab.core.consensus.log_replication", "core/consensus/log_replication.py"),
     ("clusterlab.core.consensus.log_adapter", "core/consensus/log_adapter.py"),
     ("clusterlab.core.consensus.client_sessions", "core/consensus/client_sessions.py"),
