@@ -45,11 +45,10 @@ def _run(code: str, *args: str, no_mypyc: bool = False) -> list[str]:
 
 
 def test_compiled_and_source_builds_run_the_same_simulation() -> None:
-    built = compiled.BUILD
-    state, from_source, digest, now_ns = _run(RUN)
+    state, from_source, digest, now_ns = _run(RUN)  # without CLUSTERLAB_NO_MYPYC, whatever this process has
     fb_state, fb_from_source, fb_digest, fb_now_ns = _run(RUN, no_mypyc=True)
-    assert state == built
-    assert from_source == str(built != "compiled")  # the extension runs when the build is fresh
+    assert state in ("compiled", "stale", "none")
+    assert from_source == str(state != "compiled")  # the extension runs when the build is fresh
     assert fb_from_source == "True" and fb_state in ("disabled", "none")
     assert (digest, now_ns) == (fb_digest, fb_now_ns)  # byte for byte: same messages at the same times
 
