@@ -17,3 +17,6 @@ Layers only point down (pyproject.toml's import-linter contracts, ``make lint``)
 """
 
 __version__ = "0.1.0"
+
+# Before any mypyc-compiled module loads: their sources instead if stale or CLUSTERLAB_NO_MYPYC is set.
+from clusterlab import compiled as _compiled  # noqa: F401

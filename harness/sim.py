@@ -28,7 +28,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from clusterlab.core.archive import faults
 from clusterlab.core.archive.storage import FaultyStorage, MemoryStorage
@@ -50,6 +50,7 @@ from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.mutants import mutant_set
 from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.harness.services import service_factory
+from clusterlab.harness.sim_errors import SimError, SimTimeout
 from clusterlab.harness.sim_parts import (
     CLIENT_ID_BASE,
     SimClient,
@@ -89,15 +90,6 @@ def _deliver_fn(member: Member) -> Callable[[int, Channel, bytes, int], object]:
     return deliver
 
 
-class SimError(RuntimeError):
-    """The simulation itself cannot continue (livelock, misuse of a fault operation)."""
-
-
-class SimTimeout(AssertionError):
-    """An awaited condition did not hold within its simulated timeout. An AssertionError so pytest
-    reports it as a test failure, not an error in the harness."""
-
-
 class ArchiveLike(Protocol):
     """What the simulator needs from a member's archive (core/archive RecordingStore)."""
 
@@ -107,7 +99,6 @@ class ArchiveLike(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
 class Member(Protocol):
     """The surface SimCluster drives: ConsensusModule's, and any fake with the same shape."""
 
@@ -256,6 +247,8 @@ class SimCluster:
         self.clients: list[SimClient] = []
         self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
+        self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
+        self.on_member_start: list[Callable[[int], None]] = []  # and here: a member (re)started, services up
         self._outboxes: list[_SimOutbox | None] = [None] * members
         self._incarnations = [-1] * members
         self._closed = False
@@ -597,6 +590,8 @@ class SimCluster:
             hosts.append(host)
         self._service_hosts[member_id] = hosts
         self._services[member_id] = hosts[0] if hosts else None
+        for hook in self.on_member_start:
+            hook(member_id)
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)
@@ -708,6 +703,8 @@ class SimCluster:
             if service_id:
                 row["service_id"] = service_id  # absent for service 0: rows as with one service
             self.applied.append(row)
+            for hook in self.on_applied:
+                hook(row)
 
         return sink
 

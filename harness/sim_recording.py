@@ -24,8 +24,8 @@ or stop flushes the incarnation's files; they are closed with the recording (a s
 nothing, and a message the dead incarnation sent may still be cut in flight). Attach right after
 constructing the cluster (what it did while constructing is recorded retroactively).
 
-Where SimCluster has no public hook (the node <-> service queues, the applied list, member starts),
-this module wraps the instance's own attributes; it never edits the simulator's code.
+SimCluster's hooks (``on_event``, ``on_applied``, ``on_member_start``, the network's) carry most of it;
+the node <-> service queues, which have none, are wrapped on each service host.
 """
 
 from __future__ import annotations
@@ -119,19 +119,6 @@ class _ServiceToNode:
         item = self._real.popleft()
         self._on_pop(item)
         return item
-
-
-class _AppliedList(list):
-    """SimCluster.applied with a hook on append (the service hosts' on_applied sink appends here)."""
-
-    def __init__(self, items: list[Any], hook: Callable[[dict[str, Any]], None]) -> None:
-        super().__init__(items)
-        self.hook: Callable[[dict[str, Any]], None] | None = hook
-
-    def append(self, row: Any) -> None:
-        super().append(row)
-        if self.hook is not None:
-            self.hook(row)
 
 
 def sim_config(cluster: Any) -> dict[str, Any]:
@@ -233,20 +220,12 @@ class SimRecording:
         net.on_deliver.append(self._on_deliver)
         net.on_drop.append(self._on_drop)
         c.on_event.append(self._on_event)
-        self._applied = _AppliedList(list(c.applied), self._on_applied)
-        for row in self._applied:
+        for row in c.applied:
             self._on_applied(row)
-        c.applied = self._applied
+        c.on_applied.append(self._on_applied)
         for member_id in c.members_alive():
             self._wrap_service_queues(member_id)
-        original_start = c._start_member
-
-        def start_member(member_id: int, wiped: bool = False) -> None:
-            original_start(member_id, wiped)
-            self._wrap_service_queues(member_id)
-
-        self._original_start = original_start
-        c._start_member = start_member
+        c.on_member_start.append(self._wrap_service_queues)
 
     def _detach(self) -> None:
         c = self.cluster
@@ -256,11 +235,11 @@ class SimRecording:
             (net.on_deliver, self._on_deliver),
             (net.on_drop, self._on_drop),
             (c.on_event, self._on_event),
+            (c.on_applied, self._on_applied),
+            (c.on_member_start, self._wrap_service_queues),
         ):
             if hook in hooks:
                 hooks.remove(hook)
-        self._applied.hook = None
-        c._start_member = self._original_start
 
     def _wrap_service_queues(self, member_id: int) -> None:
         outbox = self.cluster._outboxes[member_id]

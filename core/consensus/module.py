@@ -379,6 +379,10 @@ class ConsensusModule:
         except OSError as e:
             self.on_storage_failure(e, now_ns)
 
+    def _fenced(self) -> bool:
+        """Whether a storage failure has fenced this member (until restart)."""
+        return self.storage_failure is not None
+
     def on_storage_failure(self, error: OSError, now_ns: int) -> None:
         """The storage refused a write (ENOSPC, EIO): stop appending and acknowledging, step down if
         leader, and say so (a ``storage_error`` event and a counted reason). The process keeps serving
@@ -506,7 +510,7 @@ class ConsensusModule:
             self._dispatch(src_member_id, channel, payload, now_ns)
         except OSError as e:
             self.on_storage_failure(e, now_ns)
-        if self.storage_failure is None:
+        if not self._fenced():  # a method, not the attribute: mypyc would trust its narrowing to None above
             try:
                 work = self._do_work(now_ns)
             except OSError as e:
