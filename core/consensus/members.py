@@ -67,7 +67,8 @@ def compare_log(
 def quorum_position(positions: Iterable[int], member_count: int) -> int:
     """The q-th highest reported position, q = quorum threshold; unknown (NULL) counts as 0."""
     q = quorum_threshold(member_count)
-    ranked = sorted((max(p, 0) for p in positions), reverse=True)
+    ranked = [p if p > 0 else 0 for p in positions]  # a list comprehension: this runs on every duty cycle
+    ranked.sort(reverse=True)
     ranked.extend([0] * (member_count - len(ranked)))
     return ranked[q - 1]
 

@@ -45,12 +45,8 @@ class ConsensusPublisher:
     ) -> None:
         self._send(
             member_id,
-            AppendPosition(
-                leadership_term_id=leadership_term_id,
-                log_position=log_position,
-                follower_member_id=follower_member_id,
-                flags=flags,
-            ).encode(),
+            # _make: no __post_init__ validation of values the module computed (encode still packs them).
+            AppendPosition._make(leadership_term_id, log_position, follower_member_id, flags).encode(),
         )
 
     def commit_position(
@@ -58,9 +54,7 @@ class ConsensusPublisher:
     ) -> None:
         self._send(
             member_id,
-            CommitPosition(
-                leadership_term_id=leadership_term_id, log_position=log_position, leader_member_id=leader_member_id
-            ).encode(),
+            CommitPosition._make(leadership_term_id, log_position, leader_member_id).encode(),
         )
 
     def catchup_position(
@@ -118,13 +112,8 @@ class LogPublisher:
         self._outbox.send(
             member_id,
             Channel.CATCHUP if catchup else Channel.LOG,
-            LogBlock(
-                leadership_term_id=leadership_term_id,
-                start_position=start_position,
-                commit_position=commit_position,
-                leader_member_id=leader_member_id,
-                log_session_id=log_session_id,
-                entries=entries,
+            LogBlock._make(
+                leadership_term_id, start_position, commit_position, leader_member_id, log_session_id, entries
             ).encode(),
         )
 
