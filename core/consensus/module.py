@@ -511,11 +511,7 @@ class ConsensusModule:
         except OSError as e:
             self.on_storage_failure(e, now_ns)
         if not self._fenced():  # a method, not the attribute: mypyc would trust its narrowing to None above
-            try:
-                work = self._do_work(now_ns)
-            except OSError as e:
-                self.on_storage_failure(e, now_ns)
-                work = 1
+            work = self._guarded_work(now_ns)
         self._after_input()
         return work
 
@@ -629,13 +625,17 @@ class ConsensusModule:
         """One duty cycle: the election if one runs, else steady-state consensus work."""
         if self.storage_failure is not None:
             return 0
-        try:
-            work = self._do_work(now_ns)
-        except OSError as e:
-            self.on_storage_failure(e, now_ns)
-            work = 1
+        work = self._guarded_work(now_ns)
         self._after_input()
         return work
+
+    def _guarded_work(self, now_ns: int) -> int:
+        """_do_work, a storage failure fencing the member instead of escaping the duty cycle."""
+        try:
+            return self._do_work(now_ns)
+        except OSError as e:
+            self.on_storage_failure(e, now_ns)
+            return 1
 
     def _do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
