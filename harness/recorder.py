@@ -364,6 +364,7 @@ class TableWriter:
         compression: str | None = None,
         on_error: Callable[[TableWriter, OSError], None] | None = None,
         fault: WriteFault | None = None,
+        flush_in_poll: bool = False,
     ) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -376,6 +377,10 @@ class TableWriter:
         self._clock = clock
         self.max_rows = max_rows
         self.flush_interval_ns = flush_interval_ns
+        # A writer polled every duty cycle (``flush_in_poll``) leaves a due batch (full or old) to the
+        # cycle's :meth:`poll`, after the cycle's sends, instead of writing it inside the handler that
+        # added the row; only twice ``max_rows`` is flushed at once (a bound on the buffer).
+        self.flush_in_poll = flush_in_poll
         # Arrow IPC buffer compression ("zstd", "lz4"): pyarrow reads it transparently; off by default
         # so that any Arrow reader (Spark's Java Arrow without its compression module) can read a trace.
         self._options = ipc.IpcWriteOptions(compression=compression)
@@ -423,12 +428,15 @@ class TableWriter:
             return
         self.buffered += count
         if self.buffered >= self.max_rows:
-            self.flush()
+            if not self.flush_in_poll or self.buffered >= 2 * self.max_rows:
+                self.flush()
+            else:
+                self._deadline_ns = 0  # due: the next poll writes it
             return
         deadline = self._deadline_ns
         if deadline is None:
             self._deadline_ns = self._clock() + self.flush_interval_ns
-        elif self._clock() >= deadline:
+        elif not self.flush_in_poll and self._clock() >= deadline:
             self.flush()
 
     def poll(self, now_ns: int | None = None) -> bool:
@@ -716,6 +724,7 @@ class ProcessRecorder:
         compression: str | None = None,
         close_at_exit: bool = False,
         degrade: bool = True,
+        flush_in_poll: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
@@ -728,6 +737,8 @@ class ProcessRecorder:
         self.max_rows = max_rows
         self.flush_interval_ns = flush_interval_ns
         self.compression = compression
+        # The process calls poll() every duty cycle: due batches are written there (TableWriter).
+        self.flush_in_poll = flush_in_poll
         self.closed = False
         self._writers: dict[str, TableWriter] = {}
         # Hot path of message(): the writer and its columns' bound append methods, once opened.
@@ -775,6 +786,7 @@ class ProcessRecorder:
                 compression=self.compression,
                 on_error=self._write_failed if self.degrade else None,
                 fault=self._fault,
+                flush_in_poll=self.flush_in_poll,
             )
             if self.stopped is not None:
                 w.stop(OSError(self.stopped["reason"]))

@@ -739,7 +739,7 @@ class Node:
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
-        work = self.rec.poll()  # flush trace batches that are due (100 ms)
+        work = 0
         if self.gate.next_due_ns() <= now_ns:
             for dst, channel, payload in self.gate.pop_due(now_ns):
                 self._send_peer(dst, channel, payload)
@@ -754,12 +754,14 @@ class Node:
                     self.log(f"counters file not written: {e}")
             if m.terminated:
                 self.cycle.request_stop(f"terminated: {m.terminated_reason}")
-                return work
+                return work + self.rec.poll()
         if self.service_gone_ns is not None and now_ns >= self.service_gone_ns + SERVICE_GONE_GRACE_NS:
             if m is not None:  # Aeron: "Aeron client in service closed unexpectedly", counted; the module closes
                 m.on_service_closed("the service process went away", now_ns)
             self.cycle.request_stop("the service process went away", EXIT_SERVICE_GONE)
-        return work
+        # Trace batches that are due (100 ms) are flushed last: what this cycle sends is not held up
+        # behind a batch's conversion and write.
+        return work + self.rec.poll()
 
     def next_deadline_ns(self) -> int:
         m = self.module
@@ -848,7 +850,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"node: {e}", file=sys.stderr)
         return EXIT_CONFIG
     rec = open_recorder(
-        args.trace_dir, args.run_id, f"node-{args.member_id}", member_id=args.member_id, incarnation=args.incarnation
+        args.trace_dir,
+        args.run_id,
+        f"node-{args.member_id}",
+        member_id=args.member_id,
+        incarnation=args.incarnation,
+        flush_in_poll=True,  # Node.do_work polls it last in every cycle
     )
     try:
         node = Node(config, args.member_id, args.incarnation, rec)

@@ -440,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             member_id=args.member_id,
             incarnation=args.incarnation,
             service_id=args.service_id,
+            flush_in_poll=True,  # the duty cycle's work is rec.poll(), after every handler
         )
         process = ServiceProcess(config, args.member_id, args.incarnation, rec, args.service_id)
     except ConfigError as e:

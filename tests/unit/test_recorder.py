@@ -305,6 +305,42 @@ def test_table_writer_flushes_on_size_on_age_and_on_close(tmp_path: Path) -> Non
         TableWriter(path, schema, clock)
 
 
+def test_table_writer_polled_every_cycle_leaves_due_batches_to_poll(tmp_path: Path) -> None:
+    """``flush_in_poll`` (node and service processes): a full or old batch is written by the duty
+    cycle's poll, after the cycle's sends, not inside the handler adding the row; twice max_rows is
+    still written at once (a bound on the buffer)."""
+    clock = FakeClock()
+    path = tmp_path / "log" / "t.arrow"
+    w = TableWriter(path, SCHEMAS["log"], clock, max_rows=3, flush_interval_ns=100, flush_in_poll=True)
+    for i in range(3):
+        w.append(32 * (i + 1), 1, "Timer", b"")
+    assert (w.batches_written, w.buffered, w.next_deadline_ns()) == (0, 3, 0)  # full: due now
+    assert w.poll()
+    assert (w.batches_written, w.buffered, w.next_deadline_ns()) == (1, 0, None)
+    w.append(128, 1, "Timer", b"")
+    clock.now_ns = 250  # past the deadline: the row waits for the poll
+    w.append(160, 1, "Timer", b"")
+    assert (w.batches_written, w.buffered) == (1, 2)
+    assert w.poll()
+    assert (w.batches_written, w.buffered) == (2, 0)
+    for i in range(6):  # never polled: 2 * max_rows rows are written at once
+        w.append(192 + 32 * i, 1, "Timer", b"")
+    assert (w.batches_written, w.buffered) == (3, 0)
+    w.close()
+    assert [b.num_rows for b in read_batches(path)] == [3, 2, 6]
+
+
+def test_process_recorder_passes_flush_in_poll_to_its_tables(tmp_path: Path) -> None:
+    clock = FakeClock()
+    rec = ProcessRecorder(tmp_path, "r", "node-0", 0, 0, clock, max_rows=2, flush_in_poll=True)
+    rec.event("start")
+    rec.event("leader")
+    assert rec.writer("events").buffered == 2  # full, left to poll
+    assert rec.poll() == 1
+    assert rec.writer("events").buffered == 0
+    rec.close()
+
+
 def test_process_recorder_rows(tmp_path: Path) -> None:
     clock = FakeClock()
     clock.now_ns = 5
