@@ -16,7 +16,11 @@ Three layers:
   old, and on close. A killed process therefore loses at most the last 100 ms, *provided* something
   calls :meth:`TableWriter.poll` (or records a row) at least that often: the runtime's duty cycle
   calls :meth:`ProcessRecorder.poll` every loop and includes :meth:`ProcessRecorder.next_deadline_ns`
-  in its poll timeout. Time comes from the caller's ``clock`` (virtual in the simulator).
+  in its poll timeout. Time comes from the caller's ``clock`` (virtual in the simulator). The member
+  processes open theirs with ``flush_in_poll``: a due batch (full or old) is then written by that
+  poll, at the end of the cycle after its sends, not inside the handler that records the row (a
+  batch's conversion and write takes 1-5 ms: on the path of every entry in flight otherwise); twice
+  ``max_rows`` is still written at once.
 - :class:`ProcessRecorder` — what one process calls: ``message()`` at every send, receive and chaos
   drop; ``applied()`` as the service agent's ``on_applied``; ``event()`` as the consensus module's
   ``EventSink``; ``op()`` for a client's history. Tables are opened lazily.
