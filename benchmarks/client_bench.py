@@ -98,13 +98,19 @@ def run(ops: int, window: int, repeat: int) -> dict[str, Any]:
                     conn.flush()
                     offer_s += time.process_time() - t0
                     received = 0
+                    give_up = time.monotonic() + 30.0
                     while received < window:  # the stand-in leader: not timed
+                        if time.monotonic() > give_up:
+                            raise SystemExit(f"{window - received} of {window} requests never reached the leader")
                         received += sum(_count(frames) for frames in drain_all(ingress))
                     for packed in batches:
                         egress.send_multipart((batch_head, packed))
                     t0 = time.process_time()
                     acked = 0
+                    give_up = time.monotonic() + 30.0
                     while acked < window:
+                        if time.monotonic() > give_up:
+                            raise SystemExit(f"{window - acked} of {window} replies never reached the client")
                         conn.pump(0.05)
                         for m in conn.take_messages():
                             got, error = kv.reply_outcome(m.payload)
