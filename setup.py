@@ -33,6 +33,7 @@ COMPILED = (
     ("clusterlab.core.consensus.module", "core/consensus/module.py"),
     ("clusterlab.core.consensus.service_link", "core/consensus/service_link.py"),
     ("clusterlab.core.consensus.election_link", "core/consensus/election_link.py"),
+    ("clusterlab.core.client.client", "core/client/client.py"),
 )
 # Layers mypy reads while compiling COMPILED (the modules they import, type-checked but not compiled).
 SOURCE_LAYERS = ("core", "harness")

@@ -33,7 +33,7 @@ is never raised, it is dropped and counted in :attr:`ClusterClient.ignored` with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -224,6 +224,8 @@ class ClusterClient:
         self._admin_responses: dict[int, AdminResponse] = {}
         self.close_reason: CloseReason | None = None  # None also when the detail names no CloseReason
         self.close_detail = ""
+        self._ingress_header = b""
+        self._stamp()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -252,6 +254,11 @@ class ClusterClient:
     def leader_member_id(self) -> int:
         """Where ingress goes (NULL_VALUE until CONNECTED)."""
         return self._leader_member_id
+
+    def ingress_endpoint(self, member_id: int) -> str | None:
+        """The ingress address of ``member_id`` as currently known, None if unknown (what ``send``'s
+        member id resolves to; :attr:`ingress_endpoints` without building a view per message)."""
+        return self._endpoints.get(member_id)
 
     @property
     def ingress_endpoints(self) -> Mapping[int, str]:
@@ -309,16 +316,15 @@ class ClusterClient:
         carries the current term and session id; the leader stamps the timestamp, so it is 0 here.
         With ``request_id`` the payload is kept as outstanding (resent on a new leader) until
         :meth:`acknowledge`; offering the same id again replaces it."""
-        self._require_open("offer")
+        if self._state is not ClientState.CONNECTED:
+            self._require_open("offer")
         self._offer_seq += 1
-        body = bytes(payload)
+        body = payload if type(payload) is bytes else bytes(payload)
         if request_id is not None:
             self._outstanding[request_id] = body
-        self._send(
-            self._leader_member_id,
-            encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, body),
-        )
-        self._refresh_keepalive(now_ns)
+        self._send(self._leader_member_id, self._ingress_header + body)
+        if self.keepalive_interval_ns is not None:  # _refresh_keepalive, inlined: once per request
+            self._next_keepalive_ns = now_ns + self.keepalive_interval_ns
         return self._offer_seq
 
     def acknowledge(self, request_id: int) -> bool:
@@ -409,6 +415,23 @@ class ClusterClient:
         return 0
 
     # ------------------------------------------------------------------ egress
+    def on_egress_batch(self, payloads: Iterable[bytes | bytearray | memoryview], now_ns: int) -> None:
+        """Handle several egress messages in arrival order, exactly as :meth:`on_egress` each would.
+
+        The usual message, a reply on the open session, is taken here without a call per message;
+        anything else (session events, other sessions, malformed input) goes through :meth:`on_egress`,
+        so its counters and errors are the same. A raised ConnectError leaves the rest unhandled."""
+        egress = self._egress
+        connected = ClientState.CONNECTED
+        for payload in payloads:
+            if self._state is connected and type(payload) is bytes:
+                fields = session_message_fields(payload)
+                if fields is not None and fields[1] == self._cluster_session_id:
+                    term, session_id, timestamp = fields
+                    egress.append(EgressMessage(session_id, term, timestamp, payload[SESSION_HEADER_LENGTH:]))
+                    continue
+            self.on_egress(payload, now_ns)
+
     def on_egress(self, payload: bytes | bytearray | memoryview, now_ns: int) -> None:
         """Handle one egress message. Malformed or stale input is counted in :attr:`ignored`, never
         raised; a refused connect raises ConnectError (the answer to the caller's ``connect``)."""
@@ -481,6 +504,7 @@ class ClusterClient:
     def _on_connected(self, msg: SessionEvent, now_ns: int) -> None:
         self._cluster_session_id = msg.cluster_session_id
         self._leadership_term_id = msg.leadership_term_id
+        self._stamp()
         # The OK comes from the member we asked, which is the leader; route by the id it names if we
         # know that member, else stay with the one that answered.
         leader = msg.leader_member_id
@@ -549,15 +573,13 @@ class ClusterClient:
         self._endpoints = dict(endpoints)
         self._leadership_term_id = msg.leadership_term_id
         self._leader_member_id = msg.leader_member_id
+        self._stamp()
         if moved:
             self.leader_changes += 1
             # What the old leader did not answer may not be in the log: send it to the new one now
             # (stamped with the new term) rather than when the caller's timer fires.
             for body in self._outstanding.values():
-                self._send(
-                    self._leader_member_id,
-                    encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, body),
-                )
+                self._send(self._leader_member_id, self._ingress_header + body)
             self.resent_on_new_leader += len(self._outstanding)
 
     def _on_admin_response(self, msg: AdminResponse) -> None:
@@ -623,6 +645,7 @@ class ClusterClient:
         self._cluster_session_id = NULL_VALUE
         self._leadership_term_id = NULL_VALUE
         self._leader_member_id = NULL_VALUE
+        self._stamp()
         self._next_keepalive_ns = None
         self._admin_pending.clear()
         self.close_reason = None
@@ -634,6 +657,11 @@ class ClusterClient:
         self._next_keepalive_ns = None
         self._early_egress = []
         self._transition(ClientState.CLOSED)
+
+    def _stamp(self) -> None:
+        # Every offer carries the same SessionMessageHeader until the term or the session changes
+        # (the leader stamps the timestamp, 0 here): encoded once, prepended to each payload.
+        self._ingress_header = encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, b"")
 
     def _transition(self, to: ClientState) -> None:
         # The one place the state changes (STYLE.md); a hook for traces belongs here.

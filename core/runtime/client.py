@@ -118,11 +118,12 @@ class ClusterConnection:
         return entry
 
     def _send(self, member_id: int, payload: bytes) -> None:
-        endpoint = self.client.ingress_endpoints.get(member_id)
+        endpoint = self.client.ingress_endpoint(member_id)
         if endpoint is None:
             self.dropped += 1
             return
-        self._members_of[endpoint] = member_id
+        if self._members_of.get(endpoint) != member_id:
+            self._members_of[endpoint] = member_id
         queue = self._outgoing.get(endpoint)
         if queue is None:
             queue = self._outgoing[endpoint] = []
@@ -174,14 +175,13 @@ class ClusterConnection:
         n = 0
         if self.egress.poll(wait_ms):
             now = self.clock.now_ns()
-            on_egress = self.client.on_egress
+            on_egress_batch = self.client.on_egress_batch
             for frames in drain(self.egress, BATCH_LIMIT):
                 parsed = parse_batch(frames, Channel.EGRESS, _any_source)
                 if isinstance(parsed, str):
                     self.ignored += 1
                     continue
-                for payload in parsed[1]:
-                    on_egress(payload, now)
+                on_egress_batch(parsed[1], now)
                 n += len(parsed[1])
                 self.egress_messages += 1
             self.messages.extend(self.client.poll())

@@ -464,7 +464,9 @@ class Node:
         connection of the member they claim (runtime.security.source_rejection). ``service_routing_ids``:
         the routing id of each of this member's services -> its process name (any of them may send)."""
         record = self.rec.message
+        recording = self._with_ids  # off: no record call and no msg-id unpack per message
         user_ids = self.security.enabled
+        peer_names: dict[int, str] = {}
 
         def handle(now_ns: int) -> int:
             self._now_ns = now_ns
@@ -480,12 +482,13 @@ class Node:
                     peer = service_routing_ids[routing_id]
                     rejection = source_rejection(routing_id, user_id, src, _same_routing_id(routing_id))
                 else:
-                    peer = f"node-{src}"
+                    peer = peer_names.get(src) or peer_names.setdefault(src, f"node-{src}")
                     rejection = source_rejection(routing_id, user_id, src, routing_id_of)
                 if rejection is not None:
                     self._reject(f"{channel} socket", rejection)
                     continue
-                record(RECV, channel, src, payload, peer_process=peer, msg_id=msg_id_of(frames[0]))
+                if recording:
+                    record(RECV, channel, src, payload, peer_process=peer, msg_id=msg_id_of(frames[0]))
                 if module is None:
                     self._ignore(f"{channel} socket", "module not started (waiting for the members' endpoints)")
                     continue

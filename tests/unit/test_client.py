@@ -377,6 +377,77 @@ def test_egress_messages_for_our_session_are_polled() -> None:
     assert client.ignored_count == 1
 
 
+def _egress_mix() -> list[bytes]:
+    """Replies, a foreign session's reply, a malformed message, a NewLeaderEvent, a bytearray reply, then
+    the session's CLOSED event and a reply after it: everything a batch may mix."""
+    return [
+        encode_session_message(TERM, SESSION, 1, b"r1"),
+        encode_session_message(TERM, SESSION + 1, 2, b"not ours"),
+        b"\x01\x02",
+        encode_session_message(TERM, SESSION, 3, b"r2"),
+        NewLeaderEvent(TERM + 1, SESSION, 1, format_ingress_endpoints(ENDPOINTS)).encode(),
+        encode_session_message(TERM + 1, SESSION, 4, b""),
+        bytearray(encode_session_message(TERM + 1, SESSION, 5, b"r3")),
+        SessionEvent(SESSION, 0, TERM + 1, 1, EventCode.CLOSED, CLIENT_PROTOCOL_VERSION, "TIMEOUT").encode(),
+        encode_session_message(TERM + 1, SESSION, 6, b"after close"),
+    ]
+
+
+@pytest.mark.parametrize("connect_first", [True, False])
+def test_egress_batch_is_handled_exactly_as_one_message_at_a_time(connect_first: bool) -> None:
+    """on_egress_batch (the runtime's per-ZeroMQ-message path) matches on_egress per message: the same
+    messages polled, the same ignored reasons, the same state, also when the state changes mid-batch."""
+    clients = []
+    for batched in (False, True):
+        cluster = FakeCluster()
+        client = connected(cluster) if connect_first else make_client(cluster)
+        if not connect_first:
+            client.connect(0)  # CONNECTING: session messages are held until the OK
+        if batched:
+            client.on_egress_batch(_egress_mix(), 20 * MS)
+        else:
+            for data in _egress_mix():
+                client.on_egress(data, 20 * MS)
+        clients.append(client)
+    one, batch = clients
+    assert batch.poll() == one.poll()
+    assert batch.ignored == one.ignored
+    assert (batch.state, batch.leader_member_id, batch.leadership_term_id, batch.leader_changes) == (
+        one.state,
+        one.leader_member_id,
+        one.leadership_term_id,
+        one.leader_changes,
+    )
+    if connect_first:
+        assert one.state is ClientState.CLOSED and one.leader_changes == 1
+        assert one.ignored_count == 3  # foreign session, malformed, the reply after CLOSED
+
+
+def test_egress_batch_polls_replies_of_the_open_session_in_order() -> None:
+    cluster = FakeCluster()
+    client = connected(cluster)
+    client.on_egress_batch([encode_session_message(TERM, SESSION, i, b"r%d" % i) for i in range(5)], 20 * MS)
+    assert client.poll() == [EgressMessage(SESSION, TERM, i, b"r%d" % i) for i in range(5)]
+    assert client.ignored_count == 0
+
+
+def test_offer_follows_the_term_of_a_new_leader_and_a_new_session() -> None:
+    """The SessionMessageHeader an offer carries is encoded once per term and session: it must follow both."""
+    cluster = FakeCluster(leader=0)
+    client = connected(cluster)
+    client.on_egress(NewLeaderEvent(TERM + 1, SESSION, 1, format_ingress_endpoints(ENDPOINTS)).encode(), 1 * S)
+    client.offer(b"a", 1 * S)
+    assert cluster.last() == (1, SessionMessageHeader(TERM + 1, SESSION, 0, b"a"))
+    client.close(2 * S)
+    cluster.leader, cluster.term, cluster.next_session_id = 2, TERM + 4, SESSION + 10
+    client.connect(3 * S)
+    cluster.deliver(client, 3 * S)
+    cluster.deliver(client, 3 * S)  # member 1 redirected to 2
+    assert client.is_connected
+    client.offer(memoryview(b"b"), 4 * S)
+    assert cluster.last() == (2, SessionMessageHeader(TERM + 4, SESSION + 10, 0, b"b"))
+
+
 def test_egress_overtaking_the_ok_is_held_until_connected() -> None:
     cluster = FakeCluster()
     client = make_client(cluster)
