@@ -33,6 +33,8 @@ COMPILED = (
     ("clusterlab.core.consensus.module", "core/consensus/module.py"),
     ("clusterlab.core.consensus.service_link", "core/consensus/service_link.py"),
     ("clusterlab.core.consensus.election_link", "core/consensus/election_link.py"),
+    ("clusterlab.core.service.agent", "core/service/agent.py"),
+    ("clusterlab.harness.services.kv", "harness/services/kv.py"),
 )
 # Layers mypy reads while compiling COMPILED (the modules they import, type-checked but not compiled).
 SOURCE_LAYERS = ("core", "harness")

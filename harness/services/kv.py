@@ -52,6 +52,7 @@ from clusterlab.harness.services.digest import (
     str_item_head,
 )
 from clusterlab.harness.services.kvdigest import KeyDigests
+from mypy_extensions import mypyc_attr
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
@@ -154,6 +155,8 @@ def _field(command: dict[str, Any], name: str, kind: type, nullable: bool = Fals
     return value
 
 
+# mypyc compiles this module (setup.py COMPILED): tests and golden variants subclass the service.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KeyValueService(ClusteredService):
     """The key-value store; state = {key: (value, mod_revision)} and the store revision."""
 
