@@ -1,5 +1,6 @@
-"""The mypyc-compiled service apply path (core/service/agent.py, harness/services/kv.py: setup.py
-COMPILED) against the same sources run interpreted (what a stale or missing build runs).
+"""The mypyc-compiled service apply path (core/service/agent.py, harness/services/kv.py,
+core/codec/session_header.py: setup.py COMPILED) against the same sources run interpreted (what a
+stale or missing build runs).
 
 Both builds are fed the same committed log (session open, plain puts, puts of a client with a resend,
 gets, cas, deletes, malformed and non-JSON commands, a timer) as a leader and as a follower, recording
@@ -24,8 +25,9 @@ from clusterlab.core.codec import (
     decode,
     encode_session_message,
     frame,
+    session_header,
 )
-from clusterlab.core.codec.session import SESSION_HEADER_LENGTH
+from clusterlab.core.codec.session import SESSION_HEADER_LENGTH, SessionMessageHeader
 from clusterlab.core.consensus.context import Role
 from clusterlab.core.service import agent as agent_module
 from clusterlab.core.service.agent import MAX_LOG_POSITION
@@ -267,3 +269,37 @@ def test_an_interpreted_subclass_of_the_compiled_kv_service_overrides_its_method
     service.on_session_message(leader.session, 1, kv.put(1, "k", "v1"))
     assert service.entries["k"][0] == "V1" and service.state_digest() == b"S" * 16
     assert kv.decode_reply(leader.sent[0]) == {"id": 1, "ok": True, "revision": 1, "value": None}
+
+
+SESSION_HEADER_BUILDS = [session_header, _interpreted(session_header, "clusterlab_session_header_interpreted")]
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@pytest.mark.parametrize("module", SESSION_HEADER_BUILDS, ids=["built", "interpreted"])
+@settings(max_examples=300, deadline=None)
+@given(term=INT64, session=INT64, timestamp=INT64, payload=st.binary(max_size=40), noise=st.binary(max_size=48))
+def test_session_header_helpers_agree_with_the_message_codec(
+    module: ModuleType, term: int, session: int, timestamp: int, payload: bytes, noise: bytes
+) -> None:
+    """The compiled per-entry helpers (core/codec/session_header.py) against SessionMessageHeader's
+    own codec, for bytes, bytearray and memoryview input, and arbitrary bytes."""
+    encoded = module.encode_session_message(term, session, timestamp, payload)
+    assert encoded == SessionMessageHeader(term, session, timestamp, payload).encode()
+    assert module.encode_session_message(term, session, timestamp, bytearray(payload)) == encoded
+    for buf in (encoded, bytearray(encoded), memoryview(encoded)):
+        assert module.session_message_fields(buf) == (term, session, timestamp)
+    for buf in (noise, bytearray(noise), memoryview(noise), encoded[: module.SESSION_HEADER_LENGTH - 1]):
+        fields = module.session_message_fields(buf)
+        if fields is not None:  # only a header of the usual shape: then it decodes to the same ids
+            decoded = SessionMessageHeader.decode(bytes(buf))
+            assert fields == (decoded.leadership_term_id, decoded.cluster_session_id, decoded.timestamp)
+    with pytest.raises(ValueError, match="SessionMessageHeader"):
+        module.encode_session_message(2**63, session, timestamp, payload)
+
+
+def test_the_build_compiled_the_session_header_helpers_when_an_extension_is_present() -> None:
+    assert session_header.__file__ is not None
+    built = any(p.name.startswith("session_header.") and p.suffix == ".so"
+                for p in Path(session_header.__file__).parent.iterdir())  # fmt: skip
+    assert (built and compiled.BUILD == "compiled") == session_header.COMPILED
+    assert SESSION_HEADER_BUILDS[1].COMPILED is False
