@@ -34,6 +34,9 @@ COMPILED = (
     ("clusterlab.core.consensus.service_link", "core/consensus/service_link.py"),
     ("clusterlab.core.consensus.election_link", "core/consensus/election_link.py"),
     ("clusterlab.core.client.client", "core/client/client.py"),
+    ("clusterlab.core.service.agent", "core/service/agent.py"),
+    ("clusterlab.harness.services.kv", "harness/services/kv.py"),
+    ("clusterlab.core.codec.session_header", "core/codec/session_header.py"),
 )
 # Layers mypy reads while compiling COMPILED (the modules they import, type-checked but not compiled).
 SOURCE_LAYERS = ("core", "harness")

@@ -22,6 +22,11 @@ from clusterlab.core.codec.message import (
     codec,
 )
 
+# The per-entry helpers (compiled with mypyc), re-exported: import them from here.
+from clusterlab.core.codec.session_header import SESSION_HEADER_LENGTH as SESSION_HEADER_LENGTH
+from clusterlab.core.codec.session_header import encode_session_message as encode_session_message
+from clusterlab.core.codec.session_header import session_message_fields as session_message_fields
+
 
 @codec
 @dataclass(frozen=True, slots=True)
@@ -38,34 +43,12 @@ class SessionMessageHeader(Message):
     payload: Payload
 
 
-SESSION_HEADER_LENGTH = HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
+assert SESSION_HEADER_LENGTH == HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
 _SMH = struct.Struct("<HHHHqqq")
 # Where the timestamp sits in an encoded SessionMessageHeader (the leader stamps client messages).
 SESSION_TIMESTAMP_OFFSET = SESSION_HEADER_LENGTH - 8
 SESSION_TIMESTAMP = struct.Struct("<q")
 assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
-
-
-def encode_session_message(leadership_term_id: int, cluster_session_id: int, timestamp: int, payload: bytes) -> bytes:
-    """Encode a SessionMessageHeader without building the dataclass (the hot path).
-
-    Raises ValueError if an int is out of int64 range."""
-    try:
-        block = _SMH.pack(24, 1, 111, 12, leadership_term_id, cluster_session_id, timestamp)
-    except struct.error as e:
-        raise ValueError(f"SessionMessageHeader: {e}") from None
-    return block + payload
-
-
-def session_message_fields(buf: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
-    """``(leadership_term_id, cluster_session_id, timestamp)`` if ``buf`` is a SessionMessageHeader of
-    the usual shape (exactly the header :func:`encode_session_message` writes, so its payload starts
-    at SESSION_HEADER_LENGTH), else None: decode it then."""
-    if len(buf) >= SESSION_HEADER_LENGTH:
-        block_length, template_id, schema_id, version, term, session, timestamp = _SMH.unpack_from(buf)
-        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID and version == 12:
-            return term, session, timestamp
-    return None
 
 
 def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:

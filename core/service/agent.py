@@ -187,6 +187,9 @@ class LogContiguityError(AgentError):
     """A log or JoinLog does not continue exactly where the service's processing stopped."""
 
 
+# What the agent holds back while an entry is applied: see ClusteredServiceAgent._held.
+_Held = bytes | tuple[str, int, bytes]
+
 _digest = entry_digest  # XXH3-128 (core/codec/digests.py)
 _records_digest = records_digest
 
@@ -255,7 +258,9 @@ class ClusteredServiceAgent:
         self._failure: BaseException | None = None
 
         self._lifecycle = _NO_LIFECYCLE  # set while a callback that must not send runs
-        self._held: list[tuple[str, Any]] | None = None  # sends held back while an entry is applied
+        # Sends held back while an entry is applied: a message to the consensus module (bytes) or an
+        # egress (response_channel, cluster_session_id, message).
+        self._held: list[_Held] | None = None
 
         self.cluster_members: ClusterMembersResponse | ClusterMembersExtendedResponse | None = None
         self._block: bytes | None = None  # the framed bytes of the block being applied (on_log_frames)
@@ -372,14 +377,14 @@ class ClusteredServiceAgent:
             return True  # Aeron MOCKED_OFFER: followers' services behave as if sent
         message = encode_session_message(self._leadership_term_id, session.id, self._cluster_time, payload)
         if self._held is not None:
-            self._held.append(("egress", (session.response_channel, session.id, message)))
+            self._held.append((session.response_channel, session.id, message))
         else:
             self._egress(session.response_channel, session.id, message)
         return True
 
     def _send_cm(self, message: bytes) -> None:
         if self._held is not None:
-            self._held.append(("cm", message))
+            self._held.append(message)
         else:
             self._to_cm(message)
 
@@ -809,11 +814,7 @@ class ClusteredServiceAgent:
             raise self._failed_apply(saved, e, f.end_position, EntryType.SESSION_MESSAGE) from e
         held, self._held = self._held, None
         if held:
-            for kind, item in held:
-                if kind == "cm":
-                    self._to_cm(item)
-                else:
-                    self._egress(*item)
+            self._send_held(held)
         if self._on_applied is None:
             self.applied_count += 1
         else:
@@ -844,6 +845,8 @@ class ClusteredServiceAgent:
         times: list[int] = []
         entry_digests: list[bytes] = []
         state_digests: list[bytes] = []
+        # One list holds each entry's sends in turn (emptied after each entry).
+        held: list[_Held] = []
         try:
             while i < n:
                 f = frames[i]
@@ -869,7 +872,6 @@ class ClusteredServiceAgent:
                 self._log_position = end
                 self._cluster_time = timestamp
                 self._leadership_term_id = term
-                held: list[tuple[str, Any]] = []
                 self._held = held
                 digest = b""
                 try:
@@ -881,11 +883,9 @@ class ClusteredServiceAgent:
                 except Exception as e:
                     raise self._failed_apply(saved, e, end, session_message) from e
                 self._held = None
-                for kind, item in held:
-                    if kind == "cm":
-                        self._to_cm(item)
-                    else:
-                        self._egress(*item)
+                if held:
+                    self._send_held(held)
+                    held.clear()
                 self.applied_count += 1
                 if on_applied is not None:
                     # A bytes slice of the block: cheaper to hash than a memoryview slice.
@@ -917,11 +917,15 @@ class ClusteredServiceAgent:
         """Send what the service sent while its entry was applied (it applied without error)."""
         held, self._held = self._held, None
         assert held is not None
-        for kind, item in held:
-            if kind == "cm":
+        self._send_held(held)
+
+    def _send_held(self, held: list[_Held]) -> None:
+        """Send held-back messages, in the order the service sent them."""
+        for item in held:
+            if isinstance(item, bytes):
                 self._to_cm(item)
             else:
-                self._egress(*item)
+                self._egress(item[0], item[1], item[2])
 
     def _applied(self, f: Frame, entry_type: EntryType, timestamp: int, state_digest: bytes, replay: bool) -> None:
         """Count an applied entry; with an ``on_applied`` listener, its row with both digests (only

@@ -52,6 +52,7 @@ from clusterlab.harness.services.digest import (
     str_item_head,
 )
 from clusterlab.harness.services.kvdigest import KeyDigests
+from mypy_extensions import mypyc_attr
 
 DOMAIN = b"clusterlab-kv"
 SNAPSHOT_BATCH = 256
@@ -96,11 +97,19 @@ def encode_reply(reply: dict[str, Any]) -> bytes:
     if len(reply) == 4 and "error" not in reply:
         request_id, ok, value, revision = reply["id"], reply["ok"], reply["value"], reply["revision"]
         if type(request_id) is int and type(revision) is int and (value is None or type(value) is str):
-            return (
-                f'{{"id":{request_id},"ok":{"true" if ok else "false"},"revision":{revision},'
-                f'"value":{_json_str(value)}}}'
-            ).encode("ascii")
+            return _answer(request_id, bool(ok), value, revision)
     return _dumps(reply)
+
+
+def _answer(request_id: int, ok: bool, value: str | None, revision: int) -> bytes:
+    """The bytes of the usual four-field reply (``_dumps`` of it, formatted directly)."""
+    return (
+        f'{{"id":{request_id},"ok":{"true" if ok else "false"},"revision":{revision},"value":{_json_str(value)}}}'
+    ).encode("ascii")
+
+
+def _not_json(error: orjson.JSONDecodeError) -> dict[str, Any]:
+    return {"id": None, "ok": False, "error": f"bad request: not JSON: {error}"}
 
 
 def get(request_id: int, key: str) -> bytes:
@@ -154,6 +163,8 @@ def _field(command: dict[str, Any], name: str, kind: type, nullable: bool = Fals
     return value
 
 
+# mypyc compiles this module (setup.py COMPILED): tests and golden variants subclass the service.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KeyValueService(ClusteredService):
     """The key-value store; state = {key: (value, mod_revision)} and the store revision."""
 
@@ -207,7 +218,11 @@ class KeyValueService(ClusteredService):
         try:
             command: Any = orjson.loads(payload)
         except orjson.JSONDecodeError as e:
-            return {"id": None, "ok": False, "error": f"bad request: not JSON: {e}"}
+            return _not_json(e)
+        return self._execute_command(command)
+
+    def _execute_command(self, command: Any) -> dict[str, Any]:
+        """:meth:`execute` of a parsed command."""
         if type(command) is not dict:
             return self._execute(command)
         client = command.get("client")
@@ -230,17 +245,20 @@ class KeyValueService(ClusteredService):
     def _plain_put(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """The common command (a well-formed put), checked exactly as ``_execute`` checks it, without
         the general path's calls; None if it is not well formed (the general path says why)."""
+        put = self._put_plain(command)
+        if put is None:
+            return None
+        return {"id": put[0], "ok": True, "value": put[1], "revision": self.revision}
+
+    def _put_plain(self, command: dict[str, Any]) -> tuple[int, str | None] | None:
+        """Apply :meth:`_plain_put`'s command: (request id, previous value for the reply), or None
+        and nothing changed if it is not a well-formed put."""
         request_id, key, value = command.get("id"), command.get("key"), command.get("value")
         prev = command.get("prev", True)
         if type(request_id) is int and type(key) is str and type(value) is str and type(prev) is bool:
             previous = self.entries.get(key) if prev else None
             self._set(key, value)
-            return {
-                "id": request_id,
-                "ok": True,
-                "value": None if previous is None else previous[0],
-                "revision": self.revision,
-            }
+            return request_id, None if previous is None else previous[0]
         return None
 
     def _execute(self, command: Any) -> dict[str, Any]:
@@ -317,10 +335,27 @@ class KeyValueService(ClusteredService):
         if self.fault_stale_read and session is not None:
             reply = self._stale_read_execute(session.id, payload)
         else:
-            reply = self.execute(payload)
-        # A follower's offer goes nowhere (Aeron mocks it): only a leader encodes the reply.
-        if session is not None and (self.cluster is None or self.cluster.role is Role.LEADER):
+            # execute(payload), with the common command (a put without a client) answered without
+            # building its reply dict (every member applies every entry).
+            try:
+                command: Any = orjson.loads(payload)
+            except orjson.JSONDecodeError as e:
+                reply = _not_json(e)
+            else:
+                if type(command) is dict and command.get("op") == "put" and command.get("client") is None:
+                    put = self._put_plain(command)
+                    if put is not None:
+                        if session is not None and self._answers():
+                            session.offer(_answer(put[0], True, put[1], self.revision))
+                        return
+                reply = self._execute_command(command)
+        if session is not None and self._answers():
             session.offer(encode_reply(reply))
+
+    def _answers(self) -> bool:
+        """Whether replies are sent: a follower's offer goes nowhere (Aeron mocks it), so only a
+        leader encodes its replies."""
+        return self.cluster is None or self.cluster.role is Role.LEADER
 
     def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
         pass

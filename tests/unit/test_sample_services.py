@@ -582,24 +582,11 @@ def test_kv_applies_a_resent_request_once_and_snapshots_the_memory() -> None:
     unnamed = [service.execute(b'{"id":1,"key":"k","op":"put","value":"c"}') for _ in range(2)]
     assert [r["revision"] for r in unnamed] == [3, 4]  # without a client: applied each time
 
-    records: list[bytes] = []
-
-    class Writer:
-        def write(self, record: bytes) -> None:
-            records.append(record)
-
-    service.on_take_snapshot(Writer())  # type: ignore[arg-type]
-
-    class Image:
-        pass
-
-    image = Image()
-    image.records = records  # type: ignore[attr-defined]
-    restored = kvmod.KeyValueService()
-    restored.on_start(None, image)  # type: ignore[arg-type]
-    assert restored.state_digest() == service.state_digest()
-    assert restored.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}') == first
-    assert restored.revision == 4
+    # A real SnapshotImage: the compiled service checks its records are the declared tuple.
+    copy = restored(kvmod.KeyValueService, snapshot_of(service))
+    assert copy.state_digest() == service.state_digest()
+    assert copy.execute(b'{"client":9,"id":1,"key":"k","op":"put","value":"a"}') == first
+    assert copy.revision == 4
 
 
 # ------------------------------------------------------------------ kv: the formatted fast paths
