@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import contextlib
 import dataclasses
 import inspect
@@ -582,6 +583,7 @@ class ClusterlabSubject(Subject):
         self.await_stable(s.settle_timeout_s)
         acks: list[float] = []
         failed = [0]
+        given_up = [0]
         stop = threading.Event()
         payload = payload_of(LATENCY_SIZE)
 
@@ -590,14 +592,26 @@ class ClusterlabSubject(Subject):
             start = time.monotonic()
             n = 0
             outstanding: set[int] = set()
+            sent_order: collections.deque[int] = collections.deque()
             while not stop.is_set():
                 now = time.monotonic()
                 due = int((now - start) * rate) + 1
-                while n < due and len(outstanding) < 50_000:
+                while n < due:
+                    if len(outstanding) >= STALL_WINDOW:
+                        # Full: the oldest are requests the dead leader took with it (this client does
+                        # not resend them); give them up so the open loop goes on offering.
+                        while len(outstanding) >= STALL_WINDOW:
+                            old = sent_order.popleft()
+                            if old in outstanding:
+                                outstanding.discard(old)
+                                given_up[0] += 1
                     n += 1
                     rid = (1 << 41) + n
                     if client.offer(rid, payload):
                         outstanding.add(rid)
+                        sent_order.append(rid)
+                while sent_order and sent_order[0] not in outstanding:
+                    sent_order.popleft()  # acknowledged: keep the deque as short as the window
                 acked, bad = client.poll(max(0.0, min(start + n * interval - time.monotonic(), 0.002)))
                 t = time.monotonic()
                 for r in acked:
@@ -657,6 +671,7 @@ class ClusterlabSubject(Subject):
             "follower_down_s": s.follower_down_s,
             "acked": len(acks),
             "failed": failed[0],
+            "given_up": given_up[0],
             "steady_max_gap_ms": longest_gap(t0 + 0.5, marks["kill"]),
             "follower_down_max_gap_ms": longest_gap(marks["kill"], marks["restart"]),
             "catchup_max_gap_ms": longest_gap(marks["restart"], marks["end"]),
@@ -667,9 +682,15 @@ class ClusterlabSubject(Subject):
         say(
             f"  {victim} restart @ {rate:,.0f}/s: longest gap without an ack: steady {out['steady_max_gap_ms']} ms, "
             f"{victim} down {out['follower_down_max_gap_ms']} ms, restart → caught up + 1 s "
-            f"{out['catchup_max_gap_ms']} ms (caught up in {out['restart_to_caught_up_ms']} ms)"
+            f"{out['catchup_max_gap_ms']} ms (caught up in {out['restart_to_caught_up_ms']} ms; "
+            f"{out['given_up']} requests given up)"
         )
         return out
+
+
+# Requests the catch-up stall's open loop keeps outstanding; the oldest are given up beyond it (lost
+# with a killed leader: this client does not resend).
+STALL_WINDOW = 50_000
 
 
 class _ClusterlabClient:
