@@ -27,8 +27,12 @@ then core lines.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -195,9 +199,8 @@ def measure_trace(m: Measurement, trace_dir: Path) -> None:
     m.add("callback", (_ENTRY_CALLBACKS[e] for e in entry_types if e in _ENTRY_CALLBACKS))
 
 
-def measure_recipe(recipe: Recipe, work: Path, keep: bool = False) -> tuple[Measurement, Path | None]:
-    """Run a simulator recipe under coverage.py and measure it; with ``keep`` the run's trace stays
-    in ``work`` and its path is returned (to bless it), else it is removed."""
+def _measure_recipe_here(recipe: Recipe, work: Path, keep: bool = False) -> tuple[Measurement, Path | None]:
+    """:func:`measure_recipe` in this interpreter."""
     m = Measurement(recipe.name, recipe=recipe)
     if recipe.driver != "sim":
         m.error = "only simulator recipes can be re-run to measure"
@@ -230,15 +233,14 @@ def measure_recipe(recipe: Recipe, work: Path, keep: bool = False) -> tuple[Meas
     return m, None
 
 
-def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -> Measurement:
-    """Measure golden ``name``: a simulator golden by re-running its recipe, a real one by replaying
-    its committed log (both under coverage.py)."""
+def _measure_golden_here(name: str, traces: Path = TRACES, work: Path | None = None) -> Measurement:
+    """:func:`measure_golden` in this interpreter."""
     g = load_golden(name, traces)
     recipe = recipe_of(g)
     if g.driver == "sim":
         scratch = work or Path(tempfile.mkdtemp(prefix="clusterlab-golden-coverage-"))
         try:
-            return measure_recipe(recipe, scratch)[0]
+            return _measure_recipe_here(recipe, scratch)[0]
         finally:
             if work is None:
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -257,6 +259,106 @@ def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -
     measure_log(m, g)
     m.elapsed_s = time.monotonic() - started
     return m
+
+
+# coverage.py traces Python frames: a module compiled with mypyc (setup.py COMPILED: the consensus
+# module, the service agent, the KV service, ...) runs none, so its lines would count as never run and
+# its callbacks as never called. Where the compiled build runs, each measurement runs in a child
+# interpreter that imports those modules' sources (CLUSTERLAB_NO_MYPYC=1, clusterlab/compiled.py):
+# the same behaviour (tests/unit/test_compiled_*.py), every line visible.
+SOURCE_ENV = "CLUSTERLAB_NO_MYPYC"
+CHILD_TIMEOUT_S = 900.0
+
+
+def sources_run_here() -> bool:
+    """Whether this interpreter runs the compiled modules' sources (coverage.py sees every line)."""
+    from clusterlab import compiled
+
+    return compiled.BUILD != "compiled"
+
+
+def measure_recipe(recipe: Recipe, work: Path, keep: bool = False) -> tuple[Measurement, Path | None]:
+    """Run a simulator recipe under coverage.py and measure it; with ``keep`` the run's trace stays
+    in ``work`` and its path is returned (to bless it), else it is removed."""
+    if sources_run_here():
+        return _measure_recipe_here(recipe, work, keep)
+    request = {"recipe": dataclasses.asdict(recipe), "work": str(work), "keep": keep}
+    m, trace = _measure_in_child(recipe.name, request, work)
+    m.recipe = recipe
+    return m, trace
+
+
+def measure_golden(name: str, traces: Path = TRACES, work: Path | None = None) -> Measurement:
+    """Measure golden ``name``: a simulator golden by re-running its recipe, a real one by replaying
+    its committed log (both under coverage.py, over the sources of the compiled modules)."""
+    if sources_run_here():
+        return _measure_golden_here(name, traces, work)
+    recipe = recipe_of(load_golden(name, traces))  # an unknown golden: GoldenError here, as in this interpreter
+    scratch = work or Path(tempfile.mkdtemp(prefix="clusterlab-golden-coverage-"))
+    try:
+        m, _ = _measure_in_child(name, {"golden": name, "traces": str(traces), "work": str(scratch)}, scratch)
+    finally:
+        if work is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    m.recipe = recipe
+    return m
+
+
+def _measure_in_child(name: str, request: dict[str, Any], work: Path) -> tuple[Measurement, Path | None]:
+    """One measurement in a child interpreter running the compiled modules' sources (see above)."""
+    work.mkdir(parents=True, exist_ok=True)
+    result = Path(tempfile.mkstemp(prefix=f"measure-{name}-", suffix=".json", dir=work)[1])
+    request["result"] = str(result)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "clusterlab.golden.coverage", json.dumps(request)],
+            env={**os.environ, SOURCE_ENV: "1"},
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            error = f"measuring in a child interpreter failed (exit {proc.returncode}): {tail}"
+            return Measurement(name, error=error), None
+        data = json.loads(result.read_text())
+    except subprocess.TimeoutExpired:
+        return Measurement(name, error=f"measuring in a child interpreter took over {CHILD_TIMEOUT_S:g} s"), None
+    except (OSError, ValueError) as e:
+        return Measurement(name, error=f"measuring in a child interpreter gave no result: {e}"), None
+    finally:
+        result.unlink(missing_ok=True)
+    m = Measurement(
+        name,
+        items={c: set(data["items"].get(c, [])) for c in CATEGORIES},
+        lines=set(data["lines"]),
+        elapsed_s=time.monotonic() - started,
+        error=data["error"],
+        messages=data["messages"],
+    )
+    return m, None if data["trace"] is None else Path(data["trace"])
+
+
+def _child_main(request_json: str) -> int:
+    """The child's side of :func:`_measure_in_child`: measure here, write the result as JSON."""
+    request = json.loads(request_json)
+    if "recipe" in request:
+        m, trace = _measure_recipe_here(Recipe(**request["recipe"]), Path(request["work"]), request["keep"])
+    else:
+        m, trace = _measure_golden_here(request["golden"], Path(request["traces"]), Path(request["work"])), None
+    Path(request["result"]).write_text(
+        json.dumps(
+            {
+                "items": {c: sorted(v) for c, v in m.items.items()},
+                "lines": sorted(m.lines),
+                "error": m.error,
+                "messages": m.messages,
+                "trace": None if trace is None else str(trace),
+            }
+        )
+    )
+    return 0
 
 
 def measure_log(m: Measurement, g: Golden) -> None:
@@ -466,3 +568,7 @@ def print_coverage(report: CoverageReport, console: Console | None = None) -> No
     console.print(s)
     for (c, i), why in UNREACHABLE.items():
         console.print(f"not required: {c} {i}: {why}", highlight=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main(sys.argv[1]))

@@ -29,7 +29,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.coverage import CoverageReport, Covered, Measurement, measure_log, measure_trace, recipe_of
+from clusterlab.golden.coverage import (
+    CoverageReport,
+    Covered,
+    Measurement,
+    measure_golden,
+    measure_log,
+    measure_trace,
+    recipe_of,
+    sources_run_here,
+)
 from clusterlab.golden.replay import describe_entry, replay_log
 from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
 from clusterlab.golden.spark.session import spark_session, spark_session_is_running
@@ -318,7 +327,12 @@ def verify_goldens(
                     continue
             m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
             cov_started = time.monotonic()
-            measure_replay = coverage and (g.driver != "sim" or not rerun)  # else the re-run is measured
+            # The mypyc-compiled modules are invisible to coverage.py: then the golden is measured apart,
+            # in a child interpreter running their sources (golden/coverage.py), not on verify's own runs.
+            inline = coverage and sources_run_here()
+            if coverage and not inline:
+                measured.append(measure_golden(n, traces, work / f"coverage-{n}"))
+            measure_replay = inline and (g.driver != "sim" or not rerun)  # else the re-run is measured
             with Covered() if measure_replay else contextlib.nullcontext() as covered:
                 replay = replay_log(g.log.to_pylist(), factory)
             if covered is not None:
@@ -339,7 +353,7 @@ def verify_goldens(
                 say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
                 cov_started = time.monotonic()
                 try:
-                    with Covered() if coverage else contextlib.nullcontext() as covered:
+                    with Covered() if inline else contextlib.nullcontext() as covered:
                         r = run_scenario(
                             info["scenario"],
                             seed=int(info["seed"]),
@@ -353,7 +367,7 @@ def verify_goldens(
                         )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
                     v.errors.append(f"cannot re-run {info['scenario']}: {e}")
-                    if coverage:
+                    if inline:
                         m.error = f"cannot run {info['scenario']}: {e}"
                         measured.append(m)
                     continue

@@ -94,6 +94,20 @@ def test_coverage_names_what_a_golden_does_not_exercise(tmp_path: Path, capsys: 
     assert "not exercised by any golden" in text and "on_timer_event" in text and "FAIL" in text
 
 
+def test_compiled_modules_are_measured_from_their_sources(tmp_path: Path) -> None:
+    """coverage.py cannot see inside mypyc-compiled modules: where they are compiled, a golden is
+    measured in a child interpreter running their sources, so the service agent's and the KV service's
+    lines count (a real golden replays its log through both) and the KV service's callbacks are seen."""
+    from clusterlab.golden.coverage import measure_golden
+
+    real = next(r.name for r in load_manifest(MANIFEST) if r.driver == "real" and r.service == "kv")
+    m = measure_golden(real, work=tmp_path)
+    assert m.error is None and m.recipe is not None and m.recipe.name == real
+    files = {line.rsplit(":", 1)[0] for line in m.lines}
+    assert {"core/service/agent.py", "core/codec/session_header.py", "core/consensus/module.py"} <= files, files
+    assert "on_start" in m.items["callback"] and "on_session_message" in m.items["callback"]
+
+
 def test_coverage_refuses_an_unknown_golden(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["golden", "coverage", "no-such-golden"]) == 2
     err = capsys.readouterr().err
