@@ -8,8 +8,8 @@ fit in the current segment starts the next one. A position therefore maps to (se
 bisect on segment bases, and truncating the log to a frame boundary is "delete later segments, cut one file".
 
 Tail cache: the frames this store appended itself (validated on the way in, or framed here) are also
-kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB, trimmed in 1 MiB steps) with their Frame objects. The
-leader reads its own tail once per follower, once to consume and once for its service; a follower consumes and
+kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB) or so, with their Frame objects. The leader reads its
+own tail once per follower, once to consume and once for its service; a follower consumes and
 forwards what it just received. Those reads are served from memory, without a second CRC pass;
 anything older, or after a truncate or purge, is read (and checked) from the files as before.
 
@@ -62,12 +62,6 @@ _START_OF = operator.attrgetter("position")
 _END_OF = operator.attrgetter("end_position")
 # Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
 TAIL_CACHE_BYTES = 32 * 1024 * 1024
-# The cache is trimmed back to TAIL_CACHE_BYTES once it is 1/32 over (1 MiB), a little at a time: every cached
-# entry holds a Frame (a GC-tracked object), so a cache that grew to twice its size between trims made the
-# garbage collector's young generation fill with frames that all survive (a 5-14 ms collection every 2 s
-# per member at 50 k entries/s) and each trim free ~250 k frames at once; trimmed in small steps the
-# number of live frames stays level and neither happens.
-TAIL_CACHE_SLACK_SHIFT = 5
 
 
 def segment_file_name(base_position: int) -> str:
@@ -393,7 +387,7 @@ class RecordingStore:
         self._cache_frames += frames
         self._cache_starts += map(_START_OF, frames)
         self._cache_ends += map(_END_OF, frames)
-        if len(self._cache) > TAIL_CACHE_BYTES + (TAIL_CACHE_BYTES >> TAIL_CACHE_SLACK_SHIFT):
+        if len(self._cache) > 2 * TAIL_CACHE_BYTES:
             keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
             i = bisect.bisect_left(self._cache_starts, keep_from)
             new_base = self._cache_starts[i]
@@ -406,8 +400,7 @@ class RecordingStore:
     def _cache_append_one(self, data: bytes, f: Frame, end_position: int) -> None:
         """:meth:`_cache_append` of one frame ending at ``end_position`` (the leader's single offer)."""
         cache = self._cache
-        limit = TAIL_CACHE_BYTES + (TAIL_CACHE_BYTES >> TAIL_CACHE_SLACK_SHIFT)
-        if self._cache_base + len(cache) != f.position or len(cache) + len(data) > limit:
+        if self._cache_base + len(cache) != f.position or len(cache) + len(data) > 2 * TAIL_CACHE_BYTES:
             self._cache_append(data, [f])
             return
         cache += data
