@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusterlab.core.codec import LogBlock, SessionOpenEvent, decode, encode_session_message, frame
+from clusterlab.core.codec import LogBlock, SessionOpenEvent, decode, encode_session_message
 from clusterlab.core.codec.service import JoinLog
+from clusterlab.core.codec.transport import log_blocks
 from clusterlab.core.consensus.context import Channel, Role
 from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder
 from clusterlab.core.service.agent import MAX_LOG_POSITION, AppliedEntry, AppliedRun, ClusteredServiceAgent
@@ -37,8 +38,6 @@ SESSION_ID = 5
 
 def build_blocks(entries: int, per_block: int, payload: int = 64) -> list[bytes]:
     """Encoded LogBlocks: a SessionOpenEvent, then ``entries`` puts of ``payload``-byte values."""
-    position = 0
-    framed: list[bytes] = []
     opened = SessionOpenEvent(
         leadership_term_id=TERM,
         correlation_id=1,
@@ -48,29 +47,9 @@ def build_blocks(entries: int, per_block: int, payload: int = 64) -> list[bytes]
         response_channel="egress-bench",
         encoded_principal=b"",
     ).encode()
-    framed.append(frame(opened, position, TERM))
-    position += len(framed[-1])
     value = "v" * payload
-    for i in range(entries):
-        data = frame(encode_session_message(TERM, SESSION_ID, 1000 + i, put(i, f"k{i % 1000}", value)), position, TERM)
-        framed.append(data)
-        position += len(data)
-    blocks = []
-    start = 0
-    for i in range(0, len(framed), per_block):
-        chunk = b"".join(framed[i : i + per_block])
-        blocks.append(
-            LogBlock(
-                leadership_term_id=TERM,
-                start_position=start,
-                commit_position=start + len(chunk),
-                leader_member_id=0,
-                log_session_id=9,
-                entries=chunk,
-            ).encode()
-        )
-        start += len(chunk)
-    return blocks
+    puts = [encode_session_message(TERM, SESSION_ID, 1000 + i, put(i, f"k{i % 1000}", value)) for i in range(entries)]
+    return log_blocks([opened, *puts], TERM, per_block, log_session_id=9)
 
 
 def run_once(blocks: list[bytes], role: Role, recording: bool, directory: str) -> tuple[float, int]:

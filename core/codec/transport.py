@@ -8,11 +8,12 @@ UDP log publication, ``LogEndOfStream`` for the end-of-stream flag on a closed i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, ClassVar
 
 from clusterlab.core.codec.enums import ReplayBlockFlags, ReplayPurpose
-from clusterlab.core.codec.framing import WalkResult, walk_frames
+from clusterlab.core.codec.framing import WalkResult, frame, walk_frames
 from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
 
 
@@ -41,6 +42,32 @@ class LogBlock(Message):
     def walk(self) -> WalkResult:
         """The framed entries, checked against their expected positions."""
         return walk_frames(self.entries, self.start_position)
+
+
+def log_blocks(
+    payloads: Sequence[bytes], leadership_term_id: int, per_block: int, *, log_session_id: int = 0
+) -> list[bytes]:
+    """``payloads`` framed from log position 0 in ``leadership_term_id`` and packed ``per_block`` to an
+    encoded LogBlock, each committed to its end: a committed log as a service receives it (tests and
+    benchmarks drive the service agent with it)."""
+    position, framed = 0, []
+    for payload in payloads:
+        framed.append(frame(payload, position, leadership_term_id))
+        position += len(framed[-1])
+    blocks, start = [], 0
+    for i in range(0, len(framed), per_block):
+        chunk = b"".join(framed[i : i + per_block])
+        block = LogBlock(
+            leadership_term_id=leadership_term_id,
+            start_position=start,
+            commit_position=start + len(chunk),
+            leader_member_id=0,
+            log_session_id=log_session_id,
+            entries=chunk,
+        )
+        blocks.append(block.encode())
+        start += len(chunk)
+    return blocks
 
 
 @codec

@@ -24,10 +24,10 @@ from clusterlab.core.codec import (
     TimerEvent,
     decode,
     encode_session_message,
-    frame,
     session_header,
 )
 from clusterlab.core.codec.session import SESSION_HEADER_LENGTH, SessionMessageHeader
+from clusterlab.core.codec.transport import log_blocks
 from clusterlab.core.consensus.context import Role
 from clusterlab.core.service import agent as agent_module
 from clusterlab.core.service.agent import MAX_LOG_POSITION
@@ -106,26 +106,7 @@ def _blocks(per_block: int) -> list[bytes]:
         entries.append(encode_session_message(TERM, SESSION_ID, 100 + i, command))
         if i == 20:
             entries.append(TimerEvent(leadership_term_id=TERM, correlation_id=9, timestamp=120).encode())
-    position, framed = 0, []
-    for payload in entries:
-        framed.append(frame(payload, position, TERM))
-        position += len(framed[-1])
-    blocks = []
-    start = 0
-    for i in range(0, len(framed), per_block):
-        chunk = b"".join(framed[i : i + per_block])
-        blocks.append(
-            LogBlock(
-                leadership_term_id=TERM,
-                start_position=start,
-                commit_position=start + len(chunk),
-                leader_member_id=0,
-                log_session_id=1,
-                entries=chunk,
-            ).encode()
-        )
-        start += len(chunk)
-    return blocks
+    return log_blocks(entries, TERM, per_block, log_session_id=1)
 
 
 def _apply(build: str, role: Role, per_block: int, runs: bool) -> dict[str, Any]:
