@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -150,7 +151,13 @@ class RecordingService(ClusteredService):
 class Harness:
     """An agent with its outputs captured and a log builder."""
 
-    def __init__(self, tmp_path: Path, service: RecordingService | None = None, term: int = 0) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        service: RecordingService | None = None,
+        term: int = 0,
+        on_applied_run: Callable[[AppliedRun], None] | None = None,
+    ) -> None:
         storage = FileStorage(tmp_path)
         self.store = SnapshotStore(storage, Catalogue.open(storage))
         self.service = service or RecordingService()
@@ -165,6 +172,7 @@ class Harness:
             lambda channel, sid, msg: self.egress.append((channel, sid, msg)),
             self.store,
             self.applied.append,
+            on_applied_run=on_applied_run,
             client_id=CLIENT_ID,
         )
         self.term = term
@@ -820,25 +828,14 @@ def test_applied_runs_give_the_rows_on_applied_gives_in_log_order(tmp_path: Path
     read back in order with ``on_applied``'s rows, they are the rows an agent without it gives, and a
     run cut by a failing entry still gives the rows of the entries applied before it."""
     plain = Harness(tmp_path / "plain", term=3)
-    runs = Harness(tmp_path / "runs", term=3)
-    rows: list[AppliedEntry] = []
     given: list[AppliedRun] = []
 
     def on_run(run: AppliedRun) -> None:
         given.append(run)
-        rows.extend(run.entries())
+        runs.applied.extend(run.entries())  # in log order with the rows given one by one
 
-    runs.agent = ClusteredServiceAgent(
-        SERVICE_ID,
-        1,
-        runs.service,
-        lambda b: runs.to_cm.append(decode(b)),
-        lambda channel, sid, msg: runs.egress.append((channel, sid, msg)),
-        runs.store,
-        rows.append,
-        on_applied_run=on_run,
-        client_id=CLIENT_ID,
-    )
+    runs = Harness(tmp_path / "runs", term=3, on_applied_run=on_run)
+    rows = runs.applied
     for h in (plain, runs):
         h.started_and_joined(Role.LEADER)
     built = [
