@@ -19,8 +19,10 @@ Sockets (see clusterlab.core.runtime.transport for framing):
 
 Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate). A message on a
 ROUTER is taken only from the connection of the member its header claims (its routing id, and on a
-secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security. Drops are logged
-and counted (``source_rejected=`` and ``auth_refused=`` in the status detail).
+secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security; the consensus module
+then takes a message whose body names its sender only if that is the header's source
+(clusterlab.core.consensus.senders). Drops are logged and counted (``source_rejected=``,
+``auth_refused=`` and ``body_member_mismatch=`` in the status detail).
 
 Recording (clusterlab.harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
 sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason
@@ -64,6 +66,7 @@ from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.mutants import format_mutants, parse_mutants
+from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     CHECK_INVARIANTS_ENV,
@@ -671,8 +674,13 @@ class Node:
         return sum(self.rejected.values())
 
     def _with_security_detail(self, detail: str) -> str:
-        # The status detail carries the source-check counters (NodeStatus has no field of its own).
-        return f"{detail} {SOURCE_REJECTED}={self.rejected_count} {AUTH_REFUSED}={self.security.refused}"
+        # The status detail carries the source-check counters (NodeStatus has no field of its own): the
+        # runtime's (header source vs connection, refused keys) and the module's (body sender vs source).
+        mismatched = 0 if self.module is None else self.module.s.body_member_mismatch_count
+        return (
+            f"{detail} {SOURCE_REJECTED}={self.rejected_count} {AUTH_REFUSED}={self.security.refused} "
+            f"{BODY_MEMBER_MISMATCH}={mismatched}"
+        )
 
     def stats(self) -> str:
         """Traffic counters: how much each duty cycle batched (messages in, messages out per channel)."""
