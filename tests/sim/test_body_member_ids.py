@@ -142,7 +142,7 @@ def _field_values(probe: Probe, cls: type[Message], name: str, hint: Any) -> st.
     other its wire format holds."""
     values = _any_field_value(probe, name, hint)
     fmt = dict(cls._FIXED).get(name)
-    if fmt is None or isinstance(_base_type(hint), type) and issubclass(_base_type(hint), enum.Enum):
+    if fmt is None or not isinstance(_base_type(hint), type) or issubclass(_base_type(hint), enum.Enum):
         return values
     lo, hi = _INT_RANGE[fmt]
     return values.filter(lambda v: lo <= v <= hi) | st.integers(lo, hi)
@@ -358,12 +358,23 @@ def test_a_forged_append_position_commits_without_a_quorum_only_with_the_check_o
 
 # ------------------------------------------------------------------------------ the attack, simulated
 WRITES = 10
+FORGERIES = 5
 
 
-def _forged_append_position_attack(sim: SimKit, *, check_on: bool) -> tuple[SimCluster, int, int]:
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    """Where the forged-acknowledgement attack left the cluster."""
+
+    cluster: SimCluster
+    leader: int  # cut off from ``named``
+    committed: int  # the leader's commit position before the writes
+    appended: int  # the leader's append position after them
+    after: int  # the leader's commit position after the forgeries
+
+
+def _forged_append_position_attack(sim: SimKit, *, check_on: bool) -> Attack:
     """A leader, member ``named`` cut off from it, member ``stolen`` down and its identity taken by a
-    forger who tells the leader, in ``named``'s name, that it appended everything. Returns the cluster,
-    the leader's commit position before the writes and after them."""
+    forger who tells the leader, in ``named``'s name, that it appended everything."""
     c = sim.cluster(members=3, seed=11)
     leader = c.await_leader()
     named, stolen = [m for m in range(3) if m != leader]
@@ -378,37 +389,40 @@ def _forged_append_position_attack(sim: SimKit, *, check_on: bool) -> tuple[SimC
     for i in range(WRITES):
         assert c.offer(f"during-cut-{i}".encode()) > 0, c.status_line()
     forged = AppendPosition(term, 1 << 40, named, 0).encode()
-    for _ in range(5):  # every 100 ms, half the leader's heartbeat timeout
+    for _ in range(FORGERIES):  # every 100 ms, well within the leader's heartbeat timeout
         c.network.send(c.now_ns, stolen, leader, Channel.CONSENSUS, forged)
         c.run_for(100 * MS)
+    assert c.member(leader).role == Role.LEADER, c.status_line()
     sim.check(c)  # the safety checker learns the committed log as it stands (the leader's included)
-    return c, committed, c.member(leader).commit_position
+    m = c.member(leader)
+    return Attack(c, leader, committed, m.append_position, m.commit_position)
 
 
-def _failover(sim: SimKit, c: SimCluster) -> None:
-    """The cut-off leader dies; the forger is gone; member ``stolen`` comes back; the survivors elect."""
-    leader = c.leader_id()
-    old = leader if leader is not None else next(m for m in c.members_alive() if c.member(m).role == Role.LEADER)
-    c.kill(old)
+def _failover(attack: Attack) -> None:
+    """The cut-off leader dies; the forger is gone and the member it impersonated comes back; the two
+    others elect; the old leader returns."""
+    c = attack.cluster
+    c.kill(attack.leader)
     c.heal()
-    for m in range(3):
-        if not c.is_alive(m) and m != old:
+    for m in range(c.member_count):
+        if not c.is_alive(m) and m != attack.leader:
             c.restart(m)
-    c.await_condition(lambda: c.leader_id() not in (None, old), 10 * SECOND, "a new leader")
-    c.restart(old)
+    c.await_condition(lambda: c.leader_id() not in (None, attack.leader), 10 * SECOND, "a new leader")
+    c.restart(attack.leader)
 
 
 def test_simulated_forged_append_position_acknowledges_nothing_and_loses_nothing(sim: SimKit) -> None:
-    c, committed, after = _forged_append_position_attack(sim, check_on=True)
-    assert after == committed, "the leader committed writes only it holds"
-    assert sum(c.member(m).s.body_member_mismatch_count for m in c.members_alive()) == 5
-    _failover(sim, c)
-    sim.converge(c)  # durability: everything ever committed is in every member's log
+    attack = _forged_append_position_attack(sim, check_on=True)
+    assert attack.appended > attack.committed, "the writes are in the cut-off leader's log"
+    assert attack.after == attack.committed, "the leader committed writes only it holds"
+    assert attack.cluster.member(attack.leader).s.body_member_mismatch_count == FORGERIES
+    _failover(attack)
+    sim.converge(attack.cluster)  # durability: everything ever committed is in every member's log
 
 
 def test_simulated_forged_append_position_with_the_check_off_loses_committed_writes(sim: SimKit) -> None:
-    c, committed, after = _forged_append_position_attack(sim, check_on=False)
-    assert after > committed, "the forged acknowledgement committed the cut-off leader's writes"
-    _failover(sim, c)
-    with pytest.raises(SafetyViolation, match="^(durability|log matching): "):
-        sim.converge(c)
+    attack = _forged_append_position_attack(sim, check_on=False)
+    assert attack.after == attack.appended > attack.committed, "all the writes committed on a forgery"
+    _failover(attack)
+    with pytest.raises(SafetyViolation, match=r"^(durability|log matching): "):
+        sim.converge(attack.cluster)
