@@ -377,14 +377,6 @@ def test_secured_every_socket_refuses_a_stranger_and_a_member_key_cannot_speak_f
         # A member's key speaks for that member only: member 2's key claiming member 1 (down).
         victim, holder = [i for i in range(3) if i != leader][:2]
         c.kill(victim)
-        pair = load_key_pair(c.directory, member_key_name(holder))
-        server = load_public_keys(c.directory)[member_key_name(leader)]
-
-        def as_holder(sock: zmq.Socket) -> None:
-            sock.setsockopt(zmq.CURVE_SERVERKEY, server)
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, pair.public)
-            sock.setsockopt(zmq.CURVE_SECRETKEY, pair.secret)
-
         before = _counter(c, leader, SOURCE_REJECTED)
         status = c.status(leader)
         assert status is not None
@@ -395,7 +387,7 @@ def test_secured_every_socket_refuses_a_stranger_and_a_member_key_cannot_speak_f
             [[header(Channel.CONSENSUS, victim), forged]] * FORGED_COPIES,
             socket="dealer",
             routing_id=node_routing_id(victim),
-            setup=as_holder,
+            setup=_holding_member_key(c, holder, leader),
         )
         _await_counter_above(c, leader, SOURCE_REJECTED, before, "the leader dropping a member speaking for another")
         log = c.directory / "logs" / f"member-{leader}-node-{c.incarnation(leader)}.log"
