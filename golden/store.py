@@ -40,7 +40,8 @@ from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
 from clusterlab.golden.replay import Replay, replay_log
 from clusterlab.harness.arrow_stream import read_stream
-from clusterlab.harness.completeness import SchemaVersionError, assess, manifest, sealed_json
+from clusterlab.harness.completeness import SchemaVersionError, assess, sealed_json
+from clusterlab.harness.completeness import manifest as trace_manifest  # `manifest` is the recipes file here
 from clusterlab.harness.recorder import SCHEMAS, TABLES, git_commit
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import TraceError, open_run
@@ -331,7 +332,7 @@ def bless(
             "source": {k: meta.get(k) for k in ("run_id", "outcome", "committed_log", "sim") if k in meta},
             "trace_format": meta.get("trace_format"),
             "outcome": "ok",  # a golden is a finished run that passed
-            **manifest(tmp, TABLES),
+            **trace_manifest(tmp, TABLES),
         }
         (tmp / "run.json").write_bytes(sealed_json(json.loads(json.dumps(doc, default=str))))
         if target.exists():

@@ -23,7 +23,7 @@ manifest, and returns a :class:`Completeness`:
 Whatever its schema version, a run.json without a manifest is never judged. A newer schema version
 than :data:`SCHEMA_VERSION` is a :class:`SchemaVersionError`, never a guess.
 
-This module imports only the standard library and :mod:`clusterlab.harness.arrow_stream`, so the local
+This module imports only the standard library, pyarrow and :mod:`clusterlab.harness.arrow_stream`, so the local
 verdict, the Spark check (which computes the same :class:`FileFacts` on its executors), golden
 bless/verify, the report and ``trace summary`` share one judgement.
 """
@@ -40,6 +40,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 
 SCHEMA_VERSION = 3  # 1: no version key; 2: + the manifest; 3: + the seal (docs/trace-schema.md, "Versions")
@@ -232,7 +233,7 @@ class Completeness:
 def canonical_json(doc: Mapping[str, Any]) -> bytes:
     """run.json's bytes for ``doc``: indented JSON with sorted keys and a final newline (what the recorder
     writes; a sealed run.json is exactly this, byte for byte)."""
-    return (json.dumps(doc, indent=2, sort_keys=True) + "\\n").encode()
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
 def seal_of(doc: Mapping[str, Any]) -> str:
@@ -292,6 +293,23 @@ def read_sidecars(run_dir: Path | str) -> list[Finding]:
             )
         )
     return out
+
+
+KILL_COLUMNS = ("source", "kind", "member_id", "detail")  # what an events row says about a SIGKILL
+
+
+def kill_rows(events: pa.Table) -> list[dict[str, Any]]:
+    """The rows of an ``events`` table that may explain a torn file (:data:`KILL_COLUMNS`), read only when
+    the table's buffers are valid Arrow: the values are read before the run is judged, and damaged bytes
+    (which make the run CORRUPT anyway) could crash the reader; then there are none."""
+    if events.num_rows == 0 or not set(KILL_COLUMNS) <= set(events.column_names):
+        return []
+    table = events.select(list(KILL_COLUMNS))
+    try:
+        table.validate(full=True)
+    except pa.ArrowException:
+        return []
+    return table.to_pylist()
 
 
 def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]:
@@ -556,9 +574,7 @@ def assess(run_dir: Path | str, tables: Iterable[str]) -> Completeness:
     facts = scan(run_dir, tables)
     events: list[dict[str, Any]] = []
     for path in sorted((Path(run_dir) / "events").glob("*.arrow")) if "events" in tables else []:
-        got = read_stream(str(path))
-        if got.schema is not None and {"kind", "source", "member_id", "detail"} <= set(got.schema.names):
-            events.extend(got.table().select(["source", "kind", "member_id", "detail"]).to_pylist())
+        events.extend(kill_rows(read_stream(str(path)).table()))
     return judge(
         run_dir, meta, facts, kills_from_events(events), meta_finding=meta_finding, sidecars=read_sidecars(run_dir)
     )

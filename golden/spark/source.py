@@ -207,7 +207,7 @@ def read_schema(path: str) -> pa.Schema | None:
     try:
         with pa.OSFile(path, "rb") as f:
             return ipc.open_stream(f).schema
-    except (pa.ArrowInvalid, OSError):
+    except (pa.ArrowException, OSError):
         return None
 
 
@@ -218,7 +218,7 @@ def read_stripe(path: str, stripe: int, stripes: int) -> Iterator[pa.RecordBatch
         try:
             messages = ipc.MessageReader.open_stream(source)
             schema = ipc.read_schema(messages.read_next_message())
-        except (pa.ArrowInvalid, OSError, StopIteration):
+        except (pa.ArrowException, OSError, StopIteration):
             return
         index = 0
         while True:

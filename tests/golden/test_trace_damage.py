@@ -45,6 +45,7 @@ def traces(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     """The clean traces damage starts from (each checked to PASS first)."""
     root = tmp_path_factory.mktemp("clean-traces")
     killed = killed_run(root, record_kill=True)
+    (root / "goldens").mkdir()
     golden = bless(sim_run, "g", traces=root / "goldens", manifest=root / "goldens.json").directory
     out = {"sim": sim_run, "killed": killed, "golden": golden}
     for name, run in out.items():
