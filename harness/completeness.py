@@ -398,8 +398,10 @@ _ENTRY_KEYS: dict[str, Callable[[Any], bool]] = {
     "size": lambda v: _is_int(v) and v >= 0,
     "closed": lambda v: isinstance(v, bool),
     "torn": lambda v: isinstance(v, bool),
-    "chunks": lambda v: isinstance(v, list)
-    and all(isinstance(c, list) and len(c) == 2 and all(_is_int(x) and x >= 0 for x in c) for c in v),
+    "chunks": lambda v: (
+        isinstance(v, list)
+        and all(isinstance(c, list) and len(c) == 2 and all(_is_int(x) and x >= 0 for x in c) for c in v)
+    ),
 }
 
 
@@ -523,10 +525,10 @@ def _compare_files(
         for p in paths:
             c.findings.append(Finding(Status.INCOMPLETE, p, "file missing", rows_lost=files[p]["rows"]))
     for path, got in sorted(actual.items()):
-        want = files.get(path)
-        if want is None:
+        if path not in files:
             c.findings.append(Finding(Status.CORRUPT, path, "not in the run's manifest: the run did not write it"))
             continue
+        want = files[path]
         problem = _compare(want, got)
         if problem is not None:
             c.findings.append(problem)

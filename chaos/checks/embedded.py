@@ -138,7 +138,14 @@ def linearizability_result(
             if len(result.violations) < limit:
                 minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
                 result.violations.append(
-                    {"run_id": d, "key": k.key, "model": k.model, "ops": k.ops, "minimal": minimal, "detail": k.describe()}
+                    {
+                        "run_id": d,
+                        "key": k.key,
+                        "model": k.model,
+                        "ops": k.ops,
+                        "minimal": minimal,
+                        "detail": k.describe(),
+                    }
                 )
         result.unknown += [{"run_id": d, "key": k.key, "detail": k.describe()} for k in verdict.unknown()]
     return result, lin

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos.checks.embedded import check_runs as check_runs_duckdb
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.report import render
 from clusterlab.golden.spark.check import check_runs
 from clusterlab.golden.store import GoldenError, bless, load_golden
 from clusterlab.golden.verify import verify_goldens
-from clusterlab.chaos.checks.embedded import check_runs as check_runs_duckdb
 from clusterlab.harness.completeness import (
     EXIT_CORRUPT,
     EXIT_INCOMPLETE,
@@ -224,6 +224,7 @@ def test_trace_summary_names_the_file(damaged, name: str, capsys) -> None:
 
 # ------------------------------------------------------------------------------------------ SIGKILL
 
+
 def test_torn_tail_after_an_explained_sigkill_is_acceptable_and_shown(tmp_path: Path) -> None:
     run = killed_run(tmp_path, record_kill=True)
     c = assess(run, TABLES)
@@ -356,7 +357,9 @@ def test_a_reformatted_run_json_is_corrupt(sim_run: Path, tmp_path: Path) -> Non
         (lambda e: e.update(closed=False), Status.CORRUPT, "closed is not the file's"),
     ],
 )
-def test_a_malformed_manifest_of_an_unsealed_run_is_corrupt(sim_run: Path, tmp_path: Path, change, status, said) -> None:
+def test_a_malformed_manifest_of_an_unsealed_run_is_corrupt(
+    sim_run: Path, tmp_path: Path, change, status, said
+) -> None:
     """Without the seal (version 2), every manifest field is still checked for type and against the file."""
     run = copy_run(sim_run, tmp_path / "malformed", "run-malformed")
 
@@ -447,7 +450,7 @@ class _NoSpark:
     """verify_goldens without a Spark session: a damaged golden never reaches the diff (which would
     call the damage a divergence); an intact one's diff is not what these tests are about."""
 
-    class sparkContext:  # noqa: N801 - the attribute verify_goldens reads
+    class sparkContext:  # the attribute verify_goldens reads
         master = "none"
 
     def __getattr__(self, name: str) -> object:
