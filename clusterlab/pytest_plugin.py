@@ -113,6 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         value = config.getoption(option)
         if value is not None and (error := limit.error(option, value)) is not None:
             raise pytest.UsageError(error)
+    chaos_seeds(config)  # a bad --chaos-seed / $CLUSTERLAB_SEEDS is a usage error before collection
 
 
 def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
@@ -135,7 +136,11 @@ def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
 
 
 def _seeds_for(config: pytest.Config, marker: pytest.Mark) -> list[int]:
-    return chaos_seeds(config, marker.kwargs.get("seed", 1))
+    try:
+        return chaos_seeds(config, marker.kwargs.get("seed", 1))
+    except (pytest.UsageError, TypeError, ValueError) as e:  # the marker's seed is not a seed
+        problem = f"chaos marker seed {marker.kwargs.get('seed')!r}: {e}"
+    misuse(problem)
 
 
 # A sweep test's time bound grows with its seeds (pytest-timeout's ini default is for one run): up to
@@ -209,17 +214,17 @@ def misuse(message: str) -> NoReturn:
 
 def _check_run(scenario: str, seed: int, kwargs: dict[str, Any]) -> None:
     """A chaos run's scenario, seed and keywords (run_scenario's) checked before it starts (:func:`misuse`)."""
+    problem = None
     try:
         bound = inspect.signature(run_scenario).bind(scenario, seed, **kwargs)
-    except TypeError as e:
-        misuse(f"chaos run {scenario!r}: {e}")
-    wanted = inspect.signature(check_run_arguments).parameters
-    try:
+        wanted = inspect.signature(check_run_arguments).parameters
         check_run_arguments(**{k: v for k, v in bound.arguments.items() if k in wanted})
-    except KeyError as e:
-        misuse(f"chaos run: {e.args[0]}")
-    except ValueError as e:
-        misuse(f"chaos run {scenario!r}: {e}")
+    except KeyError as e:  # an unknown scenario: its message lists the known ones
+        problem = f"chaos run: {e.args[0]}"
+    except (TypeError, ValueError) as e:  # a keyword run_scenario does not take, a value it refuses
+        problem = f"chaos run {scenario!r}: {e}"
+    if problem is not None:
+        misuse(problem)  # outside the handler: the one line, not the exception it replaces
 
 
 # ------------------------------------------------------------------------------------------ fixtures

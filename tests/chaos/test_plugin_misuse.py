@@ -4,6 +4,8 @@ naming it and what is allowed, never a traceback through the plugin's code."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -63,10 +65,10 @@ def test_misuse_of_the_plugin_fails_with_one_line_each(pytester: pytest.Pytester
     out = result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) + outcomes.get("errors", 0) == len(EXPECTED), out
-    assert "pytest_plugin.py" not in out and "Traceback" not in out, out
+    assert "pytest_plugin.py" not in out and "Traceback" not in out and "During handling" not in out, out
     summary = out.split("short test summary info")[-1].splitlines()
     for name, message in EXPECTED.items():
-        lines = [line for line in summary if f"::{name}" in line]
+        lines = [line for line in summary if re.search(rf"::{name}[\[ ]", line)]
         assert len(lines) == 1 and message in lines[0], (name, lines)
 
 
@@ -93,3 +95,19 @@ def test_one(chaos_run):
     text = result.stdout.str() + result.stderr.str()
     assert result.ret != 0 and message in text, text
     assert "pytest_plugin.py" not in text and "Traceback" not in text, text
+
+
+def test_a_marker_seed_out_of_range_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_user="""
+import pytest
+
+@pytest.mark.chaos(scenario="leader-kill", sim=True, seed=-1)
+def test_one(chaos_run):
+    pass
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret != 0 and "chaos marker seed -1: a chaos seed must be 0 to 9223372036854775807, not -1" in text
+    assert "pytest_plugin.py" not in text and "Traceback" not in text and "During handling" not in text, text
