@@ -421,11 +421,16 @@ class RunProgress:
     what: str
 
     def describe(self) -> str:
-        """One line: ``simulated 12.3 of 20.0 s in 4.1 s, 1234 of 1300 ops acknowledged, step 3/7: kill leader``."""
-        clock = f"simulated {self.target_s:.1f} of {self.schedule_s:.1f} s in {self.wall_s:.1f} s"
-        if not self.sim:
-            clock = f"{self.target_s:.1f} of {self.schedule_s:.1f} s"
-        step = f"step {self.step}/{self.steps}" if self.step <= self.steps else "final heal"
+        """One line: ``simulated 12.3 of 20.0 s in 4.1 s, 1234 of 1300 ops acknowledged, step 3/7: kill leader``
+        (past the schedule: ``simulated 20.4 s (20.0 s of schedule) ..., final heal: ...``)."""
+        of = f"{self.target_s:.1f} of {self.schedule_s:.1f} s"
+        if self.step > self.steps:
+            of = f"{self.target_s:.1f} s ({self.schedule_s:.1f} s of schedule)"
+        clock = f"simulated {of} in {self.wall_s:.1f} s" if self.sim else of
+        if self.step <= self.steps:
+            step = f"step {self.step}/{self.steps}"
+        else:
+            step = "final heal" if self.step == self.steps + 1 else "schedule done"
         return f"{clock}, {self.acked} of {self.invoked} ops acknowledged, {step}: {self.what}"
 
 
@@ -504,6 +509,7 @@ def _drive(
             watch.healed()
         progress.at_step(len(schedule.steps) + 1, "every member up, network healed, progress required")
         _final_heal(t, workload, checker, result, settle_s, work)
+        progress.at_step(len(schedule.steps) + 2, "stopping the cluster and judging its trace")
     finally:
         for at in watch.leader_faults:
             first = workload.first_ack_after(at)

@@ -225,7 +225,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["sweep", "random", "--mutant", "nope"], "unknown mutant 'nope'"),
         (["sweep", "pause-leader"], "needs real processes"),
         (["sweep", "random", "--jobs", "0"], "--jobs: must be 1 to 256, not 0"),
-        (["shrink", "/nonexistent/run"], "no chaos.json"),
+        (["shrink", "/nonexistent/run"], "/nonexistent/run: no such run directory"),
         (["run", "random", "--sim", "--schedule", '[{"nemesis": "kil"}]'], "unknown nemesis 'kil'"),
     ],
 )
