@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.checker import OnlineChecker
+from clusterlab.chaos.limits import run_arguments_error
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import Schedule, schedule_from_spec, schedule_spec
@@ -31,6 +32,9 @@ from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 
 DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
+DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
+# A run directory's description of its run (RunResult.summary): what clusterlab shrink replays.
+CHAOS_JSON = "chaos.json"
 # The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
 STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
 # The kv service of the planted bugs that live in the service (clusterlab.core.consensus.mutants).
@@ -38,6 +42,10 @@ MUTANT_SERVICES = {
     STALE_READ: STALE_READ_SERVICE,
     SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
 }
+
+
+# Called with a RunProgress while a run goes on (clusterlab run's progress display).
+OnProgress = Callable[["RunProgress"], None]
 
 
 class ChaosFailure(AssertionError):
@@ -76,6 +84,8 @@ class RunResult:
     steps: list[dict[str, Any]] = field(default_factory=list)  # the schedule as data (schedule_spec)
     explicit: bool = False  # the steps were given (a shrunk schedule), not drawn from the seed
     services: list[str] = field(default_factory=list)  # several services per member; the workload drives [0]
+    rate: float | None = None  # ops per second offered (None: the driver's default)
+    settle_s: float = DEFAULT_SETTLE_S  # the bound on the final healed phase
 
     @property
     def ok(self) -> bool:
@@ -164,14 +174,83 @@ class RunResult:
             "clients": self.clients,
             "fault_stale_read": self.fault_stale_read,
             "mutants": sorted(self.mutants),
+            "rate": self.rate,
+            "settle_s": self.settle_s,
             "linearizability": self.verdict.linearizability.verdict
             if self.verdict is not None and self.verdict.linearizability is not None
             else None,
         }
 
+    def write_summary(self, directory: Path) -> Path:
+        """Write :meth:`summary` as ``directory``/chaos.json (a run directory's scenario, seed, size,
+        schedule steps, workload and planted bugs: what ``clusterlab shrink`` replays)."""
+        path = Path(directory) / CHAOS_JSON
+        path.write_text(json.dumps(self.summary(), indent=1, default=str) + "\n")
+        return path
+
     def failure_message(self) -> str:
         why = self.error or f"trace checks failed: {', '.join(self.verdict.failed() if self.verdict else [])}"
         return f"{self.scenario} seed {self.seed}: {why}\n  trace: {self.trace_dir}\n  re-run: {self.rerun_command()}"
+
+
+@dataclass(frozen=True)
+class RunArguments:
+    """A run's arguments as :func:`check_run_arguments` found them: the scenario, the planted bugs, the
+    service the workload drives and the services of each member (several, or none)."""
+
+    spec: Scenario
+    mutants: frozenset[str]
+    service: str
+    services: list[str] | None
+
+
+def check_run_arguments(
+    name: str | Scenario,
+    seed: int = 1,
+    *,
+    members: int = 3,
+    duration_s: float | None = None,
+    sim: bool = False,
+    settle_s: float = DEFAULT_SETTLE_S,
+    service: str = "kv",
+    rate: float | None = None,
+    clients: int = DEFAULT_CLIENTS,
+    fault_stale_read: bool = False,
+    mutants: Iterable[str] = (),
+    services: list[str] | None = None,
+) -> RunArguments:
+    """:func:`run_scenario`'s arguments checked before anything starts: ValueError naming the first
+    that is wrong (a size or time out of clusterlab.chaos.limits, a service or planted bug that does
+    not fit), KeyError for an unknown scenario (listing the known ones)."""
+    chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
+    spec = name if isinstance(name, Scenario) else find_scenario(name)
+    if services:
+        services = parse_services(services)
+        if len(services) < 2:
+            raise ValueError(f"services {services}: give two or more (one service is --service)")
+        unknown = [k for k in services if ":" not in k and k not in SERVICE_REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
+        service = services[0]
+    if service not in SERVICES:
+        raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
+    bounds = {"duration_s": duration_s, "rate": rate, "settle_s": settle_s}
+    if (error := run_arguments_error(members=members, seed=seed, clients=clients, **bounds)) is not None:
+        raise ValueError(error)
+    if fault_stale_read and service != "kv":
+        raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
+    in_service = sorted(n for n in chosen if MUTANTS[n].in_service)
+    if in_service and service != "kv":
+        raise ValueError(f"mutant {in_service[0]} plants a bug in the kv service, not {service!r}")
+    if len(in_service) + fault_stale_read > 1:
+        raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
+    if members not in spec.sizes and members != 3:
+        raise ValueError(f"scenario {spec.name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
+    if sim and spec.real_only:
+        raise ValueError(f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+    if not sim and spec.sim_only:
+        raise ValueError(f"scenario {spec.name} runs in the simulator only; add --sim")
+    return RunArguments(spec, chosen, service, services)
 
 
 def run_scenario(
@@ -183,8 +262,8 @@ def run_scenario(
     sim: bool = False,
     directory: Path | str | None = None,
     trace_dir: Path | str | None = None,
-    settle_s: float = 30.0,
-    on_step: Callable[[int, int, str], None] | None = None,
+    settle_s: float = DEFAULT_SETTLE_S,
+    on_progress: OnProgress | None = None,
     fault_ack_before_append: bool = False,
     service: str = "kv",
     rate: float | None = None,
@@ -213,36 +292,23 @@ def run_scenario(
     steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
     seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly.
     ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
-    batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`)."""
-    chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
-    spec = name if isinstance(name, Scenario) else find_scenario(name)
-    if services:
-        services = parse_services(services)
-        if len(services) < 2:
-            raise ValueError(f"services {services}: give two or more (one service is --service)")
-        unknown = [k for k in services if ":" not in k and k not in SERVICE_REGISTRY]
-        if unknown:
-            raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
-        service = services[0]
-    if service not in SERVICES:
-        raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
-    if members < 1:
-        raise ValueError(f"members must be at least 1, not {members}")
-    if clients < 1:
-        raise ValueError(f"clients must be at least 1, not {clients}")
-    if fault_stale_read and service != "kv":
-        raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
-    in_service = sorted(n for n in chosen if MUTANTS[n].in_service)
-    if in_service and service != "kv":
-        raise ValueError(f"mutant {in_service[0]} plants a bug in the kv service, not {service!r}")
-    if len(in_service) + fault_stale_read > 1:
-        raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
-    if members not in spec.sizes and members != 3:
-        raise ValueError(f"scenario {spec.name} runs on {' or '.join(map(str, spec.sizes))} members, not {members}")
-    if sim and spec.real_only:
-        raise ValueError(f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
-    if not sim and spec.sim_only:
-        raise ValueError(f"scenario {spec.name} runs in the simulator only; add --sim")
+    batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`). ``on_progress``
+    gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time."""
+    checked = check_run_arguments(
+        name,
+        seed,
+        members=members,
+        duration_s=duration_s,
+        sim=sim,
+        settle_s=settle_s,
+        service=service,
+        rate=rate,
+        clients=clients,
+        fault_stale_read=fault_stale_read,
+        mutants=mutants,
+        services=services,
+    )
+    spec, chosen, service, services = checked.spec, checked.mutants, checked.service, checked.services
     duration = spec.default_duration_s if duration_s is None else duration_s
     plan = (
         spec.schedule(seed, duration, sim=sim, members=members)
@@ -269,13 +335,15 @@ def run_scenario(
         steps=schedule_spec(plan),
         explicit=schedule is not None,
         services=list(services or []),
+        rate=rate,
+        settle_s=settle_s,
     )
     started = time.monotonic()
     try:
         if sim:
-            _run_sim(result, plan, root, trace, settle_s, on_step, rate)
+            _run_sim(result, plan, root, trace, settle_s, on_progress, rate)
         else:
-            _run_local(result, plan, root, trace, settle_s, on_step, rate)
+            _run_local(result, plan, root, trace, settle_s, on_progress, rate)
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
     except Exception as e:
@@ -331,6 +399,81 @@ class _Watch:
             self._recovery_from = None
 
 
+# Wall seconds between two progress reports of a run, and workload steps between two looks at the clock
+# (a step is 10 ms of target time: the check costs nothing next to it).
+PROGRESS_INTERVAL_S = 0.5
+_PROGRESS_CHECK_EVERY = 16
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a running scenario is: what :func:`run_scenario` hands ``on_progress`` every
+    :data:`PROGRESS_INTERVAL_S` of wall time and at each step of the schedule."""
+
+    sim: bool
+    target_s: float  # the target's seconds since the schedule began (virtual in the simulator)
+    schedule_s: float  # the schedule's length; past it the final heal runs
+    wall_s: float  # wall seconds since the run started
+    acked: int
+    invoked: int
+    step: int  # the step running, from 1; steps + 1 is the final heal
+    steps: int
+    what: str
+
+    def describe(self) -> str:
+        """One line: ``simulated 12.3 of 20.0 s in 4.1 s, 1234 of 1300 ops acknowledged, step 3/7: kill leader``
+        (past the schedule: ``simulated 20.4 s (20.0 s of schedule) ..., final heal: ...``)."""
+        of = f"{self.target_s:.1f} of {self.schedule_s:.1f} s"
+        if self.step > self.steps:
+            of = f"{self.target_s:.1f} s ({self.schedule_s:.1f} s of schedule)"
+        clock = f"simulated {of} in {self.wall_s:.1f} s" if self.sim else of
+        if self.step <= self.steps:
+            step = f"step {self.step}/{self.steps}"
+        else:
+            step = "final heal" if self.step == self.steps + 1 else "schedule done"
+        return f"{clock}, {self.acked} of {self.invoked} ops acknowledged, {step}: {self.what}"
+
+
+class _Progress:
+    """Reports a run's :class:`RunProgress` to ``on_progress`` (None: nothing to do) at each step and,
+    between steps, every PROGRESS_INTERVAL_S of wall time (the clock read every few workload steps)."""
+
+    def __init__(self, t: Target, workload: Workload, schedule: Schedule, on_progress: OnProgress | None) -> None:
+        self.t, self.workload, self.on_progress = t, workload, on_progress
+        self.schedule_s = sum(step.seconds for step in schedule.steps)
+        self.steps = len(schedule.steps)
+        self.started_wall, self.started_at = time.monotonic(), t.now_s()
+        self.step, self.what = 0, "electing a leader"
+        self.ticks, self.next_at = 0, 0.0
+
+    def at_step(self, step: int, what: str) -> None:
+        self.step, self.what = step, what
+        if self.step == 1:
+            self.started_at = self.t.now_s()
+        self.report()
+
+    def tick(self) -> None:
+        if self.on_progress is None:
+            return
+        self.ticks += 1
+        if self.ticks % _PROGRESS_CHECK_EVERY == 0 and time.monotonic() >= self.next_at:
+            self.report()
+
+    def report(self) -> None:
+        if self.on_progress is None:
+            return
+        now = time.monotonic()
+        self.next_at = now + PROGRESS_INTERVAL_S
+        at = max(0.0, self.t.now_s() - self.started_at) if self.step else 0.0
+        w = self.workload
+        sim = isinstance(self.t, SimTarget)
+        self.on_progress(
+            RunProgress(
+                sim, at, self.schedule_s, now - self.started_wall, w.acked, w.invoked, self.step, self.steps, self.what
+            )
+        )
+
+
 def _drive(
     t: Target,
     workload: Workload,
@@ -338,21 +481,22 @@ def _drive(
     schedule: Schedule,
     result: RunResult,
     settle_s: float,
-    on_step: Callable[[int, int, str], None] | None,
+    on_progress: OnProgress | None,
 ) -> None:
     watch = _Watch(t)
+    progress = _Progress(t, workload, schedule, on_progress)
 
     def work() -> None:
         workload.step()
         checker.poll()
         watch.poll()
+        progress.tick()
 
     try:
+        progress.report()
         t.await_leader(settle_s)
-        total = len(schedule.steps)
         for i, step in enumerate(schedule.steps):
-            if on_step:
-                on_step(i, total, step.describe())
+            progress.at_step(i + 1, step.describe())
             if step.nemesis is None:
                 t.advance(step.seconds, work)
                 continue
@@ -363,37 +507,9 @@ def _drive(
             t.advance(step.seconds, work)
             step.nemesis.heal(t)
             watch.healed()
-        if on_step:
-            on_step(total, total, "final heal: every member up, network healed, progress required")
-        # The final healed phase: a leader, new commits, every member caught up — within settle_s.
-        t.heal_network()
-        for m in sorted(t.paused):
-            t.resume(m)
-        for m in t.members:
-            if m not in t.alive():
-                t.restart(m)
-        healed_at = t.now_s()
-        t.await_leader(settle_s)
-        acked_before = workload.acked
-        deadline = healed_at + settle_s
-        while workload.acked == acked_before:
-            if t.now_s() > deadline:
-                raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
-            t.advance(0.01, work)  # in the simulator time passes only by advancing it
-        # Every key read once more: an acknowledged write that is not there fails the run.
-        workload.begin_final_reads()
-        while not workload.final_done:
-            if t.now_s() > deadline:
-                raise ChaosTimeout(f"final reads not answered within {settle_s} s of the final heal")
-            t.advance(0.01, work)
-        while not t.converged():
-            if t.now_s() > deadline:
-                raise ChaosTimeout(
-                    f"members not caught up within {settle_s} s of the final heal: {t.cluster.status_line()}"
-                )
-            t.advance(0.05, lambda: checker.poll())
-        result.recovery_s = t.now_s() - healed_at
-        checker.poll(force=True)
+        progress.at_step(len(schedule.steps) + 1, "every member up, network healed, progress required")
+        _final_heal(t, workload, checker, result, settle_s, work)
+        progress.at_step(len(schedule.steps) + 2, "stopping the cluster and judging its trace")
     finally:
         for at in watch.leader_faults:
             first = workload.first_ack_after(at)
@@ -402,6 +518,41 @@ def _drive(
         result.recoveries_s = watch.recoveries_s
         result.model_checked = workload.model.checked
         result.op_counts = workload.counts()
+
+
+def _final_heal(
+    t: Target, workload: Workload, checker: OnlineChecker, result: RunResult, settle_s: float, work: Callable[[], None]
+) -> None:
+    """The final healed phase: a leader, new commits, every key read again, every member caught up — all
+    within ``settle_s`` of the heal (ChaosTimeout otherwise)."""
+    t.heal_network()
+    for m in sorted(t.paused):
+        t.resume(m)
+    for m in t.members:
+        if m not in t.alive():
+            t.restart(m)
+    healed_at = t.now_s()
+    t.await_leader(settle_s)
+    acked_before = workload.acked
+    deadline = healed_at + settle_s
+    while workload.acked == acked_before:
+        if t.now_s() > deadline:
+            raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
+        t.advance(0.01, work)  # in the simulator time passes only by advancing it
+    # Every key read once more: an acknowledged write that is not there fails the run.
+    workload.begin_final_reads()
+    while not workload.final_done:
+        if t.now_s() > deadline:
+            raise ChaosTimeout(f"final reads not answered within {settle_s} s of the final heal")
+        t.advance(0.01, work)
+    while not t.converged():
+        if t.now_s() > deadline:
+            raise ChaosTimeout(
+                f"members not caught up within {settle_s} s of the final heal: {t.cluster.status_line()}"
+            )
+        t.advance(0.05, lambda: checker.poll())
+    result.recovery_s = t.now_s() - healed_at
+    checker.poll(force=True)
 
 
 def _workload_meta(result: RunResult) -> dict[str, Any]:
@@ -434,7 +585,13 @@ def _member_services(result: RunResult) -> list[str] | None:
 
 
 def _run_local(
-    result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
+    result: RunResult,
+    schedule: Schedule,
+    root: Path,
+    trace: Path,
+    settle_s: float,
+    on_progress: Any,
+    rate: float | None,
 ) -> None:
 
     cluster = LocalCluster(
@@ -457,14 +614,20 @@ def _run_local(
         workload = make_workload(t, result.service, result.seed, rate, clients=result.clients)
         checker = OnlineChecker(t)
         try:
-            _drive(t, workload, checker, schedule, result, settle_s, on_step)
+            _drive(t, workload, checker, schedule, result, settle_s, on_progress)
         finally:
             workload.close()
             result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
 
 
 def _run_sim(
-    result: RunResult, schedule: Schedule, root: Path, trace: Path, settle_s: float, on_step: Any, rate: float | None
+    result: RunResult,
+    schedule: Schedule,
+    root: Path,
+    trace: Path,
+    settle_s: float,
+    on_progress: Any,
+    rate: float | None,
 ) -> None:
 
     factory = None
@@ -493,7 +656,7 @@ def _run_sim(
             workload = make_workload(t, result.service, result.seed, rate, recording=rec, clients=result.clients)
             checker = OnlineChecker(t)
             try:
-                _drive(t, workload, checker, schedule, result, settle_s, on_step)
+                _drive(t, workload, checker, schedule, result, settle_s, on_progress)
                 outcome = "ok"
             finally:
                 workload.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.limits import MAX_RUN_S
 from clusterlab.chaos.nemesis import (
     NEMESES,
     ClockSkew,
@@ -157,8 +158,8 @@ def step_from_spec(spec: dict[str, Any]) -> Step:
 
 
 def _seconds(spec: dict[str, Any], value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"schedule step {spec!r}: seconds must be a number >= 0, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_RUN_S:
+        raise ValueError(f"schedule step {spec!r}: seconds must be a number from 0 to {MAX_RUN_S:g}, not {value!r}")
     return float(value)
 
 
@@ -171,7 +172,10 @@ def schedule_from_spec(seed: int, steps: list[dict[str, Any]]) -> Schedule:
     """An explicit schedule: these steps (as :func:`schedule_spec` gives them), not the seed's."""
     if not isinstance(steps, list):
         raise ValueError(f"a schedule is a list of steps, not {type(steps).__name__}")
-    return Schedule(seed, [step_from_spec(s) for s in steps])
+    schedule = Schedule(seed, [step_from_spec(s) for s in steps])
+    if (total := sum(s.seconds for s in schedule.steps)) > MAX_RUN_S:
+        raise ValueError(f"the steps last {total:g} seconds in all; a run's schedule lasts at most {MAX_RUN_S:g}")
+    return schedule
 
 
 def load_schedule_option(value: str) -> list[dict[str, Any]]:

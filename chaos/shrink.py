@@ -18,13 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.runner import DEFAULT_CLIENTS, RunResult
+from clusterlab.chaos.runner import CHAOS_JSON, DEFAULT_CLIENTS, RunResult
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.sweep import guarded_run
 
 MIN_PHASE_S = 0.05  # a phase is not shortened below this
 SIM_DEFAULT_RATE = 100.0  # the simulator workload's default ops per second (chaos.workload)
 PLANTED = ("fault_ack_before_append", "fault_stale_read")  # run_scenario's planted-bug switches
+
+
+def planted(run: dict[str, Any]) -> dict[str, Any]:
+    """run_scenario's keywords for the planted bugs a run (its chaos.json) had: the switches and mutants."""
+    bug: dict[str, Any] = {k: True for k in PLANTED if run.get(k)}
+    if run.get("mutants"):
+        bug["mutants"] = list(run["mutants"])
+    return bug
 
 
 def failure_tokens(result: RunResult) -> set[str]:
@@ -72,8 +80,8 @@ class ShrinkResult:
     log: list[str] = field(default_factory=list)
     minimal_dir: Path | None = None  # the minimal candidate's run (trace kept)
 
-    def bug_kwargs(self) -> dict[str, bool]:
-        return {k: True for k in PLANTED if self.run.get(k)}
+    def bug_kwargs(self) -> dict[str, Any]:
+        return planted(self.run)
 
     def run_kwargs(self) -> dict[str, Any]:
         """run_scenario's arguments that replay the minimal schedule (without the planted bug)."""
@@ -163,19 +171,38 @@ class ShrinkError(ValueError):
     """The run cannot be shrunk (not a failing simulator run, or it does not fail again)."""
 
 
-def load_run(path: Path | str) -> dict[str, Any]:
-    """A run's chaos.json: ``path`` is the run directory (a sweep's failure, a --trace-dir run) or the file."""
+def find_summary(path: Path | str) -> Path:
+    """The chaos.json describing the run at ``path``: the file itself, in the directory (a sweep's run,
+    a ``clusterlab run`` directory, a pytest --trace-dir run) or beside the trace directory given (a
+    ``clusterlab run`` directory's ``trace/``). ShrinkError naming what ``path`` is otherwise."""
     p = Path(path)
-    meta = p / "chaos.json" if p.is_dir() else p
-    if not meta.is_file():
-        raise ShrinkError(f"{path}: no chaos.json (give a run directory of clusterlab sweep or a --trace-dir run)")
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise ShrinkError(f"{path}: no such run directory")
+    for candidate in (p / CHAOS_JSON, p.parent / CHAOS_JSON if (p / "run.json").is_file() else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    what = "a trace (run.json) without" if (p / "run.json").is_file() else "no"
+    raise ShrinkError(
+        f"{path}: {what} {CHAOS_JSON} (the run's scenario, seed and schedule); give the directory of a "
+        "clusterlab run, a clusterlab sweep failure or a pytest --trace-dir chaos run"
+    )
+
+
+def load_run(path: Path | str) -> dict[str, Any]:
+    """A run's chaos.json (see :func:`find_summary`), checked to hold what shrinking replays: scenario,
+    seed, size and schedule steps of a simulator run."""
+    meta = find_summary(path)
     try:
         run = json.loads(meta.read_text())
-    except json.JSONDecodeError as e:
-        raise ShrinkError(f"{meta} is not valid JSON ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ShrinkError(f"{meta} is not a readable run description ({e})") from None
+    if not isinstance(run, dict):
+        raise ShrinkError(f"{meta} is not a run description (a JSON object)")
     missing = [k for k in ("scenario", "seed", "members", "steps") if k not in run]
     if missing:
-        raise ShrinkError(f"{meta} lacks {', '.join(missing)} (recorded before schedules were kept as steps?)")
+        raise ShrinkError(f"{meta} lacks {', '.join(missing)}: it does not describe a chaos run")
     if not run.get("sim"):
         raise ShrinkError(f"{path} is a real-process run; shrinking replays it many times, in the simulator only")
     return run
@@ -209,7 +236,7 @@ def shrink_run(
     run = load_run(path)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="clusterlab-shrink-"))
     root.mkdir(parents=True, exist_ok=True)
-    bug = {k: True for k in PLANTED if run.get(k)}
+    bug = planted(run)
     rate = run.get("rate") or SIM_DEFAULT_RATE
     original = Candidate(list(run["steps"]), int(run.get("clients", DEFAULT_CLIENTS)), float(rate))
     state = ShrinkResult(run, target or "", original, original)

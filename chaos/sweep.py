@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.limits import JOBS, MAX_SEEDS, SEED, SEED_COUNT, run_arguments_error
 from clusterlab.chaos.runner import RunResult, apply_verdict, run_scenario
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
@@ -45,7 +46,8 @@ Mapper = Callable[[Callable[[Task], dict[str, Any]], list[Task]], Iterable[dict[
 
 def parse_seeds(spec: str) -> list[int]:
     """``"7"``, ``"1,2,3"``, ``"100-150"`` (inclusive) or a comma-separated mix; ValueError naming what
-    is wrong otherwise (``clusterlab sweep --seeds``, the pytest plugin's --chaos-seed)."""
+    is wrong otherwise (``clusterlab sweep --seeds``, the pytest plugin's --chaos-seed). Seeds are
+    :data:`~clusterlab.chaos.limits.SEED`, at most :data:`~clusterlab.chaos.limits.MAX_SEEDS` of them."""
     seeds: list[int] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -57,6 +59,10 @@ def parse_seeds(spec: str) -> list[int]:
             raise ValueError(f"seeds {spec!r}: {part!r} is not a seed or a range like 10-20") from None
         if last < first:
             raise ValueError(f"seeds {spec!r}: empty range {part!r}")
+        if (error := SEED.error("a seed", last)) is not None:
+            raise ValueError(f"seeds {spec!r}: {error}")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise ValueError(f"seeds {spec!r}: more than {MAX_SEEDS} seeds; sweep them in parts")
         seeds.extend(range(first, last + 1))
     if not seeds:
         raise ValueError(f"seeds {spec!r} name no seed")
@@ -150,6 +156,8 @@ def guarded_run(
         result.clients = kwargs.get("clients", result.clients)
         result.fault_ack_before_append = bool(kwargs.get("fault_ack_before_append"))
         result.fault_stale_read = bool(kwargs.get("fault_stale_read"))
+        result.mutants = frozenset(kwargs.get("mutants", ()))
+        result.rate, result.settle_s = kwargs.get("rate"), kwargs.get("settle_s", result.settle_s)
         first = (str(e).splitlines() or [""])[0]
         result.error = f"{type(e).__name__}: {first}"
         if verify and result.trace_dir.is_dir():
@@ -259,8 +267,7 @@ class SeedRunner:
         if result.ok and not self.keep_traces:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            meta = result.summary() | {"settle_s": self.config.settle_s, "rate": self.config.rate}
-            (run_dir / "chaos.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+            result.write_summary(run_dir)
         return record
 
 
@@ -397,6 +404,28 @@ def _open_directory(config: SweepConfig, directory: Path) -> None:
         meta.write_text(json.dumps(config.identity(), indent=1) + "\n")
 
 
+def bounds_error(config: SweepConfig, jobs: int) -> str | None:
+    """The first of the sweep's sizes and times out of its bounds (clusterlab.chaos.limits), as one line."""
+    if (error := JOBS.error("jobs", jobs)) is not None:
+        return error
+    if (error := SEED_COUNT.error("the number of seeds", len(config.seeds))) is not None:
+        return error
+    for seed in (min(config.seeds), max(config.seeds)):
+        if (error := SEED.error("a seed", seed)) is not None:
+            return error
+    for members in config.members:
+        error = run_arguments_error(
+            members=members,
+            duration_s=config.duration_s,
+            rate=config.rate,
+            clients=config.clients,
+            settle_s=config.settle_s,
+        )
+        if error is not None:
+            return error
+    return None
+
+
 def run_sweep(
     config: SweepConfig,
     directory: Path | str,
@@ -419,8 +448,8 @@ def run_sweep(
         raise ValueError(f"scenario {spec.name} runs on {sizes} members, not {', '.join(map(str, bad))}")
     if spec.real_only:
         raise ValueError(f"scenario {spec.name} needs real processes; a sweep runs the simulator")
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    if (error := bounds_error(config, jobs)) is not None:
+        raise ValueError(error)
     mutant_kwargs(config.mutants)  # an unknown name fails before any run
     root = Path(directory)
     _open_directory(config, root)

@@ -35,6 +35,8 @@ Works under pytest-xdist: every path is the test's own (tmp_path, or a fresh dir
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
 import re
 import shlex
@@ -43,15 +45,17 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
+from clusterlab.chaos.limits import JOBS, MEMBERS, RATE, SEED, SEED_COUNT
 from clusterlab.chaos.nemesis import NEMESES
-from clusterlab.chaos.runner import run_scenario
-from clusterlab.chaos.sweep import SweepConfig, SweepSummary, parse_seeds, run_sweep
+from clusterlab.chaos.runner import check_run_arguments, run_scenario
+from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.sweep import SweepConfig, SweepSummary, bounds_error, parse_seeds, run_sweep
 from clusterlab.chaos.target import LocalTarget, SimTarget
-from clusterlab.chaos.workload import make_workload
+from clusterlab.chaos.workload import SERVICES, make_workload
 from clusterlab.harness.local import LocalCluster, pid_alive
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.sim_recording import record_sim
@@ -74,21 +78,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="run N consecutive seeds per chaos test, from its first seed",
+        help=f"run N consecutive seeds per chaos test, from its first seed [{SEED_COUNT.describe()}]",
     )
     group.addoption(
         "--chaos-sweep",
         type=int,
         default=None,
         metavar="N",
-        help="seeds (1..N) of every chaos_sweep test: a simulator seed sweep run as one test",
+        help="seeds (1..N) of every chaos_sweep test: a simulator seed sweep run as one test "
+        f"[{SEED_COUNT.describe()}]",
     )
     group.addoption(
         "--chaos-sweep-jobs",
         type=int,
         default=1,
         metavar="J",
-        help="processes a chaos_sweep test runs its seeds on (default 1)",
+        help=f"processes a chaos_sweep test runs its seeds on (default 1) [{JOBS.describe()}]",
     )
     group.addoption(
         "--trace-dir",
@@ -104,13 +109,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "chaos(scenario=None, seed=1, members=3, sim=False, duration=None, "
         "service='kv', **run_scenario_kwargs): a chaos run (see clusterlab.pytest_plugin)",
     )
-    runs = config.getoption("--chaos-runs")
-    if runs is not None and runs < 1:
-        raise pytest.UsageError(f"--chaos-runs must be at least 1, not {runs}")
-    for option in ("--chaos-sweep", "--chaos-sweep-jobs"):
+    for option, limit in (("--chaos-runs", SEED_COUNT), ("--chaos-sweep", SEED_COUNT), ("--chaos-sweep-jobs", JOBS)):
         value = config.getoption(option)
-        if value is not None and value < 1:
-            raise pytest.UsageError(f"{option} must be at least 1, not {value}")
+        if value is not None and (error := limit.error(option, value)) is not None:
+            raise pytest.UsageError(error)
+    chaos_seeds(config)  # a bad --chaos-seed / $CLUSTERLAB_SEEDS is a usage error before collection
 
 
 def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
@@ -125,11 +128,19 @@ def chaos_seeds(config: pytest.Config, default: Any = 1) -> list[int]:
     else:
         seeds = [int(s) for s in default] if isinstance(default, list | tuple | range) else [int(default)]
     runs = config.getoption("--chaos-runs")
-    return [seeds[0] + i for i in range(runs)] if runs else seeds
+    chosen = [seeds[0] + i for i in range(runs)] if runs else seeds
+    for seed in (min(chosen), max(chosen)):
+        if (error := SEED.error("a chaos seed", seed)) is not None:
+            raise pytest.UsageError(error)
+    return chosen
 
 
 def _seeds_for(config: pytest.Config, marker: pytest.Mark) -> list[int]:
-    return chaos_seeds(config, marker.kwargs.get("seed", 1))
+    try:
+        return chaos_seeds(config, marker.kwargs.get("seed", 1))
+    except (pytest.UsageError, TypeError, ValueError) as e:  # the marker's seed is not a seed
+        problem = f"chaos marker seed {marker.kwargs.get('seed')!r}: {e}"
+    misuse(problem)
 
 
 # A sweep test's time bound grows with its seeds (pytest-timeout's ini default is for one run): up to
@@ -195,6 +206,27 @@ def _run_dir(request: pytest.FixtureRequest, tmp_path: Path, what: str) -> tuple
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root)), bool(keep)
 
 
+def misuse(message: str) -> NoReturn:
+    """Fail the test with ``message`` alone: a wrong name or value given to the plugin is the test's
+    mistake, told in one line (no traceback through the plugin)."""
+    pytest.fail(message, pytrace=False)
+
+
+def _check_run(scenario: str, seed: int, kwargs: dict[str, Any]) -> None:
+    """A chaos run's scenario, seed and keywords (run_scenario's) checked before it starts (:func:`misuse`)."""
+    problem = None
+    try:
+        bound = inspect.signature(run_scenario).bind(scenario, seed, **kwargs)
+        wanted = inspect.signature(check_run_arguments).parameters
+        check_run_arguments(**{k: v for k, v in bound.arguments.items() if k in wanted})
+    except KeyError as e:  # an unknown scenario: its message lists the known ones
+        problem = f"chaos run: {e.args[0]}"
+    except (TypeError, ValueError) as e:  # a keyword run_scenario does not take, a value it refuses
+        problem = f"chaos run {scenario!r}: {e}"
+    if problem is not None:
+        misuse(problem)  # outside the handler: the one line, not the exception it replaces
+
+
 # ------------------------------------------------------------------------------------------ fixtures
 
 
@@ -214,10 +246,9 @@ class ChaosRunner:
         self.runs: list[tuple[Any, Path, Path, bool]] = []  # (result, run dir, work dir, kept)
 
     def __call__(self, scenario: str, seed: int, **kwargs: Any) -> Any:
-        import json
-
         if "duration" in kwargs:
             kwargs["duration_s"] = kwargs.pop("duration")
+        _check_run(scenario, seed, kwargs)
         tag = (
             f"{scenario}-n{kwargs.get('members', 3)}-seed{seed}"
             + ("-broken" if kwargs.get("fault_ack_before_append") else "")
@@ -236,7 +267,7 @@ class ChaosRunner:
         result = run_scenario(scenario, seed, directory=work, trace_dir=run_dir, **kwargs)
         info.update(error=result.error, rerun=result.rerun_command(), trace_dir=result.trace_dir)
         if kept:
-            (run_dir / "chaos.json").write_text(json.dumps(result.summary(), indent=1, default=str) + "\n")
+            result.write_summary(run_dir)
         self.runs.append((result, run_dir, work, kept))
         return result
 
@@ -262,7 +293,7 @@ def chaos_run(request: pytest.FixtureRequest, chaos_seed: int, chaos_runner: Cha
     """Run the scenario named by the test's ``chaos`` marker with ``chaos_seed``; the RunResult."""
     marker = request.node.get_closest_marker("chaos")
     if marker is None or not marker.kwargs.get("scenario"):
-        raise pytest.UsageError(f"{request.node.nodeid}: chaos_run needs @pytest.mark.chaos(scenario=...)")
+        misuse(f"{request.node.nodeid}: chaos_run needs @pytest.mark.chaos(scenario=...)")
     kwargs = {k: v for k, v in marker.kwargs.items() if k not in ("scenario", "seed")}
     return chaos_runner(marker.kwargs["scenario"], chaos_seed, **kwargs)
 
@@ -271,6 +302,8 @@ def _cluster_params(request: pytest.FixtureRequest) -> dict[str, Any]:
     params = dict(getattr(request, "param", None) or {})
     params.setdefault("members", 3)
     params.setdefault("service", "kv")
+    if (error := MEMBERS.error("cluster members", params["members"])) is not None:
+        misuse(error)
     return params
 
 
@@ -334,7 +367,12 @@ class NemesisKit:
 
         if isinstance(nemesis, str):
             if nemesis not in NEMESES:
-                raise KeyError(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESES)}")
+                misuse(f"nemesis: unknown nemesis {nemesis!r}; known: {', '.join(NEMESES)}")
+            allowed = {f.name for f in dataclasses.fields(NEMESES[nemesis]) if f.init}
+            if unknown := sorted(set(kwargs) - allowed):
+                misuse(
+                    f"nemesis {nemesis!r} has no option {', '.join(unknown)}; its options: {', '.join(sorted(allowed))}"
+                )
             nemesis = NEMESES[nemesis](**kwargs)
         t = self.target(cluster)
         nemesis.apply(t)
@@ -371,7 +409,11 @@ class WorkloadKit:
         self.workloads: list[Any] = []
 
     def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
-
+        if service not in SERVICES:
+            misuse(f"workload: no workload for service {service!r}; known: {', '.join(SERVICES)}")
+        for name, limit, value in (("rate", RATE, rate), ("seed", SEED, seed)):
+            if value is not None and (error := limit.error(f"workload {name}", value)) is not None:
+                misuse(error)
         t = _target(cluster, seed)
         w: Any = make_workload(t, service, seed, rate)  # Any: the fixture adds run_for
         w.run_for = _run_for(t, w)
@@ -410,11 +452,24 @@ class ChaosSweep:
         self, scenario: str, *, members: tuple[int, ...] = (3,), seeds: int | list[int] = 10, **config: Any
     ) -> PluginSweep:
         n = self.request.config.getoption("--chaos-sweep")
+        if isinstance(seeds, int) and (error := SEED_COUNT.error("chaos_sweep seeds", seeds)) is not None:
+            misuse(error)
         chosen = list(range(1, n + 1)) if n else (list(range(1, seeds + 1)) if isinstance(seeds, int) else seeds)
-        sweep_config = SweepConfig(scenario, tuple(chosen), tuple(members), **config)
+        try:
+            sweep_config = SweepConfig(scenario, tuple(chosen), tuple(members), **config)
+        except TypeError:
+            fields = ", ".join(f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("scenario", "seeds"))
+            misuse(f"chaos_sweep takes {fields}, not {', '.join(sorted(config))}")
         jobs = self.request.config.getoption("--chaos-sweep-jobs")
+        if scenario not in SCENARIOS:
+            misuse(f"chaos_sweep: unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        if (error := bounds_error(sweep_config, jobs)) is not None:
+            misuse(f"chaos_sweep: {error}")
         directory = Path(tempfile.mkdtemp(prefix=f"sweep-{scenario}-", dir=self.tmp_path))
-        summary = run_sweep(sweep_config, directory, jobs=jobs)
+        try:
+            summary = run_sweep(sweep_config, directory, jobs=jobs)
+        except ValueError as e:  # the configuration (sizes, scenario kind, mutants): refused before any run
+            misuse(f"chaos_sweep: {e}")
         print(
             f"chaos sweep {scenario}: {len(summary.records)} runs ({len(chosen)} seeds x sizes {members}), "
             f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute"

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from clusterlab.cli.paths import writable_directory_error
+from clusterlab.chaos.limits import SEED
+from clusterlab.cli.paths import bounded, ranged, writable_directory_error
 from clusterlab.core import __version__
 
 # The modules registering subcommands, imported by build_parser. `check` and `spark` import little at
@@ -63,7 +64,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         importlib.import_module(f"clusterlab.cli.{only}").register(sub)
         return parser
     demo = sub.add_parser("demo", help="a guided simulator walk-through (the main job is `clusterlab run`)")
-    demo.add_argument("--seed", type=int, default=1, help="seed of the scenario (same seed, same run)")
+    demo.add_argument(
+        "--seed", type=bounded(SEED), default=1, help=ranged("seed of the scenario (same seed, same run)", SEED)
+    )
     demo.add_argument("--members", type=int, default=3, choices=[1, 3, 5], help="cluster size")
     demo.add_argument("--dir", default=None, help="directory for member files (default: a fresh temp dir)")
     demo.set_defaults(func=_cmd_demo)

@@ -17,6 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from clusterlab.chaos.limits import VIOLATIONS_KEPT
+from clusterlab.cli.paths import bounded, ranged
+
 ENGINES = ("auto", "duckdb", "spark")
 SPARK_RUNS = 64  # more runs than this: Spark (auto)
 SPARK_BYTES = 1 << 30  # more trace bytes than this (all runs): Spark (auto)
@@ -79,9 +82,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from clusterlab.golden.spark.source import TraceSourceError, find_runs
     from clusterlab.harness.completeness import SchemaVersionError
 
-    if args.limit < 1:
-        print(f"clusterlab check: --limit must be >= 1, got {args.limit}", file=sys.stderr)
-        return 2
     for run in args.runs:
         if (error := directory_error("RUN", run)) is not None:
             print(f"clusterlab check: {error}", file=sys.stderr)
@@ -160,5 +160,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Spark Connect URL sc://HOST:PORT (implies --engine spark; default: clusterlab spark start's server)",
     )
     p.add_argument("--json", default=None, help="also write the whole report here (each RUN gets its check.json)")
-    p.add_argument("--limit", type=int, default=50, help="violations kept per check (default 50)")
+    p.add_argument(
+        "--limit",
+        type=bounded(VIOLATIONS_KEPT),
+        default=50,
+        help=ranged("violations kept per check (default 50)", VIOLATIONS_KEPT),
+    )
     p.set_defaults(func=_cmd_check)

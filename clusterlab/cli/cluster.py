@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from clusterlab.cli.paths import positive_error
+from clusterlab.chaos.limits import MEMBERS, REFRESH_S, SEED, TIMEOUT_S
+from clusterlab.cli.paths import bounded, ranged
 from clusterlab.core.codec.control import (
     ClusterControlRequest,
     ControlResponse,
@@ -85,7 +86,9 @@ def register(subparsers: Any) -> None:
     start = _one_line_errors(
         actions.add_parser("start", help="start a local cluster in the foreground (Ctrl-C stops it)")
     )
-    start.add_argument("--members", type=int, default=3, help="number of members (default 3)")
+    start.add_argument(
+        "--members", type=bounded(MEMBERS), default=3, help=ranged("number of members (default 3)", MEMBERS)
+    )
     start.add_argument("--service", default="kv", help="service: kv, counter, echo, module:factory, none")
     start.add_argument(
         "--services",
@@ -101,8 +104,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="CURVE keys + ZAP authentication and client credentials (default: on with --tcp, off on ipc)",
     )
-    start.add_argument("--seed", type=int, default=0)
-    start.add_argument("--refresh", type=float, default=0.5, help="status table refresh interval, seconds")
+    start.add_argument("--seed", type=bounded(SEED), default=0, help=ranged("the members' seed (default 0)", SEED))
+    start.add_argument(
+        "--refresh",
+        type=bounded(REFRESH_S),
+        default=0.5,
+        help=ranged("status table refresh interval, seconds (default 0.5)", REFRESH_S),
+    )
     start.add_argument("--no-record", action="store_true", help="no trace recording (nothing written under DIR/trace)")
     start.add_argument(
         "--segment-length",
@@ -115,7 +123,12 @@ def register(subparsers: Any) -> None:
 
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
     client.add_argument("--dir", type=Path, required=True, help="the cluster directory (holds cluster.json)")
-    client.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
+    client.add_argument(
+        "--timeout",
+        type=bounded(TIMEOUT_S),
+        default=10.0,
+        help=ranged("seconds to wait for the reply (default 10)", TIMEOUT_S),
+    )
     client.add_argument(
         "--credentials",
         type=Path,
@@ -223,8 +236,6 @@ COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions",
 
 # ---------------------------------------------------------------------------------- cluster start
 def cmd_cluster_start(args: argparse.Namespace) -> int:
-    if args.members < 1:
-        raise CommandError(f"--members must be >= 1, got {args.members}")
     check_member_limits(args.members)
     check_start_arguments(args)
     service = None if args.service == "none" else args.service
@@ -283,10 +294,8 @@ def check_start_arguments(args: argparse.Namespace) -> None:
     """``cluster start``'s --refresh, --dir and --service, before anything starts."""
     import importlib.util
 
-    from clusterlab.cli.paths import positive_error, services_error, writable_directory_error
+    from clusterlab.cli.paths import services_error, writable_directory_error
 
-    if (error := positive_error("--refresh", args.refresh)) is not None:
-        raise CommandError(error)
     args.segment_length_bytes = None if args.segment_length is None else parse_segment_length(args.segment_length)
     if args.dir is not None and (error := writable_directory_error("--dir", args.dir)) is not None:
         raise CommandError(error)
@@ -423,8 +432,6 @@ def cmd_client(args: argparse.Namespace) -> int:
     field); 1: ``ok: false``, an error, or no session (the request was not sent); 3: sent but no reply,
     outcome unknown."""
     started = time.monotonic()
-    if (error := positive_error("--timeout", args.timeout)) is not None:
-        raise CommandError(error)
     config = _load(args.dir)
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")
@@ -513,9 +520,6 @@ def _credentials(args: argparse.Namespace, config: ClusterConfig) -> Any:
 
 # ---------------------------------------------------------------------------------- tool
 def cmd_tool(args: argparse.Namespace) -> int:
-
-    if (error := positive_error("--timeout", args.timeout)) is not None:
-        raise CommandError(error)
     config = _load(args.dir)
     if not config.sockets_present:
         raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")

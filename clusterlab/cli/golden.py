@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from clusterlab.chaos.limits import DURATION_S
+from clusterlab.cli.paths import bounded, ranged
 from clusterlab.golden import regenerate
 from clusterlab.golden.store import MANIFEST, TRACES, GoldenError, bless, golden_names, load_golden, load_manifest
 from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE
@@ -150,7 +152,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = gs.add_parser("bless", help="store a finished, passing run as a golden trace")
     b.add_argument("run", metavar="RUN", help="the run's trace directory (with run.json and log/)")
     b.add_argument("--name", required=True, help="golden name (directory under golden/traces/)")
-    b.add_argument("--duration", type=float, default=None, help="the scenario duration to record in the recipe")
+    b.add_argument(
+        "--duration",
+        type=bounded(DURATION_S),
+        default=None,
+        help=ranged("the scenario duration to record in the recipe", DURATION_S),
+    )
     b.add_argument("--summary", default="", help="one line saying what the golden covers")
     b.add_argument("--force", action="store_true", help="replace an existing golden of that name")
     b.add_argument("--traces", default=None, help=argparse.SUPPRESS)

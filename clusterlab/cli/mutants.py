@@ -14,8 +14,10 @@ from typing import Any
 
 from rich.console import Console
 
+from clusterlab.chaos.limits import BUDGET_S, JOBS, SEED_COUNT
 from clusterlab.chaos.mutants import DEFAULT_BUDGET_S, DEFAULT_SEEDS, MutantResult, run_catalogue, summary, table
-from clusterlab.cli.paths import output_file_error, positive_error
+from clusterlab.cli.display import stdout_console
+from clusterlab.cli.paths import bounded, output_file_error, ranged
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 
 
@@ -57,7 +59,7 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     fuzz schedule; the online checker and the trace checks judge) and print mutant -> caught? -> by
     which check -> runs and time to the first detection. Exit 0 only if every one was caught."""
     # At least 140 columns: piped (CI, a log file) rich would squeeze the table to 80 and cut the names.
-    out, err = Console(width=max(Console().width, 140)), Console(stderr=True, soft_wrap=True)
+    out, err = stdout_console(min_width=140), Console(stderr=True, soft_wrap=True)
     if args.list:
         for mutant in MUTANTS.values():
             print(f"{mutant.name:30} {mutant.area:20} {mutant.bug}")
@@ -66,12 +68,6 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
         names = sorted(mutant_set(args.only), key=list(MUTANTS).index) if args.only else list(MUTANTS)
     except UnknownMutant as e:
         return _bad(err, f"--only: {e}")
-    if args.seeds < 1:
-        return _bad(err, f"--seeds must be at least 1, not {args.seeds}")
-    if args.jobs < 1:
-        return _bad(err, f"--jobs must be at least 1, not {args.jobs}")
-    if (error := positive_error("--budget-s", args.budget_s)) is not None:
-        return _bad(err, error)
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         return _bad(err, error)
 
@@ -97,7 +93,7 @@ def _cmd_mutants(args: argparse.Namespace) -> int:
     out.print(line)
     for r in results:
         if r.caught and r.rerun:
-            out.print(f"  {r.name}: {r.rerun}", markup=False, highlight=False)
+            out.print(f"  {r.name}: {r.rerun}", markup=False, highlight=False, soft_wrap=True)
     if args.golden:  # which goldens diverged under each mutant
         for r in results:
             out.print(f"  {r.name}: golden verify: {r.golden_detail}", markup=False, highlight=False, soft_wrap=True)
@@ -115,16 +111,22 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--only", nargs="+", metavar="NAME", default=None, help="hunt only these mutants")
     p.add_argument(
-        "--seeds", type=int, default=DEFAULT_SEEDS, help=f"seeds per scenario in the sweep (default {DEFAULT_SEEDS})"
+        "--seeds",
+        type=bounded(SEED_COUNT),
+        default=DEFAULT_SEEDS,
+        help=ranged(f"seeds per scenario in the sweep (default {DEFAULT_SEEDS})", SEED_COUNT),
     )
     p.add_argument(
         "--budget-s",
-        type=float,
+        type=bounded(BUDGET_S),
         default=DEFAULT_BUDGET_S,
-        help=f"wall-time budget per mutant (default {DEFAULT_BUDGET_S:g})",
+        help=ranged(f"wall-time budget per mutant (default {DEFAULT_BUDGET_S:g})", BUDGET_S),
     )
     p.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="mutants hunted in parallel (default: all cores)"
+        "--jobs",
+        type=bounded(JOBS),
+        default=min(os.cpu_count() or 1, int(JOBS.high)),
+        help=ranged("mutants hunted in parallel (default: all cores)", JOBS),
     )
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument(

@@ -1,13 +1,41 @@
 """Checks of the paths and numbers given on the ``clusterlab`` command line, made before a command
 starts any work: each returns None when the argument is usable, else one line naming the option, the
-value and what is wrong with it (the command prints it and exits 2)."""
+value and what is wrong with it (the command prints it and exits 2). Sizes and times are parsed by
+:func:`bounded` (argparse refuses a value out of its :class:`~clusterlab.chaos.limits.Limit`, exit 2)
+and their help shows the bound (:func:`ranged`)."""
 
 from __future__ import annotations
 
-import math
+import argparse
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
+
+from clusterlab.chaos.limits import Limit
+
+
+def bounded(limit: Limit) -> Callable[[str], float]:
+    """An argparse ``type``: the text as a number (an int for an integer limit) within ``limit``;
+    argparse reports anything else as ``argument --members: must be 1 to 9, not 100``."""
+
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if limit.integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if limit.integer else 'a number'} ({limit.describe()})"
+            ) from None
+        if not limit.contains(value):
+            raise argparse.ArgumentTypeError(f"must be {limit.describe()}, not {text}")
+        return value
+
+    parse.__name__ = "int" if limit.integer else "float"
+    return parse
+
+
+def ranged(text: str, limit: Limit) -> str:
+    """An option's help with its bound: ``cluster size (default 3) [1 to 9 members]``."""
+    return f"{text} [{limit.describe()}]"
 
 
 def output_file_error(option: str, path: str | Path) -> str | None:
@@ -46,13 +74,6 @@ def directory_error(option: str, path: str | Path, *, must_exist: bool = True, w
         if parent.exists():
             return None if parent.is_dir() else f"{option} {path}: {parent} is a file, not a directory"
     return None
-
-
-def positive_error(option: str, value: float | None) -> str | None:
-    """Why ``value`` is not a finite number > 0 (None: not given, fine)."""
-    if value is None or (math.isfinite(value) and value > 0):
-        return None
-    return f"{option} must be a finite number > 0, got {value:g}"
 
 
 def writable_directory_error(option: str, path: str | Path) -> str | None:

@@ -1,7 +1,8 @@
 """``clusterlab run SCENARIO`` (the main job) and ``clusterlab scenarios``.
 
 ``run`` starts a local cluster (or the simulator with ``--sim``), drives the workload through the
-scenario's seeded schedule with a progress bar, heals, requires progress, stops every process, then
+scenario's seeded schedule (its progress on stderr: a bar on a terminal, else a status line every few
+seconds), heals, requires progress, stops every process, then
 verifies the recorded trace: the local verdict (the embedded DuckDB engine) at once, RUN/check.json and
 the HTML report RUN/report.html; ``--engine spark`` (implied by ``--master``/``--remote``) also runs
 the Spark check of the same SQL (on the warm server of ``clusterlab spark start`` when it is up);
@@ -17,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
+from clusterlab.chaos.runner import RunProgress, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
-from clusterlab.cli.paths import output_file_error, positive_error, services_error, writable_directory_error
+from clusterlab.cli.display import StatusDisplay, stdout_console
+from clusterlab.cli.paths import bounded, output_file_error, ranged, services_error, writable_directory_error
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 
@@ -65,7 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments /
     3 INCOMPLETE trace / 4 CORRUPT trace (not judged)."""
 
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    out, err = stdout_console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
     if spec is None:
         return _bad(err, f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
@@ -74,11 +76,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"scenario {spec.name} runs on {sizes} members, not {args.members}")
     if args.sim and spec.real_only:
         return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
-    for option, value in (("--duration", args.duration), ("--rate", args.rate)):
-        if (error := positive_error(option, value)) is not None:
-            return _bad(err, error)
-    if args.clients < 1:
-        return _bad(err, f"--clients must be at least 1, not {args.clients}")
     if args.services is not None:
         error = services_error(args.services, SERVICES)
         if error is not None:
@@ -109,18 +106,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     where = "simulator" if args.sim else "local processes"
     out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=out,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("starting the cluster", total=None)
+    with StatusDisplay("clusterlab run") as status:
 
-        def on_step(i: int, total: int, what: str) -> None:
-            progress.update(task, total=total + 1, completed=i, description=what)
+        def on_progress(p: RunProgress) -> None:
+            status.update(min(p.target_s, p.schedule_s), p.schedule_s, p.describe())
 
         result = run_scenario(
             spec.name,
@@ -131,7 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             directory=args.dir,
             service=args.service,
             rate=args.rate,
-            on_step=on_step,
+            on_progress=on_progress,
             fault_ack_before_append=args.fault_ack_before_append,
             clients=args.clients,
             fault_stale_read=args.fault_stale_read,
@@ -139,7 +128,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             schedule=steps,
             services=args.services,
         )
-        progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
+        status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
+    result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
 
     out.print("schedule: " + "; ".join(result.schedule))
     out.print(_metrics_table(result))
@@ -168,8 +158,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spark = report.to_json()
         ok = ok and report.ok
         statuses.append(report.status)
-    out.print(f"trace: {result.trace_dir}")
-    out.print(f"re-run: {result.rerun_command()}", highlight=False)
+    out.print(f"trace: {result.trace_dir}", highlight=False, soft_wrap=True)
+    out.print(f"re-run: {result.rerun_command()}", markup=False, highlight=False, soft_wrap=True)
     if args.json:
         Path(args.json).write_text(json.dumps({**result.summary(), "spark": spark}, indent=2, default=str) + "\n")
     code = exit_code(statuses) if not ok else EXIT_PASS
@@ -197,7 +187,7 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
             f"{s.default_duration_s:g} s",
             s.summary,
         )
-    Console().print(t)
+    stdout_console().print(t)
     return 0
 
 
@@ -210,13 +200,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=_cmd_run.__doc__,
     )
     p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (clusterlab scenarios lists them)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the schedule, victims and workload (default 1)")
-    p.add_argument("--members", type=int, default=3, help="cluster size (3; partition scenarios also 5)")
+    p.add_argument(
+        "--seed",
+        type=bounded(SEED),
+        default=1,
+        help=ranged("seed of the schedule, victims and workload (default 1)", SEED),
+    )
+    p.add_argument(
+        "--members",
+        type=bounded(MEMBERS),
+        default=3,
+        help=ranged("cluster size (3; partition scenarios also 5)", MEMBERS),
+    )
     p.add_argument(
         "--duration",
-        type=float,
+        type=bounded(DURATION_S),
         default=None,
-        help="seconds of faults and workload before the final heal (default: the scenario's)",
+        help=ranged("seconds of faults and workload before the final heal (default: the scenario's)", DURATION_S),
     )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
     p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
@@ -227,12 +227,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="several clustered services per member, e.g. kv,counter (service ids 0, 1, ...); the workload "
         "drives the first, the others apply every entry (replaces --service)",
     )
-    p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 200 real, 100 sim)")
+    p.add_argument(
+        "--rate",
+        type=bounded(RATE),
+        default=None,
+        help=ranged("ops per second offered (default 200 real, 100 sim)", RATE),
+    )
     p.add_argument(
         "--clients",
-        type=int,
+        type=bounded(CLIENTS),
         default=3,
-        help="concurrent clients, each its own session; their history is checked for linearizability (default 3)",
+        help=ranged(
+            "concurrent clients, each its own session; their history is checked for linearizability (default 3)",
+            CLIENTS,
+        ),
     )
     p.add_argument(
         "--schedule",

@@ -7,6 +7,21 @@ import sys
 
 from rich.console import Console
 
+from clusterlab.chaos.limits import DRIVER_MEMORY_MIB, WARM_CHECKS
+from clusterlab.cli.paths import bounded, ranged
+
+_MIB = {"m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def _memory(text: str) -> str:
+    """``--driver-memory``: a JVM size with an m, g or t suffix, within DRIVER_MEMORY_MIB; the text as given."""
+    raw = text.strip().lower()
+    if raw[-1:] not in _MIB or not raw[:-1].isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 2g or 512m")
+    if not DRIVER_MEMORY_MIB.contains(int(raw[:-1]) * _MIB[raw[-1]]):
+        raise argparse.ArgumentTypeError(f"must be {DRIVER_MEMORY_MIB.describe()}, not {text}")
+    return raw
+
 
 def _cmd_spark(args: argparse.Namespace) -> int:
     """Start, stop or show the Spark Connect server ``clusterlab check --engine spark`` uses when it is
@@ -16,9 +31,6 @@ def _cmd_spark(args: argparse.Namespace) -> int:
     from clusterlab.harness.local import LocalTimeout
 
     out = Console()
-    if args.warm < 0:
-        print(f"clusterlab spark: --warm must be >= 0, got {args.warm}", file=sys.stderr)
-        return 2
     if args.action == "start":
         try:
             info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
@@ -65,13 +77,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where server.json and the log live (default: $CLUSTERLAB_SPARK_STATE, ~/.cache/clusterlab/spark-connect)",
     )
     p.add_argument("--master", default="local[2]", help="the server's Spark master (default local[2])")
-    p.add_argument("--driver-memory", default="2g", help="the server's driver memory (default 2g)")
+    p.add_argument(
+        "--driver-memory",
+        type=_memory,
+        default="2g",
+        help=f"the server's driver memory, e.g. 2g or 512m (default 2g) [{DRIVER_MEMORY_MIB.describe()}]",
+    )
     p.add_argument(
         "--warm",
-        type=int,
+        type=bounded(WARM_CHECKS),
         default=0,
         metavar="N",
-        help="start: then run N checks of a shipped golden, so the JVM has compiled Spark's planner "
-        "before the first real check (a new server's first checks are several times slower; default 0)",
+        help=ranged(
+            "start: then run N checks of a shipped golden, so the JVM has compiled Spark's planner "
+            "before the first real check (a new server's first checks are several times slower; default 0)",
+            WARM_CHECKS,
+        ),
     )
     p.set_defaults(func=_cmd_spark)

@@ -8,18 +8,20 @@ import json
 import os
 import shlex
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from clusterlab.chaos.limits import CLIENTS, DURATION_S, JOBS, MAX_SEEDS, MEMBERS, RATE, SEED, SETTLE_S, SHRINK_RUNS
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
 from clusterlab.chaos.sweep import MUTANTS, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.workload import SERVICES
-from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
+from clusterlab.cli.display import StatusDisplay, stdout_console
+from clusterlab.cli.paths import bounded, output_file_error, ranged, writable_directory_error
 
 # A bad option is reported as one line, exit 2 (as clusterlab run does).
 EXIT_BAD = 2
@@ -31,13 +33,24 @@ def _bad(err: Console, command: str, message: str) -> int:
 
 
 def _parse_members(spec: str) -> tuple[int, ...]:
+    """``--members``: cluster sizes like 3 or 3,5 (argparse reports a bad one)."""
     try:
         sizes = tuple(int(p) for p in spec.split(",") if p.strip())
     except ValueError:
-        raise ValueError(f"--members {spec!r}: give sizes like 3 or 3,5") from None
+        raise argparse.ArgumentTypeError(f"{spec!r}: give sizes like 3 or 3,5") from None
     if not sizes:
-        raise ValueError(f"--members {spec!r} names no size")
+        raise argparse.ArgumentTypeError(f"{spec!r} names no size")
+    if bad := [m for m in sizes if not MEMBERS.contains(m)]:
+        raise argparse.ArgumentTypeError(f"{spec!r}: sizes must be {MEMBERS.describe()}, not {bad[0]}")
     return sizes
+
+
+def _parse_seeds(spec: str) -> list[int]:
+    """``--seeds``: 1-10000, 1,5,9 or a mix (argparse reports a bad one)."""
+    try:
+        return parse_seeds(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def summary_tables(s: SweepSummary) -> list[Table]:
@@ -67,25 +80,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     """Run SCENARIO in the simulator for every seed (and size), on --jobs processes or a Spark --master;
     exit 0 when every run passed, 1 when some failed (each listed with its trace and re-run command),
     2 for bad arguments. The --dir remembers what ran: the same command resumes an interrupted sweep."""
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
+    out, err = stdout_console(), Console(stderr=True, soft_wrap=True)
     spec = SCENARIOS.get(args.scenario)
     if spec is None:
         return _bad(err, "sweep", f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
-    try:
-        seeds = parse_seeds(args.seeds)
-        members = _parse_members(args.members)
-    except ValueError as e:
-        return _bad(err, "sweep", str(e))
+    seeds, members = args.seeds, args.members
     mutants = list(args.mutant or [])
     if args.fault_ack_before_append and "ack-before-append" not in mutants:
         mutants.append("ack-before-append")
-    for option, value in (("--duration", args.duration), ("--rate", args.rate), ("--settle", args.settle)):
-        if (error := positive_error(option, value)) is not None:
-            return _bad(err, "sweep", error)
-    if args.jobs is not None and args.jobs < 1:
-        return _bad(err, "sweep", f"--jobs must be at least 1, not {args.jobs}")
-    if args.clients is not None and args.clients < 1:
-        return _bad(err, "sweep", f"--clients must be at least 1, not {args.clients}")
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         return _bad(err, "sweep", error)
     directory = args.dir or tempfile.mkdtemp(prefix=f"clusterlab-sweep-{spec.name}-")
@@ -102,7 +104,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         rate=args.rate,
         settle_s=args.settle,
     )
-    jobs = args.jobs or os.cpu_count() or 1
+    jobs = args.jobs or min(os.cpu_count() or 1, int(JOBS.high))
     mapper = None
     if args.master:
         from clusterlab.golden.spark.sweep import spark_mapper  # pyspark: imported only when it runs
@@ -115,33 +117,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         + f"\nsweep directory: {directory}",
         highlight=False,
     )
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=out,
-    ) as progress:
-        task = progress.add_task("runs", total=None)
-        failed = 0
+    failed = ran = 0
 
-        def on_result(record: dict[str, Any], done: int, total: int) -> None:
-            nonlocal failed
-            failed += not record["ok"]
-            progress.update(task, total=total, completed=done, description=f"runs ({failed} failed)")
-            if not record["ok"]:
-                progress.console.print(
-                    f"[red]FAIL[/] seed {record['seed']} n{record['members']}: {record['kind']}", highlight=False
-                )
+    def on_result(record: dict[str, Any], done: int, total: int) -> None:
+        nonlocal failed, ran
+        failed, ran = failed + (not record["ok"]), ran + 1
+        rate = 60.0 * ran / max(1e-9, time.monotonic() - started)
+        status.update(done, total, f"{done} of {total} runs done ({failed} failed), {rate:.1f} runs/minute")
+        if not record["ok"]:
+            status.note(f"FAIL seed {record['seed']} n{record['members']}: {record['kind']}")
 
-        try:
+    total, started = len(config.tasks()), time.monotonic()
+    try:
+        with StatusDisplay("clusterlab sweep") as status:
+            status.update(0, total, f"0 of {total} runs done")
             summary = run_sweep(
                 config, directory, jobs=jobs, mapper=mapper, keep_traces=args.keep_traces, on_result=on_result
             )
-        except (SweepDirError, ValueError) as e:
-            progress.stop()
-            return _bad(err, "sweep", str(e))
+    except (SweepDirError, ValueError) as e:
+        return _bad(err, "sweep", str(e))
     for t in summary_tables(summary):
         out.print(t)
     for r in summary.failures:  # one block each, to copy from
@@ -150,7 +144,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         out.print(f"  run (trace, chaos.json): {r['run_dir']}\n  re-run: {r['rerun']}", highlight=False, soft_wrap=True)
     if summary.failures:
         first = summary.failures[0]
-        out.print(f"shrink one: clusterlab shrink {shlex.quote(str(first['run_dir']))}", highlight=False)
+        out.print(f"shrink one: clusterlab shrink {shlex.quote(str(first['run_dir']))}", markup=False, highlight=False)
     out.print(f"{summary.seeds_per_minute:.1f} seeds/minute ({summary.ran_now} runs in {summary.elapsed_s:.1f} s)")
     if args.json:
         Path(args.json).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
@@ -158,12 +152,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_shrink(args: argparse.Namespace) -> int:
-    """Shrink a failing simulator run (RUN: its directory with chaos.json, as clusterlab sweep keeps it)
-    to a minimal schedule failing the same check; print it as a pytest test. Exit 0 when shrunk, 2 when
-    RUN cannot be shrunk (not a failing simulator run, or its replay passes)."""
-    out, err = Console(), Console(stderr=True, soft_wrap=True)
-    if args.max_runs < 1:
-        return _bad(err, "shrink", f"--max-runs must be at least 1, not {args.max_runs}")
+    """Shrink a failing simulator run (RUN: the directory of a `clusterlab run --sim` or its trace/, a
+    sweep's failure runs/n3-s5, or a pytest --trace-dir chaos run: each holds the run's chaos.json) to a
+    minimal schedule failing the same check; print it as a pytest test. Exit 0 when shrunk, 2 when RUN
+    cannot be shrunk (no such run, not a failing simulator run, or its replay passes)."""
+    out, err = stdout_console(), Console(stderr=True, soft_wrap=True)
     for option, path in (("--json", args.json), ("--test", args.test)):
         if path is not None and (error := output_file_error(option, path)) is not None:
             return _bad(err, "shrink", error)
@@ -212,16 +205,42 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=_cmd_sweep.__doc__,
     )
     p.add_argument("scenario", metavar="SCENARIO", help="a simulator scenario (clusterlab scenarios lists them)")
-    p.add_argument("--seeds", default="1-100", help="seeds: 1-10000, 1,5,9 or a mix (default 1-100)")
-    p.add_argument("--members", default="3", help="cluster sizes, comma-separated: 3 or 3,5 (default 3)")
-    p.add_argument("--jobs", type=int, default=None, help="processes to run seeds on (default: every core)")
+    p.add_argument(
+        "--seeds",
+        type=_parse_seeds,
+        default="1-100",
+        help=f"seeds: 1-10000, 1,5,9 or a mix (default 1-100) [each {SEED.describe()}, at most {MAX_SEEDS}]",
+    )
+    p.add_argument(
+        "--members",
+        type=_parse_members,
+        default="3",
+        help=ranged("cluster sizes, comma-separated: 3 or 3,5 (default 3)", MEMBERS),
+    )
+    p.add_argument(
+        "--jobs", type=bounded(JOBS), default=None, help=ranged("processes to run seeds on (default: every core)", JOBS)
+    )
     p.add_argument("--master", default=None, help="run the seeds on this Spark master's executors (e.g. local[2])")
     p.add_argument("--dir", default=None, help="sweep directory (resumable; default: a fresh temp dir)")
-    p.add_argument("--duration", type=float, default=None, help="seconds of schedule per run (default: scenario's)")
-    p.add_argument("--settle", type=float, default=30.0, help="bound on the final healed phase, seconds (default 30)")
+    p.add_argument(
+        "--duration",
+        type=bounded(DURATION_S),
+        default=None,
+        help=ranged("seconds of schedule per run (default: scenario's)", DURATION_S),
+    )
+    p.add_argument(
+        "--settle",
+        type=bounded(SETTLE_S),
+        default=30.0,
+        help=ranged("bound on the final healed phase, seconds (default 30)", SETTLE_S),
+    )
     p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
-    p.add_argument("--clients", type=int, default=None, help="concurrent clients per run (default 3)")
-    p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 100)")
+    p.add_argument(
+        "--clients", type=bounded(CLIENTS), default=None, help=ranged("concurrent clients per run (default 3)", CLIENTS)
+    )
+    p.add_argument(
+        "--rate", type=bounded(RATE), default=None, help=ranged("ops per second offered (default 100)", RATE)
+    )
     p.add_argument(
         "--mutant",
         action="append",
@@ -242,14 +261,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="cut a failing run's schedule down to what still fails; print it as a pytest test",
         description=_cmd_shrink.__doc__,
     )
-    s.add_argument("run", metavar="RUN", help="a failing simulator run's directory (with chaos.json)")
+    s.add_argument(
+        "run",
+        metavar="RUN",
+        help="a failing simulator run: a `clusterlab run --sim` directory, a sweep's runs/n3-s5 "
+        "or a pytest --trace-dir run",
+    )
     s.add_argument(
         "--check",
         default=None,
         help="the failure to keep: a trace check (durability…) or an error class (SafetyViolation, ChaosTimeout);"
         " default: the replay's first failed trace check, else its error",
     )
-    s.add_argument("--max-runs", type=int, default=80, help="at most this many candidate runs (default 80)")
+    s.add_argument(
+        "--max-runs",
+        type=bounded(SHRINK_RUNS),
+        default=80,
+        help=ranged("at most this many candidate runs (default 80)", SHRINK_RUNS),
+    )
     s.add_argument("--dir", default=None, help="where candidates run (default: a fresh temp dir)")
     s.add_argument("--test", default=None, help="also write the pytest test to this file")
     s.add_argument("--json", default=None, help="also write the shrink's result here")

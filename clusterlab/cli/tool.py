@@ -24,7 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.limits import MEMBER_ID, TIMEOUT_S
 from clusterlab.cli import cluster
+from clusterlab.cli.paths import bounded, ranged
 from clusterlab.core.codec.control import Counters, CountersRequest
 from clusterlab.core.consensus.context import ConsensusModuleState, ElectionState, Role
 from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
@@ -60,8 +62,18 @@ def register(subparsers: Any) -> None:
     tool = subparsers.add_parser("tool", help="ClusterTool: members, cluster control, recording log, counters")
     tool.add_argument("dir", type=Path, help="a cluster directory (holds cluster.json) or a member directory")
     tool.add_argument("action", choices=("list-members", *cluster.CONTROL_ACTIONS, *MEMBER_ACTIONS))
-    tool.add_argument("--member", type=int, default=None, help="the member, when DIR is the cluster directory")
-    tool.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for each member")
+    tool.add_argument(
+        "--member",
+        type=bounded(MEMBER_ID),
+        default=None,
+        help=ranged("the member, when DIR is the cluster directory", MEMBER_ID),
+    )
+    tool.add_argument(
+        "--timeout",
+        type=bounded(TIMEOUT_S),
+        default=2.0,
+        help=ranged("seconds to wait for each member (default 2)", TIMEOUT_S),
+    )
     tool.set_defaults(func=cmd_tool)
 
 
@@ -71,8 +83,6 @@ def cmd_tool(args: argparse.Namespace) -> int:
         if args.member is not None:
             return _fail(f"--member is for the member actions ({', '.join(MEMBER_ACTIONS)}), not {args.action}")
         return int(cluster._guarded(cluster.cmd_tool, "tool")(args))
-    if (error := cluster.positive_error("--timeout", args.timeout)) is not None:
-        return _fail(error)
     try:
         member_dir = member_directory(args.dir, args.member)
         print(_run_member_action(args.action, member_dir, args.timeout))

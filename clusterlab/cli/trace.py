@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
+from clusterlab.chaos.limits import LOG_POSITION, MEMBER_ID
+from clusterlab.cli.paths import bounded, ranged
 from clusterlab.harness.recorder import TABLES
 from clusterlab.harness.trace import (
     Run,
@@ -203,9 +205,26 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="one member's messages from a log position, decoded (describe())")
     show.add_argument("run", help="the run directory, or the directory holding it (times are from the run's start)")
-    show.add_argument("--member", type=int, required=True, help="member id whose processes recorded the rows")
-    show.add_argument("--from", dest="from_position", type=int, required=True, help="lowest log position")
-    show.add_argument("--to", dest="to_position", type=int, default=None, help="highest log position")
+    show.add_argument(
+        "--member",
+        type=bounded(MEMBER_ID),
+        required=True,
+        help=ranged("member id whose processes recorded the rows", MEMBER_ID),
+    )
+    show.add_argument(
+        "--from",
+        dest="from_position",
+        type=bounded(LOG_POSITION),
+        required=True,
+        help=ranged("lowest log position", LOG_POSITION),
+    )
+    show.add_argument(
+        "--to",
+        dest="to_position",
+        type=bounded(LOG_POSITION),
+        default=None,
+        help=ranged("highest log position", LOG_POSITION),
+    )
     show.add_argument("--channel", default=None, help="only this channel (consensus, log, service, ...)")
     show.add_argument("--no-entries", action="store_true", help="do not list the entries of log blocks")
     show.set_defaults(func=cmd_show)

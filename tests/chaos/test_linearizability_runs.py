@@ -77,7 +77,7 @@ def test_real_stale_read_is_caught(tmp_path: Path) -> None:
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="clients must be at least 1"):
+    with pytest.raises(ValueError, match="clients must be 1 to 64, not 0"):
         run_scenario("leader-kill", 1, sim=True, clients=0, directory=tmp_path)
     with pytest.raises(ValueError, match="kv service"):
         run_scenario("leader-kill", 1, sim=True, service="counter", fault_stale_read=True, directory=tmp_path)

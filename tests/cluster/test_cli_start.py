@@ -60,16 +60,16 @@ def test_cluster_start_beyond_the_open_file_limit_is_refused_before_starting(tmp
     import resource
 
     def low_limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     done = subprocess.run(
         [sys.executable, "-m", "clusterlab.cli", "cluster", "start", "--dir", str(tmp_path / "c"),
-         "--members", "64"],
+         "--members", "9"],
         capture_output=True, text=True, timeout=60, preexec_fn=low_limit,
     )  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.strip() == (
-        "clusterlab cluster start: --members 64 needs about 1056 open files per member process, "
-        "but the limit is 256 (ulimit -n); at most 14 members fit"
+        "clusterlab cluster start: --members 9 needs about 176 open files per member process, "
+        "but the limit is 128 (ulimit -n); at most 6 members fit"
     )
     assert not (tmp_path / "c").exists()
