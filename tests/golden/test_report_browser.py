@@ -134,9 +134,7 @@ def test_the_browser_shows_timeline_verdicts_and_the_violations_sub_history(
 def test_the_report_screenshot_is_drawn(stale_read_report: Path, tmp_path: Path) -> None:
     browser = _browser()
     shot = tmp_path / "report.png"
-    _run_browser(
-        browser, stale_read_report, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2600"
-    )
+    _run_browser(browser, stale_read_report, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,2600")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
