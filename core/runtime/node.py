@@ -105,6 +105,7 @@ from clusterlab.core.runtime.security import (
 )
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
+from clusterlab.core.runtime.test_hooks import ascii_text as _ascii
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -155,8 +156,14 @@ def _any_source(_src: int) -> bool:
     return True
 
 
-def _ascii(text: str) -> str:
-    return text.encode("ascii", "backslashreplace").decode("ascii")
+_DISK_FULL_CODES = ("ENOSPC", "EDQUOT")
+
+
+def storage_problem(reason: str) -> str:
+    """A storage failure's reason (``ENOSPC: No space left on device (path)``) as an operator names
+    it: ``disk full (ENOSPC)``, ``disk error (EIO)``."""
+    code = reason.split(":", 1)[0].strip() or "unknown"
+    return f"{'disk full' if code in _DISK_FULL_CODES else 'disk error'} ({code})"
 
 
 class Node:
@@ -177,7 +184,7 @@ class Node:
         # Disk-fault chaos on a running node goes through this wrapper (StorageFault control message).
         self.storage = FaultyStorage(FileStorage(self.member_dir), random.Random(f"disk:{member_id}:{incarnation}"))
         self.log = ProcessLog(f"node-{member_id}")
-        self.counters_file = CountersFile(self.member_dir)  # Aeron's CnC counters + mark-file error log
+        self.counters_file = CountersFile(self.member_dir, self.storage)  # Aeron's CnC counters + mark-file error log
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
@@ -199,6 +206,7 @@ class Node:
         self.service_connected = False  # every service process has connected
         self._services_connected: set[int] = set()
         self.service_gone_ns: int | None = None
+        self._recording_stop_counted = False
         self._sockets: list[zmq.Socket] = []
 
         # Member-facing sockets: bind what the configuration says (tcp :0 -> an OS-assigned port;
@@ -722,6 +730,7 @@ class Node:
                 pid=os.getpid(),
                 endpoints=_ascii(self.own_member.describe()),
                 detail=self._with_security_detail("not started"),
+                health=_ascii(self.health()),
             )
         es = m.election_state
         return NodeStatus(
@@ -745,7 +754,22 @@ class Node:
             detail=self._with_security_detail(
                 _ascii(m.describe() + (f" storage failure: {m.storage_failure}" if m.storage_failure else ""))
             ),
+            health=_ascii(self.health()),
         )
+
+    def health(self) -> str:
+        """What an operator must see beside the role, ``; ``-separated ("" when healthy): the disk
+        failure that fenced the member, its trace recording stopped, its service process gone."""
+        problems = []
+        m = self.module
+        if m is not None and m.storage_failure is not None:
+            problems.append(f"fenced: {storage_problem(m.storage_failure)}")
+        stopped = self.rec.stopped
+        if stopped is not None:
+            problems.append(f"recording stopped: {storage_problem(str(stopped.get('reason', '')))}")
+        if self.service_gone_ns is not None:
+            problems.append("service down")
+        return "; ".join(problems)
 
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
@@ -758,6 +782,9 @@ class Node:
         m = self.module
         if m is not None:
             work += m.do_work(now_ns)
+            if self.rec.stopped is not None and not self._recording_stop_counted:
+                self._recording_stop_counted = True  # an error Aeron's error handler would see: counted once
+                m.s.error("recording", f"trace recording stopped: {self.rec.stopped.get('reason')}")
             if self.counters_file.is_due(now_ns, m.s.error_count):
                 try:
                     self.counters_file.write(m.counters(now_ns), m.s.distinct_errors, now_ns, running=True)
@@ -803,7 +830,11 @@ class Node:
             try:  # the last values stay readable after the process (Aeron's CnC file does too)
                 module = self.module
                 self.counters_file.write(
-                    module.counters(self._now_ns), module.s.distinct_errors, self._now_ns, running=False
+                    module.counters(self._now_ns),
+                    module.s.distinct_errors,
+                    self._now_ns,
+                    running=False,
+                    stop_reason=_ascii(self.cycle.stop_reason or ""),
                 )
             except OSError as e:
                 self.log(f"counters file not written: {e}")
