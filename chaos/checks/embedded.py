@@ -140,7 +140,7 @@ def judge_runs(
             lin_result.count += 1
             lin_result.per_run[run_id] = lin_result.per_run.get(run_id, 0) + 1
             if len(lin_result.violations) < limit:
-                minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
+                minimal = k.as_dict()["minimal"]  # drawn by the report, as the Spark job's
                 lin_result.violations.append(
                     {
                         "run_id": run_id,

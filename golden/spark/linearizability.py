@@ -57,7 +57,7 @@ def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
         out = []
         for (run_id, key), rows in sorted(parts.items()):
             v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
-            minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
+            minimal = json.dumps(v.as_dict()["minimal"]) if v.minimal else None
             out.append(
                 {
                     "run_id": run_id,
