@@ -180,8 +180,11 @@ class Model:
 
     def may_drop(self, kept: Sequence[Operation], dropped: Sequence[Operation]) -> bool:
         """May the shrink drop ``dropped`` and keep ``kept``: is every linearization of the two
-        together, with ``dropped`` taken out, still one of ``kept``? Default: all are removable."""
-        return all(self.removable(o) for o in dropped)
+        together, with ``dropped`` taken out, still one of ``kept``? Default: each dropped op is
+        removable, or was invoked after every kept ``ok`` op completed (it comes after all of them in
+        any linearization, so none of them saw what it did)."""
+        last = max((o.complete for o in kept if o.status == OK and o.complete is not None), default=-_NEVER)
+        return all(self.removable(o) or o.invoke > last for o in dropped)
 
     def relax(self, op: Operation) -> Operation | None:
         """A weaker op the shrink may put in ``op``'s place (``step`` accepts it wherever it accepts

@@ -7,6 +7,7 @@ own and stands for the whole history, also when a value is written more than onc
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 from tests.unit.test_linearizability import CASES, get, op, put, sequential_histories
 
 KV = MODELS["kv"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mine(ops: list[Operation]) -> Model:
@@ -335,3 +337,10 @@ def test_a_shown_sub_history_with_repeated_values_fails_when_rechecked(ops: list
     for i, o in enumerate(got.minimal):  # minimal: no single op can go
         rest = got.minimal[:i] + got.minimal[i + 1 :]
         assert not KV.may_drop(rest, [o]) or linearizable(rest, KV).verdict == LINEARIZABLE
+
+
+def test_the_docs_show_the_example_models_as_they_are() -> None:
+    doc = (ROOT / "docs" / "linearizability.md").read_text()
+    section = doc[doc.index("## Writing your own model") :]
+    shown = section[section.index("```python\n") + len("```python\n") :]
+    assert shown[: shown.index("```\n")] == (ROOT / "chaos" / "model_example.py").read_text()
