@@ -454,8 +454,11 @@ class _Shrinker:
         model may drop ``dropped``)? On yes it becomes the current history."""
         if self.stopped or not candidate:
             return False
-        if self.checks >= self.max_checks or self.budget.out_of_time() or self.budget.spent >= self.budget.max_states:
-            self.stopped = f"{self.max_checks} checks run" if self.checks >= self.max_checks else self.budget.spent_reason()
+        if self.checks >= self.max_checks:
+            self.stopped = f"{self.max_checks} checks run"
+        elif self.budget.out_of_time() or self.budget.spent >= self.budget.max_states:
+            self.stopped = self.budget.spent_reason()
+        if self.stopped:
             return False
         self.checks += 1
         if dropped and not self.model.may_drop(candidate, dropped):

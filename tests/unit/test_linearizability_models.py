@@ -109,7 +109,7 @@ def test_none_means_impossible() -> None:
     """The defect this API had: a model returning None (as documented) found nothing impossible."""
     stale = [put(0, 0, 1, "a"), put(1, 2, 3, "b"), get(2, 4, 5, "a")]
     assert check_history(stale, model=_Register()).verdict == VIOLATION
-    assert check_history(stale[:2] + [get(2, 4, 5, "b")], model=_Register()).verdict == LINEARIZABLE
+    assert check_history([*stale[:2], get(2, 4, 5, "b")], model=_Register()).verdict == LINEARIZABLE
 
 
 def test_a_broken_contract_is_a_clear_error() -> None:
@@ -259,7 +259,7 @@ def test_shrinking_shares_the_decisions_deadline() -> None:
 
 
 def test_a_read_is_not_shown_as_from_the_future() -> None:
-    """"a" is written twice before a put that returns "absent": that put is the violation. Dropping
+    """ "a" is written twice before a put that returns "absent": that put is the violation. Dropping
     the first write of "a" would show instead a read of "a" before any write of it, which the whole
     history does not have (the read saw the first write)."""
     first, read = put(2, 1, 9, "a"), get(2, 4, 5, "a")
