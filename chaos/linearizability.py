@@ -390,13 +390,19 @@ def _search(hist: list[Operation], model: Model, budget: Budget) -> Search:
     stack: list[tuple[int, Any]] = [(0, model.init)]
     explored = longest = 0
     stuck = model.init
+    plain = type(model).key is Model.key  # the default key: a hashable state is its own key
     while stack:
         done, state = stack.pop()
         if done & required == required:
             return Search(LINEARIZABLE, explored)
-        k = _state_key(model, state)
-        if (done, k) in seen:
-            continue
+        k = state if plain else _state_key(model, state)
+        try:
+            if (done, k) in seen:
+                continue
+        except TypeError:  # an unhashable state under the default key: its frozen form
+            k = _state_key(model, state)
+            if (done, k) in seen:
+                continue
         seen.add((done, k))
         explored += 1
         if explored > limit or (explored % 1024 == 0 and budget.out_of_time()):
