@@ -158,7 +158,8 @@ class Model:
     set or dataclass of such things (compared by contents).
 
     Shrinking a violation drops ops only where :meth:`may_drop` allows it; by default those that
-    :meth:`removable` says never change the state (reads). Reports show ops with :meth:`describe_op`
+    :meth:`removable` says never change the state (reads), and those invoked after every kept ``ok``
+    op completed (a failing prefix). Reports show ops with :meth:`describe_op`
     and states with :meth:`describe_state`. Ops are split into independent objects by
     :meth:`partition_key` (by default each op's ``key``)."""
 
