@@ -111,7 +111,10 @@ def violations(
                 "model": r["model"],
                 "ops": r["ops"],
                 "minimal": minimal,
-                "problem": "not linearizable; minimal sub-history: " + "; ".join(o["text"] for o in minimal),
+                # A violation's reason: why its shrinking stopped early (the budget), so not minimal.
+                "problem": "not linearizable; "
+                + (f"sub-history (not minimal: {r['reason']}): " if r["reason"] else "minimal sub-history: ")
+                + "; ".join(o["text"] for o in minimal),
             }
         )
     unknown = [{"run_id": r["run_id"], "key": r["key"], "reason": r["reason"]} for r in rows if r["verdict"] == UNKNOWN]
