@@ -364,8 +364,9 @@ class Workload:
             if got.verdict == VIOLATION:
                 raise SafetyViolation(
                     f"acknowledged history broken: key {key} is not linearizable across {self.clients} clients "
-                    "(an acknowledged write is missing, or a read is stale); minimal sub-history: "
-                    + "; ".join(o.describe() for o in got.minimal)
+                    "(an acknowledged write is missing, or a read is stale); "
+                    + ("minimal sub-history: " if got.minimal_complete else "sub-history (not minimal): ")
+                    + "; ".join(got.texts())
                 )
 
     def _check_final_read(self, op: Op, reply: dict[str, Any]) -> None:

@@ -136,7 +136,7 @@ def linearizability_result(
             result.count += 1
             result.per_run[d] = result.per_run.get(d, 0) + 1
             if len(result.violations) < limit:
-                minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
+                minimal = k.as_dict()["minimal"]  # drawn by the report, as the Spark job's
                 result.violations.append(
                     {
                         "run_id": d,

@@ -57,7 +57,7 @@ def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
         out = []
         for (run_id, key), rows in sorted(parts.items()):
             v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
-            minimal = json.dumps([o.as_dict() for o in v.minimal]) if v.minimal else None
+            minimal = json.dumps(v.as_dict()["minimal"]) if v.minimal else None
             out.append(
                 {
                     "run_id": run_id,
@@ -111,7 +111,10 @@ def violations(
                 "model": r["model"],
                 "ops": r["ops"],
                 "minimal": minimal,
-                "problem": "not linearizable; minimal sub-history: " + "; ".join(o["text"] for o in minimal),
+                # A violation's reason: why its shrinking stopped early (the budget), so not minimal.
+                "problem": "not linearizable; "
+                + (f"sub-history (not minimal: {r['reason']}): " if r["reason"] else "minimal sub-history: ")
+                + "; ".join(o["text"] for o in minimal),
             }
         )
     unknown = [{"run_id": r["run_id"], "key": r["key"], "reason": r["reason"]} for r in rows if r["verdict"] == UNKNOWN]

@@ -18,6 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from clusterlab.chaos.linearizability import VIOLATION
+
+from tests.chaos.model_agreement import assert_docs_model_agrees
 
 pytestmark = pytest.mark.chaos
 
@@ -39,6 +42,8 @@ def test_broken_build_is_caught_in_the_simulator(
     assert broken.error is not None and "SafetyViolation" in broken.error and online in broken.error, broken.error
     assert broken.verdict is not None and checks <= set(broken.verdict.failed()), broken.verdict.failed()
     assert "--fault-ack-before-append" in broken.rerun_command()
+    # The model written from the Model docstring (the docs' example) catches it as the built-in one does.
+    assert assert_docs_model_agrees(broken.trace_dir).verdict == VIOLATION
     healthy = chaos_runner(scenario, 1, sim=True)  # the same seed without the fault passes
     assert healthy.ok, healthy.failure_message()
 

@@ -1,7 +1,8 @@
 """Concurrent clients judged for linearizability on whole chaos runs, black-box: clean runs pass, the
 planted stale read (``fault_stale_read``: kv gets answered from a per-session cache blind to other
 sessions' writes) is caught with a minimal sub-history, in the simulator and on real processes, and
-the HTML report draws it. One client never sees the bug: that is why concurrent clients matter."""
+the HTML report draws it. One client never sees the bug: that is why concurrent clients matter. The
+model written from the Model docstring (the docs' example) gives every run's keys the same verdicts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from clusterlab.chaos.linearizability import LINEARIZABLE, VIOLATION
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.report import render
+
+from tests.chaos.model_agreement import assert_docs_model_agrees
 
 
 def _clients_in_trace(result) -> set[int]:  # type: ignore[no-untyped-def]
@@ -28,6 +31,7 @@ def test_sim_concurrent_clients_are_linearizable(seed: int, tmp_path: Path) -> N
     assert lin.clients >= 3 and len(_clients_in_trace(r)) >= 3
     # The keys were shared: some key was used by several clients, with overlapping ops.
     assert any(k.ops > 10 for k in lin.keys) and r.model_checked > 0
+    assert assert_docs_model_agrees(r.trace_dir).verdict == LINEARIZABLE
 
 
 def test_sim_counter_with_concurrent_clients(tmp_path: Path) -> None:
@@ -35,6 +39,7 @@ def test_sim_counter_with_concurrent_clients(tmp_path: Path) -> None:
     assert r.ok, r.failure_message()
     assert r.verdict is not None and r.verdict.linearizability is not None
     assert [(k.key, k.verdict) for k in r.verdict.linearizability.keys] == [("counter", LINEARIZABLE)]
+    assert assert_docs_model_agrees(r.trace_dir).verdict == LINEARIZABLE
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -52,6 +57,7 @@ def test_sim_stale_read_is_caught_minimal(seed: int, tmp_path: Path) -> None:
         assert 2 <= len(k.minimal) <= 6 < k.ops, k.describe()
         assert any(o.f == "get" for o in k.minimal)
     assert "--fault-stale-read" in r.rerun_command()
+    assert assert_docs_model_agrees(r.trace_dir).verdict == VIOLATION
     page = render(r.trace_dir)
     assert "minimal non-linearizable sub-histories" in page and "<svg" in page
     assert bad[0].minimal[-1].describe().split(" ", 2)[-1] in page.replace("&#x27;", "'")
@@ -74,6 +80,7 @@ def test_real_stale_read_is_caught(tmp_path: Path) -> None:
     assert lin is not None and lin.verdict == VIOLATION
     assert len(_clients_in_trace(r)) >= 3
     assert all(len(k.minimal) <= 6 for k in lin.violations())
+    assert assert_docs_model_agrees(r.trace_dir).verdict == VIOLATION
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
