@@ -23,10 +23,12 @@ import zmq
 from clusterlab.core.client.errors import ConnectError
 from clusterlab.core.codec.consensus import AppendPosition, RequestVote
 from clusterlab.core.codec.control import GateRule
+from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import REGISTRY
 from clusterlab.core.codec.selfcheck import sample
+from clusterlab.core.codec.transport import LogBlock, ReplayRequest
 from clusterlab.core.consensus.context import SECOND, Channel, Role, Timeouts
-from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
+from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH, SENDER_FIELD
 from clusterlab.core.runtime.config import ClusterConfig
 from clusterlab.core.runtime.dirlock import DirectoryLockError
 from clusterlab.core.runtime.node import AUTH_REFUSED, SOURCE_REJECTED
@@ -254,6 +256,80 @@ def test_a_stolen_identity_cannot_acknowledge_writes_in_another_members_name(
     with running_cluster(tmp_path, timeouts=PATIENT_TIMEOUTS, **transport) as c:
         assert c.config.secure == bool(transport)
         _forged_body_member_scenario(c)
+
+
+# The member channel each message travels on; the rest go on the consensus channel.
+BODY_CHANNEL = {LogBlock: Channel.LOG, ReplayRequest: Channel.ARCHIVE}
+
+
+def _naming(cls: type[Message], member_id: int, term: int) -> bytes:
+    """A ``cls`` whose body names ``member_id`` as its sender, in a term above ``term`` (a message the
+    members would act on: elect, follow, count a position)."""
+    terms = {f.name: term + 3 for f in dataclasses.fields(cls) if f.name.endswith("term_id")}
+    msg: Message = dataclasses.replace(sample(cls), **terms, **{SENDER_FIELD[cls]: member_id})
+    return msg.encode()
+
+
+def _terms(cluster: LocalCluster, members: list[int]) -> dict[int, int]:
+    """The leadership term of each answering member."""
+    return {i: s.leadership_term_id for i in members if (s := cluster.status(i)) is not None}
+
+
+@pytest.mark.parametrize(
+    "transport", [{}, {"secure": True}, {"tcp": True, "secure": True}], ids=["ipc", "secure-ipc", "tcp"]
+)
+def test_every_message_naming_another_member_from_a_stolen_identity_is_dropped_and_counted(
+    tmp_path: Path, transport: dict[str, bool]
+) -> None:
+    """Member ``stolen``'s identity (down; its routing id and own key) sends every message whose body
+    names a sender, naming the other live member, to each live member on the message's own channel:
+    each is counted once as a body mismatch, and the cluster keeps its leader and term."""
+    with running_cluster(tmp_path, **transport) as c:
+        client = c.client()
+        assert client.put("k", "v")["ok"]
+        await_caught_up(c)
+        leader = c.await_leader()
+        stolen = (leader + 1) % c.member_count
+        c.kill(stolen)
+        live = [i for i in range(c.member_count) if i != stolen]
+        terms = _terms(c, live)
+        assert len(terms) == len(live), c.status_line()
+        rejected = {i: _counter(c, i, SOURCE_REJECTED) for i in live}
+        expected: dict[int, int] = {}
+        for target in live:
+            other = next(i for i in live if i != target)
+            m = c.config.member(target)
+            endpoints = {Channel.CONSENSUS: m.consensus, Channel.LOG: m.log, Channel.ARCHIVE: m.archive}
+            batches: dict[Channel, list[list[bytes]]] = {}
+            for cls in SENDER_FIELD:
+                channel = BODY_CHANNEL.get(cls, Channel.CONSENSUS)
+                body = _naming(cls, other, terms[target])
+                batches.setdefault(channel, []).append([header(channel, stolen), body])
+            before = _counter(c, target, BODY_MEMBER_MISMATCH)
+            for channel, batch in batches.items():
+                send_raw(
+                    c.zctx,
+                    endpoints[channel],
+                    batch,
+                    socket="dealer",
+                    routing_id=node_routing_id(stolen),
+                    setup=_holding_member_key(c, stolen, target),
+                )
+            expected[target] = before + len(SENDER_FIELD)
+        for target, want in expected.items():
+            c.await_condition(
+                lambda t=target, w=want: _counter(c, t, BODY_MEMBER_MISMATCH) >= w,
+                15.0,
+                f"member {target} dropping every message naming another member",
+            )
+            assert _counter(c, target, BODY_MEMBER_MISMATCH) == want
+            assert _counter(c, target, SOURCE_REJECTED) == rejected[target]  # the runtime let it through
+        assert client.put("k2", "v2")["ok"]
+        assert _terms(c, live) == terms
+        assert c.leader_id() == leader
+        c.restart(stolen)
+        await_caught_up(c)
+        assert_services_agree(c)
 
 
 def test_secured_forged_vote_is_refused_and_no_election_starts(tmp_path: Path) -> None:
