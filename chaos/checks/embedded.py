@@ -21,7 +21,8 @@ from clusterlab.chaos.checks.base import VIEWS
 from clusterlab.chaos.checks.report import CheckReport, CheckResult, plain, run_id_of
 from clusterlab.chaos.checks.sql import explain_agreement, to_duckdb, view_columns
 from clusterlab.chaos.checks.views import view_schema, view_table
-from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
+from clusterlab.chaos.linearizability import HistoryVerdict, operations_from_rows
+from clusterlab.chaos.workload_api import history_verdict
 from clusterlab.core.codec.digests import entry_digest_name_of_run
 from clusterlab.harness.trace import Run, open_run
 
@@ -134,7 +135,7 @@ def judge_runs(
     for d, r in runs.items():
         if r.completeness is not None and not r.completeness.ok:
             continue
-        lin[d] = verdict = check_history(operations_from_rows(r.ops.to_pylist()))
+        lin[d] = verdict = history_verdict(operations_from_rows(r.ops.to_pylist()), r.meta)
         run_id = run_id_of(d)
         for k in verdict.violations():
             lin_result.count += 1

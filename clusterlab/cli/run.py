@@ -20,10 +20,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.runner import check_service, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
+from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.paths import output_file_error, positive_error, services_error, writable_directory_error
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
@@ -80,10 +81,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.clients < 1:
         return _bad(err, f"--clients must be at least 1, not {args.clients}")
     if args.services is not None:
-        error = services_error(args.services, SERVICES)
+        error = services_error(args.services, None if args.workload else SERVICES)
         if error is not None:
             return _bad(err, error)
         args.service = args.services.split(",")[0].strip()
+    import_from_cwd()
+    try:
+        check_service(args.service, args.workload)
+    except ValueError as e:
+        return _bad(err, str(e))
     if args.fault_stale_read and args.service != "kv":
         return _bad(err, f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
     try:
@@ -138,6 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             mutants=mutants,
             schedule=steps,
             services=args.services,
+            workload=args.workload,
         )
         progress.update(task, completed=(progress.tasks[0].total or 1), description="stopped; verifying the trace")
 
@@ -219,7 +226,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds of faults and workload before the final heal (default: the scenario's)",
     )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
-    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument(
+        "--service",
+        default="kv",
+        metavar="NAME|MODULE:FACTORY",
+        help=f"the service: {', '.join(SERVICES)} (with their workloads; default kv) or package.module:factory "
+        "(a ClusteredService; give --workload too)",
+    )
+    p.add_argument(
+        "--workload",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="the service's workload, package.module:factory (a ServiceWorkload; docs/your-service.md)",
+    )
     p.add_argument(
         "--services",
         default=None,

@@ -107,7 +107,7 @@ TABLE: list[tuple[str, int, str]] = [
     ("run leader-kill --duration 0", 2, "--duration must be a finite number > 0, got 0"),
     ("run leader-kill --duration nan", 2, "--duration must be a finite number > 0, got nan"),
     ("run leader-kill --rate -1", 2, "--rate must be a finite number > 0, got -1"),
-    ("run leader-kill --service nosuch", 2, "argument --service: invalid choice: 'nosuch'"),
+    ("run leader-kill --service nosuch", 2, "unknown service 'nosuch': use one of kv, counter, timers, echo"),
     ("run leader-kill --dir {NON_EMPTY}", 2, "--dir {NON_EMPTY} is not empty"),
     ("run leader-kill --dir {FILE}", 2, "--dir {FILE}: is a file, not a directory"),
     ("run leader-kill --json {MISSING}/out.json", 2, "--json {MISSING}/out.json: directory {MISSING} does not exist"),
