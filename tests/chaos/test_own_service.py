@@ -92,3 +92,14 @@ def test_a_bad_service_or_workload_is_one_line_and_exit_2(tmp_path: Path, args: 
     got = _run("leader-kill", "--sim", *args, "--dir", str(tmp_path / "run"), timeout_s=120.0)
     assert got.returncode == 2 and message in got.stderr and len(got.stderr.strip().splitlines()) == 1, got.stderr
     assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_the_ledgers_own_pytest_suite_passes_with_the_plugin() -> None:
+    got = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
+        cwd=LEDGER,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert got.returncode == 0 and "3 passed" in got.stdout, got.stdout[-3000:] + got.stderr[-2000:]
