@@ -58,6 +58,7 @@ from clusterlab.chaos.linearizability import (
 from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.invariants import SafetyViolation
+from clusterlab.harness.trace import TraceError
 
 ENTRY_POINT_GROUP = "clusterlab.workloads"  # installed workloads: name = package.module:factory
 
@@ -278,11 +279,14 @@ def search_model(model: Model) -> Model:
 def history_verdict(ops: Sequence[Operation], meta: dict[str, Any]) -> HistoryVerdict:
     """A run's history judged for linearizability with its workload's model (run.json's
     ``workload.workload``), the sample services' models when it names none. A workload without a
-    model judges no key."""
+    model judges no key; one that cannot be imported here raises TraceError (the run is not judged)."""
     spec = (meta.get("workload") or {}).get("workload")
     if not spec:
         return check_history(ops)
-    model = load_workload(str(spec), {}).model
+    try:
+        model = load_workload(str(spec), {}).model
+    except WorkloadSpecError as e:  # the history cannot be judged without its model: not a PASS
+        raise TraceError(f"the run's {e}; check it where that package is importable") from None
     out = HistoryVerdict(clients=len({o.client for o in ops}), ops=len(ops))
     if model is not None:
         judged = search_model(model)

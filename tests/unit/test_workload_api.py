@@ -13,6 +13,7 @@ from clusterlab.chaos.sample_workloads import WORKLOADS, CounterWorkload, KvWork
 from clusterlab.chaos.workload_api import Op, WorkloadSpecError, history_verdict, load_workload, search_model
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.services import import_roots
+from clusterlab.harness.trace import TraceError
 
 LEDGER = Path(__file__).resolve().parents[2] / "examples" / "ledger"
 LEDGER_META = {"workload": {"workload": "ledger.workload:make"}}
@@ -81,3 +82,9 @@ def test_the_built_in_models_go_to_the_search_as_they_are(ledger: Any) -> None:
 def test_members_find_a_users_package_where_this_process_found_it(ledger: Any) -> None:
     assert import_roots(["ledger.service:make"]) == [str(LEDGER)]
     assert import_roots(["kv", "clusterlab.harness.services.kv:stale_read_service"]) == []
+
+
+def test_a_history_whose_workload_cannot_be_imported_is_not_judged() -> None:
+    ops = [_op(1, "deposit", "5", [5, 0], (0, 10))]
+    with pytest.raises(TraceError, match=r"the run's workload 'nosuch\.workload:make': cannot import"):
+        history_verdict(ops, {"workload": {"workload": "nosuch.workload:make"}})
