@@ -103,3 +103,23 @@ def test_the_ledgers_own_pytest_suite_passes_with_the_plugin() -> None:
         timeout=600,
     )
     assert got.returncode == 0 and "3 passed" in got.stdout, got.stdout[-3000:] + got.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("planted", "check"), [("stale_balance", "linearizability"), ("wall_clock", "agreement")])
+def test_a_bug_planted_in_the_ledger_fails_the_run_named_by_its_check(tmp_path: Path, planted: str, check: str) -> None:
+    service = ["--service", f"ledger.planted:{planted}", "--workload", "ledger.workload:make"]
+    got = _run(
+        "leader-kill",
+        "--sim",
+        "--seed",
+        "3",
+        *service,
+        "--dir",
+        str(tmp_path / "run"),
+        "--json",
+        str(tmp_path / "s.json"),
+        "--no-spark",
+    )
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    s = _summary(tmp_path / "s.json")
+    assert not s["ok"] and check in s["failed_checks"], s["failed_checks"]
