@@ -30,6 +30,7 @@ that was on the wire when the leader died, which says nothing about failover).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -41,10 +42,14 @@ from clusterlab.chaos.workload_api import Op, ServiceWorkload, load_workload, se
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout
-from clusterlab.harness.services import kv
 
 SERVICES = tuple(WORKLOADS)  # the sample services' workloads, by name
 _ONE = COUNTER_KEY  # the one object of a service whose ops carry no key
+
+
+def _reply_text(reply: dict[str, Any]) -> str:
+    """A reply as the ops table's ``result``: compact JSON, sorted keys."""
+    return json.dumps(reply, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def _one(op: Op) -> str:
@@ -446,7 +451,7 @@ class SimWorkload(Workload):
             op = self._open.pop(op_id, None) if isinstance(op_id, int) else None
             if op is None:
                 continue
-            self._record(op, "fail" if "error" in reply else "ok", kv._dumps(reply).decode())
+            self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply))
             self._complete(op, reply, now)
         self._seen = len(c.received)
 
@@ -468,7 +473,7 @@ class SimWorkload(Workload):
                     continue
                 if op is not None and reply.get("id") == op.op_id:
                     del self._sim_flights[i]
-                    self._record(op, "fail" if "error" in reply else "ok", kv._dumps(reply).decode(), c)
+                    self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply), c)
                     self._complete(op, reply, now)
                     op = None
             self._sim_seen[i] = len(c.received)
