@@ -15,10 +15,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
 from clusterlab.chaos.sweep import MUTANTS, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.workload import SERVICES
+from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.paths import output_file_error, positive_error, writable_directory_error
 
 # A bad option is reported as one line, exit 2 (as clusterlab run does).
@@ -82,6 +84,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for option, value in (("--duration", args.duration), ("--rate", args.rate), ("--settle", args.settle)):
         if (error := positive_error(option, value)) is not None:
             return _bad(err, "sweep", error)
+    import_from_cwd()
+    try:
+        check_service(args.service, args.workload)
+    except ValueError as e:
+        return _bad(err, "sweep", str(e))
     if args.jobs is not None and args.jobs < 1:
         return _bad(err, "sweep", f"--jobs must be at least 1, not {args.jobs}")
     if args.clients is not None and args.clients < 1:
@@ -101,6 +108,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         service=args.service,
         rate=args.rate,
         settle_s=args.settle,
+        workload=args.workload,
     )
     jobs = args.jobs or os.cpu_count() or 1
     mapper = None
@@ -219,7 +227,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", default=None, help="sweep directory (resumable; default: a fresh temp dir)")
     p.add_argument("--duration", type=float, default=None, help="seconds of schedule per run (default: scenario's)")
     p.add_argument("--settle", type=float, default=30.0, help="bound on the final healed phase, seconds (default 30)")
-    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument(
+        "--service",
+        default="kv",
+        metavar="NAME|MODULE:FACTORY",
+        help=f"the service: {', '.join(SERVICES)} (default kv) or package.module:factory with --workload",
+    )
+    p.add_argument("--workload", default=None, metavar="MODULE:FACTORY", help="the service's workload")
     p.add_argument("--clients", type=int, default=None, help="concurrent clients per run (default 3)")
     p.add_argument("--rate", type=float, default=None, help="ops per second offered (default 100)")
     p.add_argument(

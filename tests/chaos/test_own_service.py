@@ -123,3 +123,14 @@ def test_a_bug_planted_in_the_ledger_fails_the_run_named_by_its_check(tmp_path: 
     assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
     s = _summary(tmp_path / "s.json")
     assert not s["ok"] and check in s["failed_checks"], s["failed_checks"]
+
+
+def test_a_seed_sweep_of_the_ledger_runs_every_seed_with_its_workload(tmp_path: Path) -> None:
+    got = subprocess.run(
+        [str(CLUSTERLAB), "sweep", "leader-kill", "--seeds", "1-2", "--jobs", "1", "--duration", "2", *OWN,
+         "--dir", str(tmp_path / "sweep"), "--json", str(tmp_path / "s.json")],
+        cwd=LEDGER, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
+    s = _summary(tmp_path / "s.json")
+    assert s["runs"] == 2 and s["failed"] == 0 and s["config"]["workload"] == "ledger.workload:make"
