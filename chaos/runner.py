@@ -17,12 +17,14 @@ from typing import Any
 
 from clusterlab.chaos.checker import OnlineChecker
 from clusterlab.chaos.limits import run_arguments_error
+from clusterlab.chaos.sample_workloads import WORKLOADS
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import Schedule, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
-from clusterlab.chaos.workload import SERVICES, Workload, make_workload
+from clusterlab.chaos.workload import Workload, make_workload
+from clusterlab.chaos.workload_api import check_service_factory, load_workload
 from clusterlab.core.consensus.mutants import MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set
 from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
@@ -86,6 +88,7 @@ class RunResult:
     services: list[str] = field(default_factory=list)  # several services per member; the workload drives [0]
     rate: float | None = None  # ops per second offered (None: the driver's default)
     settle_s: float = DEFAULT_SETTLE_S  # the bound on the final healed phase
+    workload: str | None = None  # the service's workload, if not the sample service's (package.module:factory)
 
     @property
     def ok(self) -> bool:
@@ -101,6 +104,8 @@ class RunResult:
             parts.append(self.service)
         if self.services:
             parts.append("+".join(self.services))
+        if self.workload:
+            parts.append(f"w-{self.workload}")
         if self.clients != 1:
             parts.append(f"c{self.clients}")
         if self.fault_ack_before_append:
@@ -128,6 +133,8 @@ class RunResult:
             cmd += ["--services", ",".join(self.services)]
         elif self.service != "kv":
             cmd += ["--service", self.service]
+        if self.workload:
+            cmd += ["--workload", self.workload]
         if self.clients != DEFAULT_CLIENTS:
             cmd += ["--clients", str(self.clients)]
         if self.sim:
@@ -151,6 +158,7 @@ class RunResult:
             "sim": self.sim,
             "service": self.service,
             **({"services": self.services} if self.services else {}),
+            **({"workload": self.workload} if self.workload else {}),
             "duration_s": self.duration_s,
             "ok": self.ok,
             "error": self.error,
@@ -218,6 +226,7 @@ def check_run_arguments(
     fault_stale_read: bool = False,
     mutants: Iterable[str] = (),
     services: list[str] | None = None,
+    workload: str | None = None,
 ) -> RunArguments:
     """:func:`run_scenario`'s arguments checked before anything starts: ValueError naming the first
     that is wrong (a size or time out of clusterlab.chaos.limits, a service or planted bug that does
@@ -232,8 +241,7 @@ def check_run_arguments(
         if unknown:
             raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
         service = services[0]
-    if service not in SERVICES:
-        raise ValueError(f"no workload for service {service!r}; known: {', '.join(SERVICES)}")
+    check_service(service, workload)
     bounds = {"duration_s": duration_s, "rate": rate, "settle_s": settle_s}
     if (error := run_arguments_error(members=members, seed=seed, clients=clients, **bounds)) is not None:
         raise ValueError(error)
@@ -273,12 +281,16 @@ def run_scenario(
     schedule: list[dict[str, Any]] | None = None,
     services: list[str] | None = None,
     verify: bool = True,
+    workload: str | None = None,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
     scenario). Every process started is stopped.
 
-    ``service``: ``kv`` (put/get/cas/delete) or ``counter`` (add/get); ``rate``: ops per second the
+    ``service``: ``kv`` (put/get/cas/delete), ``counter`` (add/get), ``timers`` or a user's
+    ``package.module:factory`` (a ClusteredService; then ``workload`` is required); ``workload``: the
+    service's workload, ``package.module:factory`` (clusterlab.chaos.workload_api; default: the
+    sample service's); ``rate``: ops per second the
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
@@ -307,6 +319,7 @@ def run_scenario(
         fault_stale_read=fault_stale_read,
         mutants=mutants,
         services=services,
+        workload=workload,
     )
     spec, chosen, service, services = checked.spec, checked.mutants, checked.service, checked.services
     duration = spec.default_duration_s if duration_s is None else duration_s
@@ -337,6 +350,7 @@ def run_scenario(
         services=list(services or []),
         rate=rate,
         settle_s=settle_s,
+        workload=workload,
     )
     started = time.monotonic()
     try:
@@ -355,6 +369,20 @@ def run_scenario(
         apply_verdict(result, verify_run(result.trace_dir))
     result.elapsed_s = time.monotonic() - started
     return result
+
+
+def check_service(service: str, workload: str | None) -> None:
+    """A service and its workload that can run, else one clear line (a ValueError): a user's service
+    (``package.module:factory``) must make a ClusteredService and comes with its workload."""
+    if ":" in service:
+        check_service_factory(service)
+        if workload is None:
+            raise ValueError(f"service {service!r} needs its workload: --workload package.module:factory")
+    elif service not in SERVICE_REGISTRY:
+        raise ValueError(
+            f"unknown service {service!r}: use one of {', '.join(SERVICE_REGISTRY)} or package.module:factory"
+        )
+    load_workload(workload or service, WORKLOADS)  # fails early, naming what is wrong
 
 
 def apply_verdict(result: RunResult, verdict: Verdict) -> None:
@@ -516,7 +544,7 @@ def _drive(
             if first is not None:
                 result.failovers_s.append(first - at)
         result.recoveries_s = watch.recoveries_s
-        result.model_checked = workload.model.checked
+        result.model_checked = workload.service_workload.checked
         result.op_counts = workload.counts()
 
 
@@ -563,6 +591,8 @@ def _workload_meta(result: RunResult) -> dict[str, Any]:
         "fault_stale_read": result.fault_stale_read,
         "mutants": sorted(result.mutants),
     }
+    if result.workload:
+        meta["workload"] = result.workload
     return {**meta, "services": result.services} if result.services else meta
 
 
@@ -611,7 +641,7 @@ def _run_local(
         cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run
     with cluster:
         t = LocalTarget(cluster, random.Random(f"nemesis:{result.seed}"))
-        workload = make_workload(t, result.service, result.seed, rate, clients=result.clients)
+        workload = make_workload(t, result.service, result.seed, rate, clients=result.clients, workload=result.workload)
         checker = OnlineChecker(t)
         try:
             _drive(t, workload, checker, schedule, result, settle_s, on_progress)
@@ -653,7 +683,9 @@ def _run_sim(
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
-            workload = make_workload(t, result.service, result.seed, rate, recording=rec, clients=result.clients)
+            workload = make_workload(
+                t, result.service, result.seed, rate, recording=rec, clients=result.clients, workload=result.workload
+            )
             checker = OnlineChecker(t)
             try:
                 _drive(t, workload, checker, schedule, result, settle_s, on_progress)

@@ -92,6 +92,7 @@ class SweepConfig:
     service: str = "kv"
     rate: float | None = None
     settle_s: float = 30.0
+    workload: str | None = None  # the service's workload, package.module:factory (None: the sample's)
 
     def tasks(self) -> list[Task]:
         return [(seed, m) for seed in self.seeds for m in self.members]
@@ -102,6 +103,8 @@ class SweepConfig:
         del d["seeds"]
         d["members"] = sorted(d["members"])
         d["mutants"] = sorted(d["mutants"])
+        if d["workload"] is None:
+            del d["workload"]  # a sweep of a sample service resumes as before workloads were named
         return d
 
     def run_kwargs(self) -> dict[str, Any]:
@@ -114,6 +117,8 @@ class SweepConfig:
         }
         if self.clients is not None:
             kwargs["clients"] = self.clients
+        if self.workload is not None:
+            kwargs["workload"] = self.workload
         return kwargs
 
 
@@ -152,7 +157,7 @@ def guarded_run(
         duration = kwargs.get("duration_s") or spec.default_duration_s
         result = RunResult(spec.name, seed, members, True, duration, directory, directory / "trace", plan.describe())
         result.steps, result.explicit = schedule_spec(plan), steps is not None
-        result.service = kwargs.get("service", "kv")
+        result.service, result.workload = kwargs.get("service", "kv"), kwargs.get("workload")
         result.clients = kwargs.get("clients", result.clients)
         result.fault_ack_before_append = bool(kwargs.get("fault_ack_before_append"))
         result.fault_stale_read = bool(kwargs.get("fault_stale_read"))

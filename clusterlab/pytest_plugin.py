@@ -10,7 +10,9 @@ Fixtures
                      from clusterlab.chaos.nemesis to either kind of cluster; whatever is still applied is healed
                      at teardown.
     ``workload``     ``workload(cluster, service="kv", rate=100)``: a clusterlab.chaos.workload client with a
-                     model-checked history; ``.run_for(seconds)`` drives it.
+                     model-checked history; ``.run_for(seconds)`` drives it. A user's service:
+                     ``cluster`` parametrised with ``"service": "pkg.mod:factory"`` and
+                     ``workload(cluster, workload="pkg.workload:factory")`` (docs/your-service.md).
     ``chaos_run``    for a test marked ``@pytest.mark.chaos(scenario="leader-kill", seed=1, ...)``:
                      the RunResult of that scenario (clusterlab.chaos.runner.run_scenario) with the test's seed.
     ``chaos_runner`` ``chaos_runner("bridge", seed, members=5, sim=True)``: the same, called from a
@@ -21,7 +23,8 @@ Fixtures
                      fails the test listing every failing seed, its trace and re-run command.
 
 Marker ``chaos(scenario, seed=1 | [seeds], members=3, sim=False, duration=None, service="kv", ...)``:
-other keywords go to run_scenario. A marked test runs once per seed: the marker's, or
+other keywords go to run_scenario (a user's service: ``service="pkg.mod:factory",
+workload="pkg.workload:factory"``). A marked test runs once per seed: the marker's, or
 ``--chaos-seed S`` / ``CLUSTERLAB_SEEDS=1,5,10-20``; ``--chaos-runs N`` runs N consecutive seeds from
 the first. ``--trace-dir DIR`` keeps every run's trace as ``DIR/<test id>-<scenario>-n<members>-seed<S>-
 <random>/`` (each a run directory with run.json and chaos.json, the run's summary and timings, so DIR
@@ -403,19 +406,22 @@ def nemesis() -> Iterator[NemesisKit]:
 
 
 class WorkloadKit:
-    """``kit(cluster, service="kv", rate=100, seed=0)`` returns a workload with ``run_for(seconds)``."""
+    """``kit(cluster, service="kv", rate=100, seed=0, workload=None)`` returns a workload with
+    ``run_for(seconds)``; ``workload``: a user's ``package.module:factory`` (default: the sample service's)."""
 
     def __init__(self) -> None:
         self.workloads: list[Any] = []
 
-    def __call__(self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0) -> Any:
-        if service not in SERVICES:
-            misuse(f"workload: no workload for service {service!r}; known: {', '.join(SERVICES)}")
+    def __call__(
+        self, cluster: Any, service: str = "kv", rate: float | None = None, seed: int = 0, workload: str | None = None
+    ) -> Any:
+        if workload is None and service not in SERVICES:
+            misuse(f"workload: no workload for service {service!r}; known: {', '.join(SERVICES)} (or give workload=)")
         for name, limit, value in (("rate", RATE, rate), ("seed", SEED, seed)):
             if value is not None and (error := limit.error(f"workload {name}", value)) is not None:
                 misuse(error)
         t = _target(cluster, seed)
-        w: Any = make_workload(t, service, seed, rate)  # Any: the fixture adds run_for
+        w: Any = make_workload(t, service, seed, rate, workload=workload)  # Any: the fixture adds run_for
         w.run_for = _run_for(t, w)
         self.workloads.append(w)
         return w

@@ -110,7 +110,7 @@ from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
-from clusterlab.harness.services import kv
+from clusterlab.harness.services import import_roots, kv
 
 T = TypeVar("T")
 PPM = 1_000_000
@@ -340,6 +340,7 @@ class LocalCluster:
         self.directory = self.config.directory
         self.member_count = len(self.config.members)
         self.service_kinds = [service_kind(s) for s in range(self.config.service_count)]
+        self._import_roots = import_roots(self.config.service_kinds)  # a user's service, importable in members
         self._member_kinds = [NODE, *self.service_kinds]
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
@@ -515,6 +516,8 @@ class LocalCluster:
         if self.fault_ack_before_append:
             env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
         env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members
+        if self._import_roots:
+            env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
         if self.mutants:
             env[MUTANTS_ENV] = format_mutants(self.mutants)
         module = NODE if kind == NODE else SERVICE

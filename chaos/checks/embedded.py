@@ -21,7 +21,8 @@ from clusterlab.chaos.checks.base import VIEWS
 from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of
 from clusterlab.chaos.checks.sql import explain_agreement, to_duckdb, view_columns
 from clusterlab.chaos.checks.views import view_schema, view_table
-from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
+from clusterlab.chaos.linearizability import HistoryVerdict, operations_from_rows
+from clusterlab.chaos.workload_api import history_verdict
 from clusterlab.core.codec.digests import entry_digest_name_of_run
 from clusterlab.harness.trace import Run, open_run
 
@@ -131,7 +132,7 @@ def linearizability_result(
     lin: dict[str, HistoryVerdict] = {}
     result = CheckResult(LINEARIZABILITY, 0)
     for d, r in complete:
-        lin[d] = verdict = check_history(operations_from_rows(r.ops.to_pylist()))
+        lin[d] = verdict = history_verdict(operations_from_rows(r.ops.to_pylist()), r.meta)
         for k in verdict.violations():
             result.count += 1
             result.per_run[d] = result.per_run.get(d, 0) + 1

@@ -21,10 +21,11 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
-from clusterlab.chaos.runner import RunProgress, run_scenario
+from clusterlab.chaos.runner import RunProgress, check_service, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
+from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged, services_error, writable_directory_error
 from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
@@ -77,10 +78,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.sim and spec.real_only:
         return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     if args.services is not None:
-        error = services_error(args.services, SERVICES)
+        error = services_error(args.services, None if args.workload else SERVICES)
         if error is not None:
             return _bad(err, error)
         args.service = args.services.split(",")[0].strip()
+    import_from_cwd()
+    try:
+        check_service(args.service, args.workload)
+    except ValueError as e:
+        return _bad(err, str(e))
     if args.fault_stale_read and args.service != "kv":
         return _bad(err, f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
     try:
@@ -127,6 +133,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             mutants=mutants,
             schedule=steps,
             services=args.services,
+            workload=args.workload,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
     result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
@@ -219,7 +226,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=ranged("seconds of faults and workload before the final heal (default: the scenario's)", DURATION_S),
     )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
-    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument(
+        "--service",
+        default="kv",
+        metavar="NAME|MODULE:FACTORY",
+        help=f"the service: {', '.join(SERVICES)} (with their workloads; default kv) or package.module:factory "
+        "(a ClusteredService; give --workload too)",
+    )
+    p.add_argument(
+        "--workload",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="the service's workload, package.module:factory (a ServiceWorkload; docs/your-service.md)",
+    )
     p.add_argument(
         "--services",
         default=None,

@@ -16,10 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, JOBS, MAX_SEEDS, MEMBERS, RATE, SEED, SETTLE_S, SHRINK_RUNS
+from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
 from clusterlab.chaos.sweep import MUTANTS, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.workload import SERVICES
+from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged, writable_directory_error
 
@@ -88,6 +90,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     mutants = list(args.mutant or [])
     if args.fault_ack_before_append and "ack-before-append" not in mutants:
         mutants.append("ack-before-append")
+    import_from_cwd()
+    try:
+        check_service(args.service, args.workload)
+    except ValueError as e:
+        return _bad(err, "sweep", str(e))
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
         return _bad(err, "sweep", error)
     directory = args.dir or tempfile.mkdtemp(prefix=f"clusterlab-sweep-{spec.name}-")
@@ -103,6 +110,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         service=args.service,
         rate=args.rate,
         settle_s=args.settle,
+        workload=args.workload,
     )
     jobs = args.jobs or min(os.cpu_count() or 1, int(JOBS.high))
     mapper = None
@@ -234,7 +242,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=30.0,
         help=ranged("bound on the final healed phase, seconds (default 30)", SETTLE_S),
     )
-    p.add_argument("--service", choices=SERVICES, default="kv", help="the service and its workload (default kv)")
+    p.add_argument(
+        "--service",
+        default="kv",
+        metavar="NAME|MODULE:FACTORY",
+        help=f"the service: {', '.join(SERVICES)} (default kv) or package.module:factory with --workload",
+    )
+    p.add_argument("--workload", default=None, metavar="MODULE:FACTORY", help="the service's workload")
     p.add_argument(
         "--clients", type=bounded(CLIENTS), default=None, help=ranged("concurrent clients per run (default 3)", CLIENTS)
     )

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.nemesis import NEMESES, DiskFault, Kill, Partition
+from clusterlab.chaos.sample_workloads import CounterWorkload, KvWorkload
 from clusterlab.chaos.scenarios import SCENARIOS, scenario
 from clusterlab.chaos.schedule import random_schedule
-from clusterlab.chaos.workload import Model, Op
+from clusterlab.chaos.workload import Op
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.harness.invariants import SafetyViolation
 
@@ -19,7 +20,7 @@ def _op(op_id: int, f: str, key: str | None = "k0", value: str | None = None, **
 
 
 def test_model_accepts_a_consistent_kv_history() -> None:
-    m = Model("kv")
+    m = KvWorkload()
     m.on_reply(_op(1, "put", value="a"), {"ok": True, "value": None})
     m.on_reply(_op(2, "get"), {"ok": True, "value": "a"})
     m.on_reply(_op(3, "cas", value="b", expected="a"), {"ok": True, "value": "b"})
@@ -40,14 +41,14 @@ def test_model_accepts_a_consistent_kv_history() -> None:
     ],
 )
 def test_model_rejects_a_reply_that_contradicts_acknowledged_writes(op: Op, reply: dict) -> None:
-    m = Model("kv")
+    m = KvWorkload()
     m.on_reply(_op(1, "put", value="a"), {"ok": True, "value": None})
     with pytest.raises(SafetyViolation, match="acknowledged history broken"):
         m.on_reply(op, reply)
 
 
 def test_model_final_read_allows_unknown_outcomes_only() -> None:
-    m = Model("kv")
+    m = KvWorkload()
     m.on_reply(_op(1, "put", value="a"), {"ok": True, "value": None})
     m.on_unknown(_op(2, "put", value="b"))
     m.on_reply(_op(3, "get", final=True), {"ok": True, "value": "b"})  # the unknown put landed: fine
@@ -57,11 +58,11 @@ def test_model_final_read_allows_unknown_outcomes_only() -> None:
 
 
 def test_counter_model_checks_sums_and_bounds_unknown_adds() -> None:
-    m = Model("counter")
+    m = CounterWorkload()
     m.on_reply(_op(1, "add", None, delta=3), {"ok": True, "value": 3, "revision": 1})
     with pytest.raises(SafetyViolation):
         m.on_reply(_op(2, "add", None, delta=2), {"ok": True, "value": 4, "revision": 2})
-    m = Model("counter")
+    m = CounterWorkload()
     m.on_reply(_op(1, "add", None, delta=3), {"ok": True, "value": 3, "revision": 1})
     m.on_unknown(_op(2, "add", None, delta=5))
     m.on_reply(_op(3, "get", None, final=True), {"ok": True, "value": 8, "revision": 2})

@@ -123,7 +123,7 @@ TABLE: list[tuple[str, int, str]] = [
     ("run leader-kill --clients 0", 2, "argument --clients: must be 1 to 64, not 0"),
     ("run leader-kill --clients 1000", 2, "argument --clients: must be 1 to 64, not 1000"),
     ('run leader-kill --sim --schedule [{"quiet":1e12}]', 2, "seconds must be a number from 0 to 3600"),
-    ("run leader-kill --service nosuch", 2, "argument --service: invalid choice: 'nosuch'"),
+    ("run leader-kill --service nosuch", 2, "unknown service 'nosuch': use one of kv, counter, timers, echo"),
     ("run leader-kill --dir {NON_EMPTY}", 2, "--dir {NON_EMPTY} is not empty"),
     ("run leader-kill --dir {FILE}", 2, "--dir {FILE}: is a file, not a directory"),
     ("run leader-kill --json {MISSING}/out.json", 2, "--json {MISSING}/out.json: directory {MISSING} does not exist"),

@@ -1,0 +1,52 @@
+"""Planted bugs in the ledger, for the guide and the suite to show the checks catching a service's
+own bugs black-box (the workload and model are the ordinary ones):
+
+* ``stale_balance``: ``balance`` answers from a cache that deposits do not refresh, so a read can
+  miss an acknowledged deposit (caught by the model: linearizability, or the reply-by-reply check);
+* ``wall_clock``: a deposit also counts the wall clock's parity into the state, so members that
+  apply the same log hold different states (caught by the digest agreement check).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ledger.service import Ledger
+
+
+class StaleBalance(Ledger):
+    """``balance`` answers from a cache of the last non-deposit reply on the account."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached: dict[str, list[int]] = {}
+
+    def execute(self, payload: bytes) -> dict[str, Any]:
+        reply = super().execute(payload)
+        command = json.loads(payload)
+        key, value = command.get("key"), reply.get("value")
+        if command.get("op") == "balance" and key in self.cached:
+            reply["value"] = self.cached[key]  # the bug: deposits never refresh the cache
+        elif command.get("op") != "deposit" and isinstance(value, list):
+            self.cached[key] = list(value)
+        return reply
+
+
+class WallClock(Ledger):
+    """A deposit may also change an account the clock picks."""
+
+    def execute(self, payload: bytes) -> dict[str, Any]:
+        reply = super().execute(payload)
+        if b'"deposit"' in payload and time.time_ns() // 1000 % 2:  # the bug: state depends on the clock
+            self._set_account("clock", 0, time.time_ns() % 7)
+        return reply
+
+
+def stale_balance() -> Ledger:
+    return StaleBalance()
+
+
+def wall_clock() -> Ledger:
+    return WallClock()

@@ -1,0 +1,23 @@
+"""The ledger's own suite, with the clusterlab pytest plugin: a chaos scenario per seed in the
+simulator, and the workload fixture's replies checked by LedgerModel one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+SERVICE, WORKLOAD = "ledger.service:make", "ledger.workload:make"
+
+
+@pytest.mark.chaos(scenario="leader-kill", sim=True, seed=[1, 2], duration=3.0, service=SERVICE, workload=WORKLOAD)
+def test_the_ledger_survives_a_leader_kill(chaos_run: Any) -> None:
+    assert chaos_run.ok, chaos_run.failure_message()
+    assert chaos_run.verdict.linearizability.verdict == "ok"
+
+
+@pytest.mark.parametrize("sim_cluster", [{"service": SERVICE, "seed": 3}], indirect=True)
+def test_every_reply_is_what_the_model_says(sim_cluster: Any, workload: Any) -> None:
+    w = workload(sim_cluster, workload=WORKLOAD)
+    w.run_for(2.0)
+    assert w.acked > 20 and w.service_workload.checked == w.acked  # one client: each reply stepped through the model
