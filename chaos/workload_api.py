@@ -41,19 +41,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from clusterlab.chaos import linearizability
 from clusterlab.chaos.linearizability import (
     COUNTER_KEY,
     FAIL,
     INFO,
-    MODELS,
     OK,
     HistoryVerdict,
     Model,
     Operation,
     check_history,
-    check_key,
-    partition,
 )
 from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.service.api import ClusteredService
