@@ -115,9 +115,8 @@ def verify_run(trace_dir: Path | str) -> Verdict:
 def verify_runs(trace_dirs: Sequence[Path | str]) -> dict[str, Verdict]:
     """:func:`verify_run` of several runs at once (keyed by ``str(trace_dir)``), in one DuckDB: the
     engine's fixed cost per query is paid once for all of them (a seed sweep judges its runs in
-    batches). The runs must have distinct run ids; each verdict holds only its own run's violations."""
+    batches). Each verdict holds only its own run's violations (runs are keyed by directory)."""
     from clusterlab.chaos.checks.embedded import judge_runs  # DuckDB: imported when a verdict is due
-    from clusterlab.chaos.checks.report import run_id_of
 
     judged = judge_runs(trace_dirs, limit=1 << 62)
     out: dict[str, Verdict] = {}
@@ -134,9 +133,8 @@ def verify_runs(trace_dirs: Sequence[Path | str]) -> dict[str, Verdict]:
         out[key] = v
         if not v.complete:
             continue  # complete or not judged
-        run_id = run_id_of(key)
         for name, result in judged.report.checks.items():
-            v.violations[name] = [str(x.get("detail") or x) for x in result.violations if x.get("run_id") == run_id]
+            v.violations[name] = [str(x.get("detail") or x) for x in result.violations if x.get("run") == key]
         v.linearizability = judged.linearizability.get(key)
         events = sorted(run.events.to_pylist(), key=lambda e: (e["wall_ns"], e["seq"]))
         v.elections_s = election_times(events)

@@ -67,6 +67,31 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def value_html(value: Any, limit: int = 400) -> str:
+    """A value as an operator reads it: a mapping as a definition list (key, value), a list as its
+    items (scalars comma-separated, structures one per row), a scalar as escaped text cut at
+    ``limit`` characters; never a Python or JSON repr."""
+    if isinstance(value, dict):
+        if not value:
+            return "-"
+        return (
+            '<dl class="kv">'
+            + "".join(f"<dt>{_esc(k)}</dt><dd>{value_html(v, limit)}</dd>" for k, v in value.items())
+            + "</dl>"
+        )
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "-"
+        if all(not isinstance(v, (dict, list, tuple)) for v in value):
+            return _esc(_cut(", ".join("-" if v is None else str(v) for v in value), limit))
+        return '<ol class="kv">' + "".join(f"<li>{value_html(v, limit)}</li>" for v in value) + "</ol>"
+    return "-" if value is None else _esc(_cut(str(value), limit))
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _thin(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
     if len(points) <= MAX_POINTS:
         return points
@@ -134,7 +159,8 @@ def fault_spans(events: list[dict[str, Any]], t_end: int) -> list[Span]:
         d = _detail(e)
         if kind == "chaos_apply":
             victims = d.get("victims")
-            label = f"{d.get('nemesis', 'fault')}" + (f" {victims}" if victims else "")
+            names = ", ".join(map(str, victims)) if isinstance(victims, list) else victims
+            label = f"{d.get('nemesis', 'fault')}" + (f" {names}" if names else "")
             open_chaos.append((t, label))
         elif kind == "chaos_heal" and open_chaos:
             start, label = open_chaos.pop(0)
@@ -489,6 +515,9 @@ h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 4px 8px; text-align: left; }
 .pass { color: #1a7f37; font-weight: bold; } .fail { color: #c62828; font-weight: bold; }
 code, pre { font-family: monospace; font-size: 12px; } pre { background: #f6f8fa; padding: 8px; overflow-x: auto; }
+dl.kv { display: grid; grid-template-columns: max-content auto; gap: 1px 10px; margin: 0; }
+dl.kv dt { color: #555; } dl.kv dd { margin: 0; } ol.kv { margin: 0; padding-left: 18px; }
+.judged { margin: 8px 0 12px; font-size: 13px; } td.first { font-size: 12px; }
 .legend span { display: inline-block; padding: 2px 8px; margin-right: 6px; border-radius: 3px; }
 """
 
@@ -526,27 +555,28 @@ def _completeness_html(completeness: Completeness | None) -> str:
 
 
 def _verdict_html(verdict: dict[str, Any]) -> str:
+    """The verdict line, what it was judged from (source, rows per table, torn files) and one row per
+    check with its first violation's fields."""
     ok = verdict.get("ok")
     status = verdict.get("status") or ("PASS" if ok else "FAIL")
     rows = []
     for name, c in verdict.get("checks", {}).items():
         first = c.get("violations", [None])[0] if c.get("violations") else ""
-        first_text = (
-            first
-            if isinstance(first, str)
-            else json.dumps({k: v for k, v in (first or {}).items() if k not in ("messages", "minimal")}, default=str)[
-                :400
-            ]
-        )
+        if isinstance(first, dict):
+            first = {k: v for k, v in first.items() if k not in ("messages", "minimal")}
         rows.append(
             f'<tr><td>{_esc(name)}</td><td class="{"pass" if c.get("ok") else "fail"}">'
             f"{'ok' if c.get('ok') else 'FAIL'}</td><td>{c.get('count', 0)}</td>"
-            f"<td><code>{_esc(first_text)}</code></td></tr>"
+            f'<td class="first">{value_html(first) if first else ""}</td></tr>'
         )
+    judged = {
+        "source": verdict.get("source", ""),
+        "rows": verdict.get("rows") or {},
+        "torn files": verdict.get("torn", 0),
+    }
     return (
-        f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{_esc(status)}</span> '
-        f"({_esc(verdict.get('source', ''))}; rows {_esc(verdict.get('rows', {}))}; "
-        f"torn files {_esc(verdict.get('torn', 0))})</p>"
+        f'<p>Verdict: <span class="{"pass" if ok else "fail"}">{_esc(status)}</span></p>'
+        f'<div class="judged">{value_html(judged)}</div>'
         "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>first violation</th></tr>"
         + "".join(rows)
         + "</table>"
@@ -560,24 +590,24 @@ def _divergence_html(div: dict[str, Any] | None) -> str:
         return f"<pre>{_esc(div)}</pre>"
     members = div.get("members") or []
     rows = "".join(
-        f"<tr><td>{_esc(m.get('member'))}</td><td>{_esc(m.get('incarnation'))}</td>"
-        f"<td>{_esc(m.get('entry_type'))}</td><td><code>{_esc(m.get('entry_digest'))}</code></td>"
-        f"<td><code>{_esc(m.get('state_digest'))}</code></td></tr>"
+        f"<tr><td>{value_html(m.get('member'))}</td><td>{value_html(m.get('incarnation'))}</td>"
+        f"<td>{value_html(m.get('entry_type'))}</td><td><code>{value_html(m.get('entry_digest'))}</code></td>"
+        f"<td><code>{value_html(m.get('state_digest'))}</code></td></tr>"
         for m in members
     )
     msgs = div.get("messages") or []
     msg_rows = "".join(
         "<tr>"
         + "".join(
-            f"<td>{_esc(m.get(k))}</td>"
+            f"<td>{value_html(m.get(k))}</td>"
             for k in ("process", "direction", "channel", "msg_type", "leadership_term_id", "log_position")
         )
         + "</tr>"
         for m in msgs
     )
     return (
-        f"<p>First divergent log position: <b>{_esc(div.get('log_position'))}</b> "
-        f"({_esc(div.get('kind', ''))})</p>"
+        f"<p>First divergent log position: <b>{value_html(div.get('log_position'))}</b> "
+        f"({value_html(div.get('kind', ''))})</p>"
         "<table><tr><th>member</th><th>incarnation</th><th>entry</th><th>entry digest</th><th>state digest</th>"
         f"</tr>{rows}</table>"
         + (
@@ -695,7 +725,7 @@ def render(run_dir: Path | str) -> str:
     )
     svg = _timeline_svg(run, axis, members, verdict)
     head = ", ".join(
-        f"{k} <b>{_esc(meta.get(k))}</b>"
+        f"{k} <b>{value_html(meta.get(k))}</b>"
         for k in ("run_id", "scenario", "seed", "outcome", "git_commit")
         if meta.get(k) is not None
     )

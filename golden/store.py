@@ -12,6 +12,10 @@ A golden is itself a trace directory (docs/trace-schema.md), readable by ``clust
                                (member_id -1), entry and state digests
       messages/golden.arrow    simulator goldens only: the run's whole message table, in recording order
 
+Its run.json carries a manifest of those files (every stream message's CRC-32) and is sealed, as a
+recorded run's is (harness/completeness.py): a golden whose files or run.json changed after blessing is a
+CORRUPT golden, one that lost data an INCOMPLETE golden, never a divergence of the code.
+
 Files are zstd-compressed Arrow IPC streams (pyarrow reads them transparently) so goldens stay small
 enough for git.
 
@@ -36,8 +40,9 @@ from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
 from clusterlab.golden.replay import Replay, replay_log
 from clusterlab.harness.arrow_stream import read_stream
-from clusterlab.harness.completeness import SchemaVersionError, schema_version_of
-from clusterlab.harness.recorder import SCHEMAS, git_commit
+from clusterlab.harness.completeness import SchemaVersionError, assess, sealed_json
+from clusterlab.harness.completeness import manifest as trace_manifest  # `manifest` is the recipes file here
+from clusterlab.harness.recorder import SCHEMAS, TABLES, git_commit
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import TraceError, open_run
 
@@ -326,8 +331,10 @@ def bless(
             "golden": golden_meta,
             "source": {k: meta.get(k) for k in ("run_id", "outcome", "committed_log", "sim") if k in meta},
             "trace_format": meta.get("trace_format"),
+            "outcome": "ok",  # a golden is a finished run that passed
+            **trace_manifest(tmp, TABLES),
         }
-        (tmp / "run.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        (tmp / "run.json").write_bytes(sealed_json(json.loads(json.dumps(doc, default=str))))
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
@@ -356,14 +363,22 @@ def load_golden(name: str, traces: Path = TRACES) -> Golden:
         known = ", ".join(golden_names(traces)) or "none"
         raise GoldenError(f"no golden named {name!r} in {traces} (known: {known})")
     try:
+        completeness = assess(directory, TABLES)  # its run.json's seal and manifest against its files
+    except SchemaVersionError as e:
+        raise GoldenError(f"golden {name}: {e}") from e
+    if not completeness.ok:
+        raise GoldenError(
+            f"{completeness.status} golden {name}: "
+            + "; ".join(f.describe() for f in completeness.findings[:5])
+            + f"; re-bless it (python -m clusterlab.golden.regenerate {name})",
+            str(completeness.status),
+        )
+    try:
         meta = json.loads((directory / "run.json").read_text())
-        schema_version_of(meta)  # a golden without one is version 1, the format goldens were blessed in
         info = meta["golden"]
         missing = [k for k in ("driver", "scenario", "seed", "members", "service", "git_commit") if k not in info]
         if missing:
             raise KeyError(", ".join(missing))
-    except SchemaVersionError as e:
-        raise GoldenError(f"golden {name}: {e}") from e
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise GoldenError(
             f"golden {name}: {directory / 'run.json'} is missing or corrupt "

@@ -73,6 +73,12 @@ class GoldenVerdict:
     messages: MessageDiff | None = None
     errors: list[str] = field(default_factory=list)
     session_mismatches: list[int] = field(default_factory=list)
+    damaged: str | None = None  # INCOMPLETE or CORRUPT: the golden's own files, not the code, are at fault
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` (the code diverges, or cannot run) or the golden's ``INCOMPLETE``/``CORRUPT``."""
+        return self.damaged or ("PASS" if self.ok else "FAIL")
 
     @property
     def ok(self) -> bool:
@@ -101,6 +107,7 @@ class GoldenVerdict:
             "name": self.name,
             "driver": self.driver,
             "ok": self.ok,
+            "verdict": self.verdict,
             "blessed_commit": self.blessed_commit,
             "positions": self.positions,
             "errors": self.errors,
@@ -158,7 +165,7 @@ class VerifyReport:
                 _cell(v.replay),
                 _cell(v.rerun),
                 "-" if v.messages is None else ("same" if v.messages.ok else f"{v.messages.divergent} differ"),
-                "[green]ok[/]" if v.ok else "[red]FAIL[/]",
+                "[green]ok[/]" if v.ok else f"[red]{v.verdict} golden[/]" if v.damaged else "[red]FAIL[/]",
             )
         return t
 
@@ -312,8 +319,9 @@ def verify_goldens(
         for n in wanted:
             try:
                 g = load_golden(n, traces)
-            except GoldenError as e:
-                verdicts.append(GoldenVerdict(n, "?", None, 0, errors=[str(e)]))
+            except GoldenError as e:  # a damaged golden says so: it is not a divergence of the code
+                damaged = e.status if e.status in ("INCOMPLETE", "CORRUPT") else None
+                verdicts.append(GoldenVerdict(n, "?", None, 0, errors=[str(e)], damaged=damaged))
                 continue
             goldens[n] = g
             v = GoldenVerdict(n, g.driver, g.info.get("git_commit"), g.applied.num_rows)

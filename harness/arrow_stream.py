@@ -71,7 +71,7 @@ def read_stream(path: str, *, memory_map: bool = False) -> StreamRead:
     chunks: list[tuple[int, int]] = []
     try:
         reader = ipc.open_stream(source)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:  # any garbled schema (ArrowInvalid, ArrowNotImplementedError, ...)
         return StreamRead(None, [], 0, size, False, f"no readable schema: {e}", [])
     consumed = source.tell()
     chunks.append((consumed, zlib.crc32(view[:consumed])))
@@ -86,7 +86,7 @@ def read_stream(path: str, *, memory_map: bool = False) -> StreamRead:
                 chunks.append((end, zlib.crc32(view[consumed:end])))
             consumed = end
             break
-        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             error = str(e)
             break
         end = source.tell()

@@ -7,7 +7,8 @@ the CLI so tests and ``clusterlab tool DIR <command>`` share them.
   it seeds a new cluster; the old file is kept as ``recording.log.bak`` (``seed-recording-log-from-snapshot``);
 * :func:`describe_latest_snapshot` - the latest consensus-module snapshot's contents and its services'
   snapshots (``describe-latest-snapshot``);
-* :func:`describe_errors` - the member's distinct error log (``errors``);
+* :func:`describe_errors` - the member's distinct error log (``errors``), live or as last written;
+* :func:`stopped_member_health` - why a stopped member's node stopped, as it wrote on its way out;
 * :func:`read_member_counters` - its counters, live from a running node or as last persisted (``counters``).
 
 A member directory is ``<cluster dir>/member-<i>``. Reading commands work on a running member (they
@@ -252,10 +253,29 @@ def read_member_counters(member_dir: Path) -> tuple[ClusterCounters, dict[str, i
     return snap.counters, snap.errors, snap.running and is_node_running(member_dir)
 
 
-def describe_errors(member_dir: Path) -> str:
-    """Aeron ``ClusterTool errors``: the member's distinct error log, each error with its count."""
-    counters, errors, running = read_member_counters(member_dir)
-    state = "running" if running else "stopped"
+def stopped_member_health(member_dir: Path) -> str:
+    """Why a member's node stopped, as it wrote on its way out (``counters.json``); "" while it runs,
+    if it never wrote the file, or if it was killed before it could."""
+    try:
+        snap = read_counters_file(member_dir)
+    except CountersFileError:
+        return ""
+    if snap.running or is_node_running(member_dir):
+        return ""
+    return snap.stop_reason
+
+
+def describe_errors(member_dir: Path, live: tuple[ClusterCounters, dict[str, int]] | None = None) -> str:
+    """Aeron ``ClusterTool errors``: the member's distinct error log, each error with its count;
+    ``live``: a running node's counters and error log from its control socket (its file may be stale:
+    a full disk cannot take it), else as the node last wrote them."""
+    if live is not None:
+        (counters, errors), state = live, "running, live"
+    else:
+        counters, errors, running = read_member_counters(member_dir)
+        state = "running" if running else "stopped"
+        if not running and (why := stopped_member_health(member_dir)):
+            state = f"stopped: {why}"
     lines = [f"member {counters.member_id} ({state}): {counters.errors} errors, {len(errors)} distinct"]
     for message, count in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"  {count} observations: {message}")

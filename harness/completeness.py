@@ -4,43 +4,50 @@ run itself declares (docs/trace-schema.md, "Completeness").
 The writer side: at the end of a run, :class:`clusterlab.harness.recorder.RunRecorder` puts a manifest into
 run.json (:func:`manifest`): ``schema_version`` and, per stream file, its table, process, incarnation,
 rows, size, whether it was closed or torn, and the CRC-32 of every stream message (schema, batches,
-end-of-stream marker). A process's recorder that gives up on a disk error leaves a sidecar
-``incomplete/<process>.json`` = ``{"process", "reason", "at_ns", "table"}``.
+end-of-stream marker); then it seals run.json (:func:`sealed_json`: the SHA-256 of every other field, in
+the one byte form run.json is written in). A process's recorder that gives up on a disk error leaves a
+sidecar ``incomplete/<process>.json`` = ``{"process", "reason", "at_ns", "table"}``.
 
-The reader side: :func:`judge` compares what is on disk (:class:`FileFacts`, one per file, from the
-shared torn-stream reader) with that manifest and returns a :class:`Completeness`:
+The reader side: :func:`read_meta` checks the seal, :func:`judge` checks what run.json declares and
+compares what is on disk (:class:`FileFacts`, one per file, from the shared torn-stream reader) with the
+manifest, and returns a :class:`Completeness`:
 
-- ``INCOMPLETE`` — run.json missing or unreadable, the run never finished, a recorder sidecar, a
-  table or file missing, a file that does not parse, rows lost to truncation, or a torn tail that no
+- ``INCOMPLETE`` — run.json missing or unreadable, without its seal, manifest, run id or a finished
+  outcome, a recorder sidecar, a table or file missing, rows lost to truncation, or a torn tail that no
   SIGKILL of its process (a ``kill`` event) explains;
-- ``CORRUPT`` — a file as long as the run left it whose bytes differ (CRC) from what it recorded:
-  named with the offset of the first changed stream message;
+- ``CORRUPT`` — run.json changed after the run sealed it, a malformed manifest entry, a file the
+  manifest does not list, or a file whose bytes differ (CRC) from what the run recorded or that grew
+  past them: named with the offset of the first changed stream message;
 - ``COMPLETE`` — otherwise; torn tails a kill explains are kept in ``notes`` and shown.
 
-A run without a manifest (schema version 1: older runs, goldens) is judged from its files alone. A
-newer schema version than :data:`SCHEMA_VERSION` is a :class:`SchemaVersionError`, never a guess.
+Whatever its schema version, a run.json without a manifest is never judged. A newer schema version
+than :data:`SCHEMA_VERSION` is a :class:`SchemaVersionError`, never a guess.
 
-This module imports only the standard library and :mod:`clusterlab.harness.arrow_stream`, so the local
+This module imports only the standard library, pyarrow and :mod:`clusterlab.harness.arrow_stream`, so the local
 verdict, the Spark check (which computes the same :class:`FileFacts` on its executors), golden
 bless/verify, the report and ``trace summary`` share one judgement.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 
-SCHEMA_VERSION = 2  # 1: no manifest in run.json (the format before it; a missing version means 1)
+SCHEMA_VERSION = 3  # 1: no version key; 2: + the manifest; 3: + the seal (docs/trace-schema.md, "Versions")
+SEALED_SINCE = 3  # from this version on run.json must carry its seal
+SEAL = "seal"  # run.json's key: SHA-256 of the rest of run.json in its canonical form
+OUTCOMES = ("ok", "failed")  # a finished run's ``outcome``
 INCOMPLETE_DIR = "incomplete"  # recorder sidecars: incomplete/<process>.json
-REQUIRED_V1 = ("messages", "applied", "events")  # every run of ours records these
 
 # Exit codes of `clusterlab check` and `clusterlab run` (docs/trace-schema.md, "Verdicts").
 EXIT_PASS = 0
@@ -223,17 +230,41 @@ class Completeness:
         }
 
 
+def canonical_json(doc: Mapping[str, Any]) -> bytes:
+    """run.json's bytes for ``doc``: indented JSON with sorted keys and a final newline (what the recorder
+    writes; a sealed run.json is exactly this, byte for byte)."""
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def seal_of(doc: Mapping[str, Any]) -> str:
+    """The seal of run.json ``doc``: SHA-256 (hex) of the canonical form of every key but the seal."""
+    return hashlib.sha256(canonical_json({k: v for k, v in doc.items() if k != SEAL})).hexdigest()
+
+
+def sealed_json(doc: Mapping[str, Any]) -> bytes:
+    """run.json's bytes for ``doc`` (JSON values only), sealed: any later edit of any field is CORRUPT."""
+    return canonical_json({**doc, SEAL: seal_of(doc)})
+
+
 def read_meta(run_dir: Path | str) -> tuple[dict[str, Any] | None, Finding | None]:
-    """run.json, or None and the finding that says why not."""
+    """run.json, or None and the finding that says why not; a run.json whose seal does not match its
+    content or bytes comes with a CORRUPT finding (and is still returned, so its manifest is judged too)."""
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         return None, Finding(Status.INCOMPLETE, "run.json", "missing: the run does not declare what it recorded")
     try:
-        meta = json.loads(path.read_text())
+        raw = path.read_bytes()
+        meta = json.loads(raw)
     except (OSError, ValueError) as e:
         return None, Finding(Status.INCOMPLETE, "run.json", f"does not parse: {e}")
     if not isinstance(meta, dict):
         return None, Finding(Status.INCOMPLETE, "run.json", "does not parse: not a JSON object")
+    if SEAL not in meta:
+        return meta, None  # judge() says whether its schema version owes a seal
+    if meta[SEAL] != seal_of(meta):
+        return meta, Finding(Status.CORRUPT, "run.json", "its content differs from what the run wrote (seal mismatch)")
+    if raw != canonical_json(meta):
+        return meta, Finding(Status.CORRUPT, "run.json", "its bytes differ from what the run wrote (same content)")
     return meta, None
 
 
@@ -262,6 +293,23 @@ def read_sidecars(run_dir: Path | str) -> list[Finding]:
             )
         )
     return out
+
+
+KILL_COLUMNS = ("source", "kind", "member_id", "detail")  # what an events row says about a SIGKILL
+
+
+def kill_rows(events: pa.Table) -> list[dict[str, Any]]:
+    """The rows of an ``events`` table that may explain a torn file (:data:`KILL_COLUMNS`), read only when
+    the table's buffers are valid Arrow: the values are read before the run is judged, and damaged bytes
+    (which make the run CORRUPT anyway) could crash the reader; then there are none."""
+    if events.num_rows == 0 or not set(KILL_COLUMNS) <= set(events.column_names):
+        return []
+    table = events.select(list(KILL_COLUMNS))
+    try:
+        table.validate(full=True)
+    except pa.ArrowException:
+        return []
+    return table.to_pylist()
 
 
 def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]:
@@ -303,20 +351,18 @@ def _tail(f: str, process: str, closed: bool, torn: bool, ignored: int, kills: s
 
 
 def _compare(want: Mapping[str, Any], got: FileFacts) -> Finding | None:
-    """A finding when ``got`` is not the file the manifest recorded: shorter (rows lost) or changed."""
-    want_chunks = [tuple(c) for c in want.get("chunks", [])]
+    """A finding when ``got`` is not the file the manifest recorded: shorter (rows lost), changed or longer."""
     start = 0
-    for i, (end, crc) in enumerate(want_chunks):
+    for i, (end, crc) in enumerate(tuple(c) for c in want["chunks"]):
         if i < len(got.chunks) and got.chunks[i] == (end, crc):
             start = end
             continue
         if got.size < end:
-            lost = max(0, int(want.get("rows", 0)) - got.rows)
             return Finding(
                 Status.INCOMPLETE,
                 got.path,
-                f"truncated to {got.size} B (the run left {want.get('size')} B, {want.get('rows')} rows)",
-                rows_lost=lost,
+                f"truncated to {got.size} B (the run left {want['size']} B, {want['rows']} rows)",
+                rows_lost=max(0, want["rows"] - got.rows),
             )
         return Finding(
             Status.CORRUPT,
@@ -324,7 +370,173 @@ def _compare(want: Mapping[str, Any], got: FileFacts) -> Finding | None:
             f"bytes {start}..{end} differ from what the run recorded (CRC-32 of stream message {i})",
             offset=start,
         )
+    if got.size < want["size"]:  # cut inside a torn tail the run left: nothing it recorded is lost
+        return Finding(Status.INCOMPLETE, got.path, f"truncated to {got.size} B (the run left {want['size']} B)")
+    if got.size > want["size"]:
+        return Finding(
+            Status.CORRUPT,
+            got.path,
+            f"{got.size - want['size']} B after the {want['size']} B the run left",
+            offset=want["size"],
+        )
+    differ = sorted(k for k, v in got.manifest_entry().items() if want.get(k) != v)
+    if differ:  # intact bytes, yet the manifest says otherwise: the manifest was changed
+        return Finding(Status.CORRUPT, got.path, f"its manifest entry's {', '.join(differ)} is not the file's")
     return None  # every message the run left is intact (a torn tail past them is judged by _tail)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_ENTRY_KEYS: dict[str, Callable[[Any], bool]] = {
+    "table": lambda v: isinstance(v, str),
+    "process": lambda v: isinstance(v, str),
+    "incarnation": lambda v: v is None or (_is_int(v) and v >= 0),
+    "rows": lambda v: _is_int(v) and v >= 0,
+    "bytes": lambda v: _is_int(v) and v >= 0,
+    "size": lambda v: _is_int(v) and v >= 0,
+    "closed": lambda v: isinstance(v, bool),
+    "torn": lambda v: isinstance(v, bool),
+    "chunks": lambda v: (
+        isinstance(v, list)
+        and all(isinstance(c, list) and len(c) == 2 and all(_is_int(x) and x >= 0 for x in c) for c in v)
+    ),
+}
+
+
+def _entry_problem(path: Any, want: Any) -> str | None:
+    """Why a manifest entry (``files[path]``) cannot be what the recorder wrote, or None."""
+    if not isinstance(want, dict):
+        return "not an object"
+    for key, valid in _ENTRY_KEYS.items():
+        if key not in want:
+            return f"no {key!r}"
+        if not valid(want[key]):
+            return f"{key!r} is {want[key]!r}"
+    table, _, name = str(path).partition("/")
+    m = _FILE_NAME.match(name)
+    process, incarnation = (m["process"], int(m["incarnation"])) if m else (Path(name).stem, None)
+    if (want["table"], want["process"], want["incarnation"]) != (table, process, incarnation) or "/" in name:
+        return "its table, process or incarnation is not its file's"
+    ends = [end for end, _crc in want["chunks"]]
+    if ends != sorted(set(ends)) or (ends[-1] if ends else 0) != want["bytes"] or want["bytes"] > want["size"]:
+        return "its chunks do not end where its bytes do"
+    if want["closed"] and want["torn"]:
+        return "closed and torn at once"
+    return None
+
+
+def _manifest(meta: Mapping[str, Any], c: Completeness) -> dict[str, dict[str, Any]] | None:
+    """run.json's manifest (``files``), checked against itself and ``processes``; None (and a finding
+    in ``c``) when it is missing or malformed: then nothing can be compared and the run is not judged."""
+    files = meta.get("files")
+    if files is None:
+        c.findings.append(Finding(Status.INCOMPLETE, "run.json", "no manifest of the run's files ('files')"))
+        return None
+    if not isinstance(files, dict):
+        c.findings.append(Finding(Status.CORRUPT, "run.json", "'files' is not an object"))
+        return None
+    bad = [(p, why) for p, w in sorted(files.items()) if (why := _entry_problem(p, w)) is not None]
+    for path, why in bad:
+        c.findings.append(Finding(Status.CORRUPT, "run.json", f"manifest entry {path!r}: {why}"))
+    if bad:
+        return None
+    processes = meta.get("processes")
+    if processes is None:
+        c.findings.append(Finding(Status.INCOMPLETE, "run.json", "no list of the processes that recorded"))
+    elif _process_triples(processes) != {(w["process"], w["incarnation"], w["table"]) for w in files.values()}:
+        c.findings.append(Finding(Status.CORRUPT, "run.json", "'processes' does not match the manifest's files"))
+    return files
+
+
+def _process_triples(processes: Any) -> set[tuple[Any, Any, Any]] | None:
+    """(process, incarnation, table) of run.json's ``processes``; None when it is malformed."""
+    out: set[tuple[Any, Any, Any]] = set()
+    for p in processes if isinstance(processes, list) else [None]:
+        if not isinstance(p, dict) or not {"process", "incarnation", "tables"} <= p.keys():
+            return None
+        if not isinstance(p["tables"], list) or len(set(map(str, p["tables"]))) != len(p["tables"]):
+            return None
+        out.update((p["process"], p["incarnation"], t) for t in p["tables"])
+    return out
+
+
+def _meta_findings(meta: Mapping[str, Any], version: int, sidecars: list[Finding]) -> list[Finding]:
+    """What run.json itself says against its run: no seal where one is due, not finished, no run id, a
+    recorder that stopped (its sidecar gone) or a committed log that could not be written."""
+    out = []
+    if version >= SEALED_SINCE and SEAL not in meta:
+        out.append(Finding(Status.INCOMPLETE, "run.json", f"no seal ('{SEAL}'): what it declares cannot be trusted"))
+    outcome = meta.get("outcome")
+    if outcome == "running":
+        out.append(
+            Finding(Status.INCOMPLETE, "run.json", "outcome 'running': the run never finished (its harness died?)")
+        )
+    elif outcome not in OUTCOMES:
+        out.append(Finding(Status.INCOMPLETE, "run.json", f"outcome {outcome!r}: not a finished run's (ok, failed)"))
+    if not isinstance(meta.get("run_id"), str) or not meta["run_id"]:
+        out.append(Finding(Status.INCOMPLETE, "run.json", "no run_id"))
+    stopped = meta.get("recording_stopped") or []
+    told = {f.file for f in sidecars}
+    for s in stopped if isinstance(stopped, list) else [{}]:
+        process = s.get("process") if isinstance(s, dict) else None
+        if f"{INCOMPLETE_DIR}/{process}.json" not in told:
+            out.append(Finding(Status.INCOMPLETE, "run.json", f"the recorder of {process} gave up (recording_stopped)"))
+    log = meta.get("committed_log")
+    if isinstance(log, dict) and log.get("error"):
+        out.append(Finding(Status.INCOMPLETE, "log/", f"the committed log was not written: {log['error']}"))
+    return out
+
+
+def _golden_counts(c: Completeness, meta: Mapping[str, Any], facts: list[FileFacts]) -> None:
+    """A golden declares its tables' row counts too (docs/trace-schema.md, "Goldens")."""
+    golden = meta.get("golden")
+    if not isinstance(golden, dict):
+        return
+    counts: dict[str, Any] = {"log": golden.get("log_entries"), "applied": golden.get("positions")}
+    if golden.get("driver") == "sim":
+        counts["messages"] = golden.get("messages")
+    for table, want in counts.items():
+        rows = sum(f.rows for f in facts if f.table == table)
+        if _is_int(want) and rows < want:
+            c.findings.append(
+                Finding(Status.INCOMPLETE, f"{table}/", f"{rows} rows, the golden declares {want}", want - rows)
+            )
+
+
+def _compare_files(
+    c: Completeness, files: Mapping[str, dict[str, Any]], actual: Mapping[str, FileFacts], kills: set[tuple[int, str]]
+) -> None:
+    """Each file on disk against its manifest entry: missing (a whole table or one file), not declared,
+    short, changed, longer, or ended without its end-of-stream marker where no SIGKILL explains it."""
+    missing_tables: dict[str, list[str]] = {}
+    for path, want in sorted(files.items()):
+        if path not in actual:
+            missing_tables.setdefault(want["table"], []).append(path)
+    for table, paths in sorted(missing_tables.items()):
+        declared = [p for p, w in files.items() if w["table"] == table]
+        if len(paths) == len(declared) and len(declared) > 1:
+            rows = sum(files[p]["rows"] for p in paths)
+            c.findings.append(
+                Finding(Status.INCOMPLETE, f"{table}/", f"table missing ({len(paths)} files)", rows_lost=rows)
+            )
+            continue
+        for p in paths:
+            c.findings.append(Finding(Status.INCOMPLETE, p, "file missing", rows_lost=files[p]["rows"]))
+    for path, got in sorted(actual.items()):
+        if path not in files:
+            c.findings.append(Finding(Status.CORRUPT, path, "not in the run's manifest: the run did not write it"))
+            continue
+        want = files[path]
+        problem = _compare(want, got)
+        if problem is not None:
+            c.findings.append(problem)
+            continue
+        ignored = want["size"] - want["bytes"]
+        tail = _tail(path, got.process, want["closed"], want["torn"], ignored, kills)
+        if tail is not None:
+            (c.notes if tail.status is Status.COMPLETE else c.findings).append(tail)
 
 
 def judge(
@@ -336,90 +548,24 @@ def judge(
     meta_finding: Finding | None = None,
     sidecars: Iterable[Finding] = (),
 ) -> Completeness:
-    """The completeness of one run from its run.json (``meta``), the facts of its files, the SIGKILLs its
-    events record and its recorder sidecars. Raises :class:`SchemaVersionError` for a newer schema."""
+    """The completeness of one run from its run.json (``meta``, as :func:`read_meta` read it, with its
+    finding), the facts of its files, the SIGKILLs its events record and its recorder sidecars. A run
+    whose run.json, seal or manifest is missing or malformed is never COMPLETE: nothing it holds can be
+    checked against what it declares. Raises :class:`SchemaVersionError` for a newer schema."""
     c = Completeness(Path(run_dir), None)
     facts = list(facts)
+    sidecars = list(sidecars)
     if meta_finding is not None:
         c.findings.append(meta_finding)
     c.findings.extend(sidecars)
-    manifest_files: Mapping[str, Any] | None = None
-    if meta is not None:
-        c.schema_version = schema_version_of(meta)
-        if meta.get("outcome") == "running":
-            c.findings.append(
-                Finding(Status.INCOMPLETE, "run.json", "outcome 'running': the run never finished (its harness died?)")
-            )
-        if c.schema_version >= 2 and isinstance(meta.get("files"), dict):
-            manifest_files = meta["files"]
-        elif c.schema_version >= 2:
-            c.findings.append(Finding(Status.INCOMPLETE, "run.json", "no manifest of the run's files ('files')"))
-    actual = {f.path: f for f in facts}
-    if manifest_files is not None:
-        missing_tables: dict[str, list[str]] = {}
-        for path, want in sorted(manifest_files.items()):
-            if path not in actual:
-                missing_tables.setdefault(str(want.get("table", path.split("/")[0])), []).append(path)
-        for table, paths in sorted(missing_tables.items()):
-            declared = [p for p, w in manifest_files.items() if w.get("table") == table]
-            if len(paths) == len(declared) and len(declared) > 1:
-                rows = sum(int(manifest_files[p].get("rows", 0)) for p in paths)
-                c.findings.append(
-                    Finding(Status.INCOMPLETE, f"{table}/", f"table missing ({len(paths)} files)", rows_lost=rows)
-                )
-                continue
-            for p in paths:
-                c.findings.append(
-                    Finding(Status.INCOMPLETE, p, "file missing", rows_lost=int(manifest_files[p].get("rows", 0)))
-                )
-        for path, got in sorted(actual.items()):
-            want = manifest_files.get(path)
-            if want is None:
-                c.notes.append(Finding(Status.COMPLETE, path, "not in the run's manifest (added later); read as is"))
-                continue
-            problem = _compare(want, got)
-            if problem is not None:
-                c.findings.append(problem)
-                continue
-            tail = _tail(
-                path,
-                got.process,
-                bool(want.get("closed")),
-                bool(want.get("torn")),
-                int(want.get("size", 0)) - int(want.get("bytes", 0)),
-                kills,
-            )
-            if tail is not None:
-                (c.notes if tail.status is Status.COMPLETE else c.findings).append(tail)
+    if meta is None:
         return c
-    # No manifest (schema version 1): the files alone.
-    if not facts:
-        c.findings.append(Finding(Status.INCOMPLETE, "./", "no table files: nothing was recorded"))
-        return c
-    golden = meta.get("golden") if meta is not None else None
-    if isinstance(golden, dict):
-        # A golden declares its tables by their row counts (docs/trace-schema.md, "Goldens").
-        counts: dict[str, Any] = {"log": golden.get("log_entries"), "applied": golden.get("positions")}
-        if golden.get("driver") == "sim":
-            counts["messages"] = golden.get("messages")
-        for table, want in counts.items():
-            rows = sum(f.rows for f in facts if f.table == table)
-            if isinstance(want, int) and rows < want:
-                c.findings.append(
-                    Finding(Status.INCOMPLETE, f"{table}/", f"{rows} rows, the golden declares {want}", want - rows)
-                )
-    else:
-        tables = {f.table for f in facts}
-        for table in REQUIRED_V1:
-            if table not in tables:
-                c.findings.append(Finding(Status.INCOMPLETE, f"{table}/", "table missing"))
-    for f in facts:
-        if not f.parsed:
-            c.findings.append(Finding(Status.INCOMPLETE, f.path, f"does not parse: {f.error}"))
-            continue
-        tail = _tail(f.path, f.process, f.closed, f.torn, f.size - f.bytes_read, kills)
-        if tail is not None:
-            (c.notes if tail.status is Status.COMPLETE else c.findings).append(tail)
+    c.schema_version = schema_version_of(meta)
+    c.findings.extend(_meta_findings(meta, c.schema_version, sidecars))
+    files = _manifest(meta, c)
+    if files is not None:
+        _compare_files(c, files, {f.path: f for f in facts}, kills)
+        _golden_counts(c, meta, facts)
     return c
 
 
@@ -430,9 +576,7 @@ def assess(run_dir: Path | str, tables: Iterable[str]) -> Completeness:
     facts = scan(run_dir, tables)
     events: list[dict[str, Any]] = []
     for path in sorted((Path(run_dir) / "events").glob("*.arrow")) if "events" in tables else []:
-        got = read_stream(str(path))
-        if got.schema is not None and {"kind", "source", "member_id", "detail"} <= set(got.schema.names):
-            events.extend(got.table().select(["source", "kind", "member_id", "detail"]).to_pylist())
+        events.extend(kill_rows(read_stream(str(path)).table()))
     return judge(
         run_dir, meta, facts, kills_from_events(events), meta_finding=meta_finding, sidecars=read_sidecars(run_dir)
     )

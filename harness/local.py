@@ -198,6 +198,7 @@ class MemberStatus:
     pid: int
     endpoints: str
     detail: str
+    health: str  # "" when healthy; else e.g. "fenced: disk full (ENOSPC)", "service down"
 
     @classmethod
     def of(cls, s: NodeStatus) -> MemberStatus:
@@ -219,6 +220,7 @@ class MemberStatus:
             pid=s.pid,
             endpoints=s.endpoints,
             detail=s.detail,
+            health=s.health,
         )
 
     @property
@@ -231,6 +233,7 @@ class MemberStatus:
         return (
             f"{self.member_id}:{role} term={self.leadership_term_id} election={election} "
             f"append={self.append_position} commit={self.commit_position} sessions={self.session_count}"
+            + (f" [{self.health}]" if self.health else "")
         )
 
 

@@ -4,7 +4,7 @@ The format is the contract in ``docs/trace-schema.md`` (columns are added here, 
 
 ```
 RUN_DIR/run.json                  RunRecorder: metadata, written at start (outcome "running") and at finish
-                                  with schema_version and the manifest of every file (harness/completeness.py)
+                                  with schema_version and the manifest of every file, sealed (harness/completeness.py)
 RUN_DIR/<table>/<process>-i<incarnation>.arrow   one Arrow IPC stream per process incarnation and table
 RUN_DIR/log/committed.arrow       RunRecorder.finish: the committed log
 ```
@@ -108,7 +108,7 @@ from clusterlab.core.runtime.recording import SEND as SEND
 from clusterlab.core.runtime.recording import NullRecorder
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
-from clusterlab.harness.completeness import SCHEMA_VERSION, manifest
+from clusterlab.harness.completeness import SCHEMA_VERSION, manifest, sealed_json
 from clusterlab.harness.promotion import COMPILED as PROMOTION_COMPILED
 from clusterlab.harness.promotion import promote_fixed, promote_one
 
@@ -1327,7 +1327,7 @@ class RunRecorder:
         """Write run.json. With ``degrade`` a disk fault does not raise: the file is overwritten in
         place (it needs no new block when it does not grow past its last page), else left as it was."""
         path = self.run_dir / "run.json"
-        data = (json.dumps(self.meta, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+        data = sealed_json(json.loads(json.dumps(self.meta, default=_json_default)))  # any later edit: CORRUPT
         try:
             write_atomically(path, data)
         except OSError as e:

@@ -32,6 +32,7 @@ from clusterlab.harness.completeness import (
     FileFacts,
     SchemaVersionError,
     judge,
+    kill_rows,
     kills_from_events,
     read_meta,
     read_sidecars,
@@ -159,13 +160,10 @@ def open_run(run_dir: Path | str) -> Run:
         else:
             try:
                 tables[name] = pa.concat_tables(parts, promote_options="default")
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:  # a garbled schema: judged below, not read
+            except pa.ArrowException as e:  # a garbled schema: judged below, not read
                 tables[name] = SCHEMAS[name].empty_table()
                 facts.append(FileFacts(f"{name}/", name, 0, 0, 0, True, f"schemas do not agree: {e}", (), False))
-    events = tables["events"]
-    kills = kills_from_events(
-        events.select(["source", "kind", "member_id", "detail"]).to_pylist() if events.num_rows else []
-    )
+    kills = kills_from_events(kill_rows(tables["events"]))
     try:
         completeness = judge(
             directory, meta, facts, kills, meta_finding=meta_finding, sidecars=read_sidecars(directory)

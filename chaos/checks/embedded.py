@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 from clusterlab.chaos.checks import LINEARIZABILITY, SQL_CHECKS, SqlCheck
 from clusterlab.chaos.checks.base import VIEWS
-from clusterlab.chaos.checks.report import CheckReport, CheckResult, plain, run_id_of
+from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of
 from clusterlab.chaos.checks.sql import explain_agreement, to_duckdb, view_columns
 from clusterlab.chaos.checks.views import view_schema, view_table
 from clusterlab.chaos.linearizability import HistoryVerdict, check_history, operations_from_rows
@@ -69,12 +69,13 @@ class DuckDbViews:
 
 
 def view_tables(runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> dict[str, pa.Table]:
-    """The views of ``runs`` ((run_id, run) pairs) as Arrow tables: one per trace table, all runs' rows."""
+    """The views of ``runs`` ((run directory, run) pairs) as Arrow tables: one per trace table, all runs'
+    rows, each run's ``run_id`` its directory."""
     out = {}
     for table in VIEWS:
         parts = [
-            view_table(table, run.tables[table], run_id, columns[table], entry_digest_name_of_run(run.meta))
-            for run_id, run in runs
+            view_table(table, run.tables[table], run_dir, columns[table], entry_digest_name_of_run(run.meta))
+            for run_dir, run in runs
         ]
         if not parts:
             schema = view_schema(table)
@@ -84,23 +85,70 @@ def view_tables(runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, .
 
 
 def register_runs(db: DuckDbViews, runs: Sequence[tuple[str, Run]], columns: dict[str, tuple[str, ...]]) -> None:
-    """Register the views of ``runs`` ((run_id, run) pairs) in ``db``."""
+    """Register the views of ``runs`` ((run directory, run) pairs) in ``db``."""
     for table, data in view_tables(runs, columns).items():
         db.register(table, data)
 
 
 def row_counts(runs: Sequence[tuple[str, Run]]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
-    """(rows per table, rows per run and table, torn files per run) of ``runs`` ((run_id, run) pairs)."""
+    """(rows per table, rows per run and table, torn files per run) of ``runs`` ((run directory, run) pairs)."""
     rows: dict[str, int] = {}
     run_rows: dict[str, dict[str, int]] = {}
     run_torn: dict[str, int] = {}
-    for run_id, r in runs:
-        per = run_rows.setdefault(run_id, {})
+    for run_dir, r in runs:
+        per = run_rows.setdefault(run_dir, {})
         for t, data in r.tables.items():
             per[t] = per.get(t, 0) + data.num_rows
             rows[t] = rows.get(t, 0) + data.num_rows
-        run_torn[run_id] = run_torn.get(run_id, 0) + len(r.torn)
+        run_torn[run_dir] = run_torn.get(run_dir, 0) + len(r.torn)
     return rows, run_rows, run_torn
+
+
+def sql_results(
+    complete: Sequence[tuple[str, Run]], checks: Sequence[SqlCheck], limit: int, threads: int
+) -> dict[str, CheckResult]:
+    """Every SQL check over the ``complete`` runs ((run directory, run) pairs) in one DuckDB; nothing to
+    judge (no complete run) runs no query."""
+    if not complete:
+        return {c.name: CheckResult(c.name, 0) for c in checks}
+    results: dict[str, CheckResult] = {}
+    db = DuckDbViews(threads)
+    try:
+        register_runs(db, complete, view_columns(checks))
+        for check in checks:
+            results[check.name] = db.run(check, limit)
+            if check.name == "agreement":
+                explain_agreement(results[check.name], db.query, db.register)
+    finally:
+        db.close()
+    return results
+
+
+def linearizability_result(
+    complete: Sequence[tuple[str, Run]], limit: int
+) -> tuple[CheckResult, dict[str, HistoryVerdict]]:
+    """The WGL verdict of each complete run's history (keyed by run directory) and its CheckResult."""
+    lin: dict[str, HistoryVerdict] = {}
+    result = CheckResult(LINEARIZABILITY, 0)
+    for d, r in complete:
+        lin[d] = verdict = check_history(operations_from_rows(r.ops.to_pylist()))
+        for k in verdict.violations():
+            result.count += 1
+            result.per_run[d] = result.per_run.get(d, 0) + 1
+            if len(result.violations) < limit:
+                minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
+                result.violations.append(
+                    {
+                        "run_id": d,
+                        "key": k.key,
+                        "model": k.model,
+                        "ops": k.ops,
+                        "minimal": minimal,
+                        "detail": k.describe(),
+                    }
+                )
+        result.unknown += [{"run_id": d, "key": k.key, "detail": k.describe()} for k in verdict.unknown()]
+    return result, lin
 
 
 def judge_runs(
@@ -112,47 +160,17 @@ def judge_runs(
     threads: int = 1,
 ) -> Judged:
     """Judge ``run_dirs`` (run directories) with DuckDB: completeness first, then every check over the
-    complete runs. Raises :class:`clusterlab.harness.trace.TraceError` for a path that is not a run."""
+    complete runs, keyed by directory. Raises :class:`clusterlab.harness.trace.TraceError` for a path
+    that is not a run."""
     started = time.monotonic()
-    dirs = [str(d) for d in run_dirs]
+    dirs = list(dict.fromkeys(str(d) for d in run_dirs))
     runs = {d: open_run(d) for d in dirs}
     completeness = {d: r.completeness for d, r in runs.items() if r.completeness is not None}
-    complete = [(run_id_of(d), r) for d, r in runs.items() if r.completeness is None or r.completeness.ok]
+    complete = [(d, r) for d, r in runs.items() if r.completeness is None or r.completeness.ok]
     rows, run_rows, run_torn = row_counts(complete)
-    results: dict[str, CheckResult] = {}
-    db = DuckDbViews(threads)
-    try:
-        register_runs(db, complete, view_columns(checks))
-        for check in checks:
-            results[check.name] = db.run(check, limit)
-            if check.name == "agreement":
-                explain_agreement(results[check.name], db.query, db.register)
-    finally:
-        db.close()
-    lin: dict[str, HistoryVerdict] = {}
-    lin_result = CheckResult(LINEARIZABILITY, 0)
-    for d, r in runs.items():
-        if r.completeness is not None and not r.completeness.ok:
-            continue
-        lin[d] = verdict = check_history(operations_from_rows(r.ops.to_pylist()))
-        run_id = run_id_of(d)
-        for k in verdict.violations():
-            lin_result.count += 1
-            lin_result.per_run[run_id] = lin_result.per_run.get(run_id, 0) + 1
-            if len(lin_result.violations) < limit:
-                minimal = [o.as_dict() for o in k.minimal]  # drawn by the report, as the Spark job's
-                lin_result.violations.append(
-                    {
-                        "run_id": run_id,
-                        "key": k.key,
-                        "model": k.model,
-                        "ops": k.ops,
-                        "minimal": minimal,
-                        "detail": k.describe(),
-                    }
-                )
-        lin_result.unknown += [{"run_id": run_id, "key": k.key, "detail": k.describe()} for k in verdict.unknown()]
-    results[LINEARIZABILITY] = lin_result
+    results = sql_results(complete, checks, limit, threads)
+    results[LINEARIZABILITY], lin = linearizability_result(complete, limit)
+    name_runs(results, dirs)
     report = CheckReport(
         run_ids=sorted({run_id_of(d) for d in dirs}),
         run_dirs=dirs,

@@ -1,6 +1,11 @@
 """The verdict on a set of recorded runs, whichever engine judged it (DuckDB or Spark): per check its
 violations (the first ``limit`` rows of its query) and counts per run, each run's completeness first,
-the JSON report (RUN/check.json; docs/spark.md) and the rich tables."""
+the JSON report (RUN/check.json; docs/spark.md) and the rich tables.
+
+Runs are keyed by their directory, never by run id: two runs may share a run id (two simulator runs of
+one configuration, a copy of a run), and one must never condemn, merge with or overwrite the other. The
+engines put the directory into the views' ``run_id`` column, so every check groups by it;
+:func:`name_runs` then shows each violation's run id and directory (``run``)."""
 
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ class CheckResult:
     name: str
     count: int
     violations: list[dict[str, Any]] = field(default_factory=list)
-    per_run: dict[str, int] = field(default_factory=dict)  # run_id -> violations
+    per_run: dict[str, int] = field(default_factory=dict)  # run directory -> violations
     unknown: list[dict[str, Any]] = field(default_factory=list)  # linearizability: keys not decided
 
     @property
@@ -55,10 +60,10 @@ class CheckReport:
     rows: dict[str, int]
     torn: int
     elapsed_s: float
-    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run_id -> table -> rows
-    run_torn: dict[str, int] = field(default_factory=dict)
+    run_rows: dict[str, dict[str, int]] = field(default_factory=dict)  # run directory -> table -> rows
+    run_torn: dict[str, int] = field(default_factory=dict)  # run directory -> torn files
     # run directory -> its completeness, judged first; only COMPLETE runs are checked ("complete or not
-    # judged"). Keyed by directory: two simulator runs of one configuration share a run_id.
+    # judged").
     completeness: dict[str, Completeness] = field(default_factory=dict)
     engine: str = "spark"  # "duckdb" (embedded) or "spark"
 
@@ -70,12 +75,15 @@ class CheckReport:
     def ok(self) -> bool:
         return self.complete and all(c.ok for c in self.checks.values())
 
-    def run_status(self, run_id: str) -> str:
-        """``PASS``, ``FAIL``, ``INCOMPLETE`` or ``CORRUPT`` of the run(s) with ``run_id``."""
-        bad = [c for d, c in self.completeness.items() if run_id_of(d) == run_id and not c.ok]
-        if bad:
-            return str(max((c.status for c in bad), key=lambda s: s == "CORRUPT"))
-        return "FAIL" if any(r.per_run.get(run_id) for r in self.checks.values()) else "PASS"
+    def run_status(self, run_dir: str) -> str:
+        """``PASS``, ``FAIL``, ``INCOMPLETE`` or ``CORRUPT`` of the run in directory ``run_dir`` (one of
+        ``run_dirs``)."""
+        if run_dir not in self.run_dirs:
+            raise KeyError(f"{run_dir}: not one of the runs checked ({', '.join(self.run_dirs)})")
+        c = self.completeness.get(run_dir)
+        if c is not None and not c.ok:
+            return str(c.status)
+        return "FAIL" if any(r.per_run.get(run_dir) for r in self.checks.values()) else "PASS"
 
     @property
     def status(self) -> str:
@@ -85,42 +93,43 @@ class CheckReport:
     @property
     def exit_code(self) -> int:
         """0 PASS, 1 FAIL, 3 INCOMPLETE, 4 CORRUPT (docs/trace-schema.md, "Verdicts")."""
-        statuses = [str(c.status) if not c.ok else self.run_status(run_id_of(d)) for d, c in self.completeness.items()]
-        return exit_code(statuses or [self.run_status(r) for r in self.run_ids])
+        return exit_code([self.run_status(d) for d in self.run_dirs])
 
-    def to_json(self, run_id: str | None = None) -> dict[str, Any]:
-        """The JSON report (see docs/spark.md); with ``run_id``, that run's part of it (RUN/check.json)."""
+    def to_json(self, run_dir: str | None = None) -> dict[str, Any]:
+        """The JSON report (see docs/spark.md); with ``run_dir``, that run's part of it (RUN/check.json).
+        ``ok`` is true only for PASS: an INCOMPLETE or CORRUPT run is not judged, so it is never ok."""
 
         def part(c: CheckResult) -> dict[str, Any]:
-            if run_id is None:
+            if run_dir is None:
                 return {"ok": c.ok, "count": c.count, "violations": c.violations}
-            count = c.per_run.get(run_id, 0)
+            count = c.per_run.get(run_dir, 0)
             return {
                 "ok": count == 0,
                 "count": count,
-                "violations": [v for v in c.violations if v.get("run_id") == run_id],
+                "violations": [v for v in c.violations if v.get("run") == run_dir],
             }
 
         checks = {name: part(c) for name, c in self.checks.items()}
-        completeness = {r: c.to_json() for r, c in self.completeness.items() if run_id is None or r == run_id}
+        completeness = {r: c.to_json() for r, c in self.completeness.items() if run_dir is None or r == run_dir}
+        status = self.status if run_dir is None else self.run_status(run_dir)
         return {
-            "run_ids": self.run_ids if run_id is None else [run_id],
-            "ok": all(c["ok"] for c in checks.values())
-            and all(c["status"] == "COMPLETE" for c in completeness.values()),
-            "status": self.status if run_id is None else self.run_status(run_id),
+            "run_ids": self.run_ids if run_dir is None else [run_id_of(run_dir)],
+            "run_dirs": self.run_dirs if run_dir is None else [run_dir],
+            "ok": status == "PASS",
+            "status": status,
             "completeness": completeness,
             "engine": self.engine,
             "master": self.master,
             "elapsed_s": round(self.elapsed_s, 3),
-            "rows": self.rows if run_id is None else self.run_rows.get(run_id, {}),
-            "torn": self.torn if run_id is None else self.run_torn.get(run_id, 0),
+            "rows": self.rows if run_dir is None else self.run_rows.get(run_dir, {}),
+            "torn": self.torn if run_dir is None else self.run_torn.get(run_dir, 0),
             "checks": checks,
         }
 
     def write_json(self) -> None:
         """Write each run directory's part of the report to its ``check.json``."""
         for run in self.run_dirs:
-            doc = self.to_json(run_id_of(run))
+            doc = self.to_json(run)
             with open(os.path.join(run, "check.json"), "w") as f:
                 f.write(json.dumps(doc, indent=2, default=str))
 
@@ -156,10 +165,21 @@ class CheckReport:
         return t
 
 
+def name_runs(results: dict[str, CheckResult], run_dirs: Sequence[str]) -> None:
+    """Each violation's ``run_id`` column holds its run's directory (the views' key): move it to ``run``
+    and put the run's own id in ``run_id``, the way a reader knows runs."""
+    ids = {d: run_id_of(d) for d in run_dirs}
+    for result in results.values():
+        for v in (*result.violations, *result.unknown):
+            if v.get("run_id") in ids:
+                v["run"] = v["run_id"]
+                v["run_id"] = ids[v["run"]]
+
+
 def _describe(v: dict[str, Any]) -> str:
     if v.get("detail"):
         return str(v["detail"])[:300]
-    keep = {k: v[k] for k in v if k not in ("messages", "run_id")}
+    keep = {k: v[k] for k in v if k not in ("messages", "run_id", "run")}
     return json.dumps(keep, default=str)[:300]
 
 

@@ -133,10 +133,11 @@ def derived_columns(
 
 
 def view_table(
-    table: str, data: pa.Table, run_id: str, columns: Iterable[str], entry_digest: str = ENTRY_DIGEST_NAME
+    table: str, data: pa.Table, run_key: str, columns: Iterable[str], entry_digest: str = ENTRY_DIGEST_NAME
 ) -> pa.Table:
     """``data`` (rows of one run's ``table``) as the view sees it: exactly ``columns``, in the view's types;
-    ``run_id`` where the table has none; missing columns null (an older trace); ``entry_digest``: the run's."""
+    ``run_id`` is ``run_key`` (the run's directory: runs are keyed by directory, whatever run id their rows
+    carry); missing columns null (an older trace); ``entry_digest``: the run's."""
     schema = view_schema(table)
     names = [c for c in columns if c in schema.names]
     raw = {n: data.column(n) for n in data.column_names}
@@ -145,9 +146,7 @@ def view_table(
     arrays = []
     for name in names:
         t = schema.field(name).type
-        col = raw.get(name)
-        if col is None and name == "run_id":
-            col = pa.repeat(pa.scalar(run_id, pa.string()), n)
+        col = raw.get(name) if name != "run_id" else pa.repeat(pa.scalar(run_key, pa.string()), n)
         if col is None:
             arrays.append(pa.nulls(n, t))
         else:

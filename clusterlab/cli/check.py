@@ -64,12 +64,11 @@ def runs_table(report: Any) -> Table:
     t.add_column("verdict")
     t.add_column("failed checks (violations)", overflow="fold")
     t.add_column("directory", overflow="fold")
-    for run_dir in report.run_dirs:
-        run_id = run_id_of(run_dir)
-        failed = {name: c.per_run.get(run_id, 0) for name, c in report.checks.items() if c.per_run.get(run_id, 0)}
-        status = report.run_status(run_id)  # PASS, FAIL, INCOMPLETE or CORRUPT (completeness first)
+    for run_dir in report.run_dirs:  # keyed by directory: runs may share a run id
+        failed = {name: c.per_run[run_dir] for name, c in report.checks.items() if c.per_run.get(run_dir, 0)}
+        status = report.run_status(run_dir)  # PASS, FAIL, INCOMPLETE or CORRUPT (completeness first)
         verdict = f"[{'green' if status == 'PASS' else 'red'}]{status}[/]"
-        t.add_row(run_id, verdict, ", ".join(f"{k} ({v})" for k, v in failed.items()) or "-", str(run_dir))
+        t.add_row(run_id_of(run_dir), verdict, ", ".join(f"{k} ({v})" for k, v in failed.items()) or "-", str(run_dir))
     return t
 
 

@@ -47,6 +47,7 @@ from clusterlab.core.runtime.config import ClusterConfig, ConfigError, parse_ser
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
 from clusterlab.core.runtime.transport import new_context
+from clusterlab.harness.cluster_tool import stopped_member_health
 from clusterlab.harness.local import (
     LocalClient,
     LocalClientTimeout,
@@ -228,10 +229,11 @@ def _status_cells(m: Any) -> list[str]:
         str(m.session_count),
         m.module_state.name if m.module_state is not None else "-",
         str(m.pid),
+        m.health or "ok",
     ]
 
 
-COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions", "state", "pid")
+COLUMNS = ("member", "role", "term", "election", "commit", "append", "sessions", "state", "pid", "health")
 
 
 # ---------------------------------------------------------------------------------- cluster start
@@ -386,9 +388,9 @@ def _watch_live(cluster: Any, console: Any, refresh_s: float) -> None:
             t.add_column(column)
         for i, s in cluster.statuses().items():
             if s is not None:
-                t.add_row(str(i), *_status_cells(s))
+                t.add_row(str(i), *_status_cells(s), style="bold red" if s.health else None)
             else:
-                t.add_row(str(i), _member_state(cluster, i), *[""] * (len(COLUMNS) - 2))
+                t.add_row(str(i), _member_state(cluster, i), *[""] * (len(COLUMNS) - 3), _why_down(cluster, i))
         return t
 
     with Live(table(), console=console, refresh_per_second=4, transient=False) as live:
@@ -412,7 +414,11 @@ def plain_status(cluster: Any) -> str:
     """The members' status on one line: ``0:LEADER term=1 ... | 1:FOLLOWER ...``."""
     parts = []
     for i, s in cluster.statuses().items():
-        parts.append(s.describe() if s is not None else f"{i}:{_member_state(cluster, i)}")
+        if s is not None:
+            parts.append(s.describe())
+        else:
+            why = _why_down(cluster, i)
+            parts.append(f"{i}:{_member_state(cluster, i)}" + (f" [{why}]" if why else ""))
     return " | ".join(parts)
 
 
@@ -420,6 +426,13 @@ def _member_state(cluster: Any, member_id: int) -> str:
     if cluster.is_paused(member_id):
         return "paused"
     return "no answer" if cluster.is_alive(member_id) else "down"
+
+
+def _why_down(cluster: Any, member_id: int) -> str:
+    """Why a member that does not answer stopped, as its node wrote on its way out; "" if unknown."""
+    if cluster.is_alive(member_id):
+        return ""
+    return stopped_member_health(cluster.member_dir(member_id))
 
 
 # ---------------------------------------------------------------------------------- client
@@ -499,8 +512,23 @@ def _why_no_answer(config: ClusterConfig, deadline: float) -> str:
     if any(m.module_state == ConsensusModuleState.SUSPENDED for m in answered.values()):
         return f"; the cluster is suspended (`clusterlab tool {config.directory} resume` resumes it)"
     if _leader(statuses) is None:
-        return "; the cluster has no leader now (an election may be running, or a majority is unreachable)"
+        return f"; the cluster has no leader now ({_no_leader_reason(config, statuses)})"
     return ""
+
+
+def _no_leader_reason(config: ClusterConfig, statuses: dict[int, NodeStatus | None]) -> str:
+    """Why there is no leader, as the members say: those fenced (a failed disk), whose service or
+    recording stopped, or that are down with the reason their node wrote on its way out; only when
+    none is, "an election may be running"."""
+    problems = []
+    for i, s in statuses.items():
+        if s is not None and s.health:
+            problems.append(f"member {i}: {s.health}")
+        elif s is None and (why := stopped_member_health(config.member_dir(i))):
+            problems.append(f"member {i} down: {why}")
+    if not problems:
+        return "an election may be running, or a majority is unreachable"
+    return "; ".join(problems)
 
 
 def _credentials(args: argparse.Namespace, config: ClusterConfig) -> Any:
@@ -530,14 +558,19 @@ def cmd_tool(args: argparse.Namespace) -> int:
             raise CommandError(f"no member of the cluster at {config.directory} answered within {args.timeout:g} s")
         leader = _leader(statuses)
         if args.action == "list-members":
-            print("  ".join(f"{c:>9}" for c in COLUMNS))
+            print("  ".join([*(f"{c:>9}" for c in COLUMNS[:-1]), COLUMNS[-1]]))
             for i, s in statuses.items():
-                cells = _status_cells(MemberStatus.of(s)) if s is not None else ["DOWN", *[""] * (len(COLUMNS) - 2)]
-                print("  ".join(f"{c:>9}" for c in [str(i), *cells]))
+                if s is not None:
+                    cells = _status_cells(MemberStatus.of(s))
+                else:
+                    cells = ["DOWN", *[""] * (len(COLUMNS) - 3), stopped_member_health(config.member_dir(i))]
+                print("  ".join([*(f"{c:>9}" for c in [str(i), *cells[:-1]]), cells[-1]]).rstrip())
             print(f"leader: {leader if leader is not None else 'none'}")
             return EXIT_OK
         if leader is None:
-            raise CommandError(f"no leader in the cluster at {config.directory} (an election may be running)")
+            raise CommandError(
+                f"no leader in the cluster at {config.directory} ({_no_leader_reason(config, statuses)})"
+            )
         reply = tool.control(leader, ToggleState[args.action.upper()], args.timeout)
         if reply is None:
             raise CommandError(f"leader {leader} did not answer within {args.timeout:g} s")

@@ -11,7 +11,7 @@ One member (DIR = its directory ``<cluster>/member-<i>``, or the cluster directo
     seed-recording-log-from-snapshot   keep only the latest valid snapshot set, so it seeds a new cluster
                                        (old file kept as recording.log.bak; node stopped)
     describe-latest-snapshot           the latest consensus-module snapshot and its services' snapshots
-    errors                             the member's distinct error log
+    errors                             the member's distinct error log: live from a running node, else as last written
     counters                           its counters: live from a running node, else as it last wrote them
 
 Wrong directories and arguments print one line on stderr and exit 1 (2 for usage).
@@ -33,7 +33,7 @@ from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.runtime.config import CONFIG_FILE_NAME, ClusterConfig, ConfigError
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
-from clusterlab.core.runtime.test_hooks import counters_of
+from clusterlab.core.runtime.test_hooks import counters_of, error_log_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.cluster_tool import (
     ClusterToolError,
@@ -109,17 +109,18 @@ def _run_member_action(action: str, member_dir: Path, timeout_s: float) -> str:
         return f"recording log seeded from the latest snapshot ({len(entries)} entries; backup in recording.log.bak)"
     if action == "describe-latest-snapshot":
         return describe_latest_snapshot(member_dir)
-    if action == "errors":
-        return describe_errors(member_dir)
     live = _live_counters(member_dir, timeout_s)
+    if action == "errors":
+        return describe_errors(member_dir, live)
     if live is not None:
-        return describe_counters(live, "live")
+        return describe_counters(live[0], "live")
     counters, _, running = read_member_counters(member_dir)
     return describe_counters(counters, "last written by the running node" if running else "last values (stopped)")
 
 
-def _live_counters(member_dir: Path, timeout_s: float) -> ClusterCounters | None:
-    """A running node's counters through its control socket (the cluster.json one level up)."""
+def _live_counters(member_dir: Path, timeout_s: float) -> tuple[ClusterCounters, dict[str, int]] | None:
+    """A running node's counters and distinct error log through its control socket (the cluster.json
+    one level up)."""
     if not is_node_running(member_dir) or not (member_dir.parent / CONFIG_FILE_NAME).is_file():
         return None
     try:
@@ -141,7 +142,7 @@ def _live_counters(member_dir: Path, timeout_s: float) -> ClusterCounters | None
         return None
     finally:
         zctx.term()
-    return counters_of(reply) if isinstance(reply, Counters) and reply.started else None
+    return (counters_of(reply), error_log_of(reply)) if isinstance(reply, Counters) and reply.started else None
 
 
 def describe_counters(c: ClusterCounters, source: str) -> str:

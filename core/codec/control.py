@@ -7,7 +7,7 @@ control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages i
 * ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
 * ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault``,
   ``TestHook``, ``PurgeSegments`` -> ``ControlResponse``;
-* ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters, read by ClusterTool).
+* ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters and the distinct error log, read by ClusterTool).
 
 They travel only on the control channel; a consensus module never sees them.
 """
@@ -19,7 +19,7 @@ from enum import IntEnum
 from typing import Annotated, ClassVar
 
 from clusterlab.core.codec.enums import ToggleState
-from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Int32, Int64, Message, codec
+from clusterlab.core.codec.message import ENUM32, AsciiVar, DataVar, Group, GroupEntry, Int32, Int64, Message, codec
 
 NOT_STARTED = -1  # NodeStatus.module_state / role before the module started (tcp: awaiting members)
 NO_ELECTION = -1  # NodeStatus.election_state when no election runs
@@ -73,6 +73,7 @@ class NodeStatus(Message):
     pid: Int32
     endpoints: AsciiVar
     detail: AsciiVar  # ConsensusModule.describe()
+    health: AsciiVar  # what an operator must see beside the role ("; "-separated), "" when healthy
 
 
 @codec
@@ -194,9 +195,22 @@ class CountersRequest(Message):
 
 @codec
 @dataclass(frozen=True, slots=True)
+class DistinctError(GroupEntry):
+    """One entry of ``Counters.error_log``: an error and how often the node observed it (Aeron's
+    DistinctErrorLog, which ClusterTool ``errors`` reads)."""
+
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    observation_count: Int64
+    message: AsciiVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
 class Counters(Message):
     """A node's consensus-module counters (clusterlab.core.consensus.counters.ClusterCounters, field
-    for field); ``started`` is 0 before the module started (every counter is then 0 or -1)."""
+    for field) and its distinct error log; ``started`` is 0 before the module started (every counter
+    is then 0 or -1, the log empty)."""
 
     TEMPLATE_ID: ClassVar[int] = 226
     BLOCK_LENGTH: ClassVar[int] = 104
@@ -217,6 +231,7 @@ class Counters(Message):
     control_toggle: Int32
     election_state: Int32
     started: Int32
+    error_log: Annotated[tuple[DistinctError, ...], Group(DistinctError)]
 
 
 class TestHookKind(IntEnum):

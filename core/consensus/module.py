@@ -94,6 +94,7 @@ from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.consensus.recovery import recover
+from clusterlab.core.consensus.senders import body_sender
 from clusterlab.core.consensus.service_link import ServiceLink
 from clusterlab.core.consensus.sessions import ClusterSession
 from clusterlab.core.consensus.snapshots import Snapshots
@@ -130,6 +131,9 @@ class ConsensusModule:
         self.node_state = NodeState.open(ctx.storage)
         self.storage_failure: str | None = None  # why the storage refused a write; then fenced until restart
         self.hooks = TestHooks()  # off unless armed (SimCluster methods, the TestHook control message)
+        # A member message is taken only if the sender its body names is its proven source (senders.py).
+        # Test-only off switch: tests show what the check prevents; nothing else ever clears it.
+        self.check_body_member_ids = True
         self.outbox = HookedOutbox(ctx.outbox, self.hooks)
         self.consensus_publisher = ConsensusPublisher(ctx.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
@@ -550,6 +554,10 @@ class ConsensusModule:
         handler = self._handlers.get(type(msg))
         if handler is None:
             self.s.ignore(f"{channel} from {src_member_id}", f"unexpected {type(msg).__name__}")
+            return
+        claimed = body_sender(msg)
+        if claimed is not None and claimed != src_member_id and self.check_body_member_ids:
+            self.s.reject_body_member(type(msg).__name__, claimed, src_member_id)
             return
         try:
             handler(src_member_id, msg, now_ns)

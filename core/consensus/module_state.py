@@ -18,6 +18,7 @@ from clusterlab.core.consensus.context import (
     Role,
 )
 from clusterlab.core.consensus.members import MemberStatus
+from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 
 if TYPE_CHECKING:
     from clusterlab.core.consensus.election import Election
@@ -75,6 +76,8 @@ class ModuleState:
         self.time_of_last_log_update_ns = 0  # last sign of life of the leader's log (follower)
         self.terminated = False
         self.ignored: dict[str, int] = {}  # reason -> count: bad or stale peer input, never raised
+        # Member messages whose body named a sender other than their proven source (senders.py): dropped.
+        self.body_member_mismatch_count = 0
         # Aeron's "Cluster errors" counter and distinct error log: each distinct error once, with a count.
         self.error_count = 0
         self.distinct_errors: dict[str, int] = {}
@@ -113,6 +116,17 @@ class ModuleState:
         key = f"{what}: {reason}"
         self.ignored[key] = self.ignored.get(key, 0) + 1
         self._log(f"member {self.member_id} ignored {key}")
+
+    def reject_body_member(self, message: str, body_member_id: int, src_member_id: int) -> None:
+        """A member message whose body names a sender other than its proven source (senders.py):
+        dropped, counted (``body_member_mismatch_count`` and ``ignored``), logged and traced."""
+        self.body_member_mismatch_count += 1
+        self.ignore(message, f"body names member {body_member_id}, sent by member {src_member_id}")
+        self.event(
+            BODY_MEMBER_MISMATCH,
+            {"message": message, "body_member_id": body_member_id, "source": src_member_id},
+            self.leadership_term_id,
+        )
 
     def event(self, kind: str, detail: dict[str, Any], term: int | None = None, pos: int | None = None) -> None:
         self._events(kind, self.member_id, term, pos, detail)

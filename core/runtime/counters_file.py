@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterlab.core.archive.storage import Storage
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.consensus.counters import ClusterCounters
 
@@ -35,13 +36,17 @@ class CountersSnapshot:
     errors: dict[str, int]
     pid: int
     running: bool  # False once the node wrote it on its way out
+    stop_reason: str = ""  # why the node stopped (written on its way out): "terminated: ...", a signal
 
 
 class CountersFile:
     """The writer side, owned by a node process."""
 
-    def __init__(self, member_dir: Path) -> None:
+    def __init__(self, member_dir: Path, storage: Storage | None = None) -> None:
         self.path = Path(member_dir) / COUNTERS_FILE_NAME
+        # The node's storage of the member directory: the disk faults injected into it (a full disk)
+        # fail this file's writes as they fail the archive's.
+        self._storage = storage
         self._next_write_ns = 0
         self._written_errors = -1
 
@@ -49,13 +54,22 @@ class CountersFile:
         """The interval passed or the error count changed (cheap: checked every duty cycle)."""
         return now_ns >= self._next_write_ns or error_count != self._written_errors
 
-    def write(self, counters: ClusterCounters, errors: dict[str, int], now_ns: int, *, running: bool) -> None:
-        """Replace the file with these values. An OSError (a full disk) is raised after the next attempt
-        was scheduled, so a failing disk costs one attempt per interval."""
+    def write(
+        self, counters: ClusterCounters, errors: dict[str, int], now_ns: int, *, running: bool, stop_reason: str = ""
+    ) -> None:
+        """Replace the file with these values (``stop_reason``: why the node stops, on its way out). An
+        OSError (a full disk) is raised after the next attempt was scheduled, so a failing disk costs
+        one attempt per interval."""
         self._next_write_ns = now_ns + WRITE_INTERVAL_NS
         self._written_errors = counters.errors
-        doc = {"counters": counters.to_json(), "errors": errors, "pid": os.getpid(), "running": running}
-        write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True))
+        doc: dict[str, Any] = {"counters": counters.to_json(), "errors": errors, "pid": os.getpid(), "running": running}
+        if stop_reason:
+            doc["stop_reason"] = stop_reason
+        text = json.dumps(doc, indent=1, sort_keys=True)
+        if self._storage is not None:
+            self._storage.replace(COUNTERS_FILE_NAME, text.encode(), sync=False)
+        else:
+            write_atomically(self.path, text)
 
 
 def read_counters_file(member_dir: Path) -> CountersSnapshot:
@@ -78,4 +92,6 @@ def read_counters_file(member_dir: Path) -> CountersSnapshot:
     except ValueError as e:
         raise CountersFileError(f"{path}: {e}") from None
     errors = {str(k): int(v) for k, v in doc["errors"].items()}
-    return CountersSnapshot(counters, errors, int(doc.get("pid", -1)), bool(doc.get("running", False)))
+    return CountersSnapshot(
+        counters, errors, int(doc.get("pid", -1)), bool(doc.get("running", False)), str(doc.get("stop_reason", ""))
+    )

@@ -19,8 +19,10 @@ Sockets (see clusterlab.core.runtime.transport for framing):
 
 Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate). A message on a
 ROUTER is taken only from the connection of the member its header claims (its routing id, and on a
-secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security. Drops are logged
-and counted (``source_rejected=`` and ``auth_refused=`` in the status detail).
+secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security; the consensus module
+then takes a message whose body names its sender only if that is the header's source
+(clusterlab.core.consensus.senders). Drops are logged and counted (``source_rejected=``,
+``auth_refused=`` and ``body_member_mismatch=`` in the status detail).
 
 Recording (clusterlab.harness.recorder; on with ``--trace-dir DIR --run-id ID``): every message this process
 sends (``send`` when it is handed to its socket, after the gate; ``send`` and ``drop`` with reason
@@ -64,6 +66,7 @@ from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.mutants import format_mutants, parse_mutants
+from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     CHECK_INVARIANTS_ENV,
@@ -102,6 +105,7 @@ from clusterlab.core.runtime.security import (
 )
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
+from clusterlab.core.runtime.test_hooks import ascii_text as _ascii
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -152,8 +156,14 @@ def _any_source(_src: int) -> bool:
     return True
 
 
-def _ascii(text: str) -> str:
-    return text.encode("ascii", "backslashreplace").decode("ascii")
+_DISK_FULL_CODES = ("ENOSPC", "EDQUOT")
+
+
+def storage_problem(reason: str) -> str:
+    """A storage failure's reason (``ENOSPC: No space left on device (path)``) as an operator names
+    it: ``disk full (ENOSPC)``, ``disk error (EIO)``."""
+    code = reason.split(":", 1)[0].strip() or "unknown"
+    return f"{'disk full' if code in _DISK_FULL_CODES else 'disk error'} ({code})"
 
 
 class Node:
@@ -174,7 +184,7 @@ class Node:
         # Disk-fault chaos on a running node goes through this wrapper (StorageFault control message).
         self.storage = FaultyStorage(FileStorage(self.member_dir), random.Random(f"disk:{member_id}:{incarnation}"))
         self.log = ProcessLog(f"node-{member_id}")
-        self.counters_file = CountersFile(self.member_dir)  # Aeron's CnC counters + mark-file error log
+        self.counters_file = CountersFile(self.member_dir, self.storage)  # Aeron's CnC counters + mark-file error log
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
         self.zctx = zmq.Context(io_threads=1)
@@ -196,6 +206,7 @@ class Node:
         self.service_connected = False  # every service process has connected
         self._services_connected: set[int] = set()
         self.service_gone_ns: int | None = None
+        self._recording_stop_counted = False
         self._sockets: list[zmq.Socket] = []
 
         # Member-facing sockets: bind what the configuration says (tcp :0 -> an OS-assigned port;
@@ -671,8 +682,13 @@ class Node:
         return sum(self.rejected.values())
 
     def _with_security_detail(self, detail: str) -> str:
-        # The status detail carries the source-check counters (NodeStatus has no field of its own).
-        return f"{detail} {SOURCE_REJECTED}={self.rejected_count} {AUTH_REFUSED}={self.security.refused}"
+        # The status detail carries the source-check counters (NodeStatus has no field of its own): the
+        # runtime's (header source vs connection, refused keys) and the module's (body sender vs source).
+        mismatched = 0 if self.module is None else self.module.s.body_member_mismatch_count
+        return (
+            f"{detail} {SOURCE_REJECTED}={self.rejected_count} {AUTH_REFUSED}={self.security.refused} "
+            f"{BODY_MEMBER_MISMATCH}={mismatched}"
+        )
 
     def stats(self) -> str:
         """Traffic counters: how much each duty cycle batched (messages in, messages out per channel)."""
@@ -714,6 +730,7 @@ class Node:
                 pid=os.getpid(),
                 endpoints=_ascii(self.own_member.describe()),
                 detail=self._with_security_detail("not started"),
+                health=_ascii(self.health()),
             )
         es = m.election_state
         return NodeStatus(
@@ -737,7 +754,22 @@ class Node:
             detail=self._with_security_detail(
                 _ascii(m.describe() + (f" storage failure: {m.storage_failure}" if m.storage_failure else ""))
             ),
+            health=_ascii(self.health()),
         )
+
+    def health(self) -> str:
+        """What an operator must see beside the role, ``; ``-separated ("" when healthy): the disk
+        failure that fenced the member, its trace recording stopped, its service process gone."""
+        problems = []
+        m = self.module
+        if m is not None and m.storage_failure is not None:
+            problems.append(f"fenced: {storage_problem(m.storage_failure)}")
+        stopped = self.rec.stopped
+        if stopped is not None:
+            problems.append(f"recording stopped: {storage_problem(str(stopped.get('reason', '')))}")
+        if self.service_gone_ns is not None:
+            problems.append("service down")
+        return "; ".join(problems)
 
     # ------------------------------------------------------------------ duty cycle
     def do_work(self, now_ns: int) -> int:
@@ -750,6 +782,9 @@ class Node:
         m = self.module
         if m is not None:
             work += m.do_work(now_ns)
+            if self.rec.stopped is not None and not self._recording_stop_counted:
+                self._recording_stop_counted = True  # an error Aeron's error handler would see: counted once
+                m.s.error("recording", f"trace recording stopped: {self.rec.stopped.get('reason')}")
             if self.counters_file.is_due(now_ns, m.s.error_count):
                 try:
                     self.counters_file.write(m.counters(now_ns), m.s.distinct_errors, now_ns, running=True)
@@ -795,7 +830,11 @@ class Node:
             try:  # the last values stay readable after the process (Aeron's CnC file does too)
                 module = self.module
                 self.counters_file.write(
-                    module.counters(self._now_ns), module.s.distinct_errors, self._now_ns, running=False
+                    module.counters(self._now_ns),
+                    module.s.distinct_errors,
+                    self._now_ns,
+                    running=False,
+                    stop_reason=_ascii(self.cycle.stop_reason or ""),
                 )
             except OSError as e:
                 self.log(f"counters file not written: {e}")

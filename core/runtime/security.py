@@ -15,7 +15,10 @@ name on every message of the connection (the ``User-Id`` property), and the rece
 against the member id the message's header claims (:func:`source_rejection`). With security off the
 same check holds on the connection's routing id (``node-<i>``, set by the sender at connect; a
 ROUTER refuses a second connection with a routing id in use), so a message whose claimed source
-does not match the connection it came on is dropped either way.
+does not match the connection it came on is dropped either way. The consensus module then holds the
+member id in the body to the same proven source (clusterlab.core.consensus.senders): a message whose
+body names another sender is dropped and counted, so a member's key (or routing id) speaks for that
+member only.
 
 Keys are made by :func:`create_keys` (``cluster start``, LocalCluster): one key pair per member (its
 node and its service share it), one for clients, one for the operator's tools (admin), plus the

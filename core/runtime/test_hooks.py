@@ -7,6 +7,7 @@ from clusterlab.core.codec.control import (
     ControlResponse,
     ControlResponseCode,
     Counters,
+    DistinctError,
     PurgeSegments,
     TestHook,
     TestHookKind,
@@ -15,12 +16,17 @@ from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.consensus.module import ConsensusModule
 
+MAX_ERROR_LOG_ENTRIES = 1000  # distinct errors a Counters reply carries (most observed first)
+
 
 def counters_reply(module: ConsensusModule | None, member_id: int, correlation_id: int, now_ns: int) -> Counters:
-    """The module's counters as a ``Counters`` message (``started`` 0 before the module started)."""
+    """The module's counters and distinct error log as a ``Counters`` message (``started`` 0 before
+    the module started)."""
     if module is None:
-        return Counters(correlation_id, 0, 0, -1, 0, 0, 0, 0, 0, 0, member_id, -1, -1, -1, NO_ELECTION, 0)
+        return Counters(correlation_id, 0, 0, -1, 0, 0, 0, 0, 0, 0, member_id, -1, -1, -1, NO_ELECTION, 0, ())
     c = module.counters(now_ns)
+    errors = sorted(module.s.distinct_errors.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_ERROR_LOG_ENTRIES]
+    error_log = tuple(DistinctError(count, ascii_text(message)) for message, count in errors)
     return Counters(
         correlation_id=correlation_id,
         commit_position=c.commit_position,
@@ -38,12 +44,23 @@ def counters_reply(module: ConsensusModule | None, member_id: int, correlation_i
         control_toggle=c.control_toggle,
         election_state=c.election_state,
         started=1,
+        error_log=error_log,
     )
+
+
+def ascii_text(text: str) -> str:
+    """``text`` as ASCII for an AsciiVar field (anything else backslash-escaped)."""
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def counters_of(msg: Counters) -> ClusterCounters:
     """The ``ClusterCounters`` a ``Counters`` reply carries."""
     return ClusterCounters(**{name: getattr(msg, name) for name in ClusterCounters.__dataclass_fields__})
+
+
+def error_log_of(msg: Counters) -> dict[str, int]:
+    """The distinct error log a ``Counters`` reply carries: message -> observations."""
+    return {e.message: e.observation_count for e in msg.error_log}
 
 
 def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlResponse:

@@ -24,7 +24,7 @@ from typing import Any
 from clusterlab.chaos.checks import CHECK_NAMES, LINEARIZABILITY, SQL_CHECKS, SqlCheck
 from clusterlab.chaos.checks.base import VIEWS
 from clusterlab.chaos.checks.embedded import row_counts, view_tables
-from clusterlab.chaos.checks.report import CheckReport, CheckResult, plain, run_id_of, trace_bytes
+from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of, trace_bytes
 from clusterlab.chaos.checks.sql import explain_agreement, view_columns
 from clusterlab.chaos.checks.views import view_schema
 from clusterlab.golden.spark.session import spark_session
@@ -59,9 +59,10 @@ __all__ = ["CHECKS", "CheckReport", "CheckResult", "check_runs", "establish_comp
 
 
 def load(spark: SparkSession, paths: str, table: str, columns: Sequence[str] = ()) -> DataFrame:
-    """One trace table of every run in ``paths`` (comma-separated run directories); with ``columns``,
-    only those columns leave the source (it gets no column pruning from Spark)."""
-    reader = spark.read.format("clustertrace").option("table", table)
+    """One trace table of every run in ``paths`` (comma-separated run directories), ``run_id`` holding
+    each run's directory (runs are keyed by directory); with ``columns``, only those columns leave the
+    source (it gets no column pruning from Spark)."""
+    reader = spark.read.format("clustertrace").option("table", table).option("runKey", "directory")
     if columns:
         reader = reader.option("columns", ",".join(columns))
     return reader.load(paths)
@@ -190,7 +191,7 @@ def check_runs(
         # Read and judged here, as the embedded engine does; the views go to Spark as Arrow tables.
         opened = {r: open_run(r) for r in all_runs}
         completeness = {r: o.completeness for r, o in opened.items() if o.completeness is not None}
-        complete = [(run_id_of(r), o) for r, o in opened.items() if o.completeness is None or o.completeness.ok]
+        complete = [(r, o) for r, o in opened.items() if o.completeness is None or o.completeness.ok]
         runs = [r for r, o in opened.items() if o.completeness is None or o.completeness.ok]
         rows, run_rows, run_torn = row_counts(complete)
         if runs:
@@ -203,7 +204,7 @@ def check_runs(
         # One row per file (rows, torn tail, CRCs): small, so it is collected once, judged and summed here.
         completeness, all_files = establish_completeness(spark, all_runs)
         runs = [r for r in all_runs if completeness[r].ok]  # complete or not judged
-        rows, run_rows, run_torn = _file_counts([f for r in runs for f in all_files.get(r, [])])
+        rows, run_rows, run_torn = _file_counts({r: all_files.get(r, []) for r in runs})
         if runs:
             log_runs = [r for r, per in run_rows.items() if per.get("log")]
             tables = Tables(spark, ",".join(runs), rows, log_runs)
@@ -234,6 +235,7 @@ def check_runs(
             tables.drop_views()
     else:  # nothing complete to judge
         results = {c.name: CheckResult(c.name, 0) for c in checks} | {LINEARIZABILITY: CheckResult(LINEARIZABILITY, 0)}
+    name_runs(results, all_runs)
     report = CheckReport(
         run_ids=run_ids,
         run_dirs=all_runs,
@@ -260,16 +262,21 @@ def _arrow_frame(spark: SparkSession, data: Any) -> DataFrame:
     return spark.createDataFrame(data)
 
 
-def _file_counts(files: Sequence[Any]) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
-    """(rows per table, rows per run and table, torn files per run) from ``files`` table rows."""
+def _file_counts(
+    files: Mapping[str, Sequence[Any]],
+) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int]]:
+    """(rows per table, rows per run and table, torn files per run) from each run directory's ``files``
+    table rows."""
     rows: dict[str, int] = {}
     run_rows: dict[str, dict[str, int]] = {}
     run_torn: dict[str, int] = {}
-    for f in files:
-        rows[f["table"]] = rows.get(f["table"], 0) + int(f["rows"] or 0)
-        per = run_rows.setdefault(f["run_id"], {})
-        per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
-        run_torn[f["run_id"]] = run_torn.get(f["run_id"], 0) + int(bool(f["torn"]))
+    for run, run_files in files.items():
+        per = run_rows.setdefault(run, {})
+        run_torn[run] = 0
+        for f in run_files:
+            rows[f["table"]] = rows.get(f["table"], 0) + int(f["rows"] or 0)
+            per[f["table"]] = per.get(f["table"], 0) + int(f["rows"] or 0)
+            run_torn[run] += int(bool(f["torn"]))
     return rows, run_rows, run_torn
 
 

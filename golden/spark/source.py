@@ -13,7 +13,9 @@ process killed mid-batch) is tolerated: the complete batches are read, and ``tab
 row per file with its ``torn`` flag and ignored bytes, so a job can count them.
 
 Columns: the table's own columns (from the files' schema; the contract's columns never change
-meaning) plus ``run_id`` where the table lacks it, and ``file``. The ``log`` table also gets the
+meaning) plus ``run_id`` where the table lacks it, and ``file``. With ``runKey`` (option) ``directory``,
+``run_id`` is each run's directory as given in the path instead, in every table: the checks key runs by
+directory, so two runs sharing a run id (a copy of a run) stay apart. The ``log`` table also gets the
 columns a check needs without decoding frames in a UDF: ``entry_digest`` (XXH3-128 of the framed
 entry, as ``applied.entry_digest``), ``cluster_session_id`` and ``body`` (the application message of a
 ``SessionMessage`` entry, else null).
@@ -94,6 +96,7 @@ class TraceFile:
     table: str
     size: int = 0
     entry_digest: str = ENTRY_DIGEST_NAME  # the run's (run.json trace_format.entry_digest)
+    run_id_is_directory: bool = False  # ``run_id`` is the run's directory, whatever its rows say (runKey)
 
 
 @dataclass(frozen=True)
@@ -169,19 +172,22 @@ def _run_info(run_dir: str) -> tuple[str, str]:
         return os.path.basename(os.path.normpath(run_dir)), ENTRY_DIGEST_NAME
 
 
-def trace_files(run_dirs: list[str], table: str) -> list[TraceFile]:
-    """Every ``<table>/*.arrow`` file of the runs (for ``files``: of every table)."""
+def trace_files(run_dirs: list[str], table: str, *, by_directory: bool = False) -> list[TraceFile]:
+    """Every ``<table>/*.arrow`` file of the runs (for ``files``: of every table); ``by_directory``: each
+    file's ``run_id`` is its run's directory (as given)."""
     tables = TABLES if table == FILES else (table,)
     out = []
     for run_dir in run_dirs:
         run_id, digest = _run_info(run_dir)
+        if by_directory:
+            run_id = run_dir
         for t in tables:
             folder = os.path.join(run_dir, t)
             if os.path.isdir(folder):
                 for n in sorted(os.listdir(folder)):
                     path = os.path.join(folder, n)
                     if n.endswith(".arrow"):
-                        out.append(TraceFile(path, run_id, t, os.path.getsize(path), digest))
+                        out.append(TraceFile(path, run_id, t, os.path.getsize(path), digest, by_directory))
     return out
 
 
@@ -201,7 +207,7 @@ def read_schema(path: str) -> pa.Schema | None:
     try:
         with pa.OSFile(path, "rb") as f:
             return ipc.open_stream(f).schema
-    except (pa.ArrowInvalid, OSError):
+    except (pa.ArrowException, OSError):
         return None
 
 
@@ -212,7 +218,7 @@ def read_stripe(path: str, stripe: int, stripes: int) -> Iterator[pa.RecordBatch
         try:
             messages = ipc.MessageReader.open_stream(source)
             schema = ipc.read_schema(messages.read_next_message())
-        except (pa.ArrowInvalid, OSError, StopIteration):
+        except (pa.ArrowException, OSError, StopIteration):
             return
         index = 0
         while True:
@@ -287,7 +293,7 @@ def conform(batch: pa.RecordBatch, part: TraceFile, schema: pa.Schema) -> pa.Rec
     n = batch.num_rows
     names = set(schema.names)
     columns = {name: batch.column(name) for name in batch.schema.names if name in names}
-    if "run_id" in names and "run_id" not in columns:
+    if "run_id" in names and ("run_id" not in columns or part.run_id_is_directory):
         columns["run_id"] = pa.repeat(pa.scalar(part.run_id, pa.string()), n)
     wanted = names & set(_LOG_EXTRAS)
     if part.table == "log" and wanted and "entry" in batch.schema.names:
@@ -382,7 +388,10 @@ class ClusterTraceDataSource(DataSource):
 
     def _files(self) -> list[TraceFile]:
         path = self.options.get("path") or self.options.get("paths") or ""
-        return trace_files(find_runs(path), self._table())
+        key = self.options.get("runKey", "run_id")
+        if key not in ("run_id", "directory"):
+            raise TraceSourceError(f"clustertrace: runKey must be run_id or directory, not {key!r}")
+        return trace_files(find_runs(path), self._table(), by_directory=key == "directory")
 
     def _arrow_schema(self) -> pa.Schema:
         table = self._table()

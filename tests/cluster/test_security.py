@@ -25,7 +25,8 @@ from clusterlab.core.codec.consensus import AppendPosition, RequestVote
 from clusterlab.core.codec.control import GateRule
 from clusterlab.core.codec.registry import REGISTRY
 from clusterlab.core.codec.selfcheck import sample
-from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.context import SECOND, Channel, Role, Timeouts
+from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 from clusterlab.core.runtime.config import ClusterConfig
 from clusterlab.core.runtime.dirlock import DirectoryLockError
 from clusterlab.core.runtime.node import AUTH_REFUSED, SOURCE_REJECTED
@@ -159,6 +160,102 @@ def test_unsecured_ipc_forged_source_not_matching_its_connection_is_dropped(tmp_
         _forged_append_position_scenario(c, routing_id=b"forger")
 
 
+WRITES_DURING_CUT = 10
+# Long enough that the cut-off leader still leads when the forgery arrives on a loaded machine (it steps
+# down one heartbeat timeout after its followers fell silent).
+PATIENT_TIMEOUTS = dataclasses.replace(
+    Timeouts.fast(), leader_heartbeat_timeout_ns=5 * SECOND, startup_canvass_timeout_ns=10 * SECOND
+)
+
+
+def _holding_member_key(cluster: LocalCluster, member_id: int, target: int) -> Callable[[zmq.Socket], None] | None:
+    """CURVE options of a process holding member ``member_id``'s own key pair (stolen), connecting to
+    member ``target``; None on an unsecured cluster."""
+    if not cluster.config.secure:
+        return None
+    pair = load_key_pair(cluster.directory, member_key_name(member_id))
+    server = load_public_keys(cluster.directory)[member_key_name(target)]
+
+    def setup(sock: zmq.Socket) -> None:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, server)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, pair.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, pair.secret)
+
+    return setup
+
+
+def _forged_body_member_scenario(cluster: LocalCluster) -> None:
+    """A forger takes member ``stolen``'s identity while it is down (its routing id, and on a secured
+    cluster its own key) and tells the leader, cut off from member ``named``, that ``named`` appended
+    everything: AppendPosition(term, 1<<40, follower_member_id=named). It passes the runtime's checks
+    (it is who its header says); the module drops it for the body's member. No write is acknowledged
+    without a real quorum, and none acknowledged is lost at the next failover."""
+    client = cluster.client()
+    assert client.put("before", "1")["ok"]
+    await_caught_up(cluster)
+    leader = cluster.await_leader()
+    named, stolen = [i for i in range(cluster.member_count) if i != leader]
+    cluster.kill(stolen)
+    cluster.block(leader, named)
+    cluster.block(named, leader)
+    status = cluster.status(leader)
+    assert status is not None
+    term, committed, appended = status.leadership_term_id, status.commit_position, status.append_position
+    counters = (BODY_MEMBER_MISMATCH, SOURCE_REJECTED, AUTH_REFUSED)
+    before = {name: _counter(cluster, leader, name) for name in counters}
+    rids = [client.submit(lambda r, i=i: kv.put(r, f"cut-{i}", "x")) for i in range(WRITES_DURING_CUT)]
+    cluster.await_condition(
+        lambda: (s := cluster.status(leader)) is not None and s.append_position > appended,
+        10.0,
+        "the writes appended on the cut-off leader",
+    )
+    forged = AppendPosition(term, 1 << 40, named, 0).encode()
+    send_raw(
+        cluster.zctx,
+        cluster.config.member(leader).consensus,
+        [[header(Channel.CONSENSUS, stolen), forged]] * FORGED_COPIES,
+        socket="dealer",
+        routing_id=node_routing_id(stolen),
+        setup=_holding_member_key(cluster, stolen, leader),
+    )
+    _await_counter_above(cluster, leader, BODY_MEMBER_MISMATCH, before[BODY_MEMBER_MISMATCH], "the body check")
+    # The forgery got through the runtime (the right connection and key for its header), to the module.
+    assert _counter(cluster, leader, SOURCE_REJECTED) == before[SOURCE_REJECTED]
+    assert _counter(cluster, leader, AUTH_REFUSED) == before[AUTH_REFUSED]
+    status = cluster.status(leader)
+    assert status is not None
+    assert status.role == int(Role.LEADER), f"the leader stepped down before the forgery: {cluster.status_line()}"
+    assert status.commit_position == committed, "the leader committed writes only it holds"
+    log = cluster.directory / "logs" / f"member-{leader}-node-{cluster.incarnation(leader)}.log"
+    assert f"AppendPosition: body names member {named}, sent by member {stolen}" in log.read_text()
+    client.pump(0.5)
+    assert not any(rid in client.replies for rid in rids), "a write acknowledged without a quorum"
+    # The cut-off leader dies, the forger is gone, the members it impersonated and cut off elect.
+    cluster.kill(leader)
+    cluster.heal()
+    cluster.restart(stolen)
+    cluster.await_leader(LEADER_S, exclude={leader})
+    assert client.get("before")["value"] == "1"
+    for i, rid in enumerate(rids):  # anything acknowledged since (by the new leader) is there
+        if client.replies.get(rid, {}).get("ok") is True:
+            assert client.get(f"cut-{i}")["value"] == "x", "an acknowledged write was lost"
+    assert client.put("after", "2")["ok"]
+    cluster.restart(leader)
+    await_caught_up(cluster)
+    assert_services_agree(cluster)
+
+
+@pytest.mark.parametrize(
+    "transport", [{}, {"secure": True}, {"tcp": True, "secure": True}], ids=["ipc", "secure-ipc", "tcp"]
+)
+def test_a_stolen_identity_cannot_acknowledge_writes_in_another_members_name(
+    tmp_path: Path, transport: dict[str, bool]
+) -> None:
+    with running_cluster(tmp_path, timeouts=PATIENT_TIMEOUTS, **transport) as c:
+        assert c.config.secure == bool(transport)
+        _forged_body_member_scenario(c)
+
+
 def test_secured_forged_vote_is_refused_and_no_election_starts(tmp_path: Path) -> None:
     with running_cluster(tmp_path, secure=True) as c:
         client = c.client()
@@ -280,14 +377,6 @@ def test_secured_every_socket_refuses_a_stranger_and_a_member_key_cannot_speak_f
         # A member's key speaks for that member only: member 2's key claiming member 1 (down).
         victim, holder = [i for i in range(3) if i != leader][:2]
         c.kill(victim)
-        pair = load_key_pair(c.directory, member_key_name(holder))
-        server = load_public_keys(c.directory)[member_key_name(leader)]
-
-        def as_holder(sock: zmq.Socket) -> None:
-            sock.setsockopt(zmq.CURVE_SERVERKEY, server)
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, pair.public)
-            sock.setsockopt(zmq.CURVE_SECRETKEY, pair.secret)
-
         before = _counter(c, leader, SOURCE_REJECTED)
         status = c.status(leader)
         assert status is not None
@@ -298,7 +387,7 @@ def test_secured_every_socket_refuses_a_stranger_and_a_member_key_cannot_speak_f
             [[header(Channel.CONSENSUS, victim), forged]] * FORGED_COPIES,
             socket="dealer",
             routing_id=node_routing_id(victim),
-            setup=as_holder,
+            setup=_holding_member_key(c, holder, leader),
         )
         _await_counter_above(c, leader, SOURCE_REJECTED, before, "the leader dropping a member speaking for another")
         log = c.directory / "logs" / f"member-{leader}-node-{c.incarnation(leader)}.log"

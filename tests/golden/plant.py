@@ -8,15 +8,20 @@ correctly, CORRUPT and the checks would never judge it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from clusterlab.harness.completeness import manifest
-from clusterlab.harness.recorder import TABLES
+from clusterlab.harness.completeness import SEAL, manifest, sealed_json
+from clusterlab.harness.recorder import TABLES, RunRecorder
 
 Rows = list[dict[str, Any]]
 
@@ -32,11 +37,11 @@ def write_file(path: Path, table: pa.Table) -> None:
 
 
 def reseal(run: Path) -> None:
-    """Rewrite run.json's manifest from the files as they are now (as RunRecorder.finish does)."""
+    """Rewrite run.json's manifest from the files as they are now and seal it (as RunRecorder.finish does)."""
     meta = json.loads((run / "run.json").read_text())
-    if "files" in meta:  # a run recorded with a manifest (schema version 2)
-        meta.update(manifest(run, TABLES))
-        (run / "run.json").write_text(json.dumps(meta))
+    meta.pop(SEAL, None)
+    meta.update(manifest(run, TABLES))
+    (run / "run.json").write_bytes(sealed_json(meta))
 
 
 def rewrite(path: Path, change: Callable[[Rows], Rows]) -> None:
@@ -51,7 +56,7 @@ def copy_run(src: Path, dst: Path, run_id: str) -> Path:
     shutil.copytree(src, dst)
     meta = json.loads((dst / "run.json").read_text())
     meta["run_id"] = run_id
-    (dst / "run.json").write_text(json.dumps(meta))
+    (dst / "run.json").write_text(json.dumps(meta))  # sealed again below
     for path in dst.glob("*/*.arrow"):
         table = read_file(path)
         if "run_id" in table.column_names:
@@ -149,3 +154,40 @@ def tear(path: Path, keep_fraction: float = 0.6) -> int:
     size = int(len(data) * keep_fraction)
     path.write_bytes(data[:size])
     return size
+
+
+# ------------------------------------------------------------------------------------------ SIGKILL
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from clusterlab.harness.recorder import ProcessRecorder
+
+    rec = ProcessRecorder(sys.argv[1], "r", "node-0", 0, 0, max_rows=7)
+    i = 0
+    while True:  # never closed: SIGKILL ends it mid-write or between batches
+        rec.event("commit", 0, 1, i, {"n": i})
+        i += 1
+        if i == 70:
+            print("ready", flush=True)
+    """
+)
+
+
+def killed_run(tmp_path: Path, *, record_kill: bool) -> Path:
+    """A run whose node-0 recorder was really SIGKILLed while writing; the harness records the kill
+    (or, with ``record_kill`` False, nothing explains the torn file)."""
+    run_dir = tmp_path / ("killed" if record_kill else "unexplained")
+    rec = RunRecorder(run_dir, "r", scenario="sigkill")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    if record_kill:
+        rec.event("kill", 0)
+    rec.finish("ok")
+    return run_dir

@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos.checks.embedded import check_runs as check_runs_duckdb
 from clusterlab.chaos.verify import verify_run
 from clusterlab.golden.report import render
 from clusterlab.golden.spark.check import check_runs
-from clusterlab.golden.store import GoldenError, bless
+from clusterlab.golden.store import GoldenError, bless, load_golden
 from clusterlab.golden.verify import verify_goldens
 from clusterlab.harness.completeness import (
     EXIT_CORRUPT,
@@ -27,14 +24,15 @@ from clusterlab.harness.completeness import (
     SCHEMA_VERSION,
     Status,
     assess,
+    canonical_json,
     exit_code,
 )
-from clusterlab.harness.recorder import TABLES, RunRecorder
+from clusterlab.harness.recorder import TABLES
 from clusterlab.harness.trace import TraceError, open_run
 
 from clusterlab.cli import main as cli_main
 from tests.golden import plant
-from tests.golden.plant import copy_run
+from tests.golden.plant import copy_run, killed_run
 
 # ------------------------------------------------------------------------------------------- damage
 
@@ -168,8 +166,8 @@ def test_spark_check_of_several_runs_checks_the_complete_ones(spark, sim_run: Pa
     clean = copy_run(sim_run, tmp_path / "clean", "run-clean")
     broken, _, _ = damaged["delete-applied"]
     report = check_runs([clean, broken], spark=spark, write_json=False)
-    assert report.run_status("run-clean") == "PASS"
-    assert report.run_status("run-delete-applied") == "INCOMPLETE"
+    assert report.run_status(str(clean)) == "PASS"
+    assert report.run_status(str(broken)) == "INCOMPLETE"
     assert report.exit_code == EXIT_INCOMPLETE
     assert report.rows["applied"] > 0  # the complete run was read and judged
 
@@ -179,6 +177,17 @@ def test_cli_check_exit_code_and_message(spark, damaged, capsys) -> None:
     assert cli_main(["check", str(run)]) == EXIT_INCOMPLETE
     out = capsys.readouterr().out
     assert "INCOMPLETE" in out and file in out and "PASS" not in out
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_check_json_is_never_ok_for_an_unjudged_run(damaged, name: str) -> None:
+    run, _, status = damaged[name]
+    try:
+        check_runs_duckdb([run])
+        doc = json.loads((run / "check.json").read_text())
+    finally:
+        (run / "check.json").unlink(missing_ok=True)
+    assert (doc["status"], doc["ok"]) == (str(status), False)
 
 
 @pytest.mark.parametrize("name", sorted(DAMAGE))
@@ -215,43 +224,9 @@ def test_trace_summary_names_the_file(damaged, name: str, capsys) -> None:
 
 # ------------------------------------------------------------------------------------------ SIGKILL
 
-CHILD = textwrap.dedent(
-    """
-    import sys
-    from clusterlab.harness.recorder import ProcessRecorder
-
-    rec = ProcessRecorder(sys.argv[1], "r", "node-0", 0, 0, max_rows=7)
-    i = 0
-    while True:  # never closed: SIGKILL ends it mid-write or between batches
-        rec.event("commit", 0, 1, i, {"n": i})
-        i += 1
-        if i == 70:
-            print("ready", flush=True)
-    """
-)
-
-
-def _killed_run(tmp_path: Path, *, record_kill: bool) -> Path:
-    """A run whose node-0 recorder was really SIGKILLed while writing; the harness records the kill
-    (or, with ``record_kill`` False, nothing explains the torn file)."""
-    run_dir = tmp_path / ("killed" if record_kill else "unexplained")
-    rec = RunRecorder(run_dir, "r", scenario="sigkill")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(run_dir)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
-    if record_kill:
-        rec.event("kill", 0)
-    rec.finish("ok")
-    return run_dir
-
 
 def test_torn_tail_after_an_explained_sigkill_is_acceptable_and_shown(tmp_path: Path) -> None:
-    run = _killed_run(tmp_path, record_kill=True)
+    run = killed_run(tmp_path, record_kill=True)
     c = assess(run, TABLES)
     assert c.status is Status.COMPLETE, c.lines()
     [note] = c.notes
@@ -260,7 +235,7 @@ def test_torn_tail_after_an_explained_sigkill_is_acceptable_and_shown(tmp_path: 
 
 
 def test_torn_tail_no_kill_explains_is_incomplete(tmp_path: Path) -> None:
-    run = _killed_run(tmp_path, record_kill=False)
+    run = killed_run(tmp_path, record_kill=False)
     c = assess(run, TABLES)
     assert c.status is Status.INCOMPLETE
     assert [f.file for f in c.findings] == ["events/node-0-i0.arrow"]
@@ -268,7 +243,7 @@ def test_torn_tail_no_kill_explains_is_incomplete(tmp_path: Path) -> None:
 
 
 def test_cutting_a_killed_file_further_loses_rows(tmp_path: Path) -> None:
-    run = _killed_run(tmp_path, record_kill=True)
+    run = killed_run(tmp_path, record_kill=True)
     victim = run / "events" / "node-0-i0.arrow"
     meta = json.loads((run / "run.json").read_text())
     recorded = meta["files"]["events/node-0-i0.arrow"]
@@ -292,16 +267,122 @@ def test_a_newer_schema_version_is_a_clear_error(sim_run: Path, tmp_path: Path, 
     assert "newer than this clusterlab reads" in capsys.readouterr().err
 
 
-def test_a_missing_schema_version_is_version_1_judged_from_the_files(sim_run: Path, tmp_path: Path) -> None:
-    run = copy_run(sim_run, tmp_path / "v1", "run-v1")
+def _edit_meta(run: Path, change: Callable[[dict], object], *, canonical: bool = True) -> None:
     meta = json.loads((run / "run.json").read_text())
-    for key in ("schema_version", "files", "processes"):
-        meta.pop(key)
-    (run / "run.json").write_text(json.dumps(meta))
+    change(meta)
+    (run / "run.json").write_bytes(canonical_json(meta) if canonical else json.dumps(meta).encode())
+
+
+def _status(run: Path) -> str:
+    return check_runs_duckdb([run], write_json=False).status
+
+
+# Damage that, with schema_version removed from run.json, once passed `clusterlab check`.
+UNVERSIONED_DAMAGE = {
+    "ops-deleted": lambda run: shutil.rmtree(run / "ops"),
+    "applied-file-deleted": lambda run: next((run / "applied").glob("*.arrow")).unlink(),
+    "entry-type-flipped": lambda run: _flip_entry_type(run),
+}
+
+
+def _flip_entry_type(run: Path) -> None:
+    victim = next((run / "applied").glob("*.arrow"))
+    data = bytearray(victim.read_bytes())
+    at = data.index(b"SessionMessage")
+    data[at] ^= 0x01  # "RessionMessage": still a valid stream, a different entry type
+    victim.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", sorted(UNVERSIONED_DAMAGE))
+def test_removing_schema_version_does_not_make_damage_pass(sim_run: Path, tmp_path: Path, damage: str) -> None:
+    run = copy_run(sim_run, tmp_path / "unversioned", "run-unversioned")
+    _edit_meta(run, lambda m: m.pop("schema_version"))
+    assert _status(run) == "CORRUPT", "the seal covers schema_version"
+    UNVERSIONED_DAMAGE[damage](run)
+    assert _status(run) in ("INCOMPLETE", "CORRUPT")
+    # Without the seal and the manifest too, nothing declares what the run recorded: never judged.
+    _edit_meta(run, lambda m: [m.pop(k) for k in ("seal", "files", "processes")])
     c = assess(run, TABLES)
-    assert (c.schema_version, c.status) == (1, Status.COMPLETE)
-    shutil.rmtree(run / "applied")
-    assert [f.file for f in assess(run, TABLES).findings] == ["applied/"]
+    assert (c.schema_version, c.status) == (1, Status.INCOMPLETE)
+    assert any("no manifest" in f.problem for f in c.findings), c.lines()
+
+
+def test_a_version_2_run_with_its_manifest_is_still_read(sim_run: Path, tmp_path: Path) -> None:
+    """Version 2 (a manifest, no seal) exists in the wild: it is judged by its manifest."""
+    run = copy_run(sim_run, tmp_path / "v2", "run-v2")
+    _edit_meta(run, lambda m: (m.pop("seal"), m.update(schema_version=2)), canonical=False)
+    assert (assess(run, TABLES).status, _status(run)) == (Status.COMPLETE, "PASS")
+    next((run / "applied").glob("*.arrow")).unlink()
+    assert _status(run) == "INCOMPLETE"
+
+
+def test_a_version_3_run_without_its_seal_is_incomplete(sim_run: Path, tmp_path: Path) -> None:
+    run = copy_run(sim_run, tmp_path / "unsealed", "run-unsealed")
+    _edit_meta(run, lambda m: m.pop("seal"))
+    [finding] = assess(run, TABLES).findings
+    assert (finding.status, finding.file) == (Status.INCOMPLETE, "run.json") and "no seal" in finding.problem
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "status"),
+    [
+        ("run_id", "another-run", Status.CORRUPT),  # any edit breaks the seal
+        ("outcome", "failed", Status.CORRUPT),
+        ("members", [], Status.CORRUPT),
+        ("trace_format", None, Status.CORRUPT),
+    ],
+)
+def test_any_edit_of_run_json_is_corrupt(sim_run: Path, tmp_path: Path, field: str, value: object, status) -> None:
+    run = copy_run(sim_run, tmp_path / "edited", "run-edited")
+    _edit_meta(run, lambda m: m.update({field: value}))
+    c = assess(run, TABLES)
+    assert c.status is status and c.findings[0].file == "run.json", c.lines()
+    assert "seal" in c.findings[0].problem
+
+
+def test_a_reformatted_run_json_is_corrupt(sim_run: Path, tmp_path: Path) -> None:
+    run = copy_run(sim_run, tmp_path / "reformatted", "run-reformatted")
+    _edit_meta(run, lambda m: None, canonical=False)  # same content, other bytes
+    [finding] = assess(run, TABLES).findings
+    assert finding.status is Status.CORRUPT and "bytes differ" in finding.problem
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "said"),
+    [
+        (lambda e: e.update(rows="12"), Status.CORRUPT, "'rows' is '12'"),
+        (lambda e: e.pop("chunks"), Status.CORRUPT, "no 'chunks'"),
+        (lambda e: e.update(table="ops"), Status.CORRUPT, "not its file's"),
+        (lambda e: e.update(rows=e["rows"] + 1), Status.CORRUPT, "rows is not the file's"),
+        (lambda e: e.update(closed=False), Status.CORRUPT, "closed is not the file's"),
+    ],
+)
+def test_a_malformed_manifest_of_an_unsealed_run_is_corrupt(
+    sim_run: Path, tmp_path: Path, change, status, said
+) -> None:
+    """Without the seal (version 2), every manifest field is still checked for type and against the file."""
+    run = copy_run(sim_run, tmp_path / "malformed", "run-malformed")
+
+    def edit(meta: dict) -> None:
+        meta.pop("seal")
+        meta["schema_version"] = 2
+        change(meta["files"]["applied/service-0-i0.arrow"])
+
+    _edit_meta(run, edit)
+    c = assess(run, TABLES)
+    assert c.status is status and any(said in f.problem for f in c.findings), c.lines()
+
+
+def test_a_file_the_manifest_does_not_list_or_bytes_past_its_end_are_corrupt(sim_run: Path, tmp_path: Path) -> None:
+    run = copy_run(sim_run, tmp_path / "added", "run-added")
+    shutil.copy(run / "events" / "node-0-i0.arrow", run / "events" / "node-0-i7.arrow")
+    [finding] = assess(run, TABLES).findings
+    assert (finding.status, finding.file) == (Status.CORRUPT, "events/node-0-i7.arrow")
+    (run / "events" / "node-0-i7.arrow").unlink()
+    with open(run / "log" / "committed.arrow", "ab") as f:
+        f.write(b"more")
+    [finding] = assess(run, TABLES).findings
+    assert (finding.status, finding.file) == (Status.CORRUPT, "log/committed.arrow") and "4 B after" in finding.problem
 
 
 # ------------------------------------------------------------------------------------------ goldens
@@ -311,29 +392,77 @@ def _drop_last_log_rows(golden: Path) -> str:
     path = golden / "log" / "committed.arrow"
     table = plant.read_file(path)
     plant.write_file(path, table.slice(0, table.num_rows - 3))
-    return "log/committed.arrow has"
+    return "log/committed.arrow"
 
 
 def _garble_messages(golden: Path) -> str:
     (golden / "messages" / "golden.arrow").write_bytes(b"not an arrow stream at all")
-    return "CORRUPT golden file"
+    return "messages/golden.arrow"
 
 
 def _delete_applied(golden: Path) -> str:
     (golden / "applied" / "golden.arrow").unlink()
-    return "INCOMPLETE golden"
+    return "applied/golden.arrow: file missing"
 
 
-@pytest.mark.parametrize("damage", [_drop_last_log_rows, _garble_messages, _delete_applied])
-def test_golden_verify_refuses_a_damaged_golden(sim_run: Path, tmp_path: Path, damage) -> None:
+def _flip_a_state_digest(golden: Path) -> str:
+    """One byte of the golden's recorded state, where a diff would call it a divergence of the code."""
+    path = golden / "applied" / "golden.arrow"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    return "applied/golden.arrow at byte"
+
+
+def _edit_run_json(golden: Path) -> str:
+    meta = json.loads((golden / "run.json").read_text())
+    meta["golden"]["seed"] += 1
+    (golden / "run.json").write_bytes(canonical_json(meta))
+    return "run.json: its content differs"
+
+
+@pytest.mark.parametrize(
+    ("damage", "status"),
+    [
+        (_drop_last_log_rows, "CORRUPT"),
+        (_garble_messages, "INCOMPLETE"),
+        (_delete_applied, "INCOMPLETE"),
+        (_flip_a_state_digest, "CORRUPT"),
+        (_edit_run_json, "CORRUPT"),
+    ],
+)
+def test_golden_verify_calls_a_damaged_golden_damaged(sim_run: Path, tmp_path: Path, damage, status: str) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
     g = bless(sim_run, "g", traces=traces, manifest=tmp_path / "goldens.json")
+    assert load_golden("g", traces).directory == g.directory  # blessed intact
     said = damage(g.directory)
-    report = verify_goldens(["g"], traces=traces, rerun=False)
+    report = verify_goldens(["g"], traces=traces, rerun=False, spark=_NoSpark())
     assert not report.ok
-    [error] = report.verdicts[0].errors
-    assert said in error and ("INCOMPLETE" in error or "CORRUPT" in error), error
+    [v] = report.verdicts
+    [error] = v.errors
+    assert error.startswith(f"{status} golden g: ") and said in error, error
+    assert v.verdict == status and (v.replay, v.rerun, v.messages) == (None, None, None), "not diffed"
+    assert f"{status} golden" in _rendered(report.table())
+
+
+class _NoSpark:
+    """verify_goldens without a Spark session: a damaged golden never reaches the diff (which would
+    call the damage a divergence); an intact one's diff is not what these tests are about."""
+
+    class sparkContext:  # the attribute verify_goldens reads
+        master = "none"
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a damaged golden reached the Spark diff ({name})")
+
+
+def _rendered(table: object) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(table)
+    return console.export_text()
 
 
 def test_cli_bless_exits_3_for_incomplete_and_4_for_corrupt(damaged, tmp_path: Path, capsys) -> None:

@@ -43,7 +43,7 @@ def test_each_planted_violation_fails_exactly_its_checks(report: Any, planted: d
     for run_id, p in planted.items():
         failed = {c for c in CHECK_NAMES if _of(report, c, run_id)}
         assert failed == p["fails"], run_id
-        assert report.run_status(run_id) == ("FAIL" if p["fails"] else "PASS")
+        assert report.run_status(str(p["dir"])) == ("FAIL" if p["fails"] else "PASS")
 
 
 def test_violations_name_the_planted_place(report: Any, planted: dict[str, Any]) -> None:
@@ -74,7 +74,7 @@ def test_the_local_verdict_is_the_embedded_engines(report: Any, planted: dict[st
         for check in CHECK_NAMES[:-1]:
             shown = [x["detail"] for x in _of(report, check, run_id)]  # the report keeps the first 50
             assert v.violations[check][: len(shown)] == shown, (run_id, check)
-            assert len(v.violations[check]) == report.checks[check].per_run.get(run_id, 0), (run_id, check)
+            assert len(v.violations[check]) == report.checks[check].per_run.get(str(p["dir"]), 0), (run_id, check)
 
 
 def test_check_cli_defaults_to_the_embedded_engine(

@@ -39,15 +39,15 @@ def test_spark_judges_each_run_and_key(spark: Any, runs: dict[str, Any]) -> None
     report = check_runs([runs["root"]], spark=spark, write_json=False)
     lin = report.checks["linearizability"]
     clean, stale = runs["clean"], runs["stale"]
-    assert lin.per_run.get(clean.run_id, 0) == 0
+    assert lin.per_run.get(str(clean.trace_dir), 0) == 0  # keyed by directory
     local = stale.verdict.linearizability
-    assert lin.per_run[stale.run_id] == len(local.violations()) > 0
+    assert lin.per_run[str(stale.trace_dir)] == len(local.violations()) > 0
     by_key = {v["key"]: v for v in lin.violations if v["run_id"] == stale.run_id}
     for k in local.violations():
         assert [o["text"] for o in by_key[k.key]["minimal"]] == [o.describe() for o in k.minimal]
     # Every other check agrees with the local verdict too.
     for r in (clean, stale):
-        spark_failed = {c for c, res in report.checks.items() if res.per_run.get(r.run_id, 0)}
+        spark_failed = {c for c, res in report.checks.items() if res.per_run.get(str(r.trace_dir), 0)}
         assert spark_failed == set(verify_run(r.trace_dir).failed())
 
 

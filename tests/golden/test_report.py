@@ -3,11 +3,12 @@ divergence."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
 import pytest
-from clusterlab.golden.report import ReportError, fault_spans, op_latencies, role_spans, write_report
+from clusterlab.golden.report import ReportError, fault_spans, op_latencies, role_spans, value_html, write_report
 from clusterlab.harness.trace import open_run
 
 from clusterlab.cli import main
@@ -24,7 +25,7 @@ def test_clean_run_report_has_verdict_and_timeline(sim_run: Path, tmp_path: Path
         assert f">member {m}</text>" in page
     assert page.count('class="role"') >= 4 and page.count('class="commit"') >= 3
     assert page.count('class="op"') > 100
-    assert re.search(r'class="fault"[^>]*><title>kill \[0\]', page)
+    assert re.search(r'class="fault"[^>]*><title>kill 0:', page)
     assert "term 0" in page and "term 1" in page
     assert "None: every member reached the same state" in page
     # Self-contained: no script, nothing fetched.
@@ -40,7 +41,7 @@ def test_timeline_data_follows_the_events(sim_run: Path) -> None:
     assert "LEADER" in [s.label for s in spans[0]] and "DOWN" in [s.label for s in spans[0]]
     assert [s.label for s in spans[1]] == ["FOLLOWER"]
     kill = next(e["wall_ns"] for e in events if e["kind"] == "kill")
-    assert [(f.start, f.label) for f in fault_spans(events, end)] == [(kill, "kill [0]")]
+    assert [(f.start, f.label) for f in fault_spans(events, end)] == [(kill, "kill 0")]
     lats = op_latencies(run.ops.to_pylist())
     assert len(lats) == sum(1 for o in run.ops.to_pylist() if o["kind"] != "invoke")
     assert all(lat >= 0 for _, lat, _, _ in lats)
@@ -52,6 +53,28 @@ def test_divergent_run_report_shows_the_first_divergence(sim_run: Path, tmp_path
     plant.plant_state_digest(run, 1, p)
     page = write_report(run, tmp_path / "out" / "r.html").read_text()
     assert "FAIL" in page and f"position {p}" in page
+
+
+def test_report_shows_values_not_reprs(sim_run: Path, tmp_path: Path) -> None:
+    run = plant.copy_run(sim_run, tmp_path / "bad", "bad")
+    p = plant.middle_entry(run, 1)["log_position"]
+    plant.plant_state_digest(run, 1, p)
+    page = write_report(run).read_text()
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", page, flags=re.S))
+    for mark in ("{'", '{"', "['", "':", '":', "[0]"):
+        assert mark not in html.unescape(text), f"{mark!r} in the report's text"
+    # Rows per table as a definition list; the first violation's text in its cell.
+    assert re.search(r'<dt>rows</dt><dd><dl class="kv">(<dt>\w+</dt><dd>\d+</dd>)*<dt>applied</dt><dd>\d+</dd>', page)
+    assert f'<td class="first">at log position {p} ' in page
+
+
+def test_value_html_renders_structures_as_lists() -> None:
+    assert value_html({"a": 1, "b": {"c": None}}) == (
+        '<dl class="kv"><dt>a</dt><dd>1</dd><dt>b</dt><dd><dl class="kv"><dt>c</dt><dd>-</dd></dl></dd></dl>'
+    )
+    assert value_html([1, 2, "<x>"]) == "1, 2, &lt;x&gt;"
+    assert value_html([{"k": 1}]) == '<ol class="kv"><li><dl class="kv"><dt>k</dt><dd>1</dd></dl></li></ol>'
+    assert value_html({}) == "-" and value_html("x" * 500).endswith("...")
 
 
 def test_report_cli(sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -892,9 +892,9 @@ def test_canvass_position_with_higher_log_term_restarts_a_new_leaders_election(
 def test_commit_position_with_higher_term_in_leader_ready_restarts_election(tmp_path: Path) -> None:
     probe = Probe(tmp_path)
     term = probe.to_leader_ready()
-    probe.deliver(1, probe.commit_position(2, term, 0))
+    probe.deliver(2, probe.commit_position(2, term, 0))
     assert probe.state == ES.LEADER_READY, "same term: not a new leader"
-    probe.deliver(1, probe.commit_position(2, term + 1, 0))
+    probe.deliver(2, probe.commit_position(2, term + 1, 0))
     assert probe.state == ES.INIT
 
 

@@ -330,7 +330,7 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("ignored_count", I64), ("gate_dropped_count", I64), ("send_dropped_count", I64), ("received_count", I64),
         ("member_id", I32), ("role", I32), ("election_state", I32), ("module_state", I32),
         ("leader_member_id", I32), ("session_count", I32), ("snapshot_count", I32), ("pid", I32),
-        ("endpoints", ASCII), ("detail", ASCII),
+        ("endpoints", ASCII), ("detail", ASCII), ("health", ASCII),
     ),
     control.ServiceStatus: (
         ("correlation_id", I64), ("log_position", I64), ("leadership_term_id", I64), ("applied_count", I64),
@@ -353,6 +353,7 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("snapshot_count", I64), ("last_snapshot_duration_ns", I64), ("max_snapshot_duration_ns", I64),
         ("errors", I64), ("timed_out_client_count", I64), ("cluster_time_ms", I64), ("member_id", I32),
         ("module_state", I32), ("role", I32), ("control_toggle", I32), ("election_state", I32), ("started", I32),
+        ("error_log", GroupOf(control.DistinctError, (("observation_count", I64), ("message", ASCII)))),
     ),
     control.TestHook: (
         ("correlation_id", I64), ("delay_ns", I64), ("kind", Enum32(control.TestHookKind)), ("value", I32),
