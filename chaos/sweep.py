@@ -431,6 +431,24 @@ def bounds_error(config: SweepConfig, jobs: int) -> str | None:
     return None
 
 
+def check_sweep(config: SweepConfig, jobs: int = 1, scenario: Scenario | None = None) -> Scenario:
+    """The sweep's scenario, the configuration checked before any run: ValueError naming what does not
+    fit (sizes, a real-process scenario, a bound of clusterlab.chaos.limits, an unknown mutant), KeyError
+    for an unknown scenario. ``scenario``: a user-defined one (its name must be ``config.scenario``)."""
+    if scenario is not None and scenario.name != config.scenario:
+        raise ValueError(f"the scenario is {scenario.name!r} but the sweep names {config.scenario!r}")
+    spec = scenario or find_scenario(config.scenario)
+    if bad := [m for m in config.members if m not in spec.sizes]:
+        sizes = " or ".join(map(str, spec.sizes))
+        raise ValueError(f"scenario {spec.name} runs on {sizes} members, not {', '.join(map(str, bad))}")
+    if spec.real_only:
+        raise ValueError(f"scenario {spec.name} needs real processes; a sweep runs the simulator")
+    if (error := bounds_error(config, jobs)) is not None:
+        raise ValueError(error)
+    mutant_kwargs(config.mutants)  # an unknown name fails before any run
+    return spec
+
+
 def run_sweep(
     config: SweepConfig,
     directory: Path | str,
@@ -444,18 +462,8 @@ def run_sweep(
     """Run every task of ``config`` not yet recorded in ``directory``; ``on_result(record, done, total)``
     after each. ``mapper``: where tasks run (default: :func:`pool_mapper` with ``jobs``). ``scenario``:
     a user-defined Scenario (its name must be ``config.scenario``). SweepDirError for a directory that
-    holds another sweep; ValueError for a bad configuration."""
-    if scenario is not None and scenario.name != config.scenario:
-        raise ValueError(f"the scenario is {scenario.name!r} but the sweep names {config.scenario!r}")
-    spec = scenario or find_scenario(config.scenario)
-    if bad := [m for m in config.members if m not in spec.sizes]:
-        sizes = " or ".join(map(str, spec.sizes))
-        raise ValueError(f"scenario {spec.name} runs on {sizes} members, not {', '.join(map(str, bad))}")
-    if spec.real_only:
-        raise ValueError(f"scenario {spec.name} needs real processes; a sweep runs the simulator")
-    if (error := bounds_error(config, jobs)) is not None:
-        raise ValueError(error)
-    mutant_kwargs(config.mutants)  # an unknown name fails before any run
+    holds another sweep; ValueError or KeyError for a bad configuration (:func:`check_sweep`)."""
+    check_sweep(config, jobs, scenario)
     root = Path(directory)
     _open_directory(config, root)
     wanted = set(config.tasks())

@@ -55,8 +55,7 @@ import pytest
 from clusterlab.chaos.limits import JOBS, MEMBERS, RATE, SEED, SEED_COUNT
 from clusterlab.chaos.nemesis import NEMESES
 from clusterlab.chaos.runner import check_run_arguments, run_scenario
-from clusterlab.chaos.scenarios import SCENARIOS
-from clusterlab.chaos.sweep import SweepConfig, SweepSummary, bounds_error, parse_seeds, run_sweep
+from clusterlab.chaos.sweep import SweepConfig, SweepSummary, check_sweep, parse_seeds, run_sweep
 from clusterlab.chaos.target import LocalTarget, SimTarget
 from clusterlab.chaos.workload import SERVICES, make_workload
 from clusterlab.harness.local import LocalCluster, pid_alive
@@ -461,26 +460,33 @@ class ChaosSweep:
         if isinstance(seeds, int) and (error := SEED_COUNT.error("chaos_sweep seeds", seeds)) is not None:
             misuse(error)
         chosen = list(range(1, n + 1)) if n else (list(range(1, seeds + 1)) if isinstance(seeds, int) else seeds)
-        try:
-            sweep_config = SweepConfig(scenario, tuple(chosen), tuple(members), **config)
-        except TypeError:
-            fields = ", ".join(f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("scenario", "seeds"))
-            misuse(f"chaos_sweep takes {fields}, not {', '.join(sorted(config))}")
         jobs = self.request.config.getoption("--chaos-sweep-jobs")
-        if scenario not in SCENARIOS:
-            misuse(f"chaos_sweep: unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        if (error := bounds_error(sweep_config, jobs)) is not None:
-            misuse(f"chaos_sweep: {error}")
+        sweep_config = _sweep_config(scenario, chosen, members, config, jobs)
         directory = Path(tempfile.mkdtemp(prefix=f"sweep-{scenario}-", dir=self.tmp_path))
-        try:
-            summary = run_sweep(sweep_config, directory, jobs=jobs)
-        except ValueError as e:  # the configuration (sizes, scenario kind, mutants): refused before any run
-            misuse(f"chaos_sweep: {e}")
+        summary = run_sweep(sweep_config, directory, jobs=jobs)
         print(
             f"chaos sweep {scenario}: {len(summary.records)} runs ({len(chosen)} seeds x sizes {members}), "
             f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute"
         )
         return PluginSweep(summary)
+
+
+def _sweep_config(
+    scenario: str, seeds: list[int], members: tuple[int, ...], config: dict[str, Any], jobs: int
+) -> SweepConfig:
+    """The SweepConfig a chaos_sweep call asks for, checked before any run (:func:`misuse`)."""
+    try:
+        sweep_config = SweepConfig(scenario, tuple(seeds), tuple(members), **config)
+        check_sweep(sweep_config, jobs)
+        return sweep_config
+    except TypeError:  # a keyword SweepConfig does not take
+        fields = ", ".join(f.name for f in dataclasses.fields(SweepConfig) if f.name not in ("scenario", "seeds"))
+        problem = f"chaos_sweep takes {fields}, not {', '.join(sorted(config))}"
+    except KeyError as e:  # an unknown scenario: its message lists the known ones
+        problem = f"chaos_sweep: {e.args[0]}"
+    except ValueError as e:
+        problem = f"chaos_sweep: {e}"
+    misuse(problem)
 
 
 class PluginSweep:

@@ -40,6 +40,12 @@ def test_unknown_workload_service(sim_cluster, workload):
 def test_unknown_sweep_scenario(chaos_sweep):
     chaos_sweep("nope", seeds=1)
 
+def test_sweep_size_the_scenario_lacks(chaos_sweep):
+    chaos_sweep("leader-kill", members=(4,), seeds=1)
+
+def test_sweep_unknown_keyword(chaos_sweep):
+    chaos_sweep("leader-kill", seeds=1, duraton=1.0)
+
 @pytest.mark.parametrize("sim_cluster", [{"members": 50}], indirect=True)
 def test_cluster_too_big(sim_cluster):
     pass
@@ -56,6 +62,8 @@ EXPECTED = {
     "test_unknown_workload_service": "workload: no workload for service 'nope'; known: kv,",
     "test_unknown_sweep_scenario": "chaos_sweep: unknown scenario 'nope'; known: leader-kill,",
     "test_cluster_too_big": "cluster members must be 1 to 9, not 50",
+    "test_sweep_size_the_scenario_lacks": "chaos_sweep: scenario leader-kill runs on 3 members, not 4",
+    "test_sweep_unknown_keyword": "chaos_sweep takes members, duration_s, mutants,",
 }
 
 

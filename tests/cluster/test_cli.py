@@ -80,7 +80,7 @@ def test_client_and_tool_on_a_running_cluster(tmp_path: Path) -> None:
         (["tool", ".", "list-members"], "not a cluster directory"),
         (["tool", ".", "explode"], "invalid choice: 'explode'"),
         (["client", "--dir", "."], "the following arguments are required: OP"),
-        (["cluster", "start", "--members", "x"], "invalid int value: 'x'"),
+        (["cluster", "start", "--members", "x"], "argument --members: 'x' is not a whole number"),
         (["cluster", "start", "--members", "0"], "--members: must be 1 to 9, not 0"),
         (["cluster", "start", "--service", "nosuch"], "unknown service 'nosuch'"),
     ],
