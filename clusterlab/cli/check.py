@@ -110,6 +110,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 print(f"clusterlab check: {e}", file=sys.stderr)
                 return 2
         else:
+            from clusterlab.cli.spark_progress import SparkProgress
             from clusterlab.golden.spark.check import check_runs, is_connect
             from clusterlab.golden.spark.session import spark_session
 
@@ -117,7 +118,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
             spark = spark_session(args.master, remote=remote)
             try:
-                report = check_runs(runs, spark=spark, limit=args.limit)
+                with SparkProgress(spark):  # jobs, stages and tasks on stderr while the checks run
+                    report = check_runs(runs, spark=spark, limit=args.limit)
             finally:
                 if is_connect(spark):  # release this client's session (its views) on the warm server now
                     spark.stop()

@@ -51,6 +51,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     must-cover item no golden exercises fails the command too."""
     # Imported here: golden.verify pulls in pyspark (~0.3 s), which no other command needs.
     from clusterlab.cli.paths import output_file_error
+    from clusterlab.cli.spark_progress import SparkProgress
     from clusterlab.golden.coverage import print_coverage
     from clusterlab.golden.verify import print_report, verify_goldens
 
@@ -59,14 +60,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     traces = Path(args.traces) if args.traces else TRACES
     err = Console(stderr=True, highlight=False)
     try:
-        report = verify_goldens(
-            args.names,
-            traces=traces,
-            master=args.master,
-            rerun=not args.no_rerun,
-            on_progress=lambda line: err.print(line, markup=False),
-            coverage=args.coverage,
-        )
+        with SparkProgress():  # the Spark step's jobs, stages and tasks on stderr
+            report = verify_goldens(
+                args.names,
+                traces=traces,
+                master=args.master,
+                rerun=not args.no_rerun,
+                on_progress=lambda line: err.print(line, markup=False),
+                coverage=args.coverage,
+            )
     except GoldenError as e:
         return _err(str(e))
     print_report(report)
