@@ -7,6 +7,7 @@ Aeron's. Aeron's ``new RecordingLog(clusterDir, true)`` is our RecordingLog on a
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -217,7 +218,9 @@ def test_should_describe_latest_consensus_module_snapshot_and_counters(
         out = capsys.readouterr().out
         assert out.startswith("Snapshot: recording_id=")
         assert "mark=BEGIN time_unit=MILLIS app_version=" in out, out  # Aeron: appVersion=1 timeUnit=MILLISECONDS
-        assert "ConsensusModuleSnapshot(next_session_id=2 " in out  # one session opened
+        # The client's session (one more if its first connect attempt timed out on a loaded machine).
+        opened = re.search(r"ConsensusModuleSnapshot\(next_session_id=(\d+) ", out)
+        assert opened is not None and int(opened.group(1)) >= 2, out
         assert "Service snapshot: service_id=0" in out
         assert main(["tool", cluster_dir, "suspend"]) == 0
         assert f"suspend: accepted by leader {leader}" in capsys.readouterr().out  # Aeron: SUSPEND applied successfully

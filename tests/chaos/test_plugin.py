@@ -74,7 +74,10 @@ def test_chaos_runs_and_chaos_seed_pick_the_seeds(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cluster", [{"members": 3, "service": "counter"}], indirect=True)
 def test_cluster_nemesis_and_workload_fixtures(cluster: Any, nemesis: Any, workload: Any) -> None:
     w = workload(cluster, service="counter", rate=100)
-    w.run_for(1.0)
+    for _ in range(15):  # bounded: the first acknowledgement waits for the sessions to connect
+        w.run_for(1.0)
+        if w.acked > 0:
+            break
     before = w.acked
     assert before > 0
     leader = cluster.await_leader()
