@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from clusterlab.core.service.agent import AppliedEntry
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.trace import Run, TraceError, open_run
@@ -99,7 +98,7 @@ def _factory(name: str) -> Callable[[], ClusteredService]:
 def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService]) -> list[str]:
     """The ``snapshot-roundtrip`` violations of ``run`` (see the module docstring): per snapshot, its
     first divergence."""
-    from clusterlab.golden.replay import replay_log
+    from clusterlab.harness.replay import replay_log
 
     restored: dict[int, list[Entry]] = {}
 
@@ -122,7 +121,7 @@ def replayed_digests(run_dir: Path | str) -> dict[str, Any]:
     """The whole committed log of ``run_dir`` replayed into a fresh service in this process: its
     entries as ``[position, entry type, digest hex]`` and the replay's error (what the other process
     of :func:`replay_equivalence` prints)."""
-    from clusterlab.golden.replay import replay_log
+    from clusterlab.harness.replay import replay_log
 
     run = open_run(run_dir)
     service = _service_of(run)

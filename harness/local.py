@@ -396,7 +396,9 @@ class LocalCluster:
                 },
                 extra={
                     "harness": "LocalCluster",
-                    "hash_seeds": {str(m.member_id): member_hash_seed(self.config.seed, m.member_id) for m in self.config.members},
+                    "hash_seeds": {
+                        str(m.member_id): member_hash_seed(self.config.seed, m.member_id) for m in self.config.members
+                    },
                 },
             )
 

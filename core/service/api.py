@@ -21,6 +21,7 @@ from clusterlab.core.consensus.context import Role
 from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
 
 __all__ = [
+    "UNDIGESTED",
     "ClientSession",
     "Cluster",
     "ClusterError",
@@ -29,7 +30,6 @@ __all__ = [
     "Role",
     "SnapshotImage",
     "SnapshotWriter",
-    "UNDIGESTED",
     "digest_due",
     "has_own_digest",
     "snapshot_digest",

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clusterlab.chaos.determinism import REPLAY_EQUIVALENCE, SNAPSHOT_ROUNDTRIP, first_divergence
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest

@@ -21,6 +21,7 @@ import zlib
 from typing import Any
 
 from clusterlab.core.service.api import SnapshotWriter
+
 from ledger.service import Ledger, _dumps
 
 
