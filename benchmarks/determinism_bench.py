@@ -6,7 +6,7 @@ Each seed runs as a sweep runs it (one process, a verdict per run); the checks a
 run's trace: ``snapshot-roundtrip`` (an in-process replay with every snapshot restored) and
 ``replay-equivalence`` (a replay in another process, its start included). Per applied entry =
 the check's time / the committed log's entries.
-Prints a table and writes JSON (default benchmarks/results/determinism.json).
+Prints a table and writes JSON (default benchmarks/determinism.json).
 Run: python -m benchmarks.determinism_bench [--seeds N] [--out FILE]
 """
 
@@ -65,7 +65,7 @@ def _measure(name: str, seeds: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds of leader-kill per service (default 5)")
-    parser.add_argument("--out", default="benchmarks/results/determinism.json")
+    parser.add_argument("--out", default="benchmarks/determinism.json")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(LEDGER))  # the example's package, as `clusterlab run` finds it from its directory
     rows = [_measure(name, args.seeds) for name in SERVICES]
