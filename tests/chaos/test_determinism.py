@@ -116,3 +116,14 @@ def test_members_run_with_distinct_hash_seeds_the_same_each_run() -> None:
     seeds = [member_hash_seed(7, m) for m in range(5)]
     assert len(set(seeds)) == 5 and seeds == [member_hash_seed(7, m) for m in range(5)]
     assert all(0 < x <= 4_294_967_295 for x in seeds) and seeds != [member_hash_seed(8, m) for m in range(5)]
+
+
+def test_hash_order_fails_agreement_on_real_processes(tmp_path: Path) -> None:
+    got = _cli(
+        "run", "leader-kill", "--seed", "3", "--duration", "8", "--service", "ledger.planted:hash_order", *WORKLOAD,
+        "--dir", str(tmp_path / "run"), "--no-spark",
+    )  # fmt: skip
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    assert "FAIL" in _row(got.stdout, "agreement"), got.stdout[-4000:]  # members hash with distinct seeds
+    seeds = json.loads((tmp_path / "run" / "trace" / "run.json").read_text())["hash_seeds"]
+    assert seeds == {str(m): member_hash_seed(3, m) for m in range(3)}
