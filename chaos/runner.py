@@ -282,6 +282,7 @@ def run_scenario(
     services: list[str] | None = None,
     verify: bool = True,
     workload: str | None = None,
+    determinism: bool = False,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -303,6 +304,7 @@ def run_scenario(
     ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
     steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
     seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly.
+    ``determinism`` adds the replay checks to the verdict (clusterlab.chaos.determinism).
     ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
     batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`). ``on_progress``
     gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time."""
@@ -366,7 +368,7 @@ def run_scenario(
         # In the simulator this is the core's own invariant failing (an assertion): this run's finding.
         result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
     if verify and result.trace_dir.is_dir():
-        apply_verdict(result, verify_run(result.trace_dir))
+        apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
     result.elapsed_s = time.monotonic() - started
     return result
 

@@ -105,20 +105,21 @@ def election_times(events: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-def verify_run(trace_dir: Path | str) -> Verdict:
+def verify_run(trace_dir: Path | str, *, determinism: bool = False) -> Verdict:
     """Completeness first, then every check of one run with the embedded engine (DuckDB: the SQL
     checks of :mod:`clusterlab.chaos.checks`, the same text the Spark job runs) and the WGL
-    linearizability checker; each violation as its ``detail`` line."""
-    return verify_runs([trace_dir])[str(trace_dir)]
+    linearizability checker; each violation as its ``detail`` line. ``determinism`` adds the replay
+    checks of :mod:`clusterlab.chaos.determinism` (``snapshot-roundtrip``, ``replay-equivalence``)."""
+    return verify_runs([trace_dir], determinism=determinism)[str(trace_dir)]
 
 
-def verify_runs(trace_dirs: Sequence[Path | str]) -> dict[str, Verdict]:
+def verify_runs(trace_dirs: Sequence[Path | str], *, determinism: bool = False) -> dict[str, Verdict]:
     """:func:`verify_run` of several runs at once (keyed by ``str(trace_dir)``), in one DuckDB: the
     engine's fixed cost per query is paid once for all of them (a seed sweep judges its runs in
     batches). Each verdict holds only its own run's violations (runs are keyed by directory)."""
     from clusterlab.chaos.checks.embedded import judge_runs  # DuckDB: imported when a verdict is due
 
-    judged = judge_runs(trace_dirs, limit=1 << 62)
+    judged = judge_runs(trace_dirs, limit=1 << 62, determinism=determinism)
     out: dict[str, Verdict] = {}
     for trace_dir in trace_dirs:
         key = str(trace_dir)

@@ -266,6 +266,7 @@ class ChaosRunner:
             "trace_dir": run_dir,
         }
         self.request.node.stash.setdefault(_chaos_key, []).append(info)
+        kwargs.setdefault("determinism", True)  # the replay checks belong to a chaos run's verdict
         result = run_scenario(scenario, seed, directory=work, trace_dir=run_dir, **kwargs)
         info.update(error=result.error, rerun=result.rerun_command(), trace_dir=result.trace_dir)
         if kept:

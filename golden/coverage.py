@@ -50,8 +50,8 @@ from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.election import TRANSITIONS
 from clusterlab.core.service.agent import EntryType
 from clusterlab.core.service.api import ClusteredService
-from clusterlab.golden.replay import replay_log
 from clusterlab.golden.store import TRACES, Golden, GoldenError, Recipe, golden_names, load_golden
+from clusterlab.harness.replay import replay_log
 from clusterlab.harness.services import SERVICES, service_factory
 from clusterlab.harness.trace import open_run
 from rich.console import Console

@@ -38,11 +38,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
-from clusterlab.golden.replay import Replay, replay_log
 from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.completeness import SchemaVersionError, assess, sealed_json
 from clusterlab.harness.completeness import manifest as trace_manifest  # `manifest` is the recipes file here
 from clusterlab.harness.recorder import SCHEMAS, TABLES, git_commit
+from clusterlab.harness.replay import Replay, replay_log
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import TraceError, open_run
 

@@ -3,7 +3,7 @@
 For each golden:
 
 (a) **replay** — its committed log goes, entry by entry, through today's consensus module log adapter
-    and service (:mod:`clusterlab.golden.replay`); the state digest at every log position is diffed against the
+    and service (:mod:`clusterlab.harness.replay`); the state digest at every log position is diffed against the
     golden's (and the consensus module's open sessions against the service's);
 (b) **rerun** — a simulator golden is re-run from its seed, scenario, size and duration with today's
     code; every position of every member and every message is diffed against the golden.
@@ -39,7 +39,6 @@ from clusterlab.golden.coverage import (
     recipe_of,
     sources_run_here,
 )
-from clusterlab.golden.replay import describe_entry, replay_log
 from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
 from clusterlab.golden.spark.session import spark_session, spark_session_is_running
 from clusterlab.golden.store import (
@@ -52,6 +51,7 @@ from clusterlab.golden.store import (
     load_golden,
     write_stream,
 )
+from clusterlab.harness.replay import describe_entry, replay_log
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import describe_payload
 from rich.console import Console

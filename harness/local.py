@@ -274,6 +274,14 @@ def _stop_processes(processes: list[_Process], timeout_s: float) -> list[_Proces
     return killed
 
 
+def member_hash_seed(seed: int, member_id: int) -> int:
+    """The ``PYTHONHASHSEED`` of every process of member ``member_id`` in a cluster of ``seed``:
+    distinct per member (so a state that depends on hash order disagrees across members and the
+    agreement check names it), the same on every run of the seed. Recorded in run.json's
+    ``hash_seeds``."""
+    return 1 + (seed * 7919 + member_id * 104729) % 4_000_000_000
+
+
 def _kill_all(processes: list[_Process]) -> None:
     """Finalizer / interpreter exit: SIGKILL whatever is still running (no time for courtesy)."""
     for p in processes:
@@ -386,7 +394,12 @@ class LocalCluster:
                     "appointed_leader_id": self.config.appointed_leader_id,
                     "cluster_dir": str(self.directory),
                 },
-                extra={"harness": "LocalCluster"},
+                extra={
+                    "harness": "LocalCluster",
+                    "hash_seeds": {
+                        str(m.member_id): member_hash_seed(self.config.seed, m.member_id) for m in self.config.members
+                    },
+                },
             )
 
     def _init(
@@ -513,6 +526,7 @@ class LocalCluster:
         log_path = self.config.log_dir / f"member-{member_id}-{kind}-{incarnation}.log"
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
         if self.fault_ack_before_append:
             env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
         env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members

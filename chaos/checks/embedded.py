@@ -152,6 +152,21 @@ def linearizability_result(
     return result, lin
 
 
+def determinism_results(complete: Sequence[tuple[str, Run]], limit: int) -> dict[str, CheckResult]:
+    """The replay checks of :mod:`clusterlab.chaos.determinism` over each complete run, as CheckResults."""
+    from clusterlab.chaos.determinism import DETERMINISM_CHECKS, determinism_violations
+
+    results = {name: CheckResult(name, 0) for name in DETERMINISM_CHECKS}
+    for d, r in complete:
+        for name, found in determinism_violations(d, run=r).items():
+            result = results[name]
+            result.count += len(found)
+            if found:
+                result.per_run[d] = len(found)
+            result.violations += [{"run_id": d, "detail": x} for x in found][: max(0, limit - len(result.violations))]
+    return results
+
+
 def judge_runs(
     run_dirs: Sequence[Path | str],
     *,
@@ -159,10 +174,12 @@ def judge_runs(
     checks: Sequence[SqlCheck] = SQL_CHECKS,
     write_json: bool = False,
     threads: int = 1,
+    determinism: bool = False,
 ) -> Judged:
     """Judge ``run_dirs`` (run directories) with DuckDB: completeness first, then every check over the
-    complete runs, keyed by directory. Raises :class:`clusterlab.harness.trace.TraceError` for a path
-    that is not a run."""
+    complete runs, keyed by directory. ``determinism`` adds the replay checks (snapshot round-trip,
+    replay equivalence). Raises :class:`clusterlab.harness.trace.TraceError` for a path that is not a
+    run."""
     started = time.monotonic()
     dirs = list(dict.fromkeys(str(d) for d in run_dirs))
     runs = {d: open_run(d) for d in dirs}
@@ -171,6 +188,8 @@ def judge_runs(
     rows, run_rows, run_torn = row_counts(complete)
     results = sql_results(complete, checks, limit, threads)
     results[LINEARIZABILITY], lin = linearizability_result(complete, limit)
+    if determinism:
+        results.update(determinism_results(complete, limit))
     name_runs(results, dirs)
     report = CheckReport(
         run_ids=sorted({run_id_of(d) for d in dirs}),
@@ -191,7 +210,12 @@ def judge_runs(
 
 
 def check_runs(
-    run_dirs: Sequence[Path | str], *, limit: int = DEFAULT_LIMIT, write_json: bool = True, threads: int = 1
+    run_dirs: Sequence[Path | str],
+    *,
+    limit: int = DEFAULT_LIMIT,
+    write_json: bool = True,
+    threads: int = 1,
+    determinism: bool = False,
 ) -> CheckReport:
     """:func:`judge_runs`' report; with ``write_json``, each run directory gets ``check.json``."""
-    return judge_runs(run_dirs, limit=limit, write_json=write_json, threads=threads).report
+    return judge_runs(run_dirs, limit=limit, write_json=write_json, threads=threads, determinism=determinism).report

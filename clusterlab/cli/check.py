@@ -105,7 +105,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             from clusterlab.harness.trace import TraceError
 
             try:
-                report = embedded_check(runs, limit=args.limit)
+                report = embedded_check(runs, limit=args.limit, determinism=True)
             except TraceError as e:
                 print(f"clusterlab check: {e}", file=sys.stderr)
                 return 2

@@ -134,6 +134,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             schedule=steps,
             services=args.services,
             workload=args.workload,
+            determinism=True,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
     result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays

@@ -470,7 +470,7 @@ class ConsensusModule:
         """Aeron's consensus-module counters now (clusterlab.core.consensus.counters)."""
         return read_counters(self, now_ns)
 
-    # Local replay, for tools that drive the log adapter directly (golden/replay.py).
+    # Local replay, for tools that drive the log adapter directly (harness/replay.py).
     def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None:
         self.log_adapter.start_log_replay(from_position, to_position, now_ns)
 

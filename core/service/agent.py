@@ -73,7 +73,15 @@ from clusterlab.core.codec.session import (
     unpack_session_message,
 )
 from clusterlab.core.consensus.context import APP_VERSION, Role
-from clusterlab.core.service.api import ClientSession, ClusteredService, ClusterError, ClusterTerminationException
+from clusterlab.core.service.api import (
+    UNDIGESTED,
+    ClientSession,
+    ClusteredService,
+    ClusterError,
+    ClusterTerminationException,
+    digest_due,
+    has_own_digest,
+)
 from clusterlab.core.service.snapshot import (
     SnapshotFormatError,
     SnapshotImage,
@@ -230,6 +238,8 @@ class ClusteredServiceAgent:
         self._to_cm = to_consensus_module
         self._egress = egress
         self.snapshot_store = snapshot_store
+        # The service's own digest, or one derived from its snapshot at the positions digest_due picks.
+        self._digest_of: Callable[[], bytes] = service.state_digest if has_own_digest(service) else self._derived_digest
         self._on_applied = on_applied
         # With on_applied set, a block's run of session messages goes here as one AppliedRun (in
         # order with on_applied's rows: the run is given before the next entry is applied).
@@ -830,7 +840,7 @@ class ClusteredServiceAgent:
         entries before it were applied)."""
         n = len(frames)
         on_session_message = self.service.on_session_message
-        state_digest = self.service.state_digest
+        state_digest = self._digest_of
         sessions_get = self._sessions.get
         on_applied = self._on_applied
         run_sink = self._on_applied_run if on_applied is not None else None
@@ -966,6 +976,12 @@ class ClusteredServiceAgent:
             failure.append(e)
         self._ack(self._log_position, recording_id)
 
+    def take_snapshot(self) -> int:
+        """Take a snapshot at the current position outside the log (a replay's probe of the service's
+        snapshot); returns its recording id. Nothing is acked."""
+        self._check_usable()
+        return self._take_snapshot(self._leadership_term_id)
+
     def _take_snapshot(self, leadership_term_id: int) -> int:
         if self.snapshot_store is None:
             raise AgentError("cannot take a snapshot: the agent has no snapshot store")
@@ -1048,8 +1064,13 @@ class ClusteredServiceAgent:
         finally:
             self._lifecycle = _NO_LIFECYCLE
 
+    def _derived_digest(self) -> bytes:
+        if digest_due(self._log_position, self.service.digest_interval):
+            return self.service.state_digest()
+        return UNDIGESTED
+
     def _state_digest(self, entry_type: str) -> bytes:
-        digest = self.service.state_digest()
+        digest = self._digest_of()
         if not isinstance(digest, bytes) or len(digest) != DIGEST_SIZE:
             raise ServiceError(
                 self._log_position,

@@ -10,6 +10,8 @@ other members ``offer`` reports success without sending (Aeron's MOCKED_OFFER).
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
@@ -19,6 +21,7 @@ from clusterlab.core.consensus.context import Role
 from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
 
 __all__ = [
+    "UNDIGESTED",
     "ClientSession",
     "Cluster",
     "ClusterError",
@@ -27,7 +30,12 @@ __all__ = [
     "Role",
     "SnapshotImage",
     "SnapshotWriter",
+    "digest_due",
+    "has_own_digest",
+    "snapshot_digest",
 ]
+
+UNDIGESTED = bytes(16)  # the digest of a service without its own between its snapshot-derived digests
 
 
 class ClusterError(Exception):
@@ -189,7 +197,37 @@ class ClusteredService(ABC):
     ) -> None:
         """A new leadership term starts in the log (its NewLeadershipTermEvent). Optional, as in Aeron."""
 
-    @abstractmethod
+    digest_interval: int = 1
+    """For a service without its own ``state_digest``: about one log entry in ``digest_interval`` gets
+    the digest of the service's snapshot records (:func:`snapshot_digest`, a whole snapshot taken in
+    memory: its cost grows with the state); the others record :data:`UNDIGESTED`. Which entries is a
+    function of the log position alone (:func:`digest_due`), so every member, also one restored from
+    a snapshot, digests at the same positions and the agreement check compares like with like."""
+
     def state_digest(self) -> bytes:
-        """16 bytes identifying the whole application state; maintained incrementally, so its cost does
-        not grow with the state. Equal states give equal digests on every member."""
+        """16 bytes identifying the whole application state: equal states give equal digests on every
+        member. Override it with an incremental one (its cost then does not grow with the state);
+        without one, the digest is derived from the snapshot records (:attr:`digest_interval`)."""
+        return snapshot_digest(self)
+
+
+def snapshot_digest(service: ClusteredService) -> bytes:
+    """The 16-byte BLAKE2b of the records ``service.on_take_snapshot`` writes now (each length-prefixed)."""
+    writer = SnapshotWriter()
+    service.on_take_snapshot(writer)
+    h = hashlib.blake2b(digest_size=16)
+    for record in writer.records:
+        h.update(len(record).to_bytes(4, "little"))
+        h.update(record)
+    return h.digest()
+
+
+def has_own_digest(service: ClusteredService) -> bool:
+    """True when ``service``'s class overrides ``state_digest``."""
+    return type(service).state_digest is not ClusteredService.state_digest
+
+
+def digest_due(log_position: int, interval: int) -> bool:
+    """Whether the entry ending at ``log_position`` gets a snapshot-derived digest: every entry for
+    ``interval`` <= 1, else about one in ``interval``, chosen by a hash of the position."""
+    return interval <= 1 or zlib.crc32(log_position.to_bytes(8, "little", signed=True)) % interval == 0

@@ -10,10 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from clusterlab.golden.regenerate import regenerate
-from clusterlab.golden.replay import replay_log
 from clusterlab.golden.spark.diff import Comparison, diff_positions
 from clusterlab.golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
 from clusterlab.golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
+from clusterlab.harness.replay import replay_log
 from clusterlab.harness.trace import open_run
 
 from clusterlab.cli import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterlab.golden.replay import describe_entry, replay_log
+from clusterlab.harness.replay import describe_entry, replay_log
 from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import open_run
 

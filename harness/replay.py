@@ -18,7 +18,7 @@ import random
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from clusterlab.core.codec import Frame
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.framing import walk_frames
 from clusterlab.core.codec.registry import decode, message_name
-from clusterlab.core.codec.service import ServiceAck
+from clusterlab.core.codec.service import JoinLog, ServiceAck
+from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext, Role
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
@@ -106,15 +107,22 @@ def replay_log(
     *,
     scratch: Path | None = None,
     on_entry: Callable[[ReplayedEntry], None] | None = None,
+    on_restored: Callable[[int, AppliedEntry], None] | None = None,
 ) -> Replay:
     """Replay ``log_rows`` (rows of the trace's ``log`` table, in position order, from position 0)
     through a fresh consensus module and service. Never raises for a bad log: the result's ``error``
-    says where the replay stopped."""
+    says where the replay stopped.
+
+    With ``on_restored``, every snapshot the replay takes (at the log's snapshot actions, where the
+    members took theirs) is restored into another fresh service, which then follows the rest of the
+    log beside the replay; each entry it applies is reported with the snapshot's position (the first
+    is the ``Snapshot`` row of the restore itself). One more snapshot is taken at the end of the log
+    and restored the same way."""
     rows = sorted(log_rows, key=lambda r: r["log_position"])
     own_scratch = scratch is None
     directory = Path(tempfile.mkdtemp(prefix="clusterlab-replay-")) if scratch is None else scratch
     try:
-        return _replay(rows, service_factory, directory, on_entry)
+        return _replay(rows, service_factory, directory, on_entry, on_restored)
     finally:
         if own_scratch:
             shutil.rmtree(directory, ignore_errors=True)
@@ -125,6 +133,7 @@ def _replay(
     service_factory: Callable[[], ClusteredService],
     directory: Path,
     on_entry: Callable[[ReplayedEntry], None] | None,
+    on_restored: Callable[[int, AppliedEntry], None] | None = None,
 ) -> Replay:
     result = Replay()
     outbox = _Outbox()
@@ -138,7 +147,7 @@ def _replay(
     )
     cm = ConsensusModule(ctx)
     service_storage = MemoryStorage("replay-service")
-    store = SnapshotStore(service_storage, Catalogue.open(service_storage))
+    store = _TakenStore(service_storage, Catalogue.open(service_storage))
     cm_sessions: dict[int, tuple[int, ...]] = {}
     cm.log_listeners.append(lambda f, _replay: cm_sessions.__setitem__(f.end_position, tuple(sorted(cm.sessions))))
 
@@ -166,6 +175,7 @@ def _replay(
 
     to_module: list[bytes] = []  # what the service sends its module: only acks matter here (snapshots)
     agent = ClusteredServiceAgent(0, 0, service_factory(), to_module.append, lambda *_a: None, store, applied)
+    restorer = _Restorer(service_factory, store, on_restored) if on_restored is not None else None
     try:
         agent.start(None)
         position = 0
@@ -186,7 +196,7 @@ def _replay(
         cm.role = Role.FOLLOWER
         cm.commit_position = end
         cm.start_log_replay(0, end, 0)
-        _pump(outbox, agent, to_module, cm)
+        _pump(outbox, agent, to_module, cm, restorer)
         polls = 0
         while cm.consumed_position < end:
             polls += 1
@@ -194,8 +204,10 @@ def _replay(
             # and writes its snapshot, as in a member's duty cycle (snapshot_work).
             if polls > MAX_POLLS_PER_ENTRY * (len(rows) + 1) or not (cm.poll_log_replay(0) or cm.snapshot_work(0)):
                 raise ReplayError(f"the consensus module's log adapter stopped at {cm.consumed_position} of {end}")
-            _pump(outbox, agent, to_module, cm)
+            _pump(outbox, agent, to_module, cm, restorer)
         result.end_position = end
+        if restorer is not None and end > 0:
+            restorer.at_end(agent)
     except ReplayError as e:
         result.error = str(e)
     except Exception as e:  # the service or agent failed on an entry: report where, keep what we have
@@ -205,14 +217,95 @@ def _replay(
     return result
 
 
-def _pump(outbox: _Outbox, agent: ClusteredServiceAgent, to_module: list[bytes], cm: ConsensusModule) -> None:
+def _pump(
+    outbox: _Outbox,
+    agent: ClusteredServiceAgent,
+    to_module: list[bytes],
+    cm: ConsensusModule,
+    restorer: _Restorer | None = None,
+) -> None:
     while outbox.to_service:
-        agent.on_service_message(outbox.to_service.pop(0), is_replay=True)
+        payload = outbox.to_service.pop(0)
+        agent.on_service_message(payload, is_replay=True)
+        if restorer is not None:
+            restorer.follow(payload)
     for payload in to_module:
         msg = decode(payload)
         if isinstance(msg, ServiceAck):
             cm.on_service_message(msg, 0)
     to_module.clear()
+
+
+class _TakenStore(SnapshotStore):
+    """The replay's snapshot store, remembering each snapshot it writes: (recording id, position)."""
+
+    def __init__(self, storage: MemoryStorage, catalogue: Catalogue) -> None:
+        super().__init__(storage, catalogue)
+        self.taken: list[tuple[int, int]] = []
+
+    def write_snapshot(
+        self, records: Iterable[bytes], leadership_term_id: int, log_position: int, service_id: int
+    ) -> int:
+        recording_id = super().write_snapshot(records, leadership_term_id, log_position, service_id)
+        self.taken.append((recording_id, log_position))
+        return recording_id
+
+
+class _Restorer:
+    """For every snapshot the replay takes, a fresh service restored from it, fed the same log
+    messages as the replay from then on (frames it already holds are ignored as duplicates)."""
+
+    def __init__(
+        self,
+        factory: Callable[[], ClusteredService],
+        store: _TakenStore,
+        on_restored: Callable[[int, AppliedEntry], None],
+    ) -> None:
+        self.factory, self.store, self.on_restored = factory, store, on_restored
+        self.join: JoinLog | None = None
+        self.blocks: list[bytes] = []  # every LogBlock since the replay joined the log
+        self.agents: list[ClusteredServiceAgent] = []
+        self.restored = 0
+
+    def follow(self, payload: bytes) -> None:
+        msg = decode(payload)
+        if isinstance(msg, JoinLog):
+            self.join = msg
+        elif isinstance(msg, LogBlock):
+            self.blocks.append(payload)
+        for agent in self.agents:
+            if not isinstance(msg, JoinLog):
+                agent.on_service_message(payload, is_replay=True)
+        self._restore_new()
+
+    def at_end(self, agent: ClusteredServiceAgent) -> None:
+        """One more snapshot, at the end of the log, restored too (a run that took none is still probed)."""
+        agent.take_snapshot()
+        self._restore_new()
+
+    def _restore_new(self) -> None:
+        taken = self.store.taken
+        while self.restored < len(taken):
+            self._restore(*taken[self.restored])
+            self.restored += 1
+
+    def _restore(self, recording_id: int, log_position: int) -> None:
+        storage = MemoryStorage(f"restored-{log_position}")
+        own = SnapshotStore(storage, Catalogue.open(storage))
+        descriptor = self.store.descriptor(recording_id)
+        copy = own.write_snapshot(
+            self.store.read_snapshot(recording_id), descriptor.leadership_term_id, log_position, 0
+        )
+        report = self.on_restored
+        agent = ClusteredServiceAgent(
+            0, 0, self.factory(), lambda _m: None, lambda *_a: None, own, lambda e: report(log_position, e)
+        )
+        agent.start(copy)
+        assert self.join is not None, "a snapshot before the replay joined the log"
+        agent.on_join_log(replace(self.join, log_position=log_position))
+        for block in self.blocks:
+            agent.on_service_message(block, is_replay=True)
+        self.agents.append(agent)
 
 
 def frames_of(entry: bytes, position: int) -> list[Frame]:

@@ -1,0 +1,129 @@
+"""The determinism checks that replay a run's committed log (clusterlab.chaos.determinism): the
+ledger's planted bugs fail black-box through ``clusterlab run``, named by the check that should name
+them; the clean ledger and the sample services pass; ``clusterlab check RUN`` runs them from the
+trace alone; a service without its own ``state_digest`` still gets digests the checks compare."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clusterlab.chaos.determinism import REPLAY_EQUIVALENCE, SNAPSHOT_ROUNDTRIP, first_divergence
+from clusterlab.chaos.runner import run_scenario
+from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
+from clusterlab.harness.local import member_hash_seed
+from clusterlab.harness.services.kv import KeyValueService
+
+LEDGER = Path(__file__).resolve().parents[2] / "examples" / "ledger"
+CLUSTERLAB = Path(sys.executable).parent / "clusterlab"
+WORKLOAD = ["--workload", "ledger.workload:make"]
+
+
+def _cli(*args: str, timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLUSTERLAB), *args], cwd=LEDGER, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _sim_run(tmp_path: Path, service: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    got = _cli(
+        "run", "leader-kill", "--sim", "--seed", "3", "--service", service, *WORKLOAD,
+        "--dir", str(tmp_path / "run"), "--json", str(tmp_path / "s.json"), "--no-spark",
+    )  # fmt: skip
+    return got, json.loads((tmp_path / "s.json").read_text())
+
+
+def _row(stdout: str, check: str) -> str:
+    return next((line for line in stdout.splitlines() if line.strip("│ ").startswith(check)), "")
+
+
+def test_the_first_divergence_names_position_members_and_callback() -> None:
+    a, b = bytes(16), bytes([1]) + bytes(15)
+    live = {64: {0: a, 1: a, 2: a}, 128: {0: a, 1: a, 2: a}, 192: {0: a, 1: b}}
+    assert first_divergence([(64, "SessionMessage", a), (192, "Timer", a)], live) is None  # 192: members disagree
+    got = first_divergence([(64, "SessionMessage", a), (128, "Timer", b)], live)
+    assert got is not None and "log position 128" in got and "member(s) 0, 1, 2" in got and "on_timer_event" in got
+
+
+def test_a_snapshot_that_forgets_a_field_fails_the_snapshot_roundtrip(tmp_path: Path) -> None:
+    got, s = _sim_run(tmp_path, "ledger.planted:forgets_snapshot_field")
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    row = _row(got.stdout, SNAPSHOT_ROUNDTRIP)
+    assert "FAIL" in row and "snapshot at log position" in got.stdout, got.stdout[-4000:]
+    assert "on_start(snapshot)" in got.stdout  # the restore itself is where it diverges
+    assert "FAIL" not in _row(got.stdout, "agreement") and not s["ok"]
+
+
+def test_hash_order_fails_replay_equivalence_in_the_simulator(tmp_path: Path) -> None:
+    got, _s = _sim_run(tmp_path, "ledger.planted:hash_order")
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    assert "FAIL" in _row(got.stdout, REPLAY_EQUIVALENCE), got.stdout[-4000:]
+    assert "PYTHONHASHSEED=" in got.stdout and "on_session_message" in got.stdout
+    assert "FAIL" not in _row(got.stdout, "agreement")  # one process, one hash seed: the members agree
+
+
+def test_the_clean_ledger_passes_both_checks_and_check_reruns_them(tmp_path: Path) -> None:
+    got, s = _sim_run(tmp_path, "ledger.service:make")
+    assert got.returncode == 0 and s["ok"], got.stdout[-3000:] + got.stderr[-2000:]
+    for check in (SNAPSHOT_ROUNDTRIP, REPLAY_EQUIVALENCE):
+        assert "ok" in _row(got.stdout, check), got.stdout[-3000:]
+    checked = _cli("check", str(tmp_path / "run" / "trace"))
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert SNAPSHOT_ROUNDTRIP in checked.stdout and REPLAY_EQUIVALENCE in checked.stdout
+
+
+def test_clusterlab_check_finds_hash_order_from_the_trace_alone(tmp_path: Path) -> None:
+    got, _s = _sim_run(tmp_path, "ledger.planted:hash_order")
+    assert got.returncode == 1
+    checked = _cli("check", str(tmp_path / "run" / "trace"))
+    assert checked.returncode == 1 and REPLAY_EQUIVALENCE in checked.stdout, checked.stdout[-3000:]
+
+
+@pytest.mark.parametrize("service", ["kv", "counter", "timers"])
+def test_the_sample_services_pass_the_replay_checks(tmp_path: Path, service: str) -> None:
+    clients = 1 if service == "timers" else 3  # the timers workload drives one client
+    r = run_scenario("leader-kill", 2, sim=True, service=service, clients=clients, directory=tmp_path, determinism=True)
+    assert r.verdict is not None
+    assert r.verdict.violations[SNAPSHOT_ROUNDTRIP] == [] and r.verdict.violations[REPLAY_EQUIVALENCE] == []
+    assert r.ok, r.error or r.verdict.failed()
+
+
+def test_snapshot_scenarios_restore_every_snapshot_the_log_asks_for(tmp_path: Path) -> None:
+    r = run_scenario("snapshot-under-chaos", 4, sim=True, directory=tmp_path, determinism=True)
+    assert r.verdict is not None and r.verdict.violations[SNAPSHOT_ROUNDTRIP] == [], r.verdict.violations
+    assert r.ok, r.error or r.verdict.failed()
+
+
+class _NoDigest(KeyValueService):
+    """The kv store without its own digest: the base class's snapshot-derived one."""
+
+    state_digest = ClusteredService.state_digest
+    digest_interval = 4
+
+
+def test_a_service_without_a_digest_gets_one_from_its_snapshot_at_its_interval() -> None:
+    s = _NoDigest()
+    assert not has_own_digest(s) and has_own_digest(KeyValueService())
+    before = snapshot_digest(s)
+    s._set("k", "v")
+    assert snapshot_digest(s) != before and len(before) == 16 and before != UNDIGESTED
+    due = [p for p in range(32, 32 * 401, 32) if digest_due(p, 4)]
+    assert 50 < len(due) < 150 and all(digest_due(p, 1) for p in range(0, 640, 32))
+
+
+def test_members_run_with_distinct_hash_seeds_the_same_each_run() -> None:
+    seeds = [member_hash_seed(7, m) for m in range(5)]
+    assert len(set(seeds)) == 5 and seeds == [member_hash_seed(7, m) for m in range(5)]
+    assert all(0 < x <= 4_294_967_295 for x in seeds) and seeds != [member_hash_seed(8, m) for m in range(5)]
+
+
+def test_hash_order_fails_agreement_on_real_processes(tmp_path: Path) -> None:
+    got = _cli(
+        "run", "leader-kill", "--seed", "3", "--duration", "8", "--service", "ledger.planted:hash_order", *WORKLOAD,
+        "--dir", str(tmp_path / "run"), "--no-spark",
+    )  # fmt: skip
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    assert "FAIL" in _row(got.stdout, "agreement"), got.stdout[-4000:]  # members hash with distinct seeds
+    seeds = json.loads((tmp_path / "run" / "trace" / "run.json").read_text())["hash_seeds"]
+    assert seeds == {str(m): member_hash_seed(3, m) for m in range(3)}
