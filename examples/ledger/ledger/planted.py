@@ -8,7 +8,7 @@ own bugs black-box (the workload and model are the ordinary ones):
 
 and one per tripwire (clusterlab.harness.tripwire), each caught by the ``tripwire`` check at its line:
 
-* ``unseeded_random``: a deposit may pay a bonus drawn from the module-level ``random``;
+* ``unseeded_random``: every request draws from the module-level ``random`` (a deposit may pay a bonus);
 * ``uuid_ids``: a deposit files a receipt under a ``uuid.uuid4()`` name;
 * ``thread_start``: a deposit starts an audit thread;
 * ``role_dependent``: the leader also counts a fee for each deposit (``cluster.role`` decides state).
@@ -69,7 +69,8 @@ class UnseededRandom(Ledger):
 
     def execute(self, payload: bytes) -> dict[str, Any]:
         reply = super().execute(payload)
-        if b'"deposit"' in payload and random.random() < 0.5:  # the bug: unseeded, per member
+        lucky = random.random() < 0.5  # the bug: unseeded, a different draw on every member
+        if b'"deposit"' in payload and lucky:
             self._set_account("bonus", len(self.accounts), 0)
         return reply
 
