@@ -89,6 +89,7 @@ class RunResult:
     rate: float | None = None  # ops per second offered (None: the driver's default)
     settle_s: float = DEFAULT_SETTLE_S  # the bound on the final healed phase
     workload: str | None = None  # the service's workload, if not the sample service's (package.module:factory)
+    tripwire: bool = True  # the services' callbacks are watched (clusterlab.harness.tripwire)
 
     @property
     def ok(self) -> bool:
@@ -145,6 +146,8 @@ class RunResult:
             cmd.append("--fault-stale-read")
         for name in sorted(self.mutants):
             cmd += ["--mutant", name]
+        if not self.tripwire:
+            cmd.append("--no-tripwire")
         if self.explicit:
             cmd += ["--schedule", json.dumps(self.steps, separators=(",", ":"))]
         return shlex.join(cmd)
@@ -283,6 +286,7 @@ def run_scenario(
     verify: bool = True,
     workload: str | None = None,
     determinism: bool = False,
+    tripwire: bool = True,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -307,7 +311,9 @@ def run_scenario(
     ``determinism`` adds the replay checks to the verdict (clusterlab.chaos.determinism).
     ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
     batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`). ``on_progress``
-    gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time."""
+    gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time.
+    ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
+    role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them)."""
     checked = check_run_arguments(
         name,
         seed,
@@ -353,6 +359,7 @@ def run_scenario(
         rate=rate,
         settle_s=settle_s,
         workload=workload,
+        tripwire=tripwire,
     )
     started = time.monotonic()
     try:
@@ -638,6 +645,7 @@ def _run_local(
         startup_timeout_s=max(20.0, settle_s),
         fault_ack_before_append=result.fault_ack_before_append,
         mutants=result.mutants,
+        tripwire=result.tripwire,
     )
     if cluster.recorder is not None:
         cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run
@@ -682,6 +690,7 @@ def _run_sim(
             mutants=result.mutants,
             # A planted bug is judged black-box, as in a member process: no white-box invariant asserts.
             check_invariants=not result.mutants,
+            tripwire=result.tripwire,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))

@@ -32,6 +32,12 @@ is a directory of runs for ``clusterlab check DIR``); without it a
 passing run's files are removed and a failing one's kept. A failing chaos test prints the seed, the
 trace directory and the two commands that re-run it (``clusterlab run ...`` and ``pytest ...``).
 
+Tripwires (clusterlab.harness.tripwire) are on in every chaos run and cluster the plugin starts: a
+service callback that reads the wall clock, uses the module-level random, OS randomness or a thread,
+or reads ``cluster.role`` and then changes its state is a ``tripwire`` finding in the trace, and the
+``tripwire`` check fails the run naming the user's file:line (``tripwire=False`` in the marker's or
+fixture's keywords turns them off).
+
 Works under pytest-xdist: every path is the test's own (tmp_path, or a fresh directory in DIR).
 """
 
@@ -305,6 +311,7 @@ def _cluster_params(request: pytest.FixtureRequest) -> dict[str, Any]:
     params = dict(getattr(request, "param", None) or {})
     params.setdefault("members", 3)
     params.setdefault("service", "kv")
+    params.setdefault("tripwire", True)  # the services' callbacks are watched (clusterlab.harness.tripwire)
     if (error := MEMBERS.error("cluster members", params["members"])) is not None:
         misuse(error)
     return params

@@ -86,6 +86,7 @@ from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
     FAULT_ACK_BEFORE_APPEND_ENV,
     MUTANTS_ENV,
+    TRIPWIRE_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
@@ -317,6 +318,7 @@ class LocalCluster:
         secure: bool | None = None,
         archive_segment_length: int | None = None,
         mutants: frozenset[str] = frozenset(),
+        tripwire: bool = False,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -328,10 +330,14 @@ class LocalCluster:
         LocalCluster or ``cluster start`` on it raises at once, naming this process.
 
         ``services``: several clustered services per member (``["kv", "counter"]``: service ids 0 and
-        1, each its own process with its own snapshots; see clusterlab.core.service.addressed)."""
+        1, each its own process with its own snapshots; see clusterlab.core.service.addressed).
+
+        ``tripwire``: the service processes watch their services' callbacks (clusterlab.harness.tripwire;
+        findings are ``tripwire`` events in the trace)."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.tripwire = tripwire
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         # First of all: nothing in the directory is read or written unless we own it.
@@ -534,6 +540,9 @@ class LocalCluster:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
         if self.mutants:
             env[MUTANTS_ENV] = format_mutants(self.mutants)
+        env.pop(TRIPWIRE_ENV, None)
+        if self.tripwire and kind != NODE:
+            env[TRIPWIRE_ENV] = "1"
         module = NODE if kind == NODE else SERVICE
         cmd = [
             sys.executable,

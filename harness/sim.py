@@ -48,6 +48,7 @@ from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.mutants import mutant_set
+from clusterlab.core.runtime.config import service_process_name
 from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.harness.services import service_factory
 from clusterlab.harness.sim_errors import SimError, SimTimeout
@@ -59,6 +60,7 @@ from clusterlab.harness.sim_parts import (
     parse_client_channel,
 )
 from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
+from clusterlab.harness.tripwire import Tripwire
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
 # scheduler calls it a livelock. Real work settles in a handful of rounds.
@@ -195,6 +197,7 @@ class SimCluster:
         mutants: frozenset[str] = frozenset(),
         check_invariants: bool = True,
         services: list[str] | None = None,
+        tripwire: bool = False,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -202,6 +205,7 @@ class SimCluster:
         self.member_count = members
         self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
         self.check_invariants = check_invariants
+        self.tripwire = tripwire  # report what the services' callbacks must not do (clusterlab.harness.tripwire)
         self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
         self.timeouts.validate()
         self.network_config = network if network is not None else NetworkConfig()
@@ -585,6 +589,7 @@ class SimCluster:
                 self._applied_sink(member_id, incarnation, service_id),
                 self._member_log(member_id),
                 service_id,
+                self._tripwire_factory(member_id, service_id) if self.tripwire else None,
             )
             outbox.service_inboxes.append(host.from_node)
             hosts.append(host)
@@ -592,6 +597,25 @@ class SimCluster:
         self._services[member_id] = hosts[0] if hosts else None
         for hook in self.on_member_start:
             hook(member_id)
+
+    def _tripwire_factory(self, member_id: int, service_id: int) -> Callable[[Any], Tripwire]:
+        """Makes the tripwire of a member's service: its findings become ``tripwire`` events."""
+        source = service_process_name(member_id, service_id)
+
+        def report(log_position: int, detail: dict[str, Any]) -> None:
+            self._emit(
+                {
+                    "time_ns": self.clock.now_ns,
+                    "source": source,
+                    "member_id": member_id,
+                    "kind": "tripwire",
+                    "leadership_term_id": None,
+                    "log_position": log_position,
+                    "detail": detail,
+                }
+            )
+
+        return lambda service: Tripwire(member_id, service_id, service.state_digest, report)
 
     def _take_down(self, member_id: int) -> Member:
         member = self.member(member_id)

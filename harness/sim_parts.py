@@ -29,6 +29,7 @@ from clusterlab.core.consensus.context import Channel
 from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent, ServiceTerminated, SnapshotError
+from clusterlab.core.service.api import CallbackScope, ClusteredService
 
 CLIENT_ID_BASE = -100  # network ids of clients: -100, -101, ... (members are 0..n-1, the harness -1)
 
@@ -65,7 +66,9 @@ class SimServiceHost:
         on_applied: Callable[[AppliedEntry], None],
         log: Callable[[str], None],
         service_id: int = 0,
+        callback_scope: Callable[[ClusteredService], CallbackScope] | None = None,
     ) -> None:
+        """``callback_scope``: makes the agent's callback scope for the service (the tripwires), or None."""
         self.member_id = member_id
         self.service_id = service_id
         self._log = log
@@ -82,15 +85,17 @@ class SimServiceHost:
         # process serialises that; here the recording log's service_id says which store to read).
         catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
         self.snapshots = SnapshotStore(storage, Catalogue.open(storage, catalogue_dir), snapshot_dir)
+        service = service_factory()
         self.agent = ClusteredServiceAgent(
             service_id,
             member_id,
-            service_factory(),
+            service,
             to_consensus_module=self.to_node.append,
             egress=lambda channel, _session, payload: send_egress(channel, payload),
             snapshot_store=self.snapshots,
             on_applied=on_applied,
             log=log,
+            callback_scope=callback_scope(service) if callback_scope is not None else None,
         )
         # Aeron's service reads the RecoveryState counter; ours reads the same recovery plan from the
         # recording log the node just reconciled on start.

@@ -1,5 +1,5 @@
-"""The state checks: agreement, contiguity, election safety, durability and the committed prefix, each
-one SQL query over the views (chaos/checks/views.py) returning one row per violation."""
+"""The state checks: agreement, contiguity, election safety, durability, the committed prefix and the
+tripwires, each one SQL query over the views (chaos/checks/views.py) returning one row per violation."""
 
 from __future__ import annotations
 
@@ -190,4 +190,18 @@ ORDER BY run_id, log_position, member_id
 """,
 )
 
-CHECKS: tuple[SqlCheck, ...] = (AGREEMENT, CONTIGUITY, ELECTION_SAFETY, DURABILITY, COMMITTED_PREFIX)
+TRIPWIRE = SqlCheck(
+    name="tripwire",
+    description="no service callback read the wall clock, used the module-level random, OS randomness "
+    "(os.urandom, uuid4, secrets) or a thread, or read cluster.role and then changed its state "
+    "(clusterlab.harness.tripwire; one row per finding, naming the user's file:line)",
+    tables=("events",),
+    sql="""
+SELECT run_id, member_id, log_position, get_json_object(detail, '$.message') AS detail
+FROM events
+WHERE kind = 'tripwire'
+ORDER BY run_id, log_position, member_id
+""",
+)
+
+CHECKS: tuple[SqlCheck, ...] = (AGREEMENT, CONTIGUITY, ELECTION_SAFETY, DURABILITY, COMMITTED_PREFIX, TRIPWIRE)

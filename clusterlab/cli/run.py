@@ -135,6 +135,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             services=args.services,
             workload=args.workload,
             determinism=True,
+            tripwire=args.tripwire,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
     result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
@@ -285,6 +286,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--master", default=None, help="Spark master (implies --engine spark)")
     p.add_argument("--remote", default=None, help="Spark Connect URL sc://HOST:PORT (implies --engine spark)")
     p.add_argument("--json", default=None, help="also write the run's summary and verdicts here")
+    p.add_argument(
+        "--tripwire",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="report wall-clock reads, global random, OS randomness, threads and role-dependent state changes "
+        "inside the service's callbacks, by the user's file:line (the `tripwire` check; default on)",
+    )
     p.add_argument(
         "--fault-ack-before-append",
         action="store_true",

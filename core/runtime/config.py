@@ -60,6 +60,9 @@ FAULT_ACK_BEFORE_APPEND_ENV = "CLUSTERLAB_FAULT_ACK_BEFORE_APPEND"
 # Planted bugs (clusterlab.core.consensus.mutants) for a node process: comma-separated names. Test-only:
 # set by LocalCluster(mutants=...) from ``clusterlab run --mutant``; unset in production.
 MUTANTS_ENV = "CLUSTERLAB_MUTANTS"
+# Set to 1: a service process watches its service's callbacks (clusterlab.harness.tripwire, named in
+# clusterlab.core.runtime.service). Test-only: set by LocalCluster(tripwire=True); unset in production.
+TRIPWIRE_ENV = "CLUSTERLAB_TRIPWIRE"
 # Set to 1: a node process asserts the consensus module's invariants after every input
 # (ConsensusModuleContext.check_invariants; always on in the simulator and tests).
 CHECK_INVARIANTS_ENV = "CLUSTERLAB_CHECK_INVARIANTS"

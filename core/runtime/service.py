@@ -46,6 +46,7 @@ from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
+    TRIPWIRE_ENV,
     ClusterConfig,
     ConfigError,
     service_control_endpoint,
@@ -95,7 +96,7 @@ from clusterlab.core.service.agent import (
     ServiceTerminated,
     SnapshotError,
 )
-from clusterlab.core.service.api import ClusteredService
+from clusterlab.core.service.api import CallbackScope, ClusteredService
 from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
@@ -105,6 +106,8 @@ CLOSE_LINGER_MS = 1000  # the termination ack must reach the node
 _HOUR_NS = 3600 * 1_000_000_000
 # The sample services (name -> factory) live in the harness, a layer up: named, not imported.
 SAMPLE_SERVICES = "clusterlab.harness.services:SERVICES"
+# The test harness's callback scope (with TRIPWIRE_ENV set): named, not imported, for the same reason.
+PROCESS_TRIPWIRE = "clusterlab.harness.tripwire:process_tripwire"
 
 
 def load_service_factory(name: str) -> Callable[[], ClusteredService]:
@@ -189,10 +192,11 @@ class ServiceProcess:
         catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
         catalogue = Catalogue.open(self.storage, catalogue_dir)
         self.snapshots = SnapshotStore(self.storage, catalogue, snapshot_dir)
+        service = factory()
         self.agent = ClusteredServiceAgent(
             service_id,
             member_id,
-            factory(),
+            service,
             to_consensus_module=self._to_node,
             egress=self._send_egress,
             snapshot_store=self.snapshots,
@@ -201,6 +205,7 @@ class ServiceProcess:
             on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
             on_applied_run=self._record_run,
             log=self.log,
+            callback_scope=self._callback_scope(service),
         )
         with RecordingLog.open(self.storage) as recording_log:
             entry = recording_log.latest_snapshot(service_id)
@@ -210,6 +215,14 @@ class ServiceProcess:
         )
         self.agent.start(entry.recording_id if entry is not None else None)
         self._flush_applied()  # a loaded snapshot's row
+
+    def _callback_scope(self, service: ClusteredService) -> CallbackScope | None:
+        """The tripwires when the harness asked for them (TRIPWIRE_ENV); None (nothing watched) otherwise."""
+        if os.environ.get(TRIPWIRE_ENV, "") in ("", "0"):
+            return None
+        scope: CallbackScope = import_object(PROCESS_TRIPWIRE)(self.member_id, self.service_id, service, self.rec)
+        self.log(f"tripwires on: {PROCESS_TRIPWIRE}")
+        return scope
 
     # ------------------------------------------------------------------ agent outputs
     def _send_egress(self, channel: str, _session: Any, payload: bytes) -> None:

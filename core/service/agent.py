@@ -75,6 +75,7 @@ from clusterlab.core.codec.session import (
 from clusterlab.core.consensus.context import APP_VERSION, Role
 from clusterlab.core.service.api import (
     UNDIGESTED,
+    CallbackScope,
     ClientSession,
     ClusteredService,
     ClusterError,
@@ -211,6 +212,14 @@ def _noop_log(line: str) -> None:
 
 
 _NO_LIFECYCLE = ""
+_ON_SESSION_MESSAGE = "on_session_message"
+# The service callback each entry type calls (the callback scope's names; ClusterAction: on_take_snapshot).
+_CALLBACKS: dict[EntryType, str] = {
+    EntryType.TIMER: "on_timer_event",
+    EntryType.SESSION_OPEN: "on_session_open",
+    EntryType.SESSION_CLOSE: "on_session_close",
+    EntryType.NEW_LEADERSHIP_TERM: "on_new_leadership_term_event",
+}
 
 
 class ClusteredServiceAgent:
@@ -231,6 +240,7 @@ class ClusteredServiceAgent:
         app_version: int = APP_VERSION,
         client_id: int = 0,
         log: Callable[[str], None] | None = None,
+        callback_scope: CallbackScope | None = None,
     ) -> None:
         self._service_id = service_id
         self._member_id = member_id
@@ -247,6 +257,8 @@ class ClusteredServiceAgent:
         self.app_version = app_version
         self.client_id = client_id  # relevantId of the first ack: identifies this service incarnation
         self._log = log or _noop_log
+        # A test harness's observer of the service's callbacks (api.CallbackScope); None in production.
+        self._scope = callback_scope
 
         self._role = Role.FOLLOWER
         self._log_position = 0
@@ -291,6 +303,8 @@ class ClusteredServiceAgent:
 
     @property
     def role(self) -> Role:
+        if self._scope is not None:
+            self._scope.role_read()
         return self._role
 
     @property
@@ -765,7 +779,10 @@ class ClusteredServiceAgent:
         state_digest = b""
         try:
             if action is not None:
-                action()
+                if self._scope is not None and entry_type in _CALLBACKS:
+                    self._scoped(_CALLBACKS[entry_type], action)
+                else:
+                    action()
             if self._on_applied is not None:
                 state_digest = self._state_digest(entry_type)
         except Exception as e:
@@ -817,7 +834,13 @@ class ClusteredServiceAgent:
         self._held = []
         state_digest = b""
         try:
-            self.service.on_session_message(self._sessions.get(session_id), timestamp, body)
+            if self._scope is not None:
+                self._scoped(
+                    _ON_SESSION_MESSAGE,
+                    partial(self.service.on_session_message, self._sessions.get(session_id), timestamp, body),
+                )
+            else:
+                self.service.on_session_message(self._sessions.get(session_id), timestamp, body)
             if self._on_applied is not None:
                 state_digest = self._state_digest(EntryType.SESSION_MESSAGE)
         except Exception as e:
@@ -848,6 +871,7 @@ class ClusteredServiceAgent:
         block_position = self._block_position
         block_end = block_position + (len(block) if block is not None else 0)
         session_message = EntryType.SESSION_MESSAGE
+        scope = self._scope
         # The run's columns (with run_sink): appended per entry, given once at the end.
         ends: list[int] = []
         lengths: list[int] = []
@@ -885,7 +909,14 @@ class ClusteredServiceAgent:
                 self._held = held
                 digest = b""
                 try:
-                    on_session_message(sessions_get(fields[1]), timestamp, payload[SESSION_HEADER_LENGTH:])
+                    if scope is None:
+                        on_session_message(sessions_get(fields[1]), timestamp, payload[SESSION_HEADER_LENGTH:])
+                    else:
+                        scope.enter(_ON_SESSION_MESSAGE, end)
+                        try:
+                            on_session_message(sessions_get(fields[1]), timestamp, payload[SESSION_HEADER_LENGTH:])
+                        finally:
+                            scope.exit()
                     if on_applied is not None:
                         digest = state_digest()
                         if type(digest) is not bytes or len(digest) != DIGEST_SIZE:
@@ -986,7 +1017,10 @@ class ClusteredServiceAgent:
         if self.snapshot_store is None:
             raise AgentError("cannot take a snapshot: the agent has no snapshot store")
         writer = SnapshotWriter()
-        self.service.on_take_snapshot(writer)
+        if self._scope is not None:
+            self._scoped("on_take_snapshot", partial(self.service.on_take_snapshot, writer))
+        else:
+            self.service.on_take_snapshot(writer)
         sessions = [
             ClientSessionRecord(
                 cluster_session_id=s.id,
@@ -1053,7 +1087,10 @@ class ClusteredServiceAgent:
     def _call_lifecycle(self, name: str, call: Callable[[], None], entry_type: str) -> None:
         self._lifecycle = name
         try:
-            call()
+            if self._scope is not None:
+                self._scoped(name, call)
+            else:
+                call()
         except Exception as e:
             failure = ServiceError(self._log_position, entry_type, e)
             self._lifecycle = _NO_LIFECYCLE
@@ -1068,6 +1105,16 @@ class ClusteredServiceAgent:
         if digest_due(self._log_position, self.service.digest_interval):
             return self.service.state_digest()
         return UNDIGESTED
+
+    def _scoped(self, callback: str, call: Callable[[], object]) -> None:
+        """``call`` (a service callback) inside the callback scope."""
+        scope = self._scope
+        assert scope is not None
+        scope.enter(callback, self._log_position)
+        try:
+            call()
+        finally:
+            scope.exit()
 
     def _state_digest(self, entry_type: str) -> bytes:
         digest = self._digest_of()

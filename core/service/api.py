@@ -22,6 +22,7 @@ from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
 
 __all__ = [
     "UNDIGESTED",
+    "CallbackScope",
     "ClientSession",
     "Cluster",
     "ClusterError",
@@ -145,6 +146,21 @@ class Cluster(Protocol):
     def client_sessions(self) -> list[ClientSession]:
         """The open sessions, by ascending id."""
         ...
+
+
+class CallbackScope(Protocol):
+    """An observer of the user's callbacks, given to the agent by a test harness (``None`` in
+    production, where the agent calls nothing extra). The agent calls ``enter`` before and ``exit``
+    after each service callback that applies an entry, takes a snapshot or starts, stops or changes
+    role (``callback`` is its name: ``on_session_message``, ...; ``log_position`` where the agent is),
+    and ``role_read`` whenever the service reads ``Cluster.role``. What it does with that is its own
+    affair (clusterlab.harness.tripwire); it must not change what the agent or the service does."""
+
+    def enter(self, callback: str, log_position: int) -> None: ...
+
+    def exit(self) -> None: ...
+
+    def role_read(self) -> None: ...
 
 
 class ClusteredService(ABC):
