@@ -295,8 +295,9 @@ def verify_goldens(
 ) -> VerifyReport:
     """Verify goldens ``names`` (default: all under ``traces``). ``service_factory`` replaces the
     golden's service in the replay (tests plant a faulty one). Raises GoldenError only when a named
-    golden does not exist or its service or workload cannot be imported here; a corrupt golden is a failed verdict with its error. ``mutants``: planted
-    bugs switched on in the simulator re-runs (``clusterlab mutants --golden``; test-only).
+    golden does not exist or its service or workload cannot be imported here; a corrupt golden is a
+    failed verdict with its error. ``mutants``: planted bugs switched on in the simulator re-runs
+    (``clusterlab mutants --golden``; test-only).
     ``coverage``: also measure what each golden exercises (golden/coverage.py) on the runs verify makes
     anyway, a simulator golden's re-run and a real golden's replay, under coverage.py: the report's
     ``coverage`` is what ``golden coverage`` reports, without running every golden a second time."""

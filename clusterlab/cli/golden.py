@@ -167,7 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--duration",
         type=bounded(DURATION_S),
         default=None,
-        help=ranged("the scenario duration to record in the recipe (default: the run's, from its chaos.json)", DURATION_S),
+        help=ranged("the scenario duration of the recipe (default: the run's, from its chaos.json)", DURATION_S),
     )
     b.add_argument("--summary", default="", help="one line saying what the golden covers")
     b.add_argument("--force", action="store_true", help="replace an existing golden of that name")
