@@ -327,9 +327,9 @@ def verify_goldens(
             goldens[n] = g
             v = GoldenVerdict(n, g.driver, g.info.get("git_commit"), g.applied.num_rows)
             verdicts.append(v)
-            say(f"{n}: replaying {g.log.num_rows} log entries")
             # A service or workload that cannot be imported here is not a divergence: GoldenError, one line.
             factory = service_factory or golden_service(str(g.info["service"]), g.info.get("workload"), f"golden {n}")
+            say(f"{n}: replaying {g.log.num_rows} log entries")
             m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
             cov_started = time.monotonic()
             # The mypyc-compiled modules are invisible to coverage.py: then the golden is measured apart,
