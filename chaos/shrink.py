@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.runner import CHAOS_JSON, DEFAULT_CLIENTS, RunResult
+from clusterlab.chaos.runner import CHAOS_JSON, DEFAULT_CLIENTS, RunResult, check_service
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.sweep import guarded_run
 
@@ -88,6 +88,8 @@ class ShrinkResult:
         kwargs: dict[str, Any] = {"members": self.run["members"], "schedule": self.minimal.steps}
         if self.run.get("service", "kv") != "kv":
             kwargs["service"] = self.run["service"]
+        if self.run.get("workload"):
+            kwargs["workload"] = self.run["workload"]
         if self.minimal.clients != DEFAULT_CLIENTS:
             kwargs["clients"] = self.minimal.clients
         if self.minimal.rate != SIM_DEFAULT_RATE:
@@ -205,6 +207,10 @@ def load_run(path: Path | str) -> dict[str, Any]:
         raise ShrinkError(f"{meta} lacks {', '.join(missing)}: it does not describe a chaos run")
     if not run.get("sim"):
         raise ShrinkError(f"{path} is a real-process run; shrinking replays it many times, in the simulator only")
+    try:  # a user's service and workload re-run every candidate: importable here, or one line now
+        check_service(str(run.get("service", "kv")), run.get("workload"))
+    except ValueError as e:
+        raise ShrinkError(f"{path}: {e}") from None
     return run
 
 
@@ -254,6 +260,7 @@ def shrink_run(
             directory=work,
             schedule=c.steps,
             service=run.get("service", "kv"),
+            workload=run.get("workload"),
             clients=c.clients,
             rate=c.rate,
             settle_s=float(run.get("settle_s", 30.0)),

@@ -30,20 +30,23 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.verify import verify_run
 from clusterlab.core import __version__
+from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.completeness import SchemaVersionError, assess, sealed_json
 from clusterlab.harness.completeness import manifest as trace_manifest  # `manifest` is the recipes file here
 from clusterlab.harness.recorder import SCHEMAS, TABLES, git_commit
 from clusterlab.harness.replay import Replay, replay_log
-from clusterlab.harness.services import SERVICES
+from clusterlab.harness.services import SERVICES, service_factory
 from clusterlab.harness.trace import TraceError, open_run
 
 ROOT = Path(__file__).resolve().parent
@@ -75,7 +78,8 @@ class Recipe:
     members: int = 3
     duration_s: float | None = None
     summary: str = ""
-    service: str = "kv"  # the clustered service the run drives (harness/services)
+    service: str = "kv"  # the clustered service the run drives (harness/services, or package.module:factory)
+    workload: str | None = None  # a user's service's workload (package.module:factory); None: the sample's
 
     def __post_init__(self) -> None:
         if self.driver not in DRIVERS:
@@ -124,11 +128,34 @@ def load_manifest(path: Path = MANIFEST) -> list[Recipe]:
         raise GoldenError(f"{path}: not a golden manifest ({type(e).__name__}: {e})") from e
 
 
+def recipe_json(recipe: Recipe) -> dict[str, Any]:
+    """A recipe as plain data; a sample service's has no ``workload`` (its workload is the service's)."""
+    doc = asdict(recipe)
+    if doc["workload"] is None:
+        del doc["workload"]
+    return doc
+
+
+def golden_service(service: str, workload: str | None, where: str) -> Callable[[], ClusteredService]:
+    """The factory of a golden's (or a run's) service, its workload importable too: a sample service
+    by name, or a user's ``package.module:factory`` imported from the current directory or the
+    installed packages; GoldenError, one line, when either cannot be."""
+    if ":" not in service:
+        if service not in SERVICES:
+            raise GoldenError(f"{where}: unknown service {service!r}")
+        return SERVICES[service]
+    try:
+        check_service(service, workload)
+    except ValueError as e:
+        raise GoldenError(f"{where}: {e}; run it where that package is importable") from None
+    return service_factory(service)
+
+
 def save_manifest(recipes: list[Recipe], path: Path = MANIFEST) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
         "about": "Recipes of the golden traces: `python -m clusterlab.golden.regenerate` re-runs each and blesses it.",
-        "goldens": [asdict(r) for r in sorted(recipes, key=lambda r: r.name)],
+        "goldens": [recipe_json(r) for r in sorted(recipes, key=lambda r: r.name)],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -225,6 +252,18 @@ def _recorded_states(applied: pa.Table) -> dict[int, set[tuple[bytes, bytes]]]:
     return states
 
 
+def _run_duration(run_dir: Path) -> float | None:
+    """The scenario duration a ``clusterlab run`` recorded beside its trace (its chaos.json, in the
+    run's directory or the trace's parent): what the golden's re-run must use to be the same run."""
+    for summary in (run_dir / "chaos.json", run_dir.parent / "chaos.json"):
+        try:
+            duration = json.loads(summary.read_text()).get("duration_s")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return float(duration) if isinstance(duration, int | float) else None
+    return None
+
+
 def bless(
     run_dir: Path | str,
     name: str,
@@ -264,10 +303,9 @@ def bless(
             verdict.status,
         )
     config = meta.get("config") or {}
-    service = config.get("service", "kv")
-    if service not in SERVICES:
-        raise GoldenError(f"{run_dir}: unknown service {service!r} in run.json")
-    replay = replay_log(run.log.to_pylist(), SERVICES[service])
+    service = str(config.get("service", "kv"))
+    workload = (meta.get("workload") or {}).get("workload")
+    replay = replay_log(run.log.to_pylist(), golden_service(service, workload, str(run_dir)))
     if replay.error is not None:
         raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
     recorded = _recorded_states(run.applied)
@@ -280,6 +318,8 @@ def bless(
                 f"the service is not deterministic, or the log is not the one the members applied"
             )
     driver = "sim" if config.get("runtime") == "sim" else "real"
+    if duration_s is None:
+        duration_s = _run_duration(Path(run_dir))
     recipe = Recipe(
         name,
         driver,
@@ -289,12 +329,14 @@ def bless(
         duration_s,
         summary,
         service,
+        workload,
     )
 
     target = traces / name
     if target.exists() and not force:
         raise GoldenError(f"golden {name} exists at {target}; pass --force to replace it")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=traces if traces.is_dir() else None))
+    traces.mkdir(parents=True, exist_ok=True)  # a project's own goldens directory, made at its first golden
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=traces))
     try:
         run_id = golden_run_id(name)
         write_stream(tmp / "log" / "committed.arrow", run.log)
@@ -306,7 +348,7 @@ def bless(
             write_stream(tmp / "messages" / "golden.arrow", messages)
         golden_meta = {
             "format": GOLDEN_FORMAT,
-            **asdict(recipe),
+            **recipe_json(recipe),
             "service": service,
             "clients": int((meta.get("workload") or {}).get("clients", 1)),  # the re-run's concurrent clients
             "clusterlab_version": __version__,

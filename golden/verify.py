@@ -48,11 +48,11 @@ from clusterlab.golden.store import (
     applied_table,
     current_commit,
     golden_names,
+    golden_service,
     load_golden,
     write_stream,
 )
 from clusterlab.harness.replay import describe_entry, replay_log
-from clusterlab.harness.services import SERVICES
 from clusterlab.harness.trace import describe_payload
 from rich.console import Console
 from rich.table import Table
@@ -295,8 +295,9 @@ def verify_goldens(
 ) -> VerifyReport:
     """Verify goldens ``names`` (default: all under ``traces``). ``service_factory`` replaces the
     golden's service in the replay (tests plant a faulty one). Raises GoldenError only when a named
-    golden does not exist; a corrupt golden is a failed verdict with its error. ``mutants``: planted
-    bugs switched on in the simulator re-runs (``clusterlab mutants --golden``; test-only).
+    golden does not exist or its service or workload cannot be imported here; a corrupt golden is a
+    failed verdict with its error. ``mutants``: planted bugs switched on in the simulator re-runs
+    (``clusterlab mutants --golden``; test-only).
     ``coverage``: also measure what each golden exercises (golden/coverage.py) on the runs verify makes
     anyway, a simulator golden's re-run and a real golden's replay, under coverage.py: the report's
     ``coverage`` is what ``golden coverage`` reports, without running every golden a second time."""
@@ -326,13 +327,9 @@ def verify_goldens(
             goldens[n] = g
             v = GoldenVerdict(n, g.driver, g.info.get("git_commit"), g.applied.num_rows)
             verdicts.append(v)
+            # A service or workload that cannot be imported here is not a divergence: GoldenError, one line.
+            factory = service_factory or golden_service(str(g.info["service"]), g.info.get("workload"), f"golden {n}")
             say(f"{n}: replaying {g.log.num_rows} log entries")
-            factory = service_factory
-            if factory is None:
-                factory = SERVICES.get(g.info["service"])
-                if factory is None:
-                    v.errors.append(f"unknown service {g.info['service']!r}")
-                    continue
             m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
             cov_started = time.monotonic()
             # The mypyc-compiled modules are invisible to coverage.py: then the golden is measured apart,
@@ -371,6 +368,7 @@ def verify_goldens(
                             directory=work / f"rerun-{n}",
                             clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
                             service=str(info.get("service", "kv")),
+                            workload=info.get("workload"),
                             mutants=mutants,
                         )
                 except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator

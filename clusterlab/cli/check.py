@@ -113,6 +113,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             from clusterlab.cli.spark_progress import SparkProgress
             from clusterlab.golden.spark.check import check_runs, is_connect
             from clusterlab.golden.spark.session import spark_session
+            from clusterlab.harness.trace import TraceError
 
             remote = spark_remote(args.remote, args.master)
             console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
@@ -120,6 +121,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             try:
                 with SparkProgress(spark):  # jobs, stages and tasks on stderr while the checks run
                     report = check_runs(runs, spark=spark, limit=args.limit)
+            except TraceError as e:  # a run's workload (its model) cannot be imported here: not judged
+                print(f"clusterlab check: {e}", file=sys.stderr)
+                return 2
             finally:
                 if is_connect(spark):  # release this client's session (its views) on the warm server now
                     spark.stop()

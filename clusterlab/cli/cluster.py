@@ -315,6 +315,9 @@ def check_start_arguments(args: argparse.Namespace) -> None:
                 f"unknown service {args.service!r}: use one of {sorted(SERVICES)}, module:factory or none"
             )
         return
+    from clusterlab.chaos.workload_api import WorkloadSpecError, check_service_factory, import_from_cwd
+
+    import_from_cwd()  # found in the current directory first (members get its package's parent on PYTHONPATH)
     module, _, factory = args.service.partition(":")
     try:
         found = importlib.util.find_spec(module) if module else None
@@ -322,6 +325,10 @@ def check_start_arguments(args: argparse.Namespace) -> None:
         found = None
     if found is None or not factory.isidentifier():
         raise CommandError(f"--service {args.service}: no module {module!r} to import, or no factory name after ':'")
+    try:
+        check_service_factory(args.service)  # it makes a ClusteredService
+    except WorkloadSpecError as e:
+        raise CommandError(f"--service {e}") from None
 
 
 _SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}

@@ -146,6 +146,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dir_option(p: argparse.ArgumentParser) -> None:
+    """``--dir``: where the goldens are (a project's own, e.g. ``goldens/``; default clusterlab's)."""
+    p.add_argument(
+        "--dir",
+        dest="traces",
+        default=None,
+        help="the goldens' directory (default: clusterlab's own golden/traces/; a project keeps its own)",
+    )
+    p.add_argument("--traces", dest="traces", default=None, help=argparse.SUPPRESS)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``golden`` to the CLI."""
     p = sub.add_parser("golden", help="golden traces: bless a run, verify today's code against every golden")
@@ -153,16 +164,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = gs.add_parser("bless", help="store a finished, passing run as a golden trace")
     b.add_argument("run", metavar="RUN", help="the run's trace directory (with run.json and log/)")
-    b.add_argument("--name", required=True, help="golden name (directory under golden/traces/)")
+    b.add_argument("--name", required=True, help="golden name (its directory under --dir)")
     b.add_argument(
         "--duration",
         type=bounded(DURATION_S),
         default=None,
-        help=ranged("the scenario duration to record in the recipe", DURATION_S),
+        help=ranged("the scenario duration of the recipe (default: the run's, from its chaos.json)", DURATION_S),
     )
     b.add_argument("--summary", default="", help="one line saying what the golden covers")
     b.add_argument("--force", action="store_true", help="replace an existing golden of that name")
-    b.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    _dir_option(b)
     b.set_defaults(func=_cmd_bless)
 
     v = gs.add_parser("verify", help="replay/re-run goldens with today's code and diff with Spark")
@@ -176,7 +187,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also report what the goldens exercise (as `golden coverage`), measured on verify's own runs; "
         "exit 1 if a must-cover item is exercised by no golden",
     )
-    v.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    _dir_option(v)
     v.set_defaults(func=_cmd_verify)
 
     r = gs.add_parser("regenerate", help="re-run every recipe in goldens.json and bless it anew")

@@ -27,6 +27,7 @@ from clusterlab.chaos.checks.embedded import row_counts, view_tables
 from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of, trace_bytes
 from clusterlab.chaos.checks.sql import explain_agreement, view_columns
 from clusterlab.chaos.checks.views import view_schema
+from clusterlab.golden.spark.linearizability import run_workloads, ship_packages
 from clusterlab.golden.spark.session import spark_session
 from clusterlab.golden.spark.source import find_runs, select_columns, trace_files
 from clusterlab.harness.completeness import (
@@ -148,12 +149,13 @@ def run_check(spark: SparkSession, check: SqlCheck, per_run: dict[str, int], lim
     return CheckResult(check.name, count, shown, per_run)
 
 
-def check_linearizability(ops: DataFrame, limit: int) -> CheckResult:
-    """Every run's client history (``ops``), per key, linearizable (golden/spark/linearizability.py);
-    keys whose search ran out of budget are reported as ``unknown`` (not violations)."""
+def check_linearizability(ops: DataFrame, limit: int, workloads: dict[str, str] | None = None) -> CheckResult:
+    """Every run's client history (``ops``), per key, linearizable (golden/spark/linearizability.py),
+    with each run's workload's model (``workloads``, by run directory); keys whose search ran out of budget
+    are reported as ``unknown`` (not violations)."""
     from clusterlab.golden.spark.linearizability import judge_ops, violations
 
-    count, shown, per_run, unknown = violations(judge_ops(ops), limit)
+    count, shown, per_run, unknown = violations(judge_ops(ops, workloads=workloads), limit)
     result = CheckResult("linearizability", count, shown, per_run)
     result.unknown = unknown
     return result
@@ -212,12 +214,14 @@ def check_runs(
             ops = tables.read("ops")
     if runs:
         assert ops is not None
+        workloads = run_workloads(runs)  # a user's workload judges its run's history with its model
+        ship_packages(spark, set(workloads.values()))
         small = [c for c in checks if sum(rows.get(t, 0) for t in c.tables) <= SMALL_ROWS]
         large = [c for c in checks if c not in small]
         with ThreadPoolExecutor(SMALL_THREADS, thread_name_prefix="clusterlab-check") as pool:
             # Linearizability (Python workers) alongside the SQL checks (the JVM): both cores busy.
             # No client ops (a golden, a run without a workload): nothing to judge, no Python worker.
-            linearizable = pool.submit(check_linearizability, ops, limit) if rows.get("ops") else None
+            linearizable = pool.submit(check_linearizability, ops, limit, workloads) if rows.get("ops") else None
             with session_conf(spark, SMALL_CONF if small else {}):
                 counts = count_violations(spark, small, pool)
             counts |= count_violations(spark, large)  # generated code, one after another (memory)

@@ -8,7 +8,10 @@ violation the minimal sub-history as JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -18,9 +21,13 @@ from clusterlab.chaos.linearizability import (
     DEFAULT_MAX_STATES,
     UNKNOWN,
     VIOLATION,
+    Model,
     check_key,
     operations_from_rows,
 )
+from clusterlab.chaos.workload_api import WorkloadSpecError, load_workload
+from clusterlab.harness.services import import_roots
+from clusterlab.harness.trace import TraceError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -46,7 +53,66 @@ _RESULT_ARROW = pa.schema(
 )
 
 
-def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
+def run_workloads(run_dirs: Sequence[str]) -> dict[str, str]:
+    """Each run's workload (run.json's ``workload.workload``) by run directory as given (the checks
+    key runs by directory), when it names one: its model judges the run's history, as the embedded
+    engine's does (chaos/workload_api.history_verdict). Checked here, on the driver: a workload that
+    cannot be imported raises TraceError (a history is never judged without its model)."""
+    specs: dict[str, str] = {}
+    for d in run_dirs:
+        try:
+            meta = json.loads((Path(d) / "run.json").read_text())
+        except (OSError, ValueError):
+            continue  # no run.json: its completeness says so
+        spec = (meta.get("workload") or {}).get("workload") if isinstance(meta, dict) else None
+        if spec:
+            try:
+                load_workload(str(spec), {})
+            except WorkloadSpecError as e:
+                raise TraceError(f"the run's {e}; check it where that package is importable") from None
+            specs[d] = str(spec)
+    return specs
+
+
+def ship_packages(spark: Any, specs: Iterable[str]) -> None:
+    """Send the packages the workloads ``specs`` come from (a user's, outside any installed package:
+    clusterlab.harness.services.import_roots) to the executors as zips on their import path, so
+    nothing is installed or copied by hand. Once per package and process."""
+    for spec in specs:
+        roots = import_roots([spec])
+        top = spec.partition(":")[0].split(".")[0]
+        if not roots or not (package := Path(roots[0]) / top).is_dir() or str(package) in _SHIPPED:
+            continue  # installed (the executors have it), a lone module, or sent already
+        zipped = Path(tempfile.mkdtemp(prefix="clusterlab-pyfiles-")) / f"{top}.zip"
+        with zipfile.ZipFile(zipped, "w") as z:
+            for f in sorted(package.rglob("*.py")):
+                z.write(f, f.relative_to(roots[0]))
+        if type(spark).__module__.startswith("pyspark.sql.connect"):  # a Spark Connect session
+            spark.addArtifacts(str(zipped), pyfile=True)
+        else:
+            spark.sparkContext.addPyFile(str(zipped))
+        _SHIPPED[str(package)] = zipped
+
+
+_SHIPPED: dict[str, Path] = {}  # package directory -> the zip this process sent
+
+
+def _models(workloads: dict[str, str]) -> Callable[[str], tuple[bool, Model | None]]:
+    """On an executor: (judged?, model) of a run; a run whose workload has no model is not judged."""
+    loaded: dict[str, Model | None] = {}
+
+    def model_of(run_id: str) -> tuple[bool, Model | None]:
+        spec = workloads.get(run_id)
+        if spec is None:
+            return True, None  # a sample service's run: the built-in model its ops name
+        if spec not in loaded:
+            loaded[spec] = load_workload(spec, {}).model
+        return loaded[spec] is not None, loaded[spec]
+
+    return model_of
+
+
+def _judge(budget: tuple[int, float], workloads: dict[str, str]) -> Callable[[pa.Table], pa.Table]:
     max_states, max_seconds = budget
 
     def judge(group: pa.Table) -> pa.Table:
@@ -55,8 +121,13 @@ def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
         for row in group.to_pylist():
             parts.setdefault((row["run_id"], row["part"]), []).append(row)
         out = []
+        model_of = _models(workloads)
         for (run_id, key), rows in sorted(parts.items()):
-            v = check_key(key, operations_from_rows(rows), max_states=max_states, max_seconds=max_seconds)
+            judged, model = model_of(run_id)
+            if not judged:
+                continue
+            ops = operations_from_rows(rows)
+            v = check_key(key, ops, model, max_states=max_states, max_seconds=max_seconds)
             minimal = json.dumps(v.as_dict()["minimal"]) if v.minimal else None
             out.append(
                 {
@@ -76,11 +147,17 @@ def _judge(budget: tuple[int, float]) -> Callable[[pa.Table], pa.Table]:
 
 
 def judge_ops(
-    ops: DataFrame, max_states: int = DEFAULT_MAX_STATES, max_seconds: float = DEFAULT_MAX_SECONDS
+    ops: DataFrame,
+    max_states: int = DEFAULT_MAX_STATES,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
+    workloads: dict[str, str] | None = None,
 ) -> DataFrame:
     """Per (run, key) verdicts of an ``ops`` DataFrame (the ``clustertrace`` source's columns; ``arg``
-    may be missing in traces older than it). Grouped with ``applyInArrow`` (pyarrow on the workers, no
-    pandas, and no RDD: it runs on a Spark Connect session as on a classic one)."""
+    may be missing in traces older than it). ``workloads``: a run's workload by its ``run_id``
+    column (its directory: :func:`run_workloads`; the package shipped by :func:`ship_packages`): its
+    model judges that run's keys; other runs get the built-in model their ops name. Grouped with
+    ``applyInArrow`` (pyarrow on the workers, no pandas, and no RDD: it runs on a Spark Connect
+    session as on a classic one)."""
     if "arg" not in ops.columns:
         ops = ops.withColumn("arg", F.lit(None).cast("string"))
     ops = ops.select(*_OPS_COLUMNS).withColumn("part", F.coalesce(F.col("key"), F.lit(COUNTER_KEY)))
@@ -88,7 +165,7 @@ def judge_ops(
     # into the Python worker, and a run of thousands of keys spent most of its time in those calls
     # (medium bench: 20 k keys, 14 s; the keys are still judged one by one inside a bucket).
     bucket = F.pmod(F.xxhash64("run_id", "part"), F.lit(BUCKETS)).alias("bucket")
-    return ops.groupBy(bucket).applyInArrow(_judge((max_states, max_seconds)), RESULT_SCHEMA)
+    return ops.groupBy(bucket).applyInArrow(_judge((max_states, max_seconds), workloads or {}), RESULT_SCHEMA)
 
 
 def violations(
@@ -121,4 +198,4 @@ def violations(
     return len(bad), shown, per_run, unknown
 
 
-__all__ = ["NAME", "RESULT_SCHEMA", "judge_ops", "violations"]
+__all__ = ["NAME", "RESULT_SCHEMA", "judge_ops", "run_workloads", "ship_packages", "violations"]

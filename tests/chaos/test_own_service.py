@@ -1,10 +1,13 @@
-"""A user's own service, workload and model (examples/ledger) through ``clusterlab run`` from its
-own directory: in the simulator and on real processes, every check passing; bad names rejected
-with one line before anything starts."""
+"""A user's own service, workload and model (examples/ledger) through the command line from its
+own directory: ``run`` in the simulator and on real processes, every check passing; bad names
+rejected with one line before anything starts; ``sweep``, ``golden bless``/``verify`` with the
+project's own goldens, ``shrink`` of a planted bug, ``cluster start``, and ``check --engine spark``
+judging with the ledger's model."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,15 +97,16 @@ def test_a_bad_service_or_workload_is_one_line_and_exit_2(tmp_path: Path, args: 
     assert not (tmp_path / "run").exists()  # nothing started
 
 
+@pytest.mark.timeout(1800)  # its golden's verify starts a Spark session
 def test_the_ledgers_own_pytest_suite_passes_with_the_plugin() -> None:
     got = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
         cwd=LEDGER,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1500,
     )
-    assert got.returncode == 0 and "3 passed" in got.stdout, got.stdout[-3000:] + got.stderr[-2000:]
+    assert got.returncode == 0 and "4 passed" in got.stdout, got.stdout[-3000:] + got.stderr[-2000:]
 
 
 @pytest.mark.parametrize(("planted", "check"), [("stale_balance", "linearizability"), ("wall_clock", "agreement")])
@@ -134,3 +138,106 @@ def test_a_seed_sweep_of_the_ledger_runs_every_seed_with_its_workload(tmp_path: 
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
     s = _summary(tmp_path / "s.json")
     assert s["runs"] == 2 and s["failed"] == 0 and s["config"]["workload"] == "ledger.workload:make"
+
+
+def _cli(*args: str, cwd: Path = LEDGER, timeout_s: float = 600.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(CLUSTERLAB), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+
+
+def _ledger_run(tmp_path: Path, service: str = "ledger.service:make", seed: int = 3) -> Path:
+    """A finished simulator run of the ledger (its run directory), passing or failing."""
+    run = tmp_path / "run"
+    _run("leader-kill", "--sim", "--seed", str(seed), "--duration", "2", "--service", service,
+         "--workload", "ledger.workload:make", "--dir", str(run), "--no-spark")  # fmt: skip
+    assert (run / "chaos.json").is_file()
+    return run
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1200)  # a Spark session, two simulator runs: minutes on a loaded machine
+def test_a_ledger_run_blessed_in_the_projects_own_goldens_verifies(tmp_path: Path) -> None:
+    run, goldens = _ledger_run(tmp_path), tmp_path / "goldens"
+    blessed = _cli("golden", "bless", str(run / "trace"), "--name", "ledger-lk", "--dir", str(goldens))
+    assert blessed.returncode == 0 and "blessed ledger-lk (sim, leader-kill seed 3)" in blessed.stdout, blessed.stderr
+    info = json.loads((goldens / "ledger-lk" / "run.json").read_text())
+    assert info["golden"]["service"] == "ledger.service:make" and info["golden"]["workload"] == "ledger.workload:make"
+    assert info["seal"] and info["files"]  # its manifest, sealed as a recorded run's run.json is
+    verified = _cli("golden", "verify", "ledger-lk", "--dir", str(goldens), "--master", "local[1]")
+    assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-2000:]
+    assert "PASS" in verified.stdout and "ledger-lk" in verified.stdout
+    # Where the ledger is not importable its golden is not judged: one line, exit 2.
+    elsewhere = _cli("golden", "verify", "ledger-lk", "--dir", str(goldens), cwd=tmp_path)
+    assert elsewhere.returncode == 2 and len(elsewhere.stderr.strip().splitlines()) == 1, elsewhere.stderr
+    assert "cannot import ledger" in elsewhere.stderr and "where that package is importable" in elsewhere.stderr
+
+
+def test_a_planted_stale_read_in_the_ledger_shrinks_with_its_service_and_workload(tmp_path: Path) -> None:
+    run = _ledger_run(tmp_path, "ledger.planted:stale_balance")
+    shrink, summary = str(tmp_path / "shrink"), str(tmp_path / "s.json")
+    got = _cli("shrink", str(run), "--max-runs", "3", "--dir", shrink, "--json", summary)
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
+    s = _summary(tmp_path / "s.json")
+    assert s["target"] == "linearizability" and s["runs"] >= 1
+    assert s["run_kwargs"]["service"] == "ledger.planted:stale_balance"
+    assert s["run_kwargs"]["workload"] == "ledger.workload:make"
+    assert 'workload="ledger.workload:make"' in got.stdout  # the pasteable test re-runs the same workload
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1800)  # two runs, two Spark sessions
+def test_spark_judges_a_ledger_history_with_the_ledgers_model(tmp_path: Path) -> None:
+    """Executors import the ledger (its package shipped to them): a planted stale balance read
+    FAILS linearizability on Spark as on DuckDB, a clean run PASSES."""
+    verdicts = {}
+    for service in ("ledger.service:make", "ledger.planted:stale_balance"):
+        run = _ledger_run(tmp_path / service.replace(":", "-"), service)
+        got = _cli("check", str(run / "trace"), "--engine", "spark", "--master", "local[1]",
+                   "--json", str(tmp_path / "c.json"))  # fmt: skip
+        report = _summary(tmp_path / "c.json")
+        verdicts[service] = got.returncode, report
+    code, report = verdicts["ledger.service:make"]
+    assert code == 0 and report["ok"], report
+    code, report = verdicts["ledger.planted:stale_balance"]
+    lin = report["checks"]["linearizability"]
+    assert code == 1 and lin["count"] >= 1 and lin["violations"][0]["model"] == "ledger", lin
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+def test_cluster_start_runs_the_ledger_on_member_processes(tmp_path: Path) -> None:
+    """``cluster start --service ledger.service:make`` from the project: members import the ledger
+    (its parent on their PYTHONPATH); ``client`` speaks kv, so the ledger refuses its op in a reply."""
+    import signal
+
+    from clusterlab.harness.local import pid_alive, wait_until
+
+    directory, out_path = tmp_path / "c", tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(
+            [str(CLUSTERLAB), "cluster", "start", "--service", "ledger.service:make", "--dir", str(directory),
+             "--refresh", "0.2", "--no-record"],
+            cwd=LEDGER, stdout=out, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    processes: list[dict] = []
+    try:
+
+        def leader_shown() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            return "LEADER" in out_path.read_text()
+
+        wait_until(leader_shown, 120, "a status line with a leader", interval_s=0.2)
+        processes = json.loads((directory / "processes.json").read_text())
+        reply = _cli("client", "--dir", str(directory), "--timeout", "30", "get", "k0", timeout_s=60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for row in processes:
+            if pid_alive(row["pid"]):
+                os.kill(row["pid"], signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert "(service ledger.service:make," in out_path.read_text().splitlines()[0]
+    assert reply.returncode == 1 and "bad request: op 'get'" in reply.stdout, reply.stdout + reply.stderr
+    assert not [p["pid"] for p in processes if pid_alive(p["pid"])]

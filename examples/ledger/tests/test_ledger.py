@@ -1,11 +1,14 @@
 """The ledger's own suite, with the clusterlab pytest plugin: a chaos scenario per seed in the
-simulator, and the workload fixture's replies checked by LedgerModel one by one."""
+simulator, the workload fixture's replies checked by LedgerModel one by one, and the project's
+blessed golden verified."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterlab.golden.verify import verify_goldens
 
 SERVICE, WORKLOAD = "ledger.service:make", "ledger.workload:make"
 
@@ -21,3 +24,14 @@ def test_every_reply_is_what_the_model_says(sim_cluster: Any, workload: Any) -> 
     w = workload(sim_cluster, workload=WORKLOAD)
     w.run_for(2.0)
     assert w.acked > 20 and w.service_workload.checked == w.acked  # one client: each reply stepped through the model
+
+
+GOLDENS = Path(__file__).resolve().parents[1] / "goldens"
+
+
+def test_the_blessed_golden_still_verifies() -> None:
+    """goldens/ledger-leader-kill: its committed log replayed and its seed re-run in the simulator
+    with today's ledger and clusterlab, diffed position by position and message by message."""
+    report = verify_goldens(traces=GOLDENS, master="local[1]")
+    assert report.ok, "\n".join(report.details())
+    assert [v.name for v in report.verdicts] == ["ledger-leader-kill"] and report.verdicts[0].rerun is not None
