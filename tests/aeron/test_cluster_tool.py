@@ -247,7 +247,7 @@ def test_should_describe_latest_consensus_module_snapshot_and_counters(
         assert main(["tool", str(member_dir), "counters"]) == 0
         assert "last values (stopped)" in capsys.readouterr().out
         assert main(["tool", str(member_dir), "errors"]) == 0
-        assert f"member {leader} (stopped): 0 errors, 0 distinct" in capsys.readouterr().out
+        assert f"member {leader} (stopped: signal SIGTERM): 0 errors, 0 distinct" in capsys.readouterr().out
 
 
 def test_should_fail_if_mark_file_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

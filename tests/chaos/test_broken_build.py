@@ -58,6 +58,19 @@ def test_broken_build_without_a_leader_fault_fails_progress_not_safety(chaos_run
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_broken_build_is_caught_on_real_processes(chaos_runner: Any) -> None:
-    broken = chaos_runner("leader-kill", 1, duration=5.0, settle_s=10.0, fault_ack_before_append=True)
-    assert not broken.ok
-    assert broken.verdict is not None and "durability" in broken.verdict.failed(), broken.failure_message()
+    # Real processes are not seeded in their timing: whether the one leader kill of a 5 s run lands
+    # while a write is acknowledged but not appended varies. The broken build must fail a run of up to
+    # three seeds: by the durability check where an acknowledged write was lost, or by members that
+    # never converge after the final heal (the follower that acknowledged what it never appended is
+    # left with a log the leader cannot catch up). The simulator tests above pin the named checks.
+    outcomes = []
+    for seed in (1, 2, 3):
+        broken = chaos_runner("leader-kill", seed, duration=5.0, settle_s=10.0, fault_ack_before_append=True)
+        if broken.verdict is not None and "durability" in broken.verdict.failed():
+            assert not broken.ok
+            return
+        if not broken.ok:
+            assert broken.error is not None and "not caught up" in broken.error, broken.failure_message()
+            return
+        outcomes.append(f"seed {seed}: passed")
+    pytest.fail("the broken build passed 3 runs on real processes: " + "; ".join(outcomes))

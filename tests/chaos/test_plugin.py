@@ -91,7 +91,7 @@ def test_cluster_nemesis_and_workload_fixtures(cluster: Any, nemesis: Any, workl
         w.run_for(1.0)
         if w.acked > before:
             break
-    assert w.acked > before and w.model.checked > 0
+    assert w.acked > before and w.service_workload.checked > 0
     cluster.await_condition(
         lambda: cluster.status(leader) is not None and cluster.status(leader).role == Role.FOLLOWER,
         15.0,
