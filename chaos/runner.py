@@ -286,7 +286,7 @@ def run_scenario(
     verify: bool = True,
     workload: str | None = None,
     determinism: bool = False,
-    tripwire: bool = True,
+    tripwire: bool = False,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -313,7 +313,8 @@ def run_scenario(
     batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`). ``on_progress``
     gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time.
     ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
-    role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them)."""
+    role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them);
+    ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs leave it off."""
     checked = check_run_arguments(
         name,
         seed,

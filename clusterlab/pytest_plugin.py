@@ -273,6 +273,7 @@ class ChaosRunner:
         }
         self.request.node.stash.setdefault(_chaos_key, []).append(info)
         kwargs.setdefault("determinism", True)  # the replay checks belong to a chaos run's verdict
+        kwargs.setdefault("tripwire", True)  # the services' callbacks are watched (clusterlab.harness.tripwire)
         result = run_scenario(scenario, seed, directory=work, trace_dir=run_dir, **kwargs)
         info.update(error=result.error, rerun=result.rerun_command(), trace_dir=result.trace_dir)
         if kept:
