@@ -12,6 +12,7 @@ import pytest
 from clusterlab.chaos.checks import CHECK_NAMES, SQL_CHECKS
 from clusterlab.chaos.checks.embedded import check_runs
 from clusterlab.chaos.checks.sql import to_duckdb, view_columns
+from clusterlab.chaos.determinism import DETERMINISM_CHECKS
 from clusterlab.chaos.verify import verify_run
 
 from clusterlab.cli import main
@@ -83,7 +84,7 @@ def test_check_cli_defaults_to_the_embedded_engine(
     clean, bad = planted["clean"]["dir"], planted["state"]["dir"]
     assert main(["check", str(clean)]) == 0
     doc = json.loads((clean / "check.json").read_text())
-    assert doc["engine"] == "duckdb" and doc["ok"] is True and set(doc["checks"]) == set(CHECK_NAMES)
+    assert doc["engine"] == "duckdb" and doc["ok"] is True and set(doc["checks"]) == {*CHECK_NAMES, *DETERMINISM_CHECKS}
     assert main(["check", str(bad), "--engine", "duckdb"]) == 1
     out = capsys.readouterr().out
     assert "Embedded (DuckDB) check" in out and "FAIL" in out and "agreement" in out
