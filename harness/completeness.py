@@ -302,14 +302,14 @@ def kill_rows(events: pa.Table) -> list[dict[str, Any]]:
     """The rows of an ``events`` table that may explain a torn file (:data:`KILL_COLUMNS`), read only when
     the table's buffers are valid Arrow: the values are read before the run is judged, and damaged bytes
     (which make the run CORRUPT anyway) could crash the reader; then there are none."""
-    if events.num_rows == 0 or not set(KILL_COLUMNS) <= set(events.column_names):
-        return []
-    table = events.select(list(KILL_COLUMNS))
-    try:
+    try:  # a flipped byte in the schema can leave a column name that is not UTF-8
+        if events.num_rows == 0 or not set(KILL_COLUMNS) <= set(events.column_names):
+            return []
+        table = events.select(list(KILL_COLUMNS))
         table.validate(full=True)
-    except pa.ArrowException:
+        return table.to_pylist()
+    except (pa.ArrowException, UnicodeDecodeError):
         return []
-    return table.to_pylist()
 
 
 def kills_from_events(rows: Iterable[Mapping[str, Any]]) -> set[tuple[int, str]]:
