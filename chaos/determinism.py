@@ -19,10 +19,16 @@ replayed as service 0); a run without a committed log has nothing to replay and 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import select
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -142,14 +148,125 @@ def other_hash_seed(run: Run) -> int:
     return seed
 
 
-def replay_equivalence(run: Run, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
-    """The ``replay-equivalence`` violations of ``run`` (see the module docstring)."""
+class ReplayWorker:
+    """A Python process with its own ``PYTHONHASHSEED`` and import path that replays runs on request:
+    one request line (a run directory and a result file) on its stdin, the result file written and
+    ``done`` on its stdout. Starting Python with the trace reader's imports costs about a second, so
+    the process serves every run of this process that it may replay (:func:`replay_worker`). It exits
+    when its stdin closes (this process gone) and is stopped by its PID at this process's exit."""
+
+    def __init__(self, hash_seed: int, path: list[str]) -> None:
+        self.hash_seed = hash_seed
+        self.owner = os.getpid()
+        self.scratch = Path(tempfile.mkdtemp(prefix="clusterlab-replay-"))
+        env = {**os.environ, "PYTHONHASHSEED": str(hash_seed), "PYTHONPATH": os.pathsep.join(path)}
+        command = [sys.executable, "-m", "clusterlab.chaos.determinism", "--serve"]
+        with open(self.scratch / "stderr.log", "wb") as stderr:
+            self.proc = subprocess.Popen(
+                command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1
+            )
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def replay(self, run_dir: Path, timeout_s: float) -> dict[str, Any]:
+        """:func:`replayed_digests` of ``run_dir`` in the worker; raises ReplayWorkerError if the worker
+        died, failed or took longer than ``timeout_s`` (it is then stopped)."""
+        with self.lock:
+            self.requests += 1
+            result = self.scratch / f"result-{self.requests}.json"
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            try:
+                self.proc.stdin.write(json.dumps({"run": str(run_dir), "result": str(result)}) + "\n")
+                self.proc.stdin.flush()
+            except OSError as e:
+                raise ReplayWorkerError(self._died(f"cannot reach the replay process: {e}")) from e
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+            line = self.proc.stdout.readline() if ready else ""
+            if not ready:
+                self.stop()
+                raise ReplayWorkerError(f"did not finish in {timeout_s:.0f}s (not judged)")
+            if line.strip() != "done":
+                raise ReplayWorkerError(self._died("the replay process exited"))
+            got: dict[str, Any] = json.loads(result.read_text())
+            result.unlink()
+            if "failure" in got:
+                raise ReplayWorkerError(str(got["failure"]))
+            return got
+
+    def _died(self, what: str) -> str:
+        self.stop()
+        tail = (self.scratch / "stderr.log").read_text(errors="replace").strip().splitlines() or ["no output"]
+        return f"{what} (exit {self.proc.returncode}): {tail[-1]}"
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Close its stdin (it exits), else kill it by its PID; remove its scratch directory."""
+        if self.owner != os.getpid():
+            return  # a forked child's copy: the worker is its parent's
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(OSError):
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class ReplayWorkerError(Exception):
+    """The replay process could not give a result (died, failed, timed out)."""
+
+
+_WORKERS: dict[tuple[str, ...], ReplayWorker] = {}
+MAX_WORKERS = 2  # workers kept alive at once (one per import path; the least recent one is stopped)
+
+
+def worker_hash_seed() -> int:
+    """This process's replay workers' ``PYTHONHASHSEED``: fixed per process, never its own."""
+    seed = zlib.crc32(f"replay-{os.getpid()}".encode()) % 4_000_000_000 + 1
+    return seed + 1 if str(seed) == os.environ.get("PYTHONHASHSEED") else seed
+
+
+def replay_worker(path: list[str]) -> ReplayWorker:
+    """The live replay worker of this process for import path ``path`` (started if needed)."""
+    key = tuple(path)
+    worker = _WORKERS.pop(key, None)
+    if worker is None or not worker.alive():
+        worker = ReplayWorker(worker_hash_seed(), path)
+    _WORKERS[key] = worker  # the most recent last
+    while len(_WORKERS) > MAX_WORKERS:
+        _WORKERS.pop(next(iter(_WORKERS))).stop()
+    return worker
+
+
+@atexit.register
+def stop_replay_workers() -> None:
+    """Stop every replay worker this process started (also run at exit)."""
+    while _WORKERS:
+        _WORKERS.popitem()[1].stop()
+
+
+def _replay_elsewhere(run: Run, service: str, timeout_s: float) -> tuple[int, dict[str, Any] | str]:
+    """The replayed digests of ``run`` from a process with another hash seed than this one's and the
+    members': this process's worker when its seed is free, else a process of its own. Returns the
+    seed and the result, or a description of why there is none."""
     from clusterlab.harness.services import import_roots
 
-    service = _service_of(run)
-    assert service is not None
-    seed = other_hash_seed(run)
     path = [*import_roots([service]), os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
+    if str(worker_hash_seed()) not in taken:
+        worker = replay_worker(path)
+        try:
+            return worker.hash_seed, worker.replay(run.directory, timeout_s)
+        except ReplayWorkerError as e:
+            return worker.hash_seed, str(e)
+    seed = other_hash_seed(run)
     env = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": os.pathsep.join(path)}
     command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -158,11 +275,20 @@ def replay_equivalence(run: Run, timeout_s: float = REPLAY_TIMEOUT_S) -> list[st
     except subprocess.TimeoutExpired:
         os.kill(proc.pid, 9)
         proc.communicate()
-        return [f"the replay with PYTHONHASHSEED={seed} did not finish in {timeout_s:.0f}s (not judged)"]
+        return seed, f"did not finish in {timeout_s:.0f}s (not judged)"
     if proc.returncode != 0:
         tail = (err.strip().splitlines() or ["no output"])[-1]
-        return [f"the replay with PYTHONHASHSEED={seed} failed (exit {proc.returncode}): {tail}"]
-    got = json.loads(out)
+        return seed, f"failed (exit {proc.returncode}): {tail}"
+    return seed, json.loads(out)
+
+
+def replay_equivalence(run: Run, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
+    """The ``replay-equivalence`` violations of ``run`` (see the module docstring)."""
+    service = _service_of(run)
+    assert service is not None
+    seed, got = _replay_elsewhere(run, service, timeout_s)
+    if isinstance(got, str):
+        return [f"the replay with PYTHONHASHSEED={seed} {got}"]
     entries = [(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]]
     first = first_divergence(entries, live_digests(run.applied))
     found = [f"replayed with PYTHONHASHSEED={seed} in another process: {first}"] if first is not None else []
@@ -188,10 +314,27 @@ def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> 
     return out
 
 
+def serve() -> int:
+    """The replay worker's loop (``--serve``): a JSON request per stdin line, ``{"run": DIR, "result":
+    FILE}``; writes :func:`replayed_digests` (or ``{"failure": why}``) to FILE, then prints ``done``."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            got = replayed_digests(request["run"])
+        except Exception as e:  # one run's failure is its verdict's, not the worker's end
+            got = {"failure": f"failed: {type(e).__name__}: {e}"}
+        Path(request["result"]).write_text(json.dumps(got))
+        print("done", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``python -m clusterlab.chaos.determinism RUN_DIR``: print :func:`replayed_digests` as JSON."""
+    """``python -m clusterlab.chaos.determinism RUN_DIR``: print :func:`replayed_digests` as JSON;
+    ``--serve``: the replay worker (:class:`ReplayWorker`)."""
+    if argv == ["--serve"]:
+        return serve()
     if len(argv) != 1:
-        print("usage: python -m clusterlab.chaos.determinism RUN_DIR", file=sys.stderr)
+        print("usage: python -m clusterlab.chaos.determinism RUN_DIR | --serve", file=sys.stderr)
         return 2
     try:
         print(json.dumps(replayed_digests(argv[0])))

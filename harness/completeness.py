@@ -456,7 +456,13 @@ def _process_triples(processes: Any) -> set[tuple[Any, Any, Any]] | None:
     for p in processes if isinstance(processes, list) else [None]:
         if not isinstance(p, dict) or not {"process", "incarnation", "tables"} <= p.keys():
             return None
-        if not isinstance(p["tables"], list) or len(set(map(str, p["tables"]))) != len(p["tables"]):
+        # The manifest's own types: a ``false`` incarnation is not incarnation 0, nor ``"0"`` a table 0.
+        if not (_ENTRY_KEYS["process"](p["process"]) and _ENTRY_KEYS["incarnation"](p["incarnation"])):
+            return None
+        tables = p["tables"]
+        if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+            return None
+        if len(set(tables)) != len(tables):
             return None
         out.update((p["process"], p["incarnation"], t) for t in p["tables"])
     return out

@@ -112,6 +112,7 @@ from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv
+from clusterlab.harness.tripwire import watchable
 
 T = TypeVar("T")
 PPM = 1_000_000
@@ -541,7 +542,7 @@ class LocalCluster:
         if self.mutants:
             env[MUTANTS_ENV] = format_mutants(self.mutants)
         env.pop(TRIPWIRE_ENV, None)
-        if self.tripwire and kind != NODE:
+        if self.tripwire and kind != NODE and watchable(self.config.service_kinds[service_id_of_kind(kind)]):
             env[TRIPWIRE_ENV] = "1"
         module = NODE if kind == NODE else SERVICE
         cmd = [

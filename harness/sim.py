@@ -60,7 +60,7 @@ from clusterlab.harness.sim_parts import (
     parse_client_channel,
 )
 from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
-from clusterlab.harness.tripwire import Tripwire
+from clusterlab.harness.tripwire import Tripwire, watchable
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
 # scheduler calls it a livelock. Real work settles in a handful of rounds.
@@ -589,7 +589,7 @@ class SimCluster:
                 self._applied_sink(member_id, incarnation, service_id),
                 self._member_log(member_id),
                 service_id,
-                self._tripwire_factory(member_id, service_id) if self.tripwire else None,
+                self._tripwire_factory(member_id, service_id) if self.tripwire and watchable(name) else None,
             )
             outbox.service_inboxes.append(host.from_node)
             hosts.append(host)

@@ -262,6 +262,13 @@ class Tripwire:
             self._busy = False
 
 
+def watchable(service: str) -> bool:
+    """Whether a tripwire on ``service`` (a name or ``package.module:factory``) could find anything: a
+    finding names a frame outside clusterlab, so a service whose code is all clusterlab's own (the
+    sample services, ``clusterlab.…:factory``) is not watched and pays nothing for it."""
+    return ":" in service and service.partition(":")[0].split(".")[0] != "clusterlab"
+
+
 def process_tripwire(member_id: int, service_id: int, service: Any, rec: Any) -> Tripwire:
     """The tripwire of a member's service process (clusterlab.core.runtime.service, with
     ``CLUSTERLAB_TRIPWIRE=1``): findings become ``tripwire`` events of the process's recorder."""

@@ -46,13 +46,21 @@ def battery(channel: Channel, src: int, foreign_src: int) -> list[list[bytes]]:
 
 
 def _ignored_total(cluster: LocalCluster) -> dict[str, int]:
-    out = {}
-    for i in range(cluster.member_count):
-        status, service = cluster.status(i), cluster.service_status(i)
-        assert status is not None and service is not None, cluster.status_line()
-        out[f"node-{i}"] = status.ignored_count
-        out[f"service-{i}"] = service.ignored_count
-    return out
+    """Every node's and service's ignored count, once all of them answer (a service process started
+    on a loaded machine may take seconds to answer its first status request)."""
+
+    def answered() -> dict[str, int] | None:
+        out = {}
+        for i in range(cluster.member_count):
+            status, service = cluster.status(i), cluster.service_status(i)
+            if status is None or service is None:
+                return None
+            out[f"node-{i}"] = status.ignored_count
+            out[f"service-{i}"] = service.ignored_count
+        return out
+
+    counts: dict[str, int] = cluster.await_condition(answered, 30.0, "every node and service answers its status")
+    return counts
 
 
 def test_malformed_bytes_on_every_socket_are_ignored_and_the_cluster_keeps_serving(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ from clusterlab.harness.trace import (
     summarize,
 )
 
+from tests.cluster.helpers import await_caught_up
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
@@ -63,9 +65,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any
         c.heal()
         for i in range(10):
             assert client.put(f"d{i}", str(i))["ok"]
-        c.await_condition(
-            lambda: len({(s.commit_position if s else None) for s in c.statuses().values()}) == 1, 10.0, "caught up"
-        )
+        # Every node and every service at one commit position: a restarted member's service process
+        # (slow to start on a loaded machine) has received all its node sent it before the close.
+        await_caught_up(c)
         time.sleep(0.3)
         facts["close_ns"] = time.time_ns()
         facts["run_id"] = c.run_id

@@ -189,6 +189,7 @@ def test_ci_golden_script_fails_on_a_planted_divergence(traces: Path, tmp_path: 
     p = rows[len(rows) // 2]["log_position"]
     rows[len(rows) // 2]["state_digest"] = bytes(16)
     plant.write_file(path, pa.Table.from_pylist(rows, schema=plant.read_file(path).schema))
+    plant.reseal(tmp_path / "g-planted")  # a golden intact as blessed, whose digest at P differs from the code's
     env = dict(os.environ, PYTHON=sys.executable)
     done = subprocess.run(
         [str(root / "ci" / "golden"), "--traces", str(tmp_path), "--no-rerun"],
