@@ -1,7 +1,7 @@
-"""Regression tests of the seven defects the Aeron ports found (issue 16, item 1).
+"""Regression tests of the seven defects the Aeron ports found (docs/aeron-parity.md).
 
 Each test is the smallest form of the Aeron test that found the defect (named in its docstring) and
-fails on the code before the fix."""
+fails on code that has the defect."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Members and clients prove who they are; a cluster directory has one owner (issue 20, items 1, 2, 5).
+"""Members and clients prove who they are; a cluster directory has one owner.
 
-A forger here is what the issue describes: a process that can reach a member's sockets but holds
+A forger here is a process that can reach a member's sockets but holds
 none of the cluster's keys (on a secured cluster it brings a CURVE key pair of its own and the
 member's public key, as a network peer could), or, on an unsecured ipc cluster, a process whose
 connection is not the member it claims to be. Each test checks the forger actually reached the
