@@ -96,7 +96,7 @@ def _await_counter_above(cluster: LocalCluster, member_id: int, name: str, befor
 
 
 def _forged_append_position_scenario(cluster: LocalCluster, *, routing_id: bytes | None) -> None:
-    """The issue's scenario: the leader's outbound links cut, a put appended on the leader alone, a
+    """The forged-ack scenario: the leader's outbound links cut, a put appended on the leader alone, a
     forged AppendPosition(term, 10**12, from a follower): the leader must not commit the put on it;
     after SIGKILL of that leader, every acknowledged write is still there."""
     client = cluster.client()
