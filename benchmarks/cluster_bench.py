@@ -348,7 +348,7 @@ class PySyncObjSubject(Subject):
         if leader is None:
             # A follower that fell behind during a saturation run (on a busy machine it can miss
             # heartbeats and campaign) needs time to rejoin and catch up: the settle timeout, as
-            # everywhere else, not a fixed 10 s that failed the whole system's load phase.
+            # everywhere else, not a fixed 10 s that would fail the whole system's load phase.
             self.await_stable(self.settle_timeout_s)
             leader = self.leader()
         assert leader is not None

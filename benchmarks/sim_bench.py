@@ -1,10 +1,10 @@
-"""Simulator speed: simulated seconds per real second on a 3-member cluster (issue 3's figure).
+"""Simulator speed: simulated seconds per real second on a 3-member cluster.
 
 Three workloads: idle (heartbeats only), steady load (one 64-byte append per simulated ms: ten entries
 offered every 10 simulated ms, appended by the leader as one burst, SimCluster.offer_batch), and a
 leader kill + recovery; plus the cost of a cluster's life cycle (start 3 members, elect, kill and
 restart the leader, close), which is where members' storage shows (MemoryStorage: no directories).
-And the seed sweep's cost (issue 19, item 7): ``--sweep-seeds N`` runs seeds 1..N of ``random`` on 3
+And the seed sweep's cost: ``--sweep-seeds N`` runs seeds 1..N of ``random`` on 3
 and 5 members as ``clusterlab sweep`` does (one process, so the CPU seconds are the runs' own), and
 prints CPU seconds per run and the seeds (both sizes) an idle core runs per minute.
 Prints a table and writes JSON (default benchmarks/results/sim.json).

@@ -44,7 +44,7 @@ from clusterlab.golden.store import (
 )
 
 REAL_ATTEMPTS = 3
-MAX_GOLDEN_BYTES = 1024 * 1024  # issue 22: each golden stays small enough for git
+MAX_GOLDEN_BYTES = 1024 * 1024  # each golden stays small enough for git
 
 
 def regenerate(

@@ -2,11 +2,11 @@
 
 ``applied.entry_digest`` is :func:`entry_digest` of an entry's framed bytes, computed by every service
 for every entry it applies while recording, and recomputed by the checks (chaos/verify.py, the
-Spark source) from the log. XXH3-128 replaced blake2b-128 (issue 18): the trace needs no
+Spark source) from the log. XXH3-128 rather than blake2b-128: the trace needs no
 cryptographic hash (a digest detects divergence between members, it does not resist an
 adversary), and XXH3-128 costs ~1/7 of blake2b per entry. The width stays 16 bytes
 (``fixed_size_binary(16)``). run.json's ``trace_format.entry_digest`` names the function a run
-used; a run without it (recorded before the change, or an older golden) used blake2b-128, and
+used; a run without it used blake2b-128, and
 :func:`entry_digest_of_run` gives the checks the right one.
 """
 

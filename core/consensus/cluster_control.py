@@ -167,10 +167,10 @@ class ClusterControl:
         """A ClusterActionRequest in the committed log; False pauses the log adapter (snapshot)."""
         st = self._s
         ev = ClusterActionRequest.decode(payload)
-        # Every committed action is handled, whatever its term (issue 16 item 3): Aeron's module
+        # Every committed action is handled, whatever its term: Aeron's module
         # tracks the log's term while it replays (so its "same term" check always holds), and our
         # follower consumes an earlier term's committed tail after the election; skipping a SNAPSHOT
-        # there left the services' snapshots without the module's.
+        # there would leave the services' snapshots without the module's.
         if ev.action == ClusterAction.SUSPEND:
             st.state = ConsensusModuleState.SUSPENDED
         elif ev.action == ClusterAction.RESUME:

@@ -504,7 +504,7 @@ class Election:
         me = self.this_member
         me.log_position = self.append_position
         # Our own log ends in our log's term. A single member never canvasses (where this is set),
-        # so without it the leader would not count itself below (issue 16 item 1).
+        # so without it the leader would not count itself below.
         me.leadership_term_id = self.log_leadership_term_id
         me.time_of_last_append_position_ns = now_ns
         # Deviation from Aeron (safety): only count members whose reported log ends in our log's

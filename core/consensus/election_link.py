@@ -340,7 +340,7 @@ class ElectionLink:
         self._archive_replication.stop()
         self._archive.flush()
         # The log adapter never ran ahead of commit, so nothing processed needs undoing here;
-        # each subsystem restores the state it kept for uncommitted entries (issue 4).
+        # each subsystem restores the state it kept for uncommitted entries.
         st.commit_position = max(st.commit_position, min(log_position, st.consumed_position))
         position = st.commit_position
         self._client_sessions.restore_uncommitted(position)

@@ -167,7 +167,7 @@ class LogAdapter:
         self.replay_stop_position = stop
         if stop > st.consumed_position:
             # Replayed entries were answered when first applied: the service replays as a FOLLOWER
-            # (Aeron), so a new leader sends no egress for them (issue 16 item 7).
+            # (Aeron), so a new leader sends no egress for them.
             self._services.send_join_log(st.consumed_position, stop, True, Role.FOLLOWER)
 
     def poll_log_replay(self, now_ns: int) -> int:

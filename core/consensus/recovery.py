@@ -21,8 +21,8 @@ def recover(
     # open, or a recording truncated while the member was down): make it describe what we have,
     # so we canvass with a true (log term, append position) and the leader walks us forward.
     # A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
-    # recovery: this member must refetch that log and replay it from the start (issue 4: "a follower
-    # that lacks the snapshot's log replays from the start"). Invalidated here, before the service
+    # recovery: this member must refetch that log and replay it from the start (a follower
+    # that lacks the snapshot's log replays from the start). Invalidated here, before the service
     # process reads the recovery plan, so node and service agree.
     for entry in recording_log.entries():
         if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > archive.stop_position:

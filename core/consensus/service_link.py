@@ -103,7 +103,7 @@ class ServiceLink:
         )
 
     def end_log_on_step_down(self) -> None:
-        """A leader or candidate becoming a follower ends its service's log (issue 16 item 2).
+        """A leader or candidate becoming a follower ends its service's log.
 
         Aeron's service sees every role change through the role counter; ours learns its role from
         JoinLog and from the end of its log (LogEndOfStream -> role FOLLOWER)."""

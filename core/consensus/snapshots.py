@@ -112,7 +112,7 @@ class Snapshots:
             "app_version": APP_VERSION,
         }
         records = [SnapshotMarker(mark=SnapshotMark.BEGIN, **marker).encode()]
-        # The committed next session id, the same on every member (issue 16 item 6).
+        # The committed next session id, the same on every member.
         self._sessions.commit_session_opens(log_position)
         records.append(
             ConsensusModuleSnapshot(

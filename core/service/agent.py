@@ -137,7 +137,7 @@ class AppliedRun(NamedTuple):
     """Consecutive session messages applied from one block, as columns: the rows the agent would
     give ``on_applied`` one AppliedEntry at a time (entry type SESSION_MESSAGE, one ``replay`` flag).
     Given to ``on_applied_run`` so that a recorder extends its columns once per run instead of
-    building and transposing a tuple per entry (issue 18)."""
+    building and transposing a tuple per entry."""
 
     log_positions: list[int]
     lengths: list[int]

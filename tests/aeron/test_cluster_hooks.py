@@ -1,5 +1,5 @@
-"""Ports of Aeron's ``ClusterTest`` cases that need the test hooks, counters or segment length of
-issue 16 item 3 (aeron-system-tests/src/test/java/io/aeron/cluster/ClusterTest.java), on the
+"""Ports of Aeron's ``ClusterTest`` cases that need the test hooks, counters or segment length
+(aeron-system-tests/src/test/java/io/aeron/cluster/ClusterTest.java), on the
 simulator (and, marked ``cluster``, on real processes). Each test's docstring names the Aeron test; the
 assertions are Aeron's. The hooks through a real node's control socket are in
 tests/aeron/test_cluster_tool.py."""

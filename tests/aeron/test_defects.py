@@ -1,7 +1,7 @@
-"""Regression tests of the seven defects the Aeron ports found (issue 16, item 1).
+"""Regression tests of the seven defects the Aeron ports found (docs/aeron-parity.md).
 
 Each test is the smallest form of the Aeron test that found the defect (named in its docstring) and
-fails on the code before the fix."""
+fails on code that has the defect."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_a_failed_service_snapshot_does_not_crash_the_simulator(sim: SimKit) -> 
     AeronTestService.fail_snapshots = True
     try:
         a.take_snapshot()
-        a.c.run_for(2 * SECOND)  # raised SnapshotError out of run_for before the fix
+        a.c.run_for(2 * SECOND)  # without the rule, SnapshotError escapes run_for
     finally:
         AeronTestService.fail_snapshots = False
     for m in range(3):

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 def test_single_node_should_replay_log_and_continue(tmp_path: Path) -> None:
     """SingleNodeTest.shouldReplayLog and ClusterNodeRestartTest.shouldRestartServiceWithReplayAndContinue
-    on processes (issue 16 defect 1: a single member restarted with a log becomes leader again)."""
+    on processes (a single member restarted with a log becomes leader again)."""
     with running_cluster(tmp_path, members=1) as c:
         client = c.client()
         for i in range(10):
@@ -56,8 +56,8 @@ def test_single_node_should_restart_service_from_snapshot_with_further_log(tmp_p
 
 
 def test_should_lose_leadership_when_no_active_quorum_of_followers(tmp_path: Path) -> None:
-    """ClusterTest.shouldLoseLeadershipWhenNoActiveQuorumOfFollowers on processes (issue 16 defect 2:
-    the leader's service process is told it is no longer LEADER)."""
+    """ClusterTest.shouldLoseLeadershipWhenNoActiveQuorumOfFollowers on processes (the
+    leader's service process is told it is no longer LEADER)."""
     with running_cluster(tmp_path) as c:
         leader = c.await_leader(LEADER_S)
         c.await_condition(

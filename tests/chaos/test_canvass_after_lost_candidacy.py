@@ -1,4 +1,4 @@
-"""Liveness after a lost candidacy: three runs the 500-seed CI sweep found stalled (`random`).
+"""Liveness after a lost candidacy: three seeds of the CI sweep (`random`) that stall without these rules.
 
 - Seeds 216 and 312 (3 members): a member votes for the winner of term 2, misses its NewLeadershipTerm
   (FOLLOWER_BALLOT times out) and nominates itself for term 3; the term-2 leader and its follower deny
@@ -10,7 +10,7 @@
   its higher-term RequestVote pulls the leader and its followers into an election whose winner (term
   >= 4) it may follow.
 
-Before the fix each run failed its final check: members not caught up within 30 s of the final heal."""
+Without them each run fails its final check: members not caught up within 30 s of the final heal."""
 
 from __future__ import annotations
 

@@ -126,8 +126,8 @@ def test_a_timed_out_connect_can_be_retried(tmp_path: Path) -> None:
 
 
 def test_simulated_kills_leak_no_file_descriptors(tmp_path: Path) -> None:
-    """Regression: a SimCluster kill dropped the member with its files open (two descriptors per
-    kill); a pytest worker running the chaos suite reached fd 1024 and select() failed elsewhere."""
+    """A SimCluster kill closes the member's files: two descriptors leaked per kill would take a pytest
+    worker running the chaos suite to fd 1024, where select() fails elsewhere."""
     from clusterlab.chaos.runner import run_scenario
 
     fds = Path("/proc/self/fd")
@@ -139,8 +139,8 @@ def test_simulated_kills_leak_no_file_descriptors(tmp_path: Path) -> None:
 
 
 def test_simulated_runs_of_different_sizes_have_different_run_ids(tmp_path: Path) -> None:
-    """Regression: sim runs were named ``sim-<scenario>-<seed>``, so a directory of the suite's runs
-    (what Spark checks in one job) mixed the 3- and 5-member runs of a seed into one run."""
+    """Sim run ids tell sizes apart: named ``sim-<scenario>-<seed>`` alone, a directory of the suite's runs
+    (what Spark checks in one job) would mix the 3- and 5-member runs of a seed into one run."""
     import json
 
     from clusterlab.chaos.runner import run_scenario

@@ -1,4 +1,4 @@
-"""The rough edges a new user hit (issue 20, item 6): ``trace summary|show`` on the directory ``clusterlab
+"""The rough edges a new user meets: ``trace summary|show`` on the directory ``clusterlab
 run --dir`` made, ``trace show`` times from the run's start; one vocabulary for partition shapes and
 scenarios with a one-line error for an unknown shape; the ``sim_cluster`` fixture has a leader."""
 

@@ -1,4 +1,4 @@
-"""The CI seed sweep (issue 19, item 7): the ``random`` scenario over many simulator seeds on 3 and
+"""The CI seed sweep: the ``random`` scenario over many simulator seeds on 3 and
 5 members, run as one test through the plugin's ``chaos_sweep`` fixture. ci/suite gives the seed
 count with ``--chaos-sweep N``; without it a handful of seeds run."""
 

@@ -1,4 +1,4 @@
-"""``clusterlab client`` says what it knows (issue 20, item 4): ``--timeout`` bounds the whole command; a
+"""``clusterlab client`` says what it knows: ``--timeout`` bounds the whole command; a
 request sent without a reply is "outcome unknown (the request may still be applied)", exit 3; a reply
 with ``ok: false`` exits 1; a suspended cluster says it is suspended. Driven through the real
 ``clusterlab`` entry point in-process (``main([...])``) against real member processes."""

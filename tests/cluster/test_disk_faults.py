@@ -1,4 +1,4 @@
-"""A full disk under the trace never kills a member (issue 20, item 3): the recorder of every process
+"""A full disk under the trace never kills a member: the recorder of every process
 whose writes fail stops recording and leaves its incomplete/ marker, and the cluster keeps serving —
 with a real ENOSPC (the trace directory on a small tmpfs) and with an injected one."""
 

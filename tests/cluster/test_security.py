@@ -1,6 +1,6 @@
-"""Members and clients prove who they are; a cluster directory has one owner (issue 20, items 1, 2, 5).
+"""Members and clients prove who they are; a cluster directory has one owner.
 
-A forger here is what the issue describes: a process that can reach a member's sockets but holds
+A forger here is a process that can reach a member's sockets but holds
 none of the cluster's keys (on a secured cluster it brings a CURVE key pair of its own and the
 member's public key, as a network peer could), or, on an unsecured ipc cluster, a process whose
 connection is not the member it claims to be. Each test checks the forger actually reached the
@@ -96,7 +96,7 @@ def _await_counter_above(cluster: LocalCluster, member_id: int, name: str, befor
 
 
 def _forged_append_position_scenario(cluster: LocalCluster, *, routing_id: bytes | None) -> None:
-    """The issue's scenario: the leader's outbound links cut, a put appended on the leader alone, a
+    """The forged-ack scenario: the leader's outbound links cut, a put appended on the leader alone, a
     forged AppendPosition(term, 10**12, from a follower): the leader must not commit the put on it;
     after SIGKILL of that leader, every acknowledged write is still there."""
     client = cluster.client()

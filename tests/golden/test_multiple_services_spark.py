@@ -1,4 +1,4 @@
-"""Issue 16's done-when for several services per member: a 3-member cluster of real processes with
+"""Several services per member, end to end: a 3-member cluster of real processes with
 2 services each (kv and counter) survives the leader-kill scenario, and the Spark check passes with
 ``applied`` rows for both service ids on every member. The Spark agreement check compares states
 within one service id: a member's two services never agree with each other (different states), yet

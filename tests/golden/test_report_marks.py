@@ -1,4 +1,4 @@
-"""The HTML report's timeline (issue 20, item 6): each member's commit line can be told apart (dash
+"""The HTML report's timeline: each member's commit line can be told apart (dash
 pattern and offset, not colour alone), the op a violation names is marked, and members cut off by a
 partition are shown on their own lanes."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from clusterlab.golden.store import MANIFEST, TRACES, golden_names, load_golden, load_manifest
 
-MAX_BYTES = 1024 * 1024  # issue 22: each golden <= 1 MiB
+MAX_BYTES = 1024 * 1024  # each golden <= 1 MiB
 
 
 def test_every_golden_has_a_recipe_and_loads() -> None:

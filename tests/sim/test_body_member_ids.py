@@ -4,7 +4,7 @@ The runtime proves a message's source (the connection's routing id or CURVE key)
 acts on the member named in the body. Here one real ConsensusModule (tests/sim/probe.py) is handed every
 message whose body names its sender, with every kind of body/source mismatch: each is dropped, counted
 (``body_member_mismatch_count``, an ignore reason, a ``body_member_mismatch`` event) and leaves the
-module exactly as it was; the same message naming its real sender reaches its handler. Then the issue's
+module exactly as it was; the same message naming its real sender reaches its handler. Then the forged-ack
 attack in the simulator: a forger that took member 2's identity while it is down acknowledges, in member
 1's name, writes a leader cut off from member 1 holds alone. The leader must not commit them; with the
 check switched off (the test-only ``ConsensusModule.check_body_member_ids``) it does, and they are lost

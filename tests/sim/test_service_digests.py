@@ -1,5 +1,5 @@
 """The clustered services in the simulator: every service's state is the same at every log position,
-through elections, snapshots and restarts (issue 4's "Done when"), and the service <-> consensus
+through elections, snapshots and restarts, and the service <-> consensus
 module conversation (docs/protocol.md b.13-b.15, e.11): JoinLog with the member's role, service-originated
 messages appended exactly once, ClusterMembersQuery, and a service that throws.
 """
@@ -88,7 +88,7 @@ def positions_applied_by(c: SimCluster, member_id: int) -> set[int]:
     return {e.log_position for e in rows(c, member_id=member_id)}
 
 
-# ======================================================================================== done when
+# ======================================================================================== same state everywhere
 
 
 @pytest.mark.parametrize("service", ["kv", "counter", "echo"])
@@ -226,9 +226,9 @@ def test_service_originated_messages_are_appended_exactly_once_across_a_leader_c
 
 @pytest.mark.parametrize("from_snapshot", [False, True], ids=["replay-whole-log", "replay-after-snapshot"])
 def test_a_member_that_replays_service_offers_does_not_append_them_again(sim: SimKit, from_snapshot: bool) -> None:
-    # Regression: a consensus module replaying the log ahead of its service (restart) used to give the
-    # service's re-offers fresh ids and append them again (fixed in service_link: Aeron's
-    # PendingServiceMessageTracker rule, ids <= the log's are dropped).
+    # A consensus module replaying the log ahead of its service (restart) must not give the service's
+    # re-offers fresh ids and append them again: service_link follows Aeron's
+    # PendingServiceMessageTracker rule, ids <= the log's are dropped.
     c = sim.cluster(members=3, seed=58, service="echo")
     c.await_leader()
     client = c.connect_client()

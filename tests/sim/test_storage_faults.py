@@ -1,4 +1,4 @@
-"""The simulator on MemoryStorage, and a storage that refuses writes (issue 20 item 3, archive part).
+"""The simulator on MemoryStorage, and a storage that refuses writes (the archive's side of disk faults).
 
 A member whose storage returns ENOSPC or EIO stops appending, reports a ``storage_error`` event and a
 counted reason, steps down if it led (or stops acknowledging if it followed) and keeps its process

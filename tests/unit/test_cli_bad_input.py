@@ -1,5 +1,5 @@
 """Bad input to every ``clusterlab`` command gives one line on stderr naming what is wrong, a non-zero
-exit code and never a Python traceback (issue 20, item 5): nonexistent and non-directory paths, a
+exit code and never a Python traceback: nonexistent and non-directory paths, a
 file where a directory is expected, output files that cannot be written (checked before a run, not
 after it), numbers out of range, unknown names. The table runs in-process through ``main([...])``
 (cheap); a sample also runs as the real ``clusterlab`` console script."""
