@@ -218,6 +218,7 @@ def _measure_recipe_here(recipe: Recipe, work: Path, keep: bool = False) -> tupl
                 directory=run_dir,
                 clients=1,
                 service=recipe.service,
+                workload=recipe.workload,
             )
         cov.record(m)
         if not r.ok:
@@ -380,6 +381,7 @@ def recipe_of(g: Golden) -> Recipe:
         info.get("duration_s"),
         info.get("summary", ""),
         str(info.get("service", "kv")),
+        info.get("workload"),
     )
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import DURATION_S
+from clusterlab.cli.display import stdout_console
 from clusterlab.cli.paths import bounded, ranged
 from clusterlab.golden import regenerate
 from clusterlab.golden.store import MANIFEST, TRACES, GoldenError, bless, golden_names, load_golden, load_manifest
@@ -117,16 +118,19 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     """The goldens and their recipes."""
 
+    traces = Path(args.traces) if args.traces else TRACES
+    if not traces.is_dir():
+        return _err(f"no goldens' directory {traces}")
     try:
-        recipes = {r.name: r for r in load_manifest(MANIFEST)}
+        recipes = {r.name: r for r in load_manifest(traces / MANIFEST.name)}
     except GoldenError as e:
         return _err(str(e))
-    t = Table(title="goldens")
+    t = Table(title=f"goldens in {traces}")
     for col in ("name", "driver", "scenario", "seed", "members", "positions", "KiB", "blessed from"):
         t.add_column(col)
-    for name in sorted(set(golden_names()) | set(recipes)):
+    for name in sorted(set(golden_names(traces)) | set(recipes)):
         try:
-            g = load_golden(name)
+            g = load_golden(name, traces)
         except GoldenError as e:
             r = recipes.get(name)
             t.add_row(name, r.driver if r else "?", r.scenario if r else "?", "", "", "", "", f"[red]{e}[/]")
@@ -142,7 +146,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             f"{size / 1024:.0f}",
             str(g.info.get("git_commit"))[:12],
         )
-    Console(width=max(Console().width, 120)).print(t)
+    stdout_console(min_width=120).print(t)
     return 0
 
 
@@ -208,8 +212,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--candidates", action="store_true", help="measure the candidate runs (golden/candidates.py)")
     c.add_argument("--json", default=None, help="write the report as JSON here")
     c.add_argument("--quiet", action="store_true", help="no progress lines")
-    c.add_argument("--traces", default=None, help=argparse.SUPPRESS)
+    _dir_option(c)
     c.set_defaults(func=_cmd_coverage)
 
     ls = gs.add_parser("list", help="list goldens and their recipes")
+    _dir_option(ls)
     ls.set_defaults(func=_cmd_list)

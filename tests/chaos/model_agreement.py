@@ -1,11 +1,17 @@
 """The model written from the Model docstring (clusterlab.chaos.model_example, the docs' example)
-judges a chaos run's recorded history as the built-in models do, key by key."""
+judges a chaos run's recorded history as the built-in models do, key by key.
+
+``python -m tests.chaos.model_agreement DIR...`` judges every run's history under each DIR (a run
+directory, or a directory of them: what the suite's ``--trace-dir`` keeps) with both and fails on any
+key whose definite verdicts differ (ci/suite runs it on every history the suite recorded)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from clusterlab.chaos.linearizability import (
+    UNKNOWN,
     VIOLATION,
     HistoryVerdict,
     Model,
@@ -39,3 +45,42 @@ def assert_docs_model_agrees(trace_dir: Path | str) -> HistoryVerdict:
         assert linearizable(k.minimal, model).verdict == VIOLATION
         assert check_history(k.minimal).verdict == VIOLATION, k.describe()
     return mine
+
+
+def disagreements(trace_dir: Path) -> tuple[int, list[str]]:
+    """(keys judged, keys whose definite verdicts differ) of one run; a key either model could not
+    decide in its budget is not compared."""
+    ops = operations_from_rows(open_run(trace_dir).ops.to_pylist())
+    if not ops:
+        return 0, []
+    builtin = {k.key: k.verdict for k in check_history(ops).keys}
+    mine = {k.key: k.verdict for k in check_history(ops, model=docs_model(ops)).keys}
+    out = []
+    for key in sorted(set(builtin) | set(mine), key=str):
+        a, b = builtin.get(key), mine.get(key)
+        if a != b and UNKNOWN not in (a, b):
+            out.append(f"{trace_dir}: key {key!r}: built-in {a}, docs' model {b}")
+    return len(builtin), out
+
+
+def main(argv: list[str]) -> int:
+    """Exit 0 when every recorded history gets the built-in verdicts from the docs' model, 1 if not,
+    2 when no history was found."""
+    runs = sorted({p.parent for d in map(Path, argv) for p in d.glob("**/run.json")})
+    histories = keys = 0
+    failures: list[str] = []
+    for run in runs:
+        judged, differ = disagreements(run)
+        histories += judged > 0
+        keys += judged
+        failures += differ
+    for line in failures:
+        print(line)
+    print(f"model agreement: {histories} histories of {len(runs)} runs, {keys} keys, {len(failures)} disagreements")
+    if histories == 0:
+        return 2
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -169,6 +169,20 @@ def test_a_ledger_run_blessed_in_the_projects_own_goldens_verifies(tmp_path: Pat
     elsewhere = _cli("golden", "verify", "ledger-lk", "--dir", str(goldens), cwd=tmp_path)
     assert elsewhere.returncode == 2 and len(elsewhere.stderr.strip().splitlines()) == 1, elsewhere.stderr
     assert "cannot import ledger" in elsewhere.stderr and "where that package is importable" in elsewhere.stderr
+    listed = _cli("golden", "list", "--dir", str(goldens))
+    assert listed.returncode == 0 and "ledger-lk" in listed.stdout and "leader-kill" in listed.stdout, listed.stderr
+    assert "sim-random" not in listed.stdout  # the project's goldens, not clusterlab's
+
+
+def test_golden_coverage_measures_the_projects_own_goldens_with_their_workload(tmp_path: Path) -> None:
+    report = tmp_path / "coverage.json"
+    got = _cli("golden", "coverage", "--dir", str(LEDGER / "goldens"), "--quiet", "--json", str(report))
+    assert got.returncode in (0, 1), got.stderr  # 1: one golden does not exercise every must-cover item
+    (golden,) = json.loads(report.read_text())["goldens"]
+    assert golden["name"] == "ledger-leader-kill" and golden["error"] is None, golden["error"]
+    assert "on_session_message" in golden["callback"] and "LEADER_READY" in golden["election_state"]
+    missing = _cli("golden", "list", "--dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "no goldens' directory" in missing.stderr
 
 
 def test_a_planted_stale_read_in_the_ledger_shrinks_with_its_service_and_workload(tmp_path: Path) -> None:
