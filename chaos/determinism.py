@@ -13,8 +13,10 @@ compare their state digests with the live ones the members recorded (the ``appli
 
 Each violation names the first diverging log position, the member(s) whose live digest differs,
 and the callback that applied the entry. Both need only the trace directory, so ``clusterlab check
-RUN`` runs them too. A run whose members run several services is not replayed (a single service is
-replayed as service 0); a run without a committed log has nothing to replay and passes vacuously.
+RUN`` runs them too. When the members run several services, each is replayed on its own (as a
+member builds it: a service that shares the log by address sees only its own messages) and compared
+with its own live digests, and its findings name its service id. A run without a committed log has
+nothing to replay and passes vacuously.
 """
 
 from __future__ import annotations
@@ -59,13 +61,13 @@ Live = dict[int, dict[int, bytes]]  # log position -> member -> live state diges
 Entry = tuple[int, str, bytes]  # (log position, entry type, state digest) of a replayed entry
 
 
-def live_digests(applied: pa.Table) -> Live:
-    """Service 0's state digest at every log position on every member (the entries' rows, not the
-    ``Snapshot`` rows of restores; the first row per member and position)."""
+def live_digests(applied: pa.Table, service_id: int = 0) -> Live:
+    """Service ``service_id``'s state digest at every log position on every member (the entries'
+    rows, not the ``Snapshot`` rows of restores; the first row per member and position)."""
     live: Live = {}
     columns = applied.select(["member_id", "service_id", "log_position", "entry_type", "state_digest"])
     for member, service, position, entry_type, digest in zip(*(c.to_pylist() for c in columns.columns), strict=True):
-        if service == 0 and entry_type != "Snapshot":
+        if service == service_id and entry_type != "Snapshot":
             live.setdefault(position, {}).setdefault(member, digest)
     return live
 
@@ -87,23 +89,31 @@ def first_divergence(entries: Iterable[Entry], live: Live) -> str | None:
     return None
 
 
-def _service_of(run: Run) -> str | None:
-    """The run's single service by name, None when its members run several (not replayed here)."""
+def services_of(run: Run) -> list[str]:
+    """The services each member of ``run`` runs, by service id (names or ``package.module:factory``)."""
     config = run.meta.get("config") or {}
-    if config.get("services") and len(config["services"]) > 1:
-        return None
-    return str(config.get("service") or "kv")
+    if config.get("services"):
+        return [str(s) for s in config["services"]]
+    return [str(config.get("service") or "kv")]
 
 
-def _factory(name: str) -> Callable[[], ClusteredService]:
+def _factory(run: Run, service_id: int) -> Callable[[], ClusteredService]:
+    """A fresh instance of the run's service ``service_id``, as a member builds it (a service that
+    shares the log by address sees only its own messages when the members run several)."""
+    from clusterlab.core.service.addressed import addressed_factory
     from clusterlab.harness.services import service_factory
 
-    return service_factory(name)
+    names = services_of(run)
+    return addressed_factory(service_factory(names[service_id]), service_id, len(names))
 
 
-def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService]) -> list[str]:
-    """The ``snapshot-roundtrip`` violations of ``run`` (see the module docstring): per snapshot, its
-    first divergence."""
+def _named(service_id: int, count: int, finding: str) -> str:
+    return f"service {service_id}: {finding}" if count > 1 else finding
+
+
+def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService], service_id: int = 0) -> list[str]:
+    """The ``snapshot-roundtrip`` violations of service ``service_id`` of ``run`` (see the module
+    docstring): per snapshot, its first divergence."""
     from clusterlab.harness.replay import replay_log
 
     restored: dict[int, list[Entry]] = {}
@@ -112,7 +122,7 @@ def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService]) -> lis
         restored.setdefault(snapshot_position, []).append((e.log_position, str(e.entry_type), e.state_digest))
 
     replay = replay_log(run.log.to_pylist(), factory, on_restored=on_restored)
-    live = live_digests(run.applied)
+    live = live_digests(run.applied, service_id)
     out = []
     for snapshot_position, entries in sorted(restored.items()):
         first = first_divergence(entries, live)
@@ -123,16 +133,14 @@ def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService]) -> lis
     return out
 
 
-def replayed_digests(run_dir: Path | str) -> dict[str, Any]:
-    """The whole committed log of ``run_dir`` replayed into a fresh service in this process: its
-    entries as ``[position, entry type, digest hex]`` and the replay's error (what the other process
-    of :func:`replay_equivalence` prints)."""
+def replayed_digests(run_dir: Path | str, service_id: int = 0) -> dict[str, Any]:
+    """The whole committed log of ``run_dir`` replayed into a fresh instance of its service
+    ``service_id`` in this process: its entries as ``[position, entry type, digest hex]`` and the
+    replay's error (what the other process of :func:`replay_equivalence` prints)."""
     from clusterlab.harness.replay import replay_log
 
     run = open_run(run_dir)
-    service = _service_of(run)
-    assert service is not None, "a run of several services is not replayed"
-    replay = replay_log(run.log.to_pylist(), _factory(service))
+    replay = replay_log(run.log.to_pylist(), _factory(run, service_id))
     entries = [[e.log_position, e.entry_type, e.state_digest.hex()] for e in replay.entries]
     return {"entries": entries, "error": replay.error, "hash_seed": os.environ.get("PYTHONHASHSEED")}
 
@@ -168,7 +176,7 @@ class ReplayWorker:
         self.requests = 0
         self.lock = threading.Lock()
 
-    def replay(self, run_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def replay(self, run_dir: Path, service_id: int, timeout_s: float) -> dict[str, Any]:
         """:func:`replayed_digests` of ``run_dir`` in the worker; raises ReplayWorkerError if the worker
         died, failed or took longer than ``timeout_s`` (it is then stopped)."""
         with self.lock:
@@ -176,7 +184,8 @@ class ReplayWorker:
             result = self.scratch / f"result-{self.requests}.json"
             assert self.proc.stdin is not None and self.proc.stdout is not None
             try:
-                self.proc.stdin.write(json.dumps({"run": str(run_dir), "result": str(result)}) + "\n")
+                request = {"run": str(run_dir), "service_id": service_id, "result": str(result)}
+                self.proc.stdin.write(json.dumps(request) + "\n")
                 self.proc.stdin.flush()
             except OSError as e:
                 raise ReplayWorkerError(self._died(f"cannot reach the replay process: {e}")) from e
@@ -252,23 +261,24 @@ def stop_replay_workers() -> None:
         _WORKERS.popitem()[1].stop()
 
 
-def _replay_elsewhere(run: Run, service: str, timeout_s: float) -> tuple[int, dict[str, Any] | str]:
+def _replay_elsewhere(run: Run, service_id: int, timeout_s: float) -> tuple[int, dict[str, Any] | str]:
     """The replayed digests of ``run`` from a process with another hash seed than this one's and the
     members': this process's worker when its seed is free, else a process of its own. Returns the
     seed and the result, or a description of why there is none."""
     from clusterlab.harness.services import import_roots
 
-    path = [*import_roots([service]), os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    inherited = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    path = [*import_roots(services_of(run)), os.getcwd(), *inherited]
     taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
     if str(worker_hash_seed()) not in taken:
         worker = replay_worker(path)
         try:
-            return worker.hash_seed, worker.replay(run.directory, timeout_s)
+            return worker.hash_seed, worker.replay(run.directory, service_id, timeout_s)
         except ReplayWorkerError as e:
             return worker.hash_seed, str(e)
     seed = other_hash_seed(run)
     env = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": os.pathsep.join(path)}
-    command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory)]
+    command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory), str(service_id)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
@@ -282,15 +292,14 @@ def _replay_elsewhere(run: Run, service: str, timeout_s: float) -> tuple[int, di
     return seed, json.loads(out)
 
 
-def replay_equivalence(run: Run, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
-    """The ``replay-equivalence`` violations of ``run`` (see the module docstring)."""
-    service = _service_of(run)
-    assert service is not None
-    seed, got = _replay_elsewhere(run, service, timeout_s)
+def replay_equivalence(run: Run, service_id: int = 0, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
+    """The ``replay-equivalence`` violations of service ``service_id`` of ``run`` (see the module
+    docstring)."""
+    seed, got = _replay_elsewhere(run, service_id, timeout_s)
     if isinstance(got, str):
         return [f"the replay with PYTHONHASHSEED={seed} {got}"]
     entries = [(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]]
-    first = first_divergence(entries, live_digests(run.applied))
+    first = first_divergence(entries, live_digests(run.applied, service_id))
     found = [f"replayed with PYTHONHASHSEED={seed} in another process: {first}"] if first is not None else []
     if got["error"] is not None:
         found.append(f"the replay with PYTHONHASHSEED={seed} stopped: {got['error']}")
@@ -298,19 +307,23 @@ def replay_equivalence(run: Run, timeout_s: float = REPLAY_TIMEOUT_S) -> list[st
 
 
 def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> dict[str, list[str]]:
-    """Both checks of one run, by name (empty lists: passed, or nothing to replay)."""
+    """Both checks of one run, by name, over every service its members run (empty lists: passed, or
+    nothing to replay); with several services each finding names its service id."""
     run = run if run is not None else open_run(trace_dir)
     out: dict[str, list[str]] = {name: [] for name in DETERMINISM_CHECKS}
-    service = _service_of(run)
-    if service is None or run.log.num_rows == 0:
+    if run.log.num_rows == 0:
         return out
-    try:
-        factory = _factory(service)
-    except (ImportError, AttributeError, KeyError) as e:
-        reason = f"cannot load service {service!r} to replay the log ({type(e).__name__}: {e})"
-        return {name: [reason] for name in DETERMINISM_CHECKS}
-    out[SNAPSHOT_ROUNDTRIP] = snapshot_roundtrip(run, factory)
-    out[REPLAY_EQUIVALENCE] = replay_equivalence(run)
+    count = len(services_of(run))
+    for service_id in range(count):
+        try:
+            factory = _factory(run, service_id)
+        except (ImportError, AttributeError, KeyError) as e:
+            reason = f"cannot load service {services_of(run)[service_id]!r} to replay the log ({type(e).__name__}: {e})"
+            for name in DETERMINISM_CHECKS:
+                out[name].append(_named(service_id, count, reason))
+            continue
+        out[SNAPSHOT_ROUNDTRIP] += [_named(service_id, count, f) for f in snapshot_roundtrip(run, factory, service_id)]
+        out[REPLAY_EQUIVALENCE] += [_named(service_id, count, f) for f in replay_equivalence(run, service_id)]
     return out
 
 
@@ -320,7 +333,7 @@ def serve() -> int:
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            got = replayed_digests(request["run"])
+            got = replayed_digests(request["run"], int(request.get("service_id", 0)))
         except Exception as e:  # one run's failure is its verdict's, not the worker's end
             got = {"failure": f"failed: {type(e).__name__}: {e}"}
         Path(request["result"]).write_text(json.dumps(got))
@@ -329,15 +342,15 @@ def serve() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m clusterlab.chaos.determinism RUN_DIR``: print :func:`replayed_digests` as JSON;
-    ``--serve``: the replay worker (:class:`ReplayWorker`)."""
+    """``python -m clusterlab.chaos.determinism RUN_DIR [SERVICE_ID]``: print :func:`replayed_digests`
+    as JSON; ``--serve``: the replay worker (:class:`ReplayWorker`)."""
     if argv == ["--serve"]:
         return serve()
-    if len(argv) != 1:
-        print("usage: python -m clusterlab.chaos.determinism RUN_DIR | --serve", file=sys.stderr)
+    if len(argv) not in (1, 2) or not (len(argv) == 1 or argv[1].isdigit()):
+        print("usage: python -m clusterlab.chaos.determinism RUN_DIR [SERVICE_ID] | --serve", file=sys.stderr)
         return 2
     try:
-        print(json.dumps(replayed_digests(argv[0])))
+        print(json.dumps(replayed_digests(argv[0], int(argv[1]) if len(argv) == 2 else 0)))
     except TraceError as e:
         print(str(e), file=sys.stderr)
         return 2

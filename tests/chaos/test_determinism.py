@@ -127,3 +127,16 @@ def test_hash_order_fails_agreement_on_real_processes(tmp_path: Path) -> None:
     assert "FAIL" in _row(got.stdout, "agreement"), got.stdout[-4000:]  # members hash with distinct seeds
     seeds = json.loads((tmp_path / "run" / "trace" / "run.json").read_text())["hash_seeds"]
     assert seeds == {str(m): member_hash_seed(3, m) for m in range(3)}
+
+
+def test_each_of_several_services_is_replayed_and_named_by_its_service_id(tmp_path: Path) -> None:
+    """Members running kv and a hash-order-dependent second service: the replay of service 1 in
+    another process diverges and the finding names service 1; kv (service 0) replays clean."""
+    r = run_scenario(
+        "leader-kill", 2, sim=True, duration_s=3.0, directory=tmp_path, clients=3,
+        services=["kv", "tests.chaos.session_order:make"], determinism=True,
+    )  # fmt: skip
+    assert r.verdict is not None and REPLAY_EQUIVALENCE in r.verdict.failed(), r.failure_message()
+    found = r.verdict.violations[REPLAY_EQUIVALENCE]
+    assert found and all(f.startswith("service 1: ") for f in found), found
+    assert "on_session_open" in found[0] and "agreement" not in r.verdict.failed()
