@@ -1,15 +1,18 @@
 """Determinism checks that replay a run's committed log (the trace's ``log`` table) into fresh
 instances of its service (run.json's ``config.service``, built-in or ``package.module:factory``) and
-compare their state digests with the live ones the members recorded (the ``applied`` table):
+compare their state digests:
 
 * ``snapshot-roundtrip``: every snapshot the log asks for (its snapshot actions, where the members
-  took theirs) is restored into a fresh service, which follows the rest of the log; its digest must
-  equal the live digest at the snapshot's position and at every later one. A snapshot that forgets
-  state is caught even when no member restarted from it.
+  took theirs, and one at the log's end) is restored into a fresh service, which follows the rest of
+  the log; its digest must equal the digest of the replay that went on without restoring, at the
+  snapshot's position and at every later one. A snapshot that forgets state is caught even when no
+  member restarted from it; both replays run in one process, so hash order is not blamed on it.
 * ``replay-equivalence``: the whole log replayed into a fresh service in another process, started
-  with a different ``PYTHONHASHSEED``, must reproduce the live digest at every position. A state
-  that depends on the iteration order of hash-ordered sets or dicts of strings is caught, also in
-  the simulator, where every member shares one process and one hash seed.
+  with a different ``PYTHONHASHSEED``, must reproduce the live digests the members recorded (the
+  ``applied`` table) at every position. A state that depends on the iteration order of hash-ordered
+  sets or dicts of strings is caught, also in the simulator, where every member shares one process
+  and one hash seed; so is any other state that does not follow from the log alone (a clock, a
+  random number, a snapshot restored on a member that forgot something).
 
 Each violation names the first diverging log position, the member(s) whose live digest differs,
 and the callback that applied the entry. Both need only the trace directory, so ``clusterlab check
@@ -113,7 +116,9 @@ def _named(service_id: int, count: int, finding: str) -> str:
 
 def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService], service_id: int = 0) -> list[str]:
     """The ``snapshot-roundtrip`` violations of service ``service_id`` of ``run`` (see the module
-    docstring): per snapshot, its first divergence."""
+    docstring): per snapshot, its first divergence from the replay that went on without it. Both
+    replays run here, so a state that differs between processes (hash order: replay-equivalence's)
+    is not blamed on the snapshot."""
     from clusterlab.harness.replay import replay_log
 
     restored: dict[int, list[Entry]] = {}
@@ -122,15 +127,32 @@ def snapshot_roundtrip(run: Run, factory: Callable[[], ClusteredService], servic
         restored.setdefault(snapshot_position, []).append((e.log_position, str(e.entry_type), e.state_digest))
 
     replay = replay_log(run.log.to_pylist(), factory, on_restored=on_restored)
+    uninterrupted = {e.log_position: e.state_digest for e in replay.entries}
     live = live_digests(run.applied, service_id)
     out = []
     for snapshot_position, entries in sorted(restored.items()):
-        first = first_divergence(entries, live)
+        first = _first_restore_divergence(entries, uninterrupted, live)
         if first is not None:
             out.append(f"snapshot at log position {snapshot_position} restored into a fresh service: {first}")
     if replay.error is not None:
         out.append(f"the replay of the committed log stopped: {replay.error}")
     return out
+
+
+def _first_restore_divergence(entries: Iterable[Entry], uninterrupted: dict[int, bytes], live: Live) -> str | None:
+    """The first entry a restored service applied whose digest differs from the uninterrupted replay's
+    at its position, described with the members that hold the replay's digest; None if none."""
+    for position, entry_type, digest in entries:
+        want = uninterrupted.get(position)
+        if want is None or want == digest:
+            continue
+        agreeing = sorted(m for m, d in live.get(position, {}).items() if d == want)
+        members = f" and member(s) {', '.join(map(str, agreeing))}" if agreeing else ""
+        return (
+            f"log position {position}: the restored service holds {digest.hex()[:12]}, the replay without "
+            f"the snapshot{members} {want.hex()[:12]}, after {entry_type} ({CALLBACKS.get(entry_type, entry_type)})"
+        )
+    return None
 
 
 def replayed_digests(run_dir: Path | str, service_id: int = 0) -> dict[str, Any]:
@@ -300,7 +322,12 @@ def replay_equivalence(run: Run, service_id: int = 0, timeout_s: float = REPLAY_
         return [f"the replay with PYTHONHASHSEED={seed} {got}"]
     entries = [(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]]
     first = first_divergence(entries, live_digests(run.applied, service_id))
-    found = [f"replayed with PYTHONHASHSEED={seed} in another process: {first}"] if first is not None else []
+    found = []
+    if first is not None:
+        found.append(
+            f"replayed in another process (PYTHONHASHSEED={seed}): {first}; the state does not follow from "
+            "the log alone (hash order, a clock, randomness, or a member restored from a snapshot that forgot it)"
+        )
     if got["error"] is not None:
         found.append(f"the replay with PYTHONHASHSEED={seed} stopped: {got['error']}")
     return found
@@ -308,20 +335,25 @@ def replay_equivalence(run: Run, service_id: int = 0, timeout_s: float = REPLAY_
 
 def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> dict[str, list[str]]:
     """Both checks of one run, by name, over every service its members run (empty lists: passed, or
-    nothing to replay); with several services each finding names its service id."""
+    nothing to replay); with several services each finding names its service id. Raises TraceError
+    when a service cannot be imported here (the run is not judged)."""
     run = run if run is not None else open_run(trace_dir)
     out: dict[str, list[str]] = {name: [] for name in DETERMINISM_CHECKS}
     if run.log.num_rows == 0:
         return out
+    from clusterlab.chaos.workload_api import import_from_cwd
+
+    import_from_cwd()  # a user's package.module:factory, found from where the check runs (as `run` does)
     count = len(services_of(run))
     for service_id in range(count):
         try:
             factory = _factory(run, service_id)
-        except (ImportError, AttributeError, KeyError) as e:
-            reason = f"cannot load service {services_of(run)[service_id]!r} to replay the log ({type(e).__name__}: {e})"
-            for name in DETERMINISM_CHECKS:
-                out[name].append(_named(service_id, count, reason))
-            continue
+        except (ImportError, AttributeError, KeyError) as e:  # not judged: no verdict without the service
+            name = services_of(run)[service_id]
+            raise TraceError(
+                f"{run.directory}: cannot load the run's service {name!r} to replay its log "
+                f"({type(e).__name__}: {e}); check it where that package is importable"
+            ) from None
         out[SNAPSHOT_ROUNDTRIP] += [_named(service_id, count, f) for f in snapshot_roundtrip(run, factory, service_id)]
         out[REPLAY_EQUIVALENCE] += [_named(service_id, count, f) for f in replay_equivalence(run, service_id)]
     return out

@@ -32,6 +32,7 @@ from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
+from clusterlab.harness.tripwire import user_site
 
 DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
 DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
@@ -187,6 +188,7 @@ class RunResult:
             "mutants": sorted(self.mutants),
             "rate": self.rate,
             "settle_s": self.settle_s,
+            "tripwire": self.tripwire,
             "linearizability": self.verdict.linearizability.verdict
             if self.verdict is not None and self.verdict.linearizability is not None
             else None,
@@ -371,10 +373,12 @@ def run_scenario(
     except (SafetyViolation, ChaosTimeout, Unsupported) as e:
         result.error = f"{type(e).__name__}: {e}"
     except Exception as e:
-        if not sim:
+        site = user_site(e)
+        if not sim and site is None:
             raise
-        # In the simulator this is the core's own invariant failing (an assertion): this run's finding.
-        result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        # In the simulator: the core's own invariant failing (an assertion), or the user's service,
+        # workload or model raising (named by its file and line): this run's finding.
+        result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}" + (f" (at {site})" if site else "")
     if verify and result.trace_dir.is_dir():
         apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
     result.elapsed_s = time.monotonic() - started

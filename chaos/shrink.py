@@ -35,6 +35,12 @@ def planted(run: dict[str, Any]) -> dict[str, Any]:
     return bug
 
 
+def checked(run: dict[str, Any]) -> dict[str, Any]:
+    """run_scenario's keywords for the checks a shrink's runs get, as ``clusterlab run`` gives them:
+    the determinism checks, and the tripwires unless the run had them off."""
+    return {"determinism": True, "tripwire": bool(run.get("tripwire", True))}
+
+
 def failure_tokens(result: RunResult) -> set[str]:
     """What a run failed, as tokens: its error class (``SafetyViolation``, ``ChaosTimeout``…) and each
     failed trace check (``durability``…); empty for a passing run."""
@@ -96,7 +102,7 @@ class ShrinkResult:
             kwargs["rate"] = self.minimal.rate
         if self.run.get("settle_s", 30.0) != 30.0:
             kwargs["settle_s"] = self.run["settle_s"]
-        return kwargs
+        return kwargs | checked(self.run)
 
     def pytest_source(self) -> str:
         """A pasteable pytest module: the minimal schedule passes without the planted bug and fails
@@ -116,11 +122,15 @@ class ShrinkResult:
             "",
             "from clusterlab.chaos.runner import RunResult",
             "from clusterlab.chaos.scenarios import scenario",
-            "from clusterlab.chaos.shrink import failure_tokens",
+            *(["from clusterlab.chaos.shrink import failure_tokens"] if bug else []),
             "from clusterlab.chaos.sweep import guarded_run",
             "",
             f"STEPS = [\n    {steps},\n]" if steps else "STEPS: list[dict] = []",
-            f"BUG = {json.dumps(bug).replace('true', 'True')}  # the planted bug the failing run had",
+            *(
+                [f"BUG = {json.dumps(bug).replace('true', 'True')}  # the planted bug of the failing run"]
+                if bug
+                else []
+            ),
             "",
             "",
             "def _run(tmp_path: Path, **bug: bool) -> RunResult:",
@@ -136,6 +146,7 @@ class ShrinkResult:
             "",
             "",
             f"def test_{name}_shrunk_passes(tmp_path: Path) -> None:",
+            *([] if bug else [f'    """Fails ({self.target}) until the service is fixed: a regression test."""']),
             "    result = _run(tmp_path)",
             "    assert result.ok, result.failure_message()",
         ]
@@ -264,6 +275,7 @@ def shrink_run(
             clients=c.clients,
             rate=c.rate,
             settle_s=float(run.get("settle_s", 30.0)),
+            **checked(run),
             **bug,
         )
         tokens = failure_tokens(result)

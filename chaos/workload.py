@@ -297,6 +297,7 @@ class LocalWorkload(Workload):
             return
         if self._client is None:
             self._client = self.cluster.client(connect=False)
+            self._client.resends = self.service_workload.resend
             self._client.connect_timeout_s = self.attempt_timeout_s
             self._client.attempt_timeout_s = (
                 self.attempt_timeout_s if self.service_workload.resend else self.request_timeout_s
@@ -322,6 +323,7 @@ class LocalWorkload(Workload):
         if not self._clients:
             for i in range(self.clients):
                 c = self.cluster.client(connect=False, first_member=i % self.cluster.member_count)
+                c.resends = self.service_workload.resend
                 c.connect_timeout_s = self.attempt_timeout_s
                 self._clients.append(c)
         waiting = True

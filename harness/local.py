@@ -385,7 +385,7 @@ class LocalCluster:
                 trace_dir = self.directory / "trace"
                 if (trace_dir / "run.json").exists():  # a restarted directory: a new run beside the old
                     trace_dir = self.directory / f"trace-{self.run_id}"
-            self.trace_dir = Path(trace_dir)
+            self.trace_dir = Path(trace_dir).resolve()  # members run with their own working directory
             self.recorder = RunRecorder(
                 self.trace_dir,
                 self.run_id,
@@ -1175,6 +1175,10 @@ class LocalClient:
         # The identity the kv service deduplicates on: unique across clients, processes and restarts
         # of the cluster (``client_id`` only numbers this run's clients in the ops table).
         self.dedupe_id = int.from_bytes(os.urandom(6), "little")
+        # Whether the service applies a resent request once: then JSON requests carry ``client``
+        # (``dedupe_id``) and unanswered ones are resent (here on silence, by the ClusterClient on a
+        # new leader); else every request is sent once, as it is (a workload's ``resend``).
+        self.resends = True
         self._open_ops: dict[int, tuple[str, str | None, str | None]] = {}  # request id -> (f, key, value)
         name = f"c{os.getpid()}-{next(_client_names)}-{os.urandom(3).hex()}"
         t = config.timeouts
@@ -1272,7 +1276,10 @@ class LocalClient:
         return rid
 
     def _tagged(self, payload: bytes) -> bytes:
-        """The request with this client's id added, so the kv service applies a resend only once."""
+        """The request with this client's id added, so the kv service applies a resend only once
+        (as it is when the client does not resend)."""
+        if not self.resends:
+            return payload
         try:
             command = json.loads(payload)
         except ValueError:
@@ -1335,6 +1342,8 @@ class LocalClient:
     def _dedupe_request_id(self, payload: bytes) -> int | None:
         """The request id of a request tagged with this client's dedupe id (the kv service applies it
         once, so the ClusterClient may resend it on a new leader), else None."""
+        if not self.resends:
+            return None
         try:
             command = json.loads(payload)
         except ValueError:

@@ -33,6 +33,7 @@ import sys
 import sysconfig
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +106,19 @@ def short_path(filename: str) -> str:
         if filename.startswith(root) and len(filename) - len(root) < len(best):
             best = filename[len(root) :]
     return best
+
+
+def user_site(error: BaseException) -> str | None:
+    """``FILE:LINE in FUNCTION`` of the innermost frame of the user's code (outside clusterlab and the
+    standard library) in ``error``'s traceback: where a user's service, workload or model raised it;
+    None when no frame of it is the user's."""
+    internal = _internal_prefixes()
+    site = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        filename = frame.f_code.co_filename
+        if not filename.startswith(internal) and not filename.startswith("<"):
+            site = f"{short_path(filename)}:{line} in {frame.f_code.co_qualname}"
+    return site
 
 
 class Tripwire:

@@ -11,11 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterlab.chaos.determinism import REPLAY_EQUIVALENCE, SNAPSHOT_ROUNDTRIP, first_divergence
+from clusterlab.chaos.determinism import (
+    REPLAY_EQUIVALENCE,
+    SNAPSHOT_ROUNDTRIP,
+    determinism_violations,
+    first_divergence,
+)
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
 from clusterlab.harness.local import member_hash_seed
 from clusterlab.harness.services.kv import KeyValueService
+from clusterlab.harness.trace import TraceError
+
+from tests.golden import plant
 
 LEDGER = Path(__file__).resolve().parents[2] / "examples" / "ledger"
 CLUSTERLAB = Path(sys.executable).parent / "clusterlab"
@@ -78,6 +86,24 @@ def test_clusterlab_check_finds_hash_order_from_the_trace_alone(tmp_path: Path) 
     assert got.returncode == 1
     checked = _cli("check", str(tmp_path / "run" / "trace"))
     assert checked.returncode == 1 and REPLAY_EQUIVALENCE in checked.stdout, checked.stdout[-3000:]
+    assert "FAIL" in _row(checked.stdout, REPLAY_EQUIVALENCE)
+    # This process's hash seed is not the recording's either: the snapshot is not blamed for hash order.
+    assert "FAIL" not in _row(checked.stdout, SNAPSHOT_ROUNDTRIP), checked.stdout[-3000:]
+
+
+def test_a_run_whose_service_cannot_be_imported_here_is_not_judged(tmp_path: Path) -> None:
+    run = run_scenario("leader-kill", 1, sim=True, duration_s=2.0, directory=tmp_path / "w").trace_dir
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["service"] = "nowhere_to_be_found.service:make"
+    (run / "run.json").write_text(json.dumps(meta))
+    plant.reseal(run)  # a run recorded with a service this process cannot import
+    with pytest.raises(TraceError, match=r"cannot load the run's service 'nowhere_to_be_found\.service:make'"):
+        determinism_violations(run)
+    checked = subprocess.run(
+        [str(CLUSTERLAB), "check", str(run)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert checked.returncode == 2 and "where that package is importable" in checked.stderr, checked.stderr
+    assert len(checked.stderr.strip().splitlines()) == 1 and "PASS" not in checked.stdout
 
 
 @pytest.mark.parametrize("service", ["kv", "counter", "timers"])

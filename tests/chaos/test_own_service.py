@@ -197,6 +197,18 @@ def test_a_planted_stale_read_in_the_ledger_shrinks_with_its_service_and_workloa
     assert 'workload="ledger.workload:make"' in got.stdout  # the pasteable test re-runs the same workload
 
 
+def test_a_determinism_failure_shrinks_and_its_test_reruns_the_checks(tmp_path: Path) -> None:
+    """A snapshot that forgets a field fails only a replay check: shrink's runs get those checks (as
+    `clusterlab run`'s do), and the printed test asks for them."""
+    run = _ledger_run(tmp_path, "ledger.planted:forgets_snapshot_field")
+    summary = tmp_path / "s.json"
+    got = _cli("shrink", str(run), "--max-runs", "3", "--dir", str(tmp_path / "shrink"), "--json", str(summary))
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
+    s = _summary(summary)
+    assert s["target"] == "snapshot-roundtrip" and s["run_kwargs"]["determinism"] is True
+    assert "determinism=True" in got.stdout and "BUG" not in got.stdout and "failure_tokens" not in got.stdout
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(1800)  # two runs, two Spark sessions
 def test_spark_judges_a_ledger_history_with_the_ledgers_model(tmp_path: Path) -> None:
