@@ -217,7 +217,7 @@ def check_service_factory(spec: str) -> None:
     """Fail early, with one line, when ``package.module:factory`` does not make a ClusteredService."""
     made = import_factory(spec, "service")()
     if not isinstance(made, ClusteredService):
-        raise WorkloadSpecError(f"service {spec!r} made a {type(made).__name__}, not a ClusteredService")
+        raise WorkloadSpecError(f"service {spec!r} made {type(made).__name__} object, not a ClusteredService")
 
 
 def _entry_point(name: str) -> str | None:

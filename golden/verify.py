@@ -259,8 +259,23 @@ def describe_message_diff(m: MessageDiff) -> list[str]:
             f"  {side}: {f.get(f'{side}_direction') or ''} {f.get(f'{side}_channel') or ''} "
             f"{f.get(f'{side}_peer_process') or ''} {text}"
         )
+    golden, actual = f.get("golden_payload"), f.get("actual_payload")
+    if golden is not None and actual is not None and golden != actual:
+        lines.append("  " + _first_byte_difference(bytes.fromhex(golden), bytes.fromhex(actual)))
     lines.append(f"  {m.divergent - 1} more divergent messages (golden {m.golden_rows} rows, re-run {m.actual_rows})")
     return lines
+
+
+def _first_byte_difference(golden: bytes, actual: bytes, context: int = 12) -> str:
+    """Where two payloads first differ, with the bytes around it (their descriptions may be alike)."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(golden, actual, strict=False)) if a != b), min(len(golden), len(actual))
+    )
+    start = max(0, at - context // 2)
+    return (
+        f"first differing byte at offset {at} of {len(golden)}/{len(actual)}: "
+        f"golden …{golden[start : at + context].hex()} actual …{actual[start : at + context].hex()}"
+    )
 
 
 def _entry_describer(g: Golden) -> Callable[[int], str]:

@@ -39,7 +39,7 @@ def _cmd_bless(args: argparse.Namespace) -> int:
         code = _err(str(e))
         return {"FAIL": EXIT_FAIL, "INCOMPLETE": EXIT_INCOMPLETE, "CORRUPT": EXIT_CORRUPT}.get(e.status or "", code)
     size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
-    Console().print(
+    stdout_console(highlight=False).print(
         f"blessed {g.name} ({g.driver}, {g.info['scenario']} seed {g.info['seed']}): "
         f"{g.applied.num_rows} positions, {size / 1024:.0f} KiB in {g.directory}"
     )
@@ -126,14 +126,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     except GoldenError as e:
         return _err(str(e))
     t = Table(title=f"goldens in {traces}")
-    for col in ("name", "driver", "scenario", "seed", "members", "positions", "KiB", "blessed from"):
+    for col in (
+        "name",
+        "driver",
+        "scenario",
+        "seed",
+        "members",
+        "service (workload)",
+        "positions",
+        "KiB",
+        "blessed from",
+    ):
         t.add_column(col)
     for name in sorted(set(golden_names(traces)) | set(recipes)):
         try:
             g = load_golden(name, traces)
         except GoldenError as e:
             r = recipes.get(name)
-            t.add_row(name, r.driver if r else "?", r.scenario if r else "?", "", "", "", "", f"[red]{e}[/]")
+            t.add_row(name, r.driver if r else "?", r.scenario if r else "?", "", "", "", "", "", f"[red]{e}[/]")
             continue
         size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
         t.add_row(
@@ -142,6 +152,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
             g.info["scenario"],
             str(g.info["seed"]),
             str(g.info["members"]),
+            str(g.info.get("service", "kv")) + (f" ({g.info['workload']})" if g.info.get("workload") else ""),
             str(g.applied.num_rows),
             f"{size / 1024:.0f}",
             str(g.info.get("git_commit"))[:12],

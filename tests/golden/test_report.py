@@ -3,6 +3,7 @@ divergence."""
 
 from __future__ import annotations
 
+import json
 import html
 import re
 from pathlib import Path
@@ -81,6 +82,10 @@ def test_report_cli(sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     out = tmp_path / "r.html"
     assert main(["report", str(sim_run), "--out", str(out)]) == 0
     assert out.is_file() and str(out) in capsys.readouterr().out
+    # The run's directory (what `clusterlab run --dir` made, its trace inside) is taken as check takes it.
+    assert main(["report", str(sim_run.parent), "--out", str(tmp_path / "d.html")]) == 0
+    run_id = json.loads((sim_run / "run.json").read_text())["run_id"]
+    assert str(tmp_path / "d.html") in capsys.readouterr().out and run_id in (tmp_path / "d.html").read_text()
     assert main(["report", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert "no such run directory" in err and len(err.strip().splitlines()) == 1
