@@ -3,8 +3,8 @@ divergence."""
 
 from __future__ import annotations
 
-import json
 import html
+import json
 import re
 from pathlib import Path
 
