@@ -249,7 +249,8 @@ def load_workload(spec: str, builtin: dict[str, Callable[[], ServiceWorkload]]) 
 def history_verdict(ops: Sequence[Operation], meta: dict[str, Any]) -> HistoryVerdict:
     """A run's history judged for linearizability with its workload's model (run.json's
     ``workload.workload``), the sample services' models when it names none. A workload without a
-    model judges no key; one that cannot be imported here raises TraceError (the run is not judged)."""
+    model judges no key; one that cannot be imported here, or whose model raises (a ModelError: its
+    contract broken), raises TraceError naming where: the run is not judged."""
     spec = (meta.get("workload") or {}).get("workload")
     if not spec:
         return check_history(ops)
@@ -259,7 +260,16 @@ def history_verdict(ops: Sequence[Operation], meta: dict[str, Any]) -> HistoryVe
         raise TraceError(f"the run's {e}; check it where that package is importable") from None
     if model is None:
         return HistoryVerdict(clients=len({o.client for o in ops}), ops=len(ops))
-    return check_history(ops, model=model)
+    try:
+        return check_history(ops, model=model)
+    except Exception as e:  # the model broke its contract or raised: no verdict, never a FAIL or a PASS
+        from clusterlab.harness.tripwire import user_site
+
+        site = user_site(e)
+        raise TraceError(
+            f"the run's workload {spec}: its model cannot judge the history: {type(e).__name__}: {e}"
+            + (f" (at {site})" if site else "")
+        ) from e
 
 
 __all__ = [

@@ -572,7 +572,19 @@ def judge(
     if files is not None:
         _compare_files(c, files, {f.path: f for f in facts}, kills)
         _golden_counts(c, meta, facts)
+        c.findings.extend(_members_recorded(meta, files))
     return c
+
+
+def _members_recorded(meta: Mapping[str, Any], files: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+    """A run (not a golden, which keeps only its committed log) that declares members none of whose
+    nodes recorded a file: every protocol check would pass on nothing."""
+    members = meta.get("members")
+    if "golden" in meta or not isinstance(members, list) or not members:
+        return []
+    if any(str(w.get("process", "")).startswith("node-") for w in files.values()):
+        return []
+    return [Finding(Status.INCOMPLETE, "run.json", f"{len(members)} members declared, none of their nodes recorded")]
 
 
 def assess(run_dir: Path | str, tables: Iterable[str]) -> Completeness:

@@ -465,6 +465,7 @@ class LocalCluster:
         try:
             self.start()
             self.await_leader()
+            self.await_services()
         except BaseException as e:
             self.failed = True
             self._add_logs_note(e)
@@ -738,6 +739,24 @@ class LocalCluster:
             return found + 1 if found is not None and found not in excluded else None  # +1: 0 is falsy
 
         return wait_until(leader, timeout_s, f"a leader (not in {sorted(excluded)})", context=self.status_line) - 1
+
+    def await_services(self, timeout_s: float | None = None) -> None:
+        """Wait until every running service process answers its status: its service is built and
+        its process past start-up (imports, snapshot load), so a first request is not answered only
+        after a slow start. A service process that exited is not waited for (its node reports it)."""
+
+        def answered() -> bool:
+            for i in range(self.member_count):
+                for service_id, kind in enumerate(self.service_kinds):
+                    p = self._process(i, kind)
+                    if p is None or i in self._paused:
+                        continue
+                    if self.service_status(i, service_id=service_id) is None:
+                        return False
+            return True
+
+        timeout_s = timeout_s or self.startup_timeout_s
+        wait_until(answered, timeout_s, "service processes answering", context=self.status_line)
 
     def caught_up(self, members: list[int] | None = None) -> int | None:
         """The common position if every listed member (default: all) has the same append and commit

@@ -39,6 +39,7 @@ from clusterlab.harness.completeness import (
 )
 from clusterlab.harness.invariants import Contiguity
 from clusterlab.harness.recorder import SCHEMAS, TABLES
+from clusterlab.harness.trace_error import TraceError as TraceError
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +121,6 @@ class Run:
     @property
     def log(self) -> pa.Table:
         return self.tables["log"]
-
-
-class TraceError(Exception):
-    """A path that is not a readable run: says which and why."""
 
 
 def open_run(run_dir: Path | str) -> Run:

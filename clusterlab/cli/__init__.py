@@ -16,6 +16,7 @@ from typing import NoReturn
 from clusterlab.chaos.limits import SEED
 from clusterlab.cli.paths import bounded, ranged, writable_directory_error
 from clusterlab.core import __version__
+from clusterlab.harness.trace_error import TraceError
 
 # The modules registering subcommands, imported by build_parser. `check` and `spark` import little at
 # the top: ``clusterlab check RUN`` builds a parser of that command alone and skips the rest (the
@@ -89,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except TraceError as e:  # a run that cannot be judged (unreadable, its model broken): never a verdict
+        print(f"clusterlab {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("clusterlab: interrupted", file=sys.stderr)
         return 130

@@ -323,6 +323,26 @@ def test_a_version_3_run_without_its_seal_is_incomplete(sim_run: Path, tmp_path:
     assert (finding.status, finding.file) == (Status.INCOMPLETE, "run.json") and "no seal" in finding.problem
 
 
+def test_a_run_none_of_whose_nodes_recorded_is_incomplete(sim_run: Path, tmp_path: Path) -> None:
+    """Node files gone and a manifest (unsealed, version 2) that agrees: every protocol check would
+    pass on nothing, so the run is not judged."""
+    run = copy_run(sim_run, tmp_path / "no-nodes", "run-no-nodes")
+
+    def drop_nodes(meta: dict) -> None:
+        meta.pop("seal")
+        meta["schema_version"] = 2
+        for path in [p for p, w in meta["files"].items() if w["process"].startswith("node-")]:
+            (run / path).unlink()
+            del meta["files"][path]
+        meta["processes"] = [p for p in meta["processes"] if not p["process"].startswith("node-")]
+
+    _edit_meta(run, drop_nodes, canonical=False)
+    c = assess(run, TABLES)
+    assert c.status is Status.INCOMPLETE, c.lines()
+    assert any("none of their nodes recorded" in f.problem for f in c.findings), c.lines()
+    assert _status(run) == "INCOMPLETE"
+
+
 @pytest.mark.parametrize(
     ("field", "value", "status"),
     [

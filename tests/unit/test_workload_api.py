@@ -78,6 +78,21 @@ def test_members_find_a_users_package_where_this_process_found_it(ledger: Any) -
     assert import_roots(["kv", "clusterlab.harness.services.kv:stale_read_service"]) == []
 
 
+@pytest.mark.parametrize(
+    ("factory", "says"),
+    [
+        ("in_place_model", r"ModelError: model in-place: step modified its state in place"),
+        ("raising_model", r"ZeroDivisionError: boom in step \(at .*broken_workload\.py:\d+ in RaisingModel\.step\)"),
+    ],
+)
+def test_a_broken_model_leaves_the_history_unjudged_and_says_where(factory: str, says: str) -> None:
+    """A model that breaks its contract or raises is the user's bug, not the run's: no verdict (not
+    a FAIL), a TraceError naming the workload and, when the model raised, its file and line."""
+    ops = [_op(1, "put", "5", [5], (0, 10)), _op(2, "get", None, [5], (11, 20))]
+    with pytest.raises(TraceError, match=rf"the run's workload tests\.chaos\.broken_workload:{factory}: .*{says}"):
+        history_verdict(ops, {"workload": {"workload": f"tests.chaos.broken_workload:{factory}"}})
+
+
 def test_a_history_whose_workload_cannot_be_imported_is_not_judged() -> None:
     ops = [_op(1, "deposit", "5", [5, 0], (0, 10))]
     with pytest.raises(TraceError, match=r"the run's workload 'nosuch\.workload:make': cannot import"):
