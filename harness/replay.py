@@ -37,6 +37,10 @@ from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent
 from clusterlab.core.service.api import ClusteredService
 
 MAX_POLLS_PER_ENTRY = 8  # the log adapter yields at least one whole entry per poll
+# Where a replay with ``on_restored`` also takes a snapshot of its own (fractions of the log): a run
+# whose log asks for none, or only late, still has its snapshots restored and followed by much of the
+# log, where a field the snapshot forgot shows in the state that follows from it.
+PROBE_FRACTIONS = (1 / 3, 2 / 3)
 
 
 class ReplayError(Exception):
@@ -116,8 +120,9 @@ def replay_log(
     With ``on_restored``, every snapshot the replay takes (at the log's snapshot actions, where the
     members took theirs) is restored into another fresh service, which then follows the rest of the
     log beside the replay; each entry it applies is reported with the snapshot's position (the first
-    is the ``Snapshot`` row of the restore itself). One more snapshot is taken at the end of the log
-    and restored the same way."""
+    is the ``Snapshot`` row of the restore itself). The replay also takes a snapshot of its own at the
+    first block boundary past each of :data:`PROBE_FRACTIONS` of the log, and one more at its end, and
+    restores them the same way."""
     rows = sorted(log_rows, key=lambda r: r["log_position"])
     own_scratch = scratch is None
     directory = Path(tempfile.mkdtemp(prefix="clusterlab-replay-")) if scratch is None else scratch
@@ -175,7 +180,9 @@ def _replay(
 
     to_module: list[bytes] = []  # what the service sends its module: only acks matter here (snapshots)
     agent = ClusteredServiceAgent(0, 0, service_factory(), to_module.append, lambda *_a: None, store, applied)
-    restorer = _Restorer(service_factory, store, on_restored) if on_restored is not None else None
+    end = rows[-1]["log_position"] if rows else 0
+    probes = [int(end * f) for f in PROBE_FRACTIONS]
+    restorer = _Restorer(service_factory, store, on_restored, probes) if on_restored is not None else None
     try:
         agent.start(None)
         position = 0
@@ -226,9 +233,11 @@ def _pump(
 ) -> None:
     while outbox.to_service:
         payload = outbox.to_service.pop(0)
-        agent.on_service_message(payload, is_replay=True)
-        if restorer is not None:
-            restorer.follow(payload)
+        for part in restorer.split(payload) if restorer is not None else (payload,):
+            agent.on_service_message(part, is_replay=True)
+            if restorer is not None:
+                restorer.follow(part)
+                restorer.probe(agent)
     for payload in to_module:
         msg = decode(payload)
         if isinstance(msg, ServiceAck):
@@ -260,8 +269,10 @@ class _Restorer:
         factory: Callable[[], ClusteredService],
         store: _TakenStore,
         on_restored: Callable[[int, AppliedEntry], None],
+        probes: Sequence[int] = (),
     ) -> None:
         self.factory, self.store, self.on_restored = factory, store, on_restored
+        self.probes = sorted(p for p in probes if p > 0)  # positions still to pass: a snapshot of our own
         self.join: JoinLog | None = None
         self.blocks: list[bytes] = []  # every LogBlock since the replay joined the log
         self.agents: list[ClusteredServiceAgent] = []
@@ -277,6 +288,30 @@ class _Restorer:
             if not isinstance(msg, JoinLog):
                 agent.on_service_message(payload, is_replay=True)
         self._restore_new()
+
+    def split(self, payload: bytes) -> tuple[bytes, ...]:
+        """A LogBlock that crosses the next probe position as two blocks, cut at the first entry
+        boundary at or past it (the replay's blocks are large; a probe falls between entries)."""
+        if not self.probes or self.join is None:
+            return (payload,)
+        msg = decode(payload)
+        if not isinstance(msg, LogBlock) or not msg.start_position < self.probes[0] < msg.end_position:
+            return (payload,)
+        cut = next(f.end_position for f in msg.walk().frames if f.end_position >= self.probes[0])
+        if cut >= msg.end_position:
+            return (payload,)
+        at = cut - msg.start_position
+        head = replace(msg, entries=msg.entries[:at])
+        return (head.encode(), replace(msg, start_position=cut, entries=msg.entries[at:]).encode())
+
+    def probe(self, agent: ClusteredServiceAgent) -> None:
+        """A snapshot of the replay's service where it first passes a probe position (after a whole
+        block: between entries, where a member may take one), restored like the log's own."""
+        if self.probes and self.join is not None and agent.log_position >= self.probes[0]:
+            while self.probes and agent.log_position >= self.probes[0]:
+                self.probes.pop(0)
+            agent.take_snapshot()
+            self._restore_new()
 
     def at_end(self, agent: ClusteredServiceAgent) -> None:
         """One more snapshot, at the end of the log, restored too (a run that took none is still probed)."""

@@ -19,6 +19,7 @@ from clusterlab.chaos.determinism import (
 )
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
+from clusterlab.harness import replay
 from clusterlab.harness.local import member_hash_seed
 from clusterlab.harness.services.kv import KeyValueService
 from clusterlab.harness.trace import TraceError
@@ -136,6 +137,25 @@ def test_a_service_without_a_digest_gets_one_from_its_snapshot_at_its_interval()
     assert snapshot_digest(s) != before and len(before) == 16 and before != UNDIGESTED
     due = [p for p in range(32, 32 * 401, 32) if digest_due(p, 4)]
     assert 50 < len(due) < 150 and all(digest_due(p, 1) for p in range(0, 640, 32))
+
+
+def test_a_forgotten_field_is_found_through_a_snapshot_derived_digest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No state_digest and no snapshot action in the log: the replay's own snapshots, restored, lose
+    the holds, and the captures that follow change the restored ledger differently."""
+    monkeypatch.syspath_prepend(str(LEDGER))
+    r = run_scenario(
+        "leader-kill", 3, sim=True, duration_s=4.0, directory=tmp_path, clients=3,
+        service="tests.chaos.forgetful_ledger:make", workload="ledger.workload:make", determinism=True,
+    )  # fmt: skip
+    assert r.verdict is not None and SNAPSHOT_ROUNDTRIP in r.verdict.failed(), r.failure_message()
+    assert "agreement" not in r.verdict.failed(), r.failure_message()  # no member restored from one
+    found = r.verdict.violations[SNAPSHOT_ROUNDTRIP]
+    assert found and all(f.startswith("snapshot at log position ") for f in found), found
+    # Only the replay's own snapshots see it: restored at the log's end alone, nothing follows.
+    monkeypatch.setattr(replay, "PROBE_FRACTIONS", ())
+    assert determinism_violations(r.trace_dir)[SNAPSHOT_ROUNDTRIP] == []
 
 
 def test_members_run_with_distinct_hash_seeds_the_same_each_run() -> None:
