@@ -22,8 +22,8 @@ Every system is a :class:`Subject` and is measured by the same code (:mod:`bench
    default), with each system's default timeouts and with ~100 ms detection timeouts.
    "Settled" is the same bar for every system: all members up, agreeing on the leader, connected
    and caught up (for clusterlab: nodes *and* services caught up, ``LocalCluster.caught_up``;
-   until this revision only the nodes were awaited, so a kill could land while a restarted
-   member's service was still starting and the figure measured that start-up, not the election).
+   awaiting only the nodes would let a kill land while a restarted member's service is still
+   starting, and the figure would measure that start-up, not the election).
    Detection timeouts: PySyncObj's election timeout (random in [min, max]) is both its failure
    detector and its ballot timer. clusterlab's detector is the leader heartbeat timeout; Aeron's
    election timeout is a separate timer (nomination delay up to half of it, and a ballot that,

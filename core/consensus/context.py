@@ -120,7 +120,7 @@ class Timeouts:
 
     @classmethod
     def fast(cls) -> Timeouts:
-        """Test-friendly values (docs/architecture.md: heartbeat timeout ~1 s, interval ~100 ms)."""
+        """Test-friendly values (docs/architecture.md: heartbeat timeout 1 s, interval 50 ms)."""
         return cls(
             election_timeout_ns=300 * MS,
             election_status_interval_ns=20 * MS,

@@ -1,5 +1,5 @@
 """``clusterlab check``: each Spark check fails on a violation planted in a copy of a real trace, at
-the planted position, and agrees with the local pyarrow verdict (clusterlab.chaos.verify) on every run."""
+the planted position, and agrees with the local DuckDB verdict (clusterlab.chaos.verify) on every run."""
 
 from __future__ import annotations
 
