@@ -4,8 +4,9 @@ compare their state digests:
 
 * ``snapshot-roundtrip``: every snapshot the log asks for (its snapshot actions, where the members
   took theirs), two the replay takes of its own (at a third and two thirds of the log) and one at
-  the log's end is restored into a fresh service, which follows the rest of the log; its digest must equal the digest of the replay that went on without restoring, at the
-  snapshot's position and at every later one. A snapshot that forgets state is caught even when no
+  the log's end is restored into a fresh service, which follows the rest of the log; its digest
+  must equal the digest of the replay that went on without restoring, at the snapshot's position
+  and at every later one. A snapshot that forgets state is caught even when no
   member restarted from it; both replays run in one process, so hash order is not blamed on it.
 * ``replay-equivalence``: the whole log replayed into a fresh service in another process, started
   with a different ``PYTHONHASHSEED``, must reproduce the live digests the members recorded (the
