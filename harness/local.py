@@ -165,7 +165,9 @@ def wait_until(
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as dead)."""
+    """Whether ``pid`` is a live process. A zombie counts as dead once all its threads exited: a
+    SIGKILLed process's main thread turns zombie first, and its other threads (ZeroMQ's I/O threads)
+    still hold its open files (an inherited directory lock) until they are gone too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -176,7 +178,12 @@ def pid_alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    if stat.rsplit(")", 1)[-1].split()[0] != "Z":
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1  # threads still exiting hold the files
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
