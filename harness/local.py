@@ -81,11 +81,9 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
-from clusterlab.core.consensus.mutants import format_mutants, mutant_set
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
-    FAULT_ACK_BEFORE_APPEND_ENV,
-    MUTANTS_ENV,
+    RULES_ENV,
     TRIPWIRE_ENV,
     ClusterConfig,
     ConfigError,
@@ -113,6 +111,8 @@ from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv
 from clusterlab.harness.tripwire import watchable
+
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set, rules_environment
 
 T = TypeVar("T")
 PPM = 1_000_000
@@ -337,7 +337,7 @@ class LocalCluster:
         findings are ``tripwire`` events in the trace)."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
-        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.tripwire = tripwire
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -535,13 +535,11 @@ class LocalCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
-        if self.fault_ack_before_append:
-            env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
-        env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members
+        for name in (RULES_ENV, MUTANTS_ENV):
+            env.pop(name, None)  # only this cluster's own planted bugs reach its members
+        env.update(rules_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set())))
         if self._import_roots:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
-        if self.mutants:
-            env[MUTANTS_ENV] = format_mutants(self.mutants)
         env.pop(TRIPWIRE_ENV, None)
         if self.tripwire and kind != NODE and watchable(self.config.service_kinds[service_id_of_kind(kind)]):
             env[TRIPWIRE_ENV] = "1"

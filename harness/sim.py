@@ -47,7 +47,6 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
-from clusterlab.core.consensus.mutants import mutant_set
 from clusterlab.core.runtime.config import service_process_name
 from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.harness.services import service_factory
@@ -61,6 +60,8 @@ from clusterlab.harness.sim_parts import (
 )
 from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
 from clusterlab.harness.tripwire import Tripwire, watchable
+
+from clusterlab.testing.mutants import mutant_set, rules_for
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
 # scheduler calls it a livelock. Real work settles in a handful of rounds.
@@ -203,7 +204,7 @@ class SimCluster:
             raise ValueError(f"members must be >= 1, got {members}")
         self.seed = seed
         self.member_count = members
-        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.check_invariants = check_invariants
         self.tripwire = tripwire  # report what the services' callbacks must not do (clusterlab.harness.tripwire)
         self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
@@ -565,7 +566,7 @@ class SimCluster:
             service_count=len(self.service_names),
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
-            mutants=self.mutants,
+            rules=rules_for(self.mutants),
         )
         if self.archive_segment_length is not None:
             ctx.archive_segment_length = self.archive_segment_length

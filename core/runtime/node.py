@@ -65,13 +65,12 @@ from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.module import ConsensusModule
-from clusterlab.core.consensus.mutants import format_mutants, parse_mutants
+from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     CHECK_INVARIANTS_ENV,
-    FAULT_ACK_BEFORE_APPEND_ENV,
-    MUTANTS_ENV,
+    RULES_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
@@ -82,6 +81,7 @@ from clusterlab.core.runtime.config import (
 from clusterlab.core.runtime.counters_file import CountersFile
 from clusterlab.core.runtime.dirlock import DirectoryLockError, hold_member_lock
 from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
+from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.runtime.recording import DROP, RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
@@ -367,23 +367,31 @@ class Node:
             service_count=len(self.to_services),
             events=self._on_event,
             log=self.log,
-            fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
             archive_segment_length=config.archive_segment_length,
-            mutants=parse_mutants(os.environ.get(MUTANTS_ENV)),
+            rules=self._rules(),
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
-        if ctx.mutants:
-            self.log(f"MUTANTS ON (planted bugs, test-only): {format_mutants(ctx.mutants)}")
-        if ctx.fault_ack_before_append:
-            self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")
+        if ctx.rules.describe():
+            self.log(f"RULES CHANGED: {ctx.rules.describe()}")
         module = ConsensusModule(ctx)
         now = self.clock.now_ns()
         self._now_ns = now
         module.on_start(now)
         self.module = module
         self.log(f"module started: {module.describe()}")
+
+    @staticmethod
+    def _rules() -> ConsensusRules:
+        """The protocol's rules, or those the environment's ``CLUSTERLAB_RULES`` factory makes (a test's)."""
+        spec = os.environ.get(RULES_ENV)
+        if not spec:
+            return PROTOCOL_RULES
+        rules = import_object(spec)()
+        if not isinstance(rules, ConsensusRules):
+            raise ValueError(f"{RULES_ENV}={spec!r} made a {type(rules).__name__}, not ConsensusRules")
+        return rules
 
     def _on_event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
         self.rec.event(kind, member_id, term, pos, detail)
