@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterlab.chaos.target import Target, Unsupported
-from clusterlab.core.archive import faults
 from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
+
+from clusterlab.testing import disk_faults as faults
 
 
 @dataclass

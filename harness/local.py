@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import tenacity
-from clusterlab.core.archive.faults import truncate_at
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
 from clusterlab.core.codec.control import (
@@ -83,7 +82,6 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
-    RULES_ENV,
     TRIPWIRE_ENV,
     ClusterConfig,
     ConfigError,
@@ -106,13 +104,16 @@ from clusterlab.core.runtime.security import (
     member_key_name,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV
 from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv
 from clusterlab.harness.tripwire import watchable
 
-from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set, rules_environment
+from clusterlab.testing.disk_faults import truncate_at
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set
+from clusterlab.testing.node import environment as node_environment
 
 T = TypeVar("T")
 PPM = 1_000_000
@@ -535,9 +536,9 @@ class LocalCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
-        for name in (RULES_ENV, MUTANTS_ENV):
-            env.pop(name, None)  # only this cluster's own planted bugs reach its members
-        env.update(rules_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set())))
+        for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):
+            env.pop(name, None)  # only this cluster's own test context reaches its members
+        env.update(node_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set())))
         if self._import_roots:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
         env.pop(TRIPWIRE_ENV, None)

@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from clusterlab.core.archive import faults
-from clusterlab.core.archive.storage import FaultyStorage, MemoryStorage
+from clusterlab.core.archive.storage import MemoryStorage
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
@@ -61,6 +60,8 @@ from clusterlab.harness.sim_parts import (
 from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
 from clusterlab.harness.tripwire import Tripwire, watchable
 
+from clusterlab.testing import disk_faults as faults
+from clusterlab.testing.faulty_storage import FaultyStorage
 from clusterlab.testing.mutants import mutant_set, rules_for
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
@@ -284,7 +285,7 @@ class SimCluster:
 
     def storage(self, member_id: int) -> FaultyStorage:
         """The member's storage (a FaultyStorage over its MemoryStorage): outlives incarnations; inject
-        disk faults here (``fail_writes``) or damage it while the member is down (core/archive/faults.py)."""
+        disk faults here (``fail_writes``) or damage it while the member is down (clusterlab/testing/disk_faults.py)."""
         return self._storages[member_id]
 
     def memory_storage(self, member_id: int) -> MemoryStorage:

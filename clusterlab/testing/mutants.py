@@ -5,14 +5,13 @@ docs/mutants.md).
 A consensus-module bug is a change of one of the protocol's rules (:class:`PlantedRules`, a
 subclass of ``clusterlab.core.consensus.rules.ConsensusRules``) carried in the member's context
 (``ConsensusModuleContext.rules``): the simulator builds it from the names it is given, a real
-member process from its environment (:func:`from_environment`, named by ``CLUSTERLAB_RULES``, the
-names in ``CLUSTERLAB_MUTANTS``), which LocalCluster sets only when a test asks. A service bug is a
+member process from its test context (:mod:`clusterlab.testing.node`, the names in
+``CLUSTERLAB_MUTANTS``), which LocalCluster gives the members it starts. A service bug is a
 variant of the kv service (harness/services/kv.py). Names are stable strings: they appear in
 run.json, re-run commands and CI."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +19,6 @@ from clusterlab.core.consensus.context import NULL_POSITION
 from clusterlab.core.consensus.members import MemberStatus
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
-from clusterlab.core.runtime.config import RULES_ENV
 
 # Election
 VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
@@ -169,10 +167,8 @@ def format_mutants(mutants: Iterable[str]) -> str:
     return ",".join(sorted(mutants))
 
 
-# A member process under planted rules (LocalCluster sets both): the runtime imports RULES_FACTORY
-# by the name in its RULES_ENV, which reads the planted bugs' names (comma-separated) from MUTANTS_ENV.
+# The planted bugs of a member process, comma-separated (read by its test context, clusterlab.testing.node).
 MUTANTS_ENV = "CLUSTERLAB_MUTANTS"
-RULES_FACTORY = "clusterlab.testing.mutants:from_environment"
 
 
 class PlantedRules(ConsensusRules):
@@ -238,15 +234,3 @@ def rules_for(names: Iterable[str]) -> ConsensusRules:
     service); the protocol's own when none is."""
     planted = mutant_set(names) - {n for n, m in MUTANTS.items() if m.in_service}
     return PlantedRules(planted) if planted else PROTOCOL_RULES
-
-
-def rules_environment(names: Iterable[str]) -> dict[str, str]:
-    """The environment that gives a member process :func:`rules_for` ``names`` ({} for none)."""
-    chosen = mutant_set(names)
-    return {RULES_ENV: RULES_FACTORY, MUTANTS_ENV: format_mutants(chosen)} if chosen else {}
-
-
-def from_environment() -> ConsensusRules:
-    """The rules a member process's environment names (``CLUSTERLAB_MUTANTS``): the runtime's
-    ``CLUSTERLAB_RULES`` factory when LocalCluster plants bugs."""
-    return rules_for(parse_mutants(os.environ.get(MUTANTS_ENV)))

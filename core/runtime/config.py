@@ -54,10 +54,6 @@ def segment_length_error(name: str, value: int) -> str | None:
 MAX_SERVICES = 8  # service ids 0..7: one process each on a member; a 2-core test machine runs a few at most
 
 
-# The consensus rules of a node process (ConsensusModuleContext.rules), as ``package.module:factory``
-# imported by name: the protocol's when unset. Test-only: LocalCluster sets it to plant a bug
-# (clusterlab.testing.mutants); unset in production.
-RULES_ENV = "CLUSTERLAB_RULES"
 # Set to 1: a service process watches its service's callbacks (clusterlab.harness.tripwire, named in
 # clusterlab.core.runtime.service). Test-only: set by LocalCluster(tripwire=True); unset in production.
 TRIPWIRE_ENV = "CLUSTERLAB_TRIPWIRE"

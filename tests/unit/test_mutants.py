@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.runner import MUTANT_SERVICES, RunResult, run_scenario
+from clusterlab.core.archive.storage import MemoryStorage
 from clusterlab.core.consensus.context import ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
-from clusterlab.core.runtime.config import RULES_ENV
+from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV, DiskFaults, load_test_context
 from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.sim import SimCluster
 
@@ -29,6 +30,7 @@ from clusterlab.testing.mutants import (
     parse_mutants,
     rules_for,
 )
+from clusterlab.testing.node import environment as node_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE_SOURCES = sorted((ROOT / "core").glob("**/*.py"))
@@ -86,33 +88,38 @@ def test_switches_are_off_by_default() -> None:
     assert parse_mutants(None) == parse_mutants("") == frozenset()
 
 
-def test_only_the_runtime_reads_the_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The core never reads the environment; the node imports the rules CLUSTERLAB_RULES names (set
-    only by LocalCluster(mutants=...)), and LocalCluster drops stray ones from its own environment."""
+def test_only_a_test_context_plants_rules_or_takes_disk_faults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The core never reads the environment; a node process loads the test context CLUSTERLAB_TEST_CONTEXT
+    names (set only by LocalCluster, which drops stray ones from its own environment): without one it
+    runs the protocol's rules on plain storage, which takes no injected faults."""
     readers = [
         p.relative_to(ROOT).as_posix()
         for p in ROOT.glob("**/*.py")
-        if ".venv" not in p.parts and "build" not in p.parts and "RULES_ENV" in p.read_text()
+        if ".venv" not in p.parts and "build" not in p.parts and "TEST_CONTEXT_ENV" in p.read_text()
     ]
     assert sorted(r for r in readers if not r.startswith("tests/")) == [
-        "clusterlab/testing/mutants.py",
-        "core/runtime/config.py",
-        "core/runtime/node.py",
+        "clusterlab/testing/node.py",
+        "core/runtime/test_context.py",
         "harness/local.py",
     ]
     local = (ROOT / "harness/local.py").read_text()
-    assert "for name in (RULES_ENV, MUTANTS_ENV):" in local and "env.pop(name, None)" in local
-    assert (RULES_ENV, MUTANTS_ENV) == ("CLUSTERLAB_RULES", "CLUSTERLAB_MUTANTS")
-    env = m.rules_environment([m.COMMIT_ON_OWN_APPEND])
-    assert env == {RULES_ENV: "clusterlab.testing.mutants:from_environment", MUTANTS_ENV: m.COMMIT_ON_OWN_APPEND}
+    assert "for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):" in local and "env.pop(name, None)" in local
+    assert (TEST_CONTEXT_ENV, MUTANTS_ENV) == ("CLUSTERLAB_TEST_CONTEXT", "CLUSTERLAB_MUTANTS")
+    monkeypatch.delenv(TEST_CONTEXT_ENV, raising=False)
+    assert load_test_context() is None
+    env = node_environment([m.COMMIT_ON_OWN_APPEND])
+    assert env == {TEST_CONTEXT_ENV: "clusterlab.testing.node:from_environment", MUTANTS_ENV: m.COMMIT_ON_OWN_APPEND}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    from clusterlab.core.runtime.node import Node
-
-    made = Node._rules()
-    assert isinstance(made, PlantedRules) and made.names == {m.COMMIT_ON_OWN_APPEND}
-    monkeypatch.delenv(RULES_ENV)
-    assert Node._rules() is PROTOCOL_RULES
+    made = load_test_context()
+    assert made is not None and isinstance(made.rules, PlantedRules) and made.rules.names == {m.COMMIT_ON_OWN_APPEND}
+    plain = MemoryStorage()
+    assert isinstance(made.storage(plain, 0, 0), DiskFaults) and not isinstance(plain, DiskFaults)
+    monkeypatch.setenv(MUTANTS_ENV, "")
+    assert load_test_context().rules is PROTOCOL_RULES  # type: ignore[union-attr]
+    monkeypatch.setenv(TEST_CONTEXT_ENV, "clusterlab.core.consensus.rules:ConsensusRules")
+    with pytest.raises(ValueError, match="made a ConsensusRules, not a test context"):
+        load_test_context()
 
 
 def test_a_simulated_member_carries_the_set() -> None:
