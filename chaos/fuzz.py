@@ -121,7 +121,7 @@ def run_random_schedule(
     With ``service="kv"`` every member runs the key-value service and a client workload writes
     through the leader: then also every acknowledged write must survive and every member's service
     must agree on entry and state digest at every log position; snapshots join the fault mix.
-    ``mutants``: planted bugs switched on (clusterlab.core.consensus.mutants; judged without the
+    ``mutants``: planted bugs switched on (clusterlab.testing.mutants; judged without the
     members' white-box invariant asserts, as real processes run)."""
     rng = random.Random(f"schedule:{seed}")
     members = rng.choice([3, 3, 5])

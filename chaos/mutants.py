@@ -1,4 +1,4 @@
-"""``clusterlab mutants``: run each planted bug of the catalogue (clusterlab.core.consensus.mutants)
+"""``clusterlab mutants``: run each planted bug of the catalogue (clusterlab.testing.mutants)
 through black-box runs only and report whether, by which check and how fast it was caught.
 
 For one mutant the hunt tries, in a fixed order, until the first detection or the time budget:
@@ -35,10 +35,11 @@ from typing import Any
 from clusterlab.chaos.runner import MUTANT_SERVICES, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.target import ChaosTimeout
-from clusterlab.core.consensus import mutants as m
-from clusterlab.core.consensus.mutants import MUTANTS, mutant_set
 from clusterlab.harness.invariants import SafetyViolation
 from rich.table import Table
+
+from clusterlab.testing import mutants as m
+from clusterlab.testing.mutants import MUTANTS, mutant_set
 
 FUZZ = "fuzz"  # an attempt of the random fuzz schedule (clusterlab.chaos.fuzz), not a named scenario
 DEFAULT_SEEDS = 3

@@ -13,11 +13,12 @@ import errno
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterlab.chaos.target import Target, Unsupported
-from clusterlab.core.archive import faults
+from clusterlab.chaos.target import SimTarget, Target, Unsupported
 from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
+
+from clusterlab.testing import disk_faults as faults
 
 
 @dataclass
@@ -574,7 +575,7 @@ class ClientSilence(Nemesis):
     clients: list[int] = field(default_factory=list)
 
     def _apply(self, t: Target) -> None:
-        if t.kind != "sim":
+        if not isinstance(t, SimTarget):
             raise Unsupported("client silence is wired for the simulator only")
         self.victims = []
         for client in t.cluster.clients:
@@ -584,6 +585,7 @@ class ClientSilence(Nemesis):
 
     def _heal(self, t: Target) -> None:
         t.heal_network()
+        assert isinstance(t, SimTarget)  # _apply refused any other
         # The silenced clients' sessions are gone (timed out); each client closes its end, as one that
         # noticed its keepalives went unanswered, and the workload opens a new session.
         for client in t.cluster.clients:

@@ -25,7 +25,6 @@ from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import Workload, make_workload
 from clusterlab.chaos.workload_api import check_service_factory, load_workload
-from clusterlab.core.consensus.mutants import MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set
 from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalCluster
@@ -34,13 +33,15 @@ from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 from clusterlab.harness.tripwire import user_site
 
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set, rules_for
+
 DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
 DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
 # A run directory's description of its run (RunResult.summary): what clusterlab shrink replays.
 CHAOS_JSON = "chaos.json"
 # The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
 STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
-# The kv service of the planted bugs that live in the service (clusterlab.core.consensus.mutants).
+# The kv service of the planted bugs that live in the service (clusterlab.testing.mutants).
 MUTANT_SERVICES = {
     STALE_READ: STALE_READ_SERVICE,
     SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
@@ -83,7 +84,7 @@ class RunResult:
     fault_ack_before_append: bool = False
     clients: int = DEFAULT_CLIENTS
     fault_stale_read: bool = False
-    mutants: frozenset[str] = frozenset()  # planted bugs switched on (clusterlab.core.consensus.mutants)
+    mutants: frozenset[str] = frozenset()  # planted bugs switched on (clusterlab.testing.mutants)
     steps: list[dict[str, Any]] = field(default_factory=list)  # the schedule as data (schedule_spec)
     explicit: bool = False  # the steps were given (a shrunk schedule), not drawn from the seed
     services: list[str] = field(default_factory=list)  # several services per member; the workload drives [0]
@@ -302,7 +303,7 @@ def run_scenario(
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
     planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
-    ``mutants``: planted bugs to switch on, by name (clusterlab.core.consensus.mutants; test-only);
+    ``mutants``: planted bugs to switch on, by name (clusterlab.testing.mutants; test-only);
     ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
     service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
     (clusterlab.core.service.addressed).
@@ -679,7 +680,7 @@ def _run_sim(
     if result.fault_ack_before_append:
 
         def factory(ctx: Any) -> Any:
-            ctx.fault_ack_before_append = True
+            ctx.rules = rules_for(result.mutants | {ACK_BEFORE_APPEND})
             return consensus_module_factory(ctx)
 
     rec = None

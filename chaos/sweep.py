@@ -32,12 +32,11 @@ from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
 from clusterlab.chaos.verify import Verdict, verify_run, verify_runs
 
-# Planted bugs a sweep can run with, by name, and the run_scenario switch each sets. The mutant
-# catalogue (another change) replaces this table; the option already carries a list of names.
-MUTANTS: dict[str, dict[str, bool]] = {
-    "ack-before-append": {"fault_ack_before_append": True},
-    "stale-read": {"fault_stale_read": True},
-}
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, STALE_READ, mutant_set
+
+# Planted bugs of the catalogue (clusterlab.testing.mutants) that a sweep runs through run_scenario's
+# older switches, so its runs, run ids and chaos.json read as the broken build's and the stale read's.
+SWITCHES: dict[str, str] = {ACK_BEFORE_APPEND: "fault_ack_before_append", STALE_READ: "fault_stale_read"}
 
 Task = tuple[int, int]  # (seed, members)
 # Runs the tasks and yields one record per task, in any order (a pool, or Spark executors).
@@ -69,14 +68,13 @@ def parse_seeds(spec: str) -> list[int]:
     return seeds
 
 
-def mutant_kwargs(mutants: Iterable[str]) -> dict[str, bool]:
-    """run_scenario's keyword arguments for these mutant names; ValueError naming an unknown one."""
-    kwargs: dict[str, bool] = {}
-    for name in mutants:
-        if name not in MUTANTS:
-            raise ValueError(f"unknown mutant {name!r}; known: {', '.join(MUTANTS)}")
-        kwargs.update(MUTANTS[name])
-    return kwargs
+def mutant_kwargs(mutants: Iterable[str]) -> dict[str, Any]:
+    """run_scenario's keyword arguments for these names of the mutant catalogue; ValueError
+    (UnknownMutant) naming an unknown one and listing the valid names."""
+    chosen = mutant_set(mutants)
+    kwargs: dict[str, Any] = {SWITCHES[name]: True for name in chosen if name in SWITCHES}
+    others = sorted(chosen - SWITCHES.keys())
+    return kwargs | ({"mutants": others} if others else {})
 
 
 @dataclass(frozen=True)

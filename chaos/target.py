@@ -16,6 +16,7 @@ from typing import Any
 
 from clusterlab.core.archive.storage import Storage
 from clusterlab.core.consensus.context import SECOND, ElectionState
+from clusterlab.harness.cluster_api import Cluster
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
 
@@ -28,8 +29,9 @@ class Target:
     """The operations nemeses need. ``rng`` is the run's seeded randomness (never global)."""
 
     kind = "?"
+    cluster: Cluster
 
-    def __init__(self, cluster: Any, rng: random.Random) -> None:
+    def __init__(self, cluster: Cluster, rng: random.Random) -> None:
         self.cluster = cluster
         self.rng = rng
         self.paused: set[int] = set()
@@ -48,8 +50,7 @@ class Target:
     def storage(self, member_id: int) -> Storage:
         """The member's durable storage, for disk faults: its MemoryStorage in the simulator, a
         FileStorage on its directory for real processes (apply damage only while it is down)."""
-        storage: Storage = self.cluster.storage(member_id)
-        return storage
+        return self.cluster.storage(member_id)
 
     def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
         """Make the running member's storage refuse writes with errno ``code`` (a full or failing disk)."""
@@ -78,7 +79,8 @@ class Target:
         self.cluster.block(src, dst)
 
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
-        self.cluster.set_link(src, dst, loss=loss, delay_s=delay_s)
+        """Lose ``loss`` of the messages from ``src`` to ``dst`` and delay the rest by ``delay_s``."""
+        raise NotImplementedError
 
     def heal_network(self) -> None:
         self.cluster.heal()
@@ -145,6 +147,9 @@ class LocalTarget(Target):
 
     kind = "local"
     cluster: LocalCluster
+
+    def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
+        self.cluster.set_link(src, dst, loss=loss, delay_s=delay_s)
 
     def pause(self, member_id: int) -> None:
         self.cluster.pause(member_id)

@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import tenacity
-from clusterlab.core.archive.faults import truncate_at
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
 from clusterlab.core.codec.control import (
@@ -81,11 +80,8 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
-from clusterlab.core.consensus.mutants import format_mutants, mutant_set
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
-    FAULT_ACK_BEFORE_APPEND_ENV,
-    MUTANTS_ENV,
     TRIPWIRE_ENV,
     ClusterConfig,
     ConfigError,
@@ -108,11 +104,16 @@ from clusterlab.core.runtime.security import (
     member_key_name,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV
 from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv
 from clusterlab.harness.tripwire import watchable
+
+from clusterlab.testing.disk_faults import truncate_at
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set
+from clusterlab.testing.node import environment as node_environment
 
 T = TypeVar("T")
 PPM = 1_000_000
@@ -344,7 +345,7 @@ class LocalCluster:
         findings are ``tripwire`` events in the trace)."""
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
-        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.tripwire = tripwire
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -542,13 +543,11 @@ class LocalCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
-        if self.fault_ack_before_append:
-            env[FAULT_ACK_BEFORE_APPEND_ENV] = "1"
-        env.pop(MUTANTS_ENV, None)  # only this cluster's own switch reaches its members
+        for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):
+            env.pop(name, None)  # only this cluster's own test context reaches its members
+        env.update(node_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set())))
         if self._import_roots:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
-        if self.mutants:
-            env[MUTANTS_ENV] = format_mutants(self.mutants)
         env.pop(TRIPWIRE_ENV, None)
         if self.tripwire and kind != NODE and watchable(self.config.service_kinds[service_id_of_kind(kind)]):
             env[TRIPWIRE_ENV] = "1"

@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from clusterlab.core.archive import faults
-from clusterlab.core.archive.storage import FaultyStorage, MemoryStorage
+from clusterlab.core.archive.storage import MemoryStorage
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
@@ -47,7 +46,6 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.counters import ClusterCounters
 from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
-from clusterlab.core.consensus.mutants import mutant_set
 from clusterlab.core.runtime.config import service_process_name
 from clusterlab.core.service.addressed import addressed_factory
 from clusterlab.harness.services import service_factory
@@ -61,6 +59,10 @@ from clusterlab.harness.sim_parts import (
 )
 from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetwork, VirtualClock
 from clusterlab.harness.tripwire import Tripwire, watchable
+
+from clusterlab.testing import disk_faults as faults
+from clusterlab.testing.faulty_storage import FaultyStorage
+from clusterlab.testing.mutants import mutant_set, rules_for
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
 # scheduler calls it a livelock. Real work settles in a handful of rounds.
@@ -203,7 +205,7 @@ class SimCluster:
             raise ValueError(f"members must be >= 1, got {members}")
         self.seed = seed
         self.member_count = members
-        self.mutants = mutant_set(mutants)  # planted bugs (test-only; clusterlab.core.consensus.mutants)
+        self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.check_invariants = check_invariants
         self.tripwire = tripwire  # report what the services' callbacks must not do (clusterlab.harness.tripwire)
         self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
@@ -283,7 +285,7 @@ class SimCluster:
 
     def storage(self, member_id: int) -> FaultyStorage:
         """The member's storage (a FaultyStorage over its MemoryStorage): outlives incarnations; inject
-        disk faults here (``fail_writes``) or damage it while the member is down (core/archive/faults.py)."""
+        disk faults here (``fail_writes``) or damage it while the member is down (clusterlab/testing/disk_faults.py)."""
         return self._storages[member_id]
 
     def memory_storage(self, member_id: int) -> MemoryStorage:
@@ -565,7 +567,7 @@ class SimCluster:
             service_count=len(self.service_names),
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
-            mutants=self.mutants,
+            rules=rules_for(self.mutants),
         )
         if self.archive_segment_length is not None:
             ctx.archive_segment_length = self.archive_segment_length

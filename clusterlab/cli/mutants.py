@@ -18,7 +18,7 @@ from clusterlab.chaos.limits import BUDGET_S, JOBS, SEED_COUNT
 from clusterlab.chaos.mutants import DEFAULT_BUDGET_S, DEFAULT_SEEDS, MutantResult, run_catalogue, summary, table
 from clusterlab.cli.display import stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged
-from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
+from clusterlab.testing.mutants import MUTANTS, UnknownMutant, mutant_set
 
 
 def _bad(err: Console, message: str) -> int:

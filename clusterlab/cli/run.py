@@ -28,8 +28,8 @@ from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged, services_error, writable_directory_error
-from clusterlab.core.consensus.mutants import MUTANTS, UnknownMutant, mutant_set
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
+from clusterlab.testing.mutants import MUTANTS, UnknownMutant, mutant_set
 
 
 def _fmt_times(values: list[float]) -> str:

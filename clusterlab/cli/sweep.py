@@ -19,11 +19,12 @@ from clusterlab.chaos.limits import CLIENTS, DURATION_S, JOBS, MAX_SEEDS, MEMBER
 from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
-from clusterlab.chaos.sweep import MUTANTS, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
+from clusterlab.chaos.sweep import SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged, writable_directory_error
+from clusterlab.testing.mutants import MUTANTS
 
 # A bad option is reported as one line, exit 2 (as clusterlab run does).
 EXIT_BAD = 2
@@ -259,7 +260,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--mutant",
         action="append",
         metavar="NAME",
-        help=f"test only: run with a planted bug (repeatable): {', '.join(MUTANTS)}",
+        help=f"test only: run with a planted bug of the catalogue (repeatable): {', '.join(MUTANTS)}",
     )
     p.add_argument(
         "--fault-ack-before-append",

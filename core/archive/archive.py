@@ -37,7 +37,7 @@ class Archive:
             segment_length=segment_length,
             file_sync=file_sync,
             log=log,
-            repair_tail=repair_tail,  # False only for a planted bug (clusterlab.core.consensus.mutants)
+            repair_tail=repair_tail,  # False only under rules that keep a torn tail (core/consensus/rules.py)
         )
         self.snapshots = SnapshotStore(storage, self.catalogue, layout.SNAPSHOT_DIR, file_sync=file_sync, log=log)
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 
 NULL_VALUE = -1
 NULL_POSITION = -1
@@ -179,11 +180,8 @@ class ConsensusModuleContext:
     # harness and tools can request snapshots (pass a stricter one in production-like tests).
     authorise_admin: Callable[[bytes, int], bool] = lambda principal, request_type: True
     log: Callable[[str], None] = lambda line: None  # human-readable log lines (reasons for ignores etc.)
-    # Test-only broken build (chaos suite): a follower acknowledges a log block when it arrives and
-    # appends it only when the next one does, so a crash loses entries the leader counted as durable.
-    fault_ack_before_append: bool = False
-    # Planted bugs switched on (clusterlab.core.consensus.mutants; test-only, empty in production).
-    mutants: frozenset[str] = frozenset()
+    # The protocol's rules (clusterlab.core.consensus.rules): Aeron's unless a test plants a bug.
+    rules: ConsensusRules = PROTOCOL_RULES
     # Where the archive, recording log and node state live (clusterlab.core.archive.storage): FileStorage
     # on cluster_dir in real processes, MemoryStorage in the simulator. Required by ConsensusModule.
     storage: Storage | None = None

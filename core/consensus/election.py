@@ -32,20 +32,12 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.leadership_term import new_leadership_term
 from clusterlab.core.consensus.members import (
     MemberStatus,
-    compare_log,
     has_quorum_at_position,
     has_voters_at_position,
-    is_quorum_candidate,
     is_quorum_leader,
     is_unanimous_candidate,
     is_unanimous_leader,
     quorum_position,
-)
-from clusterlab.core.consensus.mutants import (
-    QUORUM_OFF_BY_ONE,
-    SKIP_DIVERGENT_TRUNCATION,
-    VOTE_NOT_PERSISTED,
-    VOTE_WITHOUT_LOG_RECENCY,
 )
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ConsensusPublisher
@@ -266,16 +258,11 @@ class Election:
         return len(self.ctx.members)
 
     def _is_quorum_candidate(self, n: int) -> bool:
-        if VOTE_WITHOUT_LOG_RECENCY in self.ctx.mutants:
-            # planted bug: a quorum of canvass replies is enough, whatever their logs
-            return sum(s.log_position != NULL_POSITION for s in self.statuses) >= n // 2 + 1
-        return is_quorum_candidate(self.statuses, self.this_member, self._quorum_member_count(n))
+        return self.ctx.rules.is_quorum_candidate(self.statuses, self.this_member, n)
 
     def _quorum_member_count(self, n: int) -> int:
         """The member count a quorum of this election is counted from."""
-        if QUORUM_OFF_BY_ONE in self.ctx.mutants and n >= 3:
-            return n - 2  # planted bug: a quorum of n // 2 (one member short of a majority)
-        return n
+        return self.ctx.rules.quorum_member_count(n)
 
     def _status(self, member_id: int) -> MemberStatus | None:
         return self._status_by_id.get(member_id)
@@ -794,12 +781,8 @@ class Election:
             return
         if msg.candidate_term_id <= self.candidate_term_id:
             self._place_vote(msg, False)
-        elif (
-            VOTE_WITHOUT_LOG_RECENCY not in self.ctx.mutants  # planted bug: no log-recency check
-            and compare_log(
-                self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position
-            )
-            > 0
+        elif self.ctx.rules.refuses_vote_for_log(
+            self.log_leadership_term_id, self.append_position, msg.log_leadership_term_id, msg.log_position
         ):
             self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
                 msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
@@ -814,12 +797,9 @@ class Election:
             ElectionState.FOLLOWER_BALLOT,
         ):
             # Durable before the vote leaves: a restarted node never votes twice in one term.
-            if VOTE_NOT_PERSISTED in self.ctx.mutants:
-                self.candidate_term_id = msg.candidate_term_id  # planted bug: in memory only
-            else:
-                self.candidate_term_id = self.node_state.propose_max_candidate_term_id(
-                    msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
-                )
+            self.candidate_term_id = self.ctx.rules.record_vote(
+                self.node_state, msg.candidate_term_id, self.log_position, cluster_time_ms(now_ns)
+            )
             self.host.promise_vote(msg.candidate_term_id)
             self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
@@ -891,7 +871,7 @@ class Election:
         if (
             msg.next_term_base_log_position != NULL_POSITION
             and msg.next_term_base_log_position < self.append_position
-            and SKIP_DIVERGENT_TRUNCATION not in self.ctx.mutants  # planted bug: the divergent tail is kept
+            and self.ctx.rules.truncates_divergent_tail()
         ):
             self.host.truncate_log_entry(self.log_leadership_term_id, msg.next_term_base_log_position, now_ns)
             self.append_position = msg.next_term_base_log_position

@@ -29,7 +29,6 @@ from clusterlab.core.consensus.context import (
 )
 from clusterlab.core.consensus.members import MemberStatus, quorum_position
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.mutants import COMMIT_ON_OWN_APPEND
 from clusterlab.core.consensus.publishers import ConsensusPublisher, LogPublisher
 
 # Largest block of log bytes sent in one LogBlock / ReplayBlock (Aeron: MTU-sized fragments and
@@ -50,7 +49,6 @@ class LogReplication:
         log_publisher: LogPublisher,
         consensus_publisher: ConsensusPublisher,
         catchup: Catchup,
-        fault_ack_before_append: bool,
     ) -> None:
         self._s = state
         self._archive = archive
@@ -59,14 +57,14 @@ class LogReplication:
         self._log_publisher = log_publisher
         self._publisher = consensus_publisher
         self._catchup = catchup
-        self._fault_ack_before_append = fault_ack_before_append
+        self._acks_before_append = state.rules.acks_before_append()  # the protocol's: False
         # Leader log publication (one per term): its term, base position and session id.
         self.log_publication_term_id = NULL_VALUE
         self.log_session_id = NULL_SESSION_ID
         self.log_term_base_position = 0
         # Follower log subscription: the term it accepts blocks of.
         self.log_subscription_term_id = NULL_VALUE
-        self._unappended_block: LogBlock | None = None  # fault_ack_before_append only
+        self._unappended_block: LogBlock | None = None  # under rules that ack before appending only
         self.time_of_last_append_position_send_ns = 0
         self.last_append_position_sent = NULL_POSITION
         self.time_of_last_commit_publish_ns = 0
@@ -123,9 +121,7 @@ class LogReplication:
             (s.log_position for s in st.statuses if s.leadership_term_id == leadership_term_id),
             len(st.statuses),
         )
-        commit = min(quorum, append_position)
-        if COMMIT_ON_OWN_APPEND in st.mutants:
-            commit = append_position  # planted bug: committed on our own append, no quorum
+        commit = st.rules.commit_position(quorum, append_position)
         if commit > st.commit_position or now_ns >= (
             self.time_of_last_commit_publish_ns + self._timeouts.leader_heartbeat_interval_ns
         ):
@@ -285,14 +281,14 @@ class LogReplication:
 
     def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
         """Follower: append frames that start at our append position; drop the rest."""
-        if self._fault_ack_before_append:
+        if self._acks_before_append:
             self._on_log_block_acked_before_append(msg, now_ns)
             return
         self._append_log_block(msg, now_ns)
 
     def _on_log_block_acked_before_append(self, msg: LogBlock, now_ns: int) -> None:
-        """The deliberately broken follower of the chaos suite's fault switch: report the block's end
-        as appended at once, append it only when the next block arrives."""
+        """A follower under rules that ack before appending (the chaos suite's broken build): report
+        the block's end as appended at once, append it only when the next block arrives."""
         st = self._s
         held, self._unappended_block = self._unappended_block, msg
         if held is not None:

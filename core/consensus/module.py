@@ -83,13 +83,6 @@ from clusterlab.core.consensus.log_adapter import LogAdapter, LogListener
 from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus, has_active_quorum
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.mutants import (
-    ACK_BEFORE_APPEND,
-    FOLLOWER_FIRES_TIMERS,
-    LEADER_NEVER_STEPS_DOWN,
-    SESSION_TIMEOUT_LOCAL_CLOCK,
-    TORN_TAIL_NOT_REPAIRED,
-)
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.publishers import ArchivePublisher, ConsensusPublisher, LogPublisher
 from clusterlab.core.consensus.recording_log import RecordingLog
@@ -119,12 +112,11 @@ class ConsensusModule:
         self.log_recording_id = LOG_RECORDING_ID
         if ctx.storage is None:
             raise ValueError("ConsensusModuleContext.storage is required (FileStorage or MemoryStorage)")
-        # planted bug torn-tail-not-repaired: a torn tail left in place on open
         self.archive_store = Archive(
             ctx.storage,
             segment_length=ctx.archive_segment_length,
             log=ctx.log,
-            repair_tail=TORN_TAIL_NOT_REPAIRED not in ctx.mutants,
+            repair_tail=ctx.rules.repairs_torn_tail(),
         )
         self.archive = self.archive_store.recording  # the log recording: append, read, truncate
         self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
@@ -148,7 +140,6 @@ class ConsensusModule:
             self.log_publisher,
             self.consensus_publisher,
             self.catchup,
-            ctx.fault_ack_before_append or ACK_BEFORE_APPEND in ctx.mutants,
         )
         self.archive_replication = ArchiveReplication(
             st, self.archive, ctx.timeouts, self.archive_publisher, self.log_recording_id
@@ -694,8 +685,8 @@ class ConsensusModule:
         if st.terminated:
             return work
         # During an orderly termination followers stop reporting; the termination deadline governs.
-        if LEADER_NEVER_STEPS_DOWN in self.ctx.mutants:
-            return work  # planted bug: the inactive-quorum check below is skipped
+        if not self.ctx.rules.steps_down_without_quorum():
+            return work
         if not self.termination.is_pending and not has_active_quorum(
             st.statuses,
             self.member_id,
@@ -717,12 +708,12 @@ class ConsensusModule:
             st.set_commit_position(st.consumed_position)
         if st.consumed_position > before:
             work += 1
-        if FOLLOWER_FIRES_TIMERS in self.ctx.mutants and st.state == ConsensusModuleState.ACTIVE:
-            # planted bug: the leader's timer check also runs on a follower, into its own log
-            work += self.services.append_expired_timers(self.cluster_time_ms(now_ns))
-        if SESSION_TIMEOUT_LOCAL_CLOCK in self.ctx.mutants and st.state == ConsensusModuleState.ACTIVE:
-            # planted bug: a follower times sessions out on its own clock and logs the close itself
-            work += self.client_sessions.check_sessions(now_ns)
+        if st.state == ConsensusModuleState.ACTIVE:
+            rules = self.ctx.rules
+            if rules.follower_fires_timers():  # the leader's timer check, on a follower, into its own log
+                work += self.services.append_expired_timers(self.cluster_time_ms(now_ns))
+            if rules.follower_times_out_sessions():  # on its own clock, logging the close itself
+                work += self.client_sessions.check_sessions(now_ns)
         work += self.snapshots.work(now_ns)
         work += self.termination.work(now_ns)
         if st.terminated:

@@ -55,7 +55,7 @@ class ModuleState:
                 f"member {ctx.member_id} is not in the cluster members {[m.member_id for m in ctx.members]}"
             )
         self.member_id = ctx.member_id
-        self.mutants = ctx.mutants  # planted bugs (clusterlab.core.consensus.mutants); empty in production
+        self.rules = ctx.rules  # the protocol's rules (clusterlab.core.consensus.rules)
         self.statuses = [MemberStatus(m) for m in ctx.members]
         self._status_by_id = {s.member_id: s for s in self.statuses}
         self.this_member = self._status_by_id[self.member_id]

@@ -7,7 +7,6 @@ from __future__ import annotations
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.mutants import TORN_TAIL_NOT_REPAIRED
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog, RecoveryPlan
 from clusterlab.core.consensus.snapshots import Snapshots
 
@@ -39,8 +38,8 @@ def recover(
     last = recording_log.find_last_term()
     stop = archive.stop_position
     removed = []
-    if TORN_TAIL_NOT_REPAIRED in st.mutants:
-        last = None  # planted bug: the recording log keeps describing the lost tail
+    if not st.rules.repairs_torn_tail():
+        last = None  # the recording log keeps describing the lost tail
     if last is not None and (
         last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
     ):

@@ -24,7 +24,6 @@ from clusterlab.core.consensus.context import (
     Role,
 )
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.mutants import SNAPSHOT_AT_LOCAL_POSITION
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.consensus.service_link import PendingServiceMessage, ServiceLink
 from clusterlab.core.consensus.sessions import ClusterSession, ClusterSessionState
@@ -98,8 +97,7 @@ class Snapshots:
     def take_snapshot(self, log_position: int, service_recording_ids: list[int], now_ns: int) -> None:
         """Write the module's snapshot (c.12) and the SNAPSHOT entries (services, then the module)."""
         st = self._s
-        if SNAPSHOT_AT_LOCAL_POSITION in st.mutants:
-            log_position = self._archive_store.recording.stop_position  # planted bug: our append position
+        log_position = st.rules.snapshot_position(log_position, self._archive_store.recording.stop_position)
         services = self._services
         service_count = services.service_count
         term = self.snapshot_leadership_term_id

@@ -54,12 +54,6 @@ def segment_length_error(name: str, value: int) -> str | None:
 MAX_SERVICES = 8  # service ids 0..7: one process each on a member; a 2-core test machine runs a few at most
 
 
-# The chaos suite's deliberately broken build (ConsensusModuleContext.fault_ack_before_append),
-# switched on for a node process by this environment variable set to 1.
-FAULT_ACK_BEFORE_APPEND_ENV = "CLUSTERLAB_FAULT_ACK_BEFORE_APPEND"
-# Planted bugs (clusterlab.core.consensus.mutants) for a node process: comma-separated names. Test-only:
-# set by LocalCluster(mutants=...) from ``clusterlab run --mutant``; unset in production.
-MUTANTS_ENV = "CLUSTERLAB_MUTANTS"
 # Set to 1: a service process watches its service's callbacks (clusterlab.harness.tripwire, named in
 # clusterlab.core.runtime.service). Test-only: set by LocalCluster(tripwire=True); unset in production.
 TRIPWIRE_ENV = "CLUSTERLAB_TRIPWIRE"

@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
-from clusterlab.core.archive.storage import FaultyStorage
 from clusterlab.core.codec.control import (
     NO_ELECTION,
     NOT_STARTED,
@@ -65,13 +64,11 @@ from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.module import ConsensusModule
-from clusterlab.core.consensus.mutants import format_mutants, parse_mutants
+from clusterlab.core.consensus.rules import PROTOCOL_RULES
 from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     CHECK_INVARIANTS_ENV,
-    FAULT_ACK_BEFORE_APPEND_ENV,
-    MUTANTS_ENV,
     ClusterConfig,
     ConfigError,
     format_members,
@@ -104,6 +101,7 @@ from clusterlab.core.runtime.security import (
     source_rejection,
 )
 from clusterlab.core.runtime.storage import FileStorage
+from clusterlab.core.runtime.test_context import DiskFaults, load_test_context
 from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
 from clusterlab.core.runtime.test_hooks import ascii_text as _ascii
 from clusterlab.core.runtime.transport import (
@@ -181,8 +179,10 @@ class Node:
         self.own = config.member(member_id)
         self.member_dir = config.member_dir(member_id)
         self.member_dir.mkdir(parents=True, exist_ok=True)
-        # Disk-fault chaos on a running node goes through this wrapper (StorageFault control message).
-        self.storage = FaultyStorage(FileStorage(self.member_dir), random.Random(f"disk:{member_id}:{incarnation}"))
+        # A test (LocalCluster) names its context: planted rules, a storage that takes injected faults.
+        self.test_context = load_test_context()
+        files = FileStorage(self.member_dir)
+        self.storage = self.test_context.storage(files, member_id, incarnation) if self.test_context else files
         self.log = ProcessLog(f"node-{member_id}")
         self.counters_file = CountersFile(self.member_dir, self.storage)  # Aeron's CnC counters + mark-file error log
         self.clock = Clock()
@@ -367,17 +367,14 @@ class Node:
             service_count=len(self.to_services),
             events=self._on_event,
             log=self.log,
-            fault_ack_before_append=os.environ.get(FAULT_ACK_BEFORE_APPEND_ENV) == "1",
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
             archive_segment_length=config.archive_segment_length,
-            mutants=parse_mutants(os.environ.get(MUTANTS_ENV)),
+            rules=self.test_context.rules if self.test_context is not None else PROTOCOL_RULES,
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
-        if ctx.mutants:
-            self.log(f"MUTANTS ON (planted bugs, test-only): {format_mutants(ctx.mutants)}")
-        if ctx.fault_ack_before_append:
-            self.log("FAULT SWITCH ON: this follower acknowledges log blocks before appending them (test-only)")
+        if ctx.rules.describe():
+            self.log(f"RULES CHANGED: {ctx.rules.describe()}")
         module = ConsensusModule(ctx)
         now = self.clock.now_ns()
         self._now_ns = now
@@ -618,6 +615,10 @@ class Node:
         return None
 
     def _on_storage_fault(self, msg: StorageFault) -> ControlResponse:
+        if not isinstance(self.storage, DiskFaults):
+            return ControlResponse(
+                msg.correlation_id, ControlResponseCode.REFUSED, "no disk faults without a test context"
+            )
         if msg.code == 0:
             self.storage.clear()
             self.log("storage faults cleared")

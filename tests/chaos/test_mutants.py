@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.mutants import FUZZ, attempts, hunt, sim_scenarios
-from clusterlab.core.consensus import mutants as m
 
 from clusterlab.cli import main
+from clusterlab.testing import mutants as m
 
 pytestmark = [pytest.mark.chaos, pytest.mark.sim, pytest.mark.slow]
 

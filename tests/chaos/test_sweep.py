@@ -25,10 +25,28 @@ from clusterlab.chaos.schedule import (
     schedule_spec,
 )
 from clusterlab.chaos.shrink import ShrinkError, failure_tokens, shrink_run
-from clusterlab.chaos.sweep import SeedRunner, SweepConfig, SweepDirError, batches, load_records, run_sweep
+from clusterlab.chaos.sweep import (
+    SeedRunner,
+    SweepConfig,
+    SweepDirError,
+    batches,
+    load_records,
+    mutant_kwargs,
+    run_sweep,
+)
 from clusterlab.chaos.verify import verify_run, verify_runs
 
 pytestmark = [pytest.mark.chaos, pytest.mark.sim]
+
+
+def test_a_sweep_plants_any_bug_of_the_one_catalogue() -> None:
+    """The broken build and the stale read keep their switches (their runs read as before); every other
+    name of the catalogue reaches run_scenario as a mutant; an unknown one lists the valid names."""
+    got = mutant_kwargs(["commit-on-own-append", "ack-before-append", "stale-read"])
+    assert got == {"fault_ack_before_append": True, "fault_stale_read": True, "mutants": ["commit-on-own-append"]}
+    assert mutant_kwargs([]) == {}
+    with pytest.raises(ValueError, match="unknown mutant 'nope'; valid mutants: vote-without-log-recency"):
+        mutant_kwargs(["nope"])
 
 
 def test_schedule_spec_round_trips_every_random_schedule() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import errno
 
 import pytest
-from clusterlab.core.archive.storage import _FaultyFile
 from clusterlab.core.consensus.context import MS, SECOND, Role
 from clusterlab.harness.sim import SimCluster
 
+from clusterlab.testing.faulty_storage import _FaultyFile
 from tests.sim.conftest import SimKit
 from tests.sim.test_scenarios import logs_identical
 

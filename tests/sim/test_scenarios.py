@@ -11,12 +11,12 @@ import random
 from typing import Any
 
 import pytest
-from clusterlab.core.archive.faults import flip_bits_in_tail, tear_last_frame
 from clusterlab.core.consensus.context import MS, SECOND, ElectionState, Role, Timeouts
 from clusterlab.core.consensus.recording_log import EntryType
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.simnet import NetworkConfig
 
+from clusterlab.testing.disk_faults import flip_bits_in_tail, tear_last_frame
 from tests.sim.conftest import SimKit
 from tests.sim.probe import scripted_backoffs
 

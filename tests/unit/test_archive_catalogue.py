@@ -7,13 +7,15 @@ import random
 from pathlib import Path
 
 import pytest
-from clusterlab.core.archive import faults, layout
+from clusterlab.core.archive import layout
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.archive.catalogue import Catalogue, RecordingKind
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, framed_length
 from clusterlab.core.runtime.storage import FileStorage
+
+from clusterlab.testing import disk_faults as faults
 
 
 def test_catalogue_persists_across_reopen(tmp_path: Path) -> None:

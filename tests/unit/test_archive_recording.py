@@ -9,13 +9,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from clusterlab.core.archive import faults
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import RecordingStore, list_segments, segment_file_name
 from clusterlab.core.codec.framing import frame, framed_length, walk_frames
 from clusterlab.core.runtime.storage import FileStorage
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from clusterlab.testing import disk_faults as faults
 
 SEGMENT = 256  # tiny segments so a handful of entries crosses several boundaries
 

@@ -46,9 +46,10 @@ def test_the_counts_the_readme_and_docs_give_are_the_code_s() -> None:
     """Every count the README (and the docs quoting it) states: scenarios, goldens of each driver,
     planted bugs, election states, transitions, log entry types and callbacks the goldens must cover."""
     from clusterlab.chaos.scenarios import SCENARIOS
-    from clusterlab.core.consensus.mutants import MUTANTS
     from clusterlab.golden.coverage import required
     from clusterlab.golden.store import load_manifest
+
+    from clusterlab.testing.mutants import MUTANTS
 
     readme = (ROOT / "README.md").read_text()
     drivers = [recipe.driver for recipe in load_manifest()]

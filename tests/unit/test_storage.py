@@ -9,13 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clusterlab.core.archive import faults
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import RecordingStore
-from clusterlab.core.archive.storage import FaultyStorage, MemoryStorage, Storage, StorageFile
+from clusterlab.core.archive.storage import MemoryStorage, Storage, StorageFile
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.storage import FileStorage
+
+from clusterlab.testing import disk_faults as faults
+from clusterlab.testing.faulty_storage import FaultyStorage
 
 KINDS = ["memory", "file"]
 

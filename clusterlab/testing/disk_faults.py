@@ -16,8 +16,9 @@ import random
 from clusterlab.core.archive import layout
 from clusterlab.core.archive.errors import ArchiveError
 from clusterlab.core.archive.recording import list_segments
-from clusterlab.core.archive.storage import MemoryStorage, Storage, unwrap
+from clusterlab.core.archive.storage import MemoryStorage, Storage
 from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, Frame, walk_frames
+from clusterlab.testing.faulty_storage import unwrap
 
 # Header bytes the frame CRC protects, plus the CRC itself: flipping any bit here (or in the payload) is
 # detectable. The padding and the reserved field are not covered, so a flip there would go unnoticed.

@@ -1,0 +1,236 @@
+"""The catalogue of planted bugs ("mutants"): each makes the consensus module or the service wrong in
+one small, realistic way, so the black-box harness can be shown to catch it (``clusterlab mutants``,
+docs/mutants.md).
+
+A consensus-module bug is a change of one of the protocol's rules (:class:`PlantedRules`, a
+subclass of ``clusterlab.core.consensus.rules.ConsensusRules``) carried in the member's context
+(``ConsensusModuleContext.rules``): the simulator builds it from the names it is given, a real
+member process from its test context (:mod:`clusterlab.testing.node`, the names in
+``CLUSTERLAB_MUTANTS``), which LocalCluster gives the members it starts. A service bug is a
+variant of the kv service (harness/services/kv.py). Names are stable strings: they appear in
+run.json, re-run commands and CI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from clusterlab.core.consensus.context import NULL_POSITION
+from clusterlab.core.consensus.members import MemberStatus
+from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
+
+# Election
+VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
+VOTE_NOT_PERSISTED = "vote-not-persisted"
+QUORUM_OFF_BY_ONE = "quorum-off-by-one"
+# Step-down
+LEADER_NEVER_STEPS_DOWN = "leader-never-steps-down"
+# Commit rule
+COMMIT_ON_OWN_APPEND = "commit-on-own-append"
+# Replication / catch-up
+ACK_BEFORE_APPEND = "ack-before-append"
+SKIP_DIVERGENT_TRUNCATION = "skip-divergent-truncation"
+# Truncation / recovery
+TORN_TAIL_NOT_REPAIRED = "torn-tail-not-repaired"
+# Timers and sessions
+FOLLOWER_FIRES_TIMERS = "follower-fires-timers"
+SESSION_TIMEOUT_LOCAL_CLOCK = "session-timeout-local-clock"
+# Snapshots
+SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
+# Service determinism (in the service: harness/services/kv.py)
+SERVICE_WALL_CLOCK = "service-wall-clock"
+STALE_READ = "stale-read"
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One planted bug: its stable name, where it lives, and what it does wrong."""
+
+    name: str
+    area: str
+    where: str
+    bug: str
+    in_service: bool = False  # planted in the clustered service, not the consensus module
+
+
+MUTANTS: dict[str, Mutant] = {
+    m.name: m
+    for m in (
+        Mutant(
+            VOTE_WITHOUT_LOG_RECENCY,
+            "election",
+            "rules refuses_vote_for_log, is_quorum_candidate (core/consensus/election.py)",
+            "the election never compares logs: a member stands, and YES votes are granted, whatever the logs",
+        ),
+        Mutant(
+            VOTE_NOT_PERSISTED,
+            "election",
+            "rules record_vote (core/consensus/election.py Election.on_request_vote)",
+            "the candidate term of a YES vote is kept in memory only: a restarted member can vote again in that term",
+        ),
+        Mutant(
+            QUORUM_OFF_BY_ONE,
+            "election",
+            "rules quorum_member_count (core/consensus/election.py)",
+            "at the election timeout a candidate needs members // 2 YES votes (one short of a quorum)",
+        ),
+        Mutant(
+            LEADER_NEVER_STEPS_DOWN,
+            "step-down",
+            "rules steps_down_without_quorum (core/consensus/module.py ConsensusModule._leader_work)",
+            "a leader that lost its follower quorum keeps leading (no election on an inactive quorum)",
+        ),
+        Mutant(
+            COMMIT_ON_OWN_APPEND,
+            "commit rule",
+            "rules commit_position (core/consensus/log_replication.py LogReplication.update_leader_position)",
+            "the leader commits up to its own append position, without waiting for a quorum",
+        ),
+        Mutant(
+            ACK_BEFORE_APPEND,
+            "replication",
+            "rules acks_before_append (core/consensus/log_replication.py LogReplication.on_log_block)",
+            "a follower acknowledges a log block on arrival and appends it only when the next one arrives",
+        ),
+        Mutant(
+            SKIP_DIVERGENT_TRUNCATION,
+            "catch-up",
+            "rules truncates_divergent_tail (core/consensus/election.py Election.on_new_leadership_term)",
+            "a follower with an uncommitted tail the new leader lacks does not truncate it before following",
+        ),
+        Mutant(
+            TORN_TAIL_NOT_REPAIRED,
+            "truncation",
+            "rules repairs_torn_tail (core/consensus/module.py Archive repair_tail, core/consensus/recovery.py)",
+            "at start a torn log tail is left in place and the recording log is not cut back to the archive",
+        ),
+        Mutant(
+            FOLLOWER_FIRES_TIMERS,
+            "timers",
+            "rules follower_fires_timers (core/consensus/module.py ConsensusModule._follower_work)",
+            "a follower fires expired timers on its own clock into its own log, as only the leader may",
+        ),
+        Mutant(
+            SESSION_TIMEOUT_LOCAL_CLOCK,
+            "sessions",
+            "rules follower_times_out_sessions (core/consensus/module.py ConsensusModule._follower_work)",
+            "a follower times out client sessions on its own clock and logs their close itself",
+        ),
+        Mutant(
+            SNAPSHOT_AT_LOCAL_POSITION,
+            "snapshots",
+            "rules snapshot_position (core/consensus/snapshots.py Snapshots.take_snapshot)",
+            "a member records its snapshot at its local append position instead of the ClusterAction's",
+        ),
+        Mutant(
+            SERVICE_WALL_CLOCK,
+            "service determinism",
+            "harness/services/kv.py KeyValueService (wall_clock_service)",
+            "the kv service stamps values with the member's wall clock instead of the log's cluster time",
+            in_service=True,
+        ),
+        Mutant(
+            STALE_READ,
+            "service determinism",
+            "harness/services/kv.py KeyValueService (stale_read_service)",
+            "gets are answered from a per-session cache blind to other sessions' writes",
+            in_service=True,
+        ),
+    )
+}
+
+NO_MUTANTS: frozenset[str] = frozenset()
+
+
+class UnknownMutant(ValueError):
+    """A mutant name that is not in the catalogue."""
+
+
+def mutant_set(names: Iterable[str]) -> frozenset[str]:
+    """The names as a frozen set, each checked against the catalogue (UnknownMutant names the bad
+    ones and lists the valid names)."""
+    chosen = frozenset(n.strip() for n in names if n.strip())
+    unknown = sorted(chosen - MUTANTS.keys())
+    if unknown:
+        raise UnknownMutant(f"unknown mutant {', '.join(map(repr, unknown))}; valid mutants: {', '.join(MUTANTS)}")
+    return chosen
+
+
+def parse_mutants(text: str | None) -> frozenset[str]:
+    """A comma-separated list (the runtime's ``CLUSTERLAB_MUTANTS``) as a checked set; empty: none."""
+    return mutant_set(text.split(",")) if text else NO_MUTANTS
+
+
+def format_mutants(mutants: Iterable[str]) -> str:
+    """The inverse of :func:`parse_mutants` (sorted, so the same set is always the same text)."""
+    return ",".join(sorted(mutants))
+
+
+# The planted bugs of a member process, comma-separated (read by its test context, clusterlab.testing.node).
+MUTANTS_ENV = "CLUSTERLAB_MUTANTS"
+
+
+class PlantedRules(ConsensusRules):
+    """The protocol's rules with the consensus-module bugs of ``names`` planted (any combination)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = mutant_set(names)
+
+    def describe(self) -> str:
+        return f"planted bugs (test-only): {format_mutants(self.names)}"
+
+    def quorum_member_count(self, member_count: int) -> int:
+        if QUORUM_OFF_BY_ONE in self.names and member_count >= 3:
+            return member_count - 2  # a quorum of n // 2: one member short of a majority
+        return member_count
+
+    def is_quorum_candidate(self, statuses: Sequence[MemberStatus], candidate: MemberStatus, member_count: int) -> bool:
+        if VOTE_WITHOUT_LOG_RECENCY in self.names:  # a quorum of canvass replies, whatever their logs
+            return sum(s.log_position != NULL_POSITION for s in statuses) >= member_count // 2 + 1
+        return super().is_quorum_candidate(statuses, candidate, member_count)
+
+    def refuses_vote_for_log(
+        self, own_term: int, own_position: int, candidate_term: int, candidate_position: int
+    ) -> bool:
+        if VOTE_WITHOUT_LOG_RECENCY in self.names:
+            return False  # no log-recency check
+        return super().refuses_vote_for_log(own_term, own_position, candidate_term, candidate_position)
+
+    def record_vote(self, node_state: NodeState, candidate_term_id: int, log_position: int, timestamp: int) -> int:
+        if VOTE_NOT_PERSISTED in self.names:
+            return candidate_term_id  # in memory only
+        return super().record_vote(node_state, candidate_term_id, log_position, timestamp)
+
+    def truncates_divergent_tail(self) -> bool:
+        return SKIP_DIVERGENT_TRUNCATION not in self.names
+
+    def steps_down_without_quorum(self) -> bool:
+        return LEADER_NEVER_STEPS_DOWN not in self.names
+
+    def commit_position(self, quorum_position: int, append_position: int) -> int:
+        if COMMIT_ON_OWN_APPEND in self.names:
+            return append_position  # committed on its own append, no quorum
+        return super().commit_position(quorum_position, append_position)
+
+    def acks_before_append(self) -> bool:
+        return ACK_BEFORE_APPEND in self.names
+
+    def follower_fires_timers(self) -> bool:
+        return FOLLOWER_FIRES_TIMERS in self.names
+
+    def follower_times_out_sessions(self) -> bool:
+        return SESSION_TIMEOUT_LOCAL_CLOCK in self.names
+
+    def repairs_torn_tail(self) -> bool:
+        return TORN_TAIL_NOT_REPAIRED not in self.names
+
+    def snapshot_position(self, action_position: int, append_position: int) -> int:
+        return append_position if SNAPSHOT_AT_LOCAL_POSITION in self.names else action_position
+
+
+def rules_for(names: Iterable[str]) -> ConsensusRules:
+    """The rules of a member with the consensus-module bugs of ``names`` (service bugs live in the
+    service); the protocol's own when none is."""
+    planted = mutant_set(names) - {n for n, m in MUTANTS.items() if m.in_service}
+    return PlantedRules(planted) if planted else PROTOCOL_RULES

@@ -1,0 +1,87 @@
+"""The protocol's rules at the points where a planted bug can change one: the consensus module asks its
+context's ``rules`` (``ConsensusModuleContext.rules``) and never knows whether they are the protocol's.
+
+``ConsensusRules`` is the protocol as Aeron Cluster runs it, and every production member runs it. The
+test apparatus (``clusterlab.testing.mutants``) subclasses it to plant one realistic bug per rule, so
+the black-box harness can be shown to catch each; nothing here names a bug. A real member process
+takes other rules only through the runtime's ``CLUSTERLAB_RULES`` (a ``package.module:factory`` the
+harness sets), imported by name, so no production module imports the apparatus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time imported where used: members and node_state import the context, which holds rules
+    from clusterlab.core.consensus.members import MemberStatus
+    from clusterlab.core.consensus.node_state import NodeState
+
+
+class ConsensusRules:
+    """The protocol's rules (Aeron Cluster's). A subclass may change one; the module asks at each point."""
+
+    def describe(self) -> str:
+        """What differs from the protocol's rules, for the member's log ("" for these)."""
+        return ""
+
+    # ------------------------------------------------------------------ election
+    def quorum_member_count(self, member_count: int) -> int:
+        """The member count a quorum of an election is counted from (a majority of it is a quorum)."""
+        return member_count
+
+    def is_quorum_candidate(self, statuses: Sequence[MemberStatus], candidate: MemberStatus, member_count: int) -> bool:
+        """At the election timeout: a quorum of the members canvassed has a log no more recent than ours."""
+        from clusterlab.core.consensus.members import is_quorum_candidate
+
+        return is_quorum_candidate(statuses, candidate, self.quorum_member_count(member_count))
+
+    def refuses_vote_for_log(
+        self, own_term: int, own_position: int, candidate_term: int, candidate_position: int
+    ) -> bool:
+        """A RequestVote is refused when our log is more recent than the candidate's."""
+        from clusterlab.core.consensus.members import compare_log
+
+        return compare_log(own_term, own_position, candidate_term, candidate_position) > 0
+
+    def record_vote(self, node_state: NodeState, candidate_term_id: int, log_position: int, timestamp: int) -> int:
+        """The candidate term of a YES vote, written durably before the vote leaves (a restarted member
+        never votes twice in one term); returns the candidate term the member now holds."""
+        return node_state.propose_max_candidate_term_id(candidate_term_id, log_position, timestamp)
+
+    def truncates_divergent_tail(self) -> bool:
+        """A follower cuts an uncommitted tail the new leader's log lacks before following it."""
+        return True
+
+    # ------------------------------------------------------------------ leading and following
+    def steps_down_without_quorum(self) -> bool:
+        """A leader whose followers stopped answering (no active quorum) enters an election."""
+        return True
+
+    def commit_position(self, quorum_position: int, append_position: int) -> int:
+        """The leader's commit position: what a quorum appended, never past its own append position."""
+        return min(quorum_position, append_position)
+
+    def acks_before_append(self) -> bool:
+        """A follower reports a log block's end as appended only once it appended it."""
+        return False
+
+    def follower_fires_timers(self) -> bool:
+        """Only the leader fires expired timers (into the log); followers apply the TimerEvents."""
+        return False
+
+    def follower_times_out_sessions(self) -> bool:
+        """Only the leader times client sessions out (and logs the close); followers apply it."""
+        return False
+
+    # ------------------------------------------------------------------ storage and snapshots
+    def repairs_torn_tail(self) -> bool:
+        """At start a torn log tail is cut off and the recording log cut back to the archive's end."""
+        return True
+
+    def snapshot_position(self, action_position: int, append_position: int) -> int:
+        """A member's snapshot is recorded at the position of the ClusterAction that asked for it."""
+        return action_position
+
+
+PROTOCOL_RULES = ConsensusRules()
