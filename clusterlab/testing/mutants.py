@@ -15,8 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.context import NULL_POSITION
+from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus
+from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 
@@ -90,7 +93,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             ACK_BEFORE_APPEND,
             "replication",
-            "rules acks_before_append (core/consensus/log_replication.py LogReplication.on_log_block)",
+            "rules on_log_block (core/consensus/log_replication.py LogReplication.on_log_block)",
             "a follower acknowledges a log block on arrival and appends it only when the next one arrives",
         ),
         Mutant(
@@ -108,13 +111,13 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             FOLLOWER_FIRES_TIMERS,
             "timers",
-            "rules follower_fires_timers (core/consensus/module.py ConsensusModule._follower_work)",
+            "rules follower_duties (core/consensus/module.py ConsensusModule._follower_work)",
             "a follower fires expired timers on its own clock into its own log, as only the leader may",
         ),
         Mutant(
             SESSION_TIMEOUT_LOCAL_CLOCK,
             "sessions",
-            "rules follower_times_out_sessions (core/consensus/module.py ConsensusModule._follower_work)",
+            "rules follower_duties (core/consensus/module.py ConsensusModule._follower_work)",
             "a follower times out client sessions on its own clock and logs their close itself",
         ),
         Mutant(
@@ -176,6 +179,7 @@ class PlantedRules(ConsensusRules):
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = mutant_set(names)
+        self._unappended: dict[int, LogBlock] = {}  # ack-before-append: each follower's held block
 
     def describe(self) -> str:
         return f"planted bugs (test-only): {format_mutants(self.names)}"
@@ -213,14 +217,24 @@ class PlantedRules(ConsensusRules):
             return append_position  # committed on its own append, no quorum
         return super().commit_position(quorum_position, append_position)
 
-    def acks_before_append(self) -> bool:
-        return ACK_BEFORE_APPEND in self.names
+    def on_log_block(self, replication: LogReplication, msg: LogBlock, now_ns: int) -> None:
+        if ACK_BEFORE_APPEND not in self.names:
+            super().on_log_block(replication, msg, now_ns)
+            return
+        # Report the block's end as appended at once; append it only when the next block arrives.
+        held = self._unappended.pop(id(replication), None)
+        self._unappended[id(replication)] = msg
+        if held is not None:
+            replication.append_log_block(held, now_ns)
+        replication.report_appended(msg.start_position + len(msg.entries), now_ns)
 
-    def follower_fires_timers(self) -> bool:
-        return FOLLOWER_FIRES_TIMERS in self.names
-
-    def follower_times_out_sessions(self) -> bool:
-        return SESSION_TIMEOUT_LOCAL_CLOCK in self.names
+    def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
+        work = 0
+        if FOLLOWER_FIRES_TIMERS in self.names:  # the leader's timer check, into the follower's own log
+            work += module.services.append_expired_timers(module.cluster_time_ms(now_ns))
+        if SESSION_TIMEOUT_LOCAL_CLOCK in self.names:  # on its own clock, logging the close itself
+            work += module.client_sessions.check_sessions(now_ns)
+        return work
 
     def repairs_torn_tail(self) -> bool:
         return TORN_TAIL_NOT_REPAIRED not in self.names

@@ -57,14 +57,12 @@ class LogReplication:
         self._log_publisher = log_publisher
         self._publisher = consensus_publisher
         self._catchup = catchup
-        self._acks_before_append = state.rules.acks_before_append()  # the protocol's: False
         # Leader log publication (one per term): its term, base position and session id.
         self.log_publication_term_id = NULL_VALUE
         self.log_session_id = NULL_SESSION_ID
         self.log_term_base_position = 0
         # Follower log subscription: the term it accepts blocks of.
         self.log_subscription_term_id = NULL_VALUE
-        self._unappended_block: LogBlock | None = None  # under rules that ack before appending only
         self.time_of_last_append_position_send_ns = 0
         self.last_append_position_sent = NULL_POSITION
         self.time_of_last_commit_publish_ns = 0
@@ -280,26 +278,19 @@ class LogReplication:
         return True
 
     def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
-        """Follower: append frames that start at our append position; drop the rest."""
-        if self._acks_before_append:
-            self._on_log_block_acked_before_append(msg, now_ns)
-            return
-        self._append_log_block(msg, now_ns)
+        """Follower: a log block from the leader, appended as the rules say (the protocol's: at once)."""
+        self._s.rules.on_log_block(self, msg, now_ns)
 
-    def _on_log_block_acked_before_append(self, msg: LogBlock, now_ns: int) -> None:
-        """A follower under rules that ack before appending (the chaos suite's broken build): report
-        the block's end as appended at once, append it only when the next block arrives."""
+    def report_appended(self, position: int, now_ns: int) -> None:
+        """Tell our leader now that our log is appended up to ``position`` (if that is news to it)."""
         st = self._s
-        held, self._unappended_block = self._unappended_block, msg
-        if held is not None:
-            self._append_log_block(held, now_ns)
-        end = msg.start_position + len(msg.entries)
-        if st.leader_member_id not in (NULL_VALUE, st.member_id) and end > self.last_append_position_sent:
-            self._publisher.append_position(st.leader_member_id, st.election_term(), end, st.member_id, 0)
-            self.last_append_position_sent = end
+        if st.leader_member_id not in (NULL_VALUE, st.member_id) and position > self.last_append_position_sent:
+            self._publisher.append_position(st.leader_member_id, st.election_term(), position, st.member_id, 0)
+            self.last_append_position_sent = position
             self.time_of_last_append_position_send_ns = now_ns
 
-    def _append_log_block(self, msg: LogBlock, now_ns: int) -> None:
+    def append_log_block(self, msg: LogBlock, now_ns: int) -> None:
+        """Append the frames of ``msg`` that start at our append position; drop the rest."""
         st = self._s
         e = st.election
         catchup = self._catchup

@@ -709,11 +709,7 @@ class ConsensusModule:
         if st.consumed_position > before:
             work += 1
         if st.state == ConsensusModuleState.ACTIVE:
-            rules = self.ctx.rules
-            if rules.follower_fires_timers():  # the leader's timer check, on a follower, into its own log
-                work += self.services.append_expired_timers(self.cluster_time_ms(now_ns))
-            if rules.follower_times_out_sessions():  # on its own clock, logging the close itself
-                work += self.client_sessions.check_sessions(now_ns)
+            work += self.ctx.rules.follower_duties(self, now_ns)  # the protocol's: none
         work += self.snapshots.work(now_ns)
         work += self.termination.work(now_ns)
         if st.terminated:

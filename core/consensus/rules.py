@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # at run time imported where used: members and node_state import the context, which holds rules
+    from clusterlab.core.codec.transport import LogBlock
+    from clusterlab.core.consensus.log_replication import LogReplication
     from clusterlab.core.consensus.members import MemberStatus
+    from clusterlab.core.consensus.module import ConsensusModule
     from clusterlab.core.consensus.node_state import NodeState
 
 
@@ -62,17 +65,15 @@ class ConsensusRules:
         """The leader's commit position: what a quorum appended, never past its own append position."""
         return min(quorum_position, append_position)
 
-    def acks_before_append(self) -> bool:
-        """A follower reports a log block's end as appended only once it appended it."""
-        return False
+    def on_log_block(self, replication: LogReplication, msg: LogBlock, now_ns: int) -> None:
+        """A follower appends a leader's log block as it arrives; its AppendPosition then reports only
+        what it appended."""
+        replication.append_log_block(msg, now_ns)
 
-    def follower_fires_timers(self) -> bool:
-        """Only the leader fires expired timers (into the log); followers apply the TimerEvents."""
-        return False
-
-    def follower_times_out_sessions(self) -> bool:
-        """Only the leader times client sessions out (and logs the close); followers apply it."""
-        return False
+    def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
+        """Work an ACTIVE follower does beyond applying its leader's log: none. Only the leader fires
+        expired timers and times client sessions out, into the log; followers apply what it logged."""
+        return 0
 
     # ------------------------------------------------------------------ storage and snapshots
     def repairs_torn_tail(self) -> bool:
