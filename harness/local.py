@@ -91,6 +91,7 @@ from clusterlab.core.runtime.config import (
     service_control_endpoint,
 )
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.control_replies import counters_of
 from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
 from clusterlab.core.runtime.dirlock import lock_cluster_directory
 from clusterlab.core.runtime.security import (
@@ -105,7 +106,6 @@ from clusterlab.core.runtime.security import (
 )
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV
-from clusterlab.core.runtime.test_hooks import counters_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv

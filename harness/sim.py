@@ -44,7 +44,6 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
-from clusterlab.core.consensus.hooks import TestHooks
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.runtime.config import service_process_name
 from clusterlab.core.service.addressed import addressed_factory
@@ -62,6 +61,7 @@ from clusterlab.harness.tripwire import Tripwire, watchable
 
 from clusterlab.testing import disk_faults as faults
 from clusterlab.testing.faulty_storage import FaultyStorage
+from clusterlab.testing.intercepts import TestHooks
 from clusterlab.testing.mutants import mutant_set, rules_for
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
@@ -568,6 +568,7 @@ class SimCluster:
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
             rules=rules_for(self.mutants),
+            intercepts=TestHooks(),  # armed by stall_election, fail_catchup, fail_request_vote, ...
         )
         if self.archive_segment_length is not None:
             ctx.archive_segment_length = self.archive_segment_length
@@ -761,7 +762,8 @@ class SimCluster:
     def _hooks(self, member_id: int) -> TestHooks:
         m = self.member(member_id)
         assert isinstance(m, ConsensusModule)
-        return m.hooks
+        assert isinstance(m.intercepts, TestHooks)
+        return m.intercepts
 
     def stall_election(
         self, member_id: int, state: ElectionState | None, duration_ns: int = 0, leadership_term_id: int | None = None

@@ -32,8 +32,8 @@ from clusterlab.core.consensus.context import ConsensusModuleState, ElectionStat
 from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.runtime.config import CONFIG_FILE_NAME, ClusterConfig, ConfigError
 from clusterlab.core.runtime.control import ControlClient
+from clusterlab.core.runtime.control_replies import counters_of, error_log_of
 from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
-from clusterlab.core.runtime.test_hooks import counters_of, error_log_of
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.cluster_tool import (
     ClusterToolError,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.intercepts import NO_INTERCEPTS, Intercepts
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 
 NULL_VALUE = -1
@@ -182,6 +183,8 @@ class ConsensusModuleContext:
     log: Callable[[str], None] = lambda line: None  # human-readable log lines (reasons for ignores etc.)
     # The protocol's rules (clusterlab.core.consensus.rules): Aeron's unless a test plants a bug.
     rules: ConsensusRules = PROTOCOL_RULES
+    # Where a test intercepts the member (clusterlab.core.consensus.intercepts): nowhere unless a test asks.
+    intercepts: Intercepts = NO_INTERCEPTS
     # Where the archive, recording log and node state live (clusterlab.core.archive.storage): FileStorage
     # on cluster_dir in real processes, MemoryStorage in the simulator. Required by ConsensusModule.
     storage: Storage | None = None

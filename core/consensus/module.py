@@ -78,7 +78,7 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.counters import ClusterCounters, read_counters
 from clusterlab.core.consensus.election import Election, ElectionError
 from clusterlab.core.consensus.election_link import ElectionLink
-from clusterlab.core.consensus.hooks import HookedOutbox, TestHooks
+from clusterlab.core.consensus.intercepts import Intercepts
 from clusterlab.core.consensus.log_adapter import LogAdapter, LogListener
 from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus, has_active_quorum
@@ -122,11 +122,9 @@ class ConsensusModule:
         self.recording_log = RecordingLog.open(ctx.storage, log=ctx.log)
         self.node_state = NodeState.open(ctx.storage)
         self.storage_failure: str | None = None  # why the storage refused a write; then fenced until restart
-        self.hooks = TestHooks()  # off unless armed (SimCluster methods, the TestHook control message)
-        # A member message is taken only if the sender its body names is its proven source (senders.py).
-        # Test-only off switch: tests show what the check prevents; nothing else ever clears it.
-        self.check_body_member_ids = True
-        self.outbox = HookedOutbox(ctx.outbox, self.hooks)
+        # Where a test intercepts this member (none in production: clusterlab.core.consensus.intercepts).
+        self.intercepts: Intercepts = ctx.intercepts
+        self.outbox = self.intercepts.outbox(ctx.outbox)
         self.consensus_publisher = ConsensusPublisher(ctx.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)
@@ -416,7 +414,7 @@ class ConsensusModule:
 
     def _start(self, now_ns: int) -> None:
         self._now_ns = now_ns
-        self.outbox.now_ns = now_ns
+        self.intercepts.on_input(now_ns)
         plan = recover(self.s, self.archive_store, self.recording_log, self.snapshots, self.ctx.service_count)
         self.election_link.start_election(
             now_ns,
@@ -512,14 +510,14 @@ class ConsensusModule:
 
     def _dispatch(self, src_member_id: int, channel: Channel, payload: bytes, now_ns: int) -> None:
         self._now_ns = now_ns
-        self.outbox.now_ns = now_ns
+        self.intercepts.on_input(now_ns)
         if self.s.state == ConsensusModuleState.CLOSED:
             return
         election = self.s.election
         if (
             election is not None
             and channel != Channel.SERVICE
-            and self.hooks.stalls(election.state, now_ns, election.leadership_term_id)
+            and self.intercepts.stalls(election.state, now_ns, election.leadership_term_id)
         ):
             self.s.ignore(f"{channel} from {src_member_id}", f"test hook: stalled in {election.state.name}")
             return
@@ -530,7 +528,7 @@ class ConsensusModule:
             return
         if (
             isinstance(msg, RequestVote)
-            and msg.candidate_term_id == self.hooks.fail_request_vote_term
+            and self.intercepts.fails_request_vote(msg.candidate_term_id)
             and msg.candidate_member_id != self.member_id
         ):  # test hook (Aeron's FailFirstElectionIntercept): the vote handler fails
             st = self.s
@@ -547,7 +545,7 @@ class ConsensusModule:
             self.s.ignore(f"{channel} from {src_member_id}", f"unexpected {type(msg).__name__}")
             return
         claimed = body_sender(msg)
-        if claimed is not None and claimed != src_member_id and self.check_body_member_ids:
+        if claimed is not None and claimed != src_member_id and self.s.rules.rejects_body_member_id():
             self.s.reject_body_member(type(msg).__name__, claimed, src_member_id)
             return
         try:
@@ -562,7 +560,7 @@ class ConsensusModule:
         The same as :meth:`on_message` for each, except that the session messages an ACTIVE leader
         takes are framed and appended together, in order, with one write (log batching)."""
         self._now_ns = now_ns
-        self.outbox.now_ns = now_ns
+        self.intercepts.on_input(now_ns)
         if self.s.state == ConsensusModuleState.CLOSED or self.storage_failure is not None:
             return
         try:
@@ -638,19 +636,19 @@ class ConsensusModule:
 
     def _do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
-        self.outbox.now_ns = now_ns
+        self.intercepts.on_input(now_ns)
         st = self.s
         if st.state == ConsensusModuleState.CLOSED or st.terminated:
             return 0
-        work = self.outbox.release_due(now_ns)
+        work = self.intercepts.release_due(now_ns)
         if st.election is not None:
             # A snapshot action met while catching up or replaying is taken during the election too
             # (Aeron pauses the replay until the snapshot is done).
             work += self.snapshots.work(now_ns)
             state = st.election.state
-            if self.hooks.stalls(state, now_ns, st.election.leadership_term_id):
+            if self.intercepts.stalls(state, now_ns, st.election.leadership_term_id):
                 pass  # test hook: the member is stuck in this state until the hook is cleared
-            elif self.hooks.take_catchup_failure(state):
+            elif self.intercepts.fails_catchup(state):
                 st.election.handle_error(now_ns, "test hook: catch-up failed")
                 work += 1
             else:
@@ -751,11 +749,11 @@ class ConsensusModule:
                 if timer is not None:
                     # Timer deadlines are cluster time (ms); fire on time rather than at the next tick.
                     deadline = min(deadline, max(now, timer * 1_000_000))
-        held = self.outbox.next_due_ns()
+        held = self.intercepts.next_due_ns()
         if held is not None:
             deadline = min(deadline, max(now, held))
-        if election is not None and self.hooks.stalls(election.state, now, election.leadership_term_id):
-            stall_end = self.hooks.stall_deadline_ns()  # stalled: nothing to do until it ends
+        if election is not None and self.intercepts.stalls(election.state, now, election.leadership_term_id):
+            stall_end = self.intercepts.stall_deadline_ns()  # stalled: nothing to do until it ends
             deadline = (
                 stall_end if stall_end is not None else max(deadline, now + timeouts.leader_heartbeat_interval_ns)
             )

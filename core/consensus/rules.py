@@ -56,6 +56,11 @@ class ConsensusRules:
         """A follower cuts an uncommitted tail the new leader's log lacks before following it."""
         return True
 
+    def rejects_body_member_id(self) -> bool:
+        """A member message whose body names a sender other than its proven source is dropped
+        (core/consensus/senders.py): a stolen identity cannot speak in another member's name."""
+        return True
+
     # ------------------------------------------------------------------ leading and following
     def steps_down_without_quorum(self) -> bool:
         """A leader whose followers stopped answering (no active quorum) enters an election."""

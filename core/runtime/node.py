@@ -63,6 +63,7 @@ from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
+from clusterlab.core.consensus.intercepts import NO_INTERCEPTS
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.rules import PROTOCOL_RULES
 from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
@@ -76,6 +77,8 @@ from clusterlab.core.runtime.config import (
     service_process_name,
     to_service_endpoint,
 )
+from clusterlab.core.runtime.control_replies import ascii_text as _ascii
+from clusterlab.core.runtime.control_replies import counters_reply, purge_segments
 from clusterlab.core.runtime.counters_file import CountersFile
 from clusterlab.core.runtime.dirlock import DirectoryLockError, hold_member_lock
 from clusterlab.core.runtime.gate import PPM, ChaosGate, LinkRule
@@ -102,8 +105,6 @@ from clusterlab.core.runtime.security import (
 )
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_context import DiskFaults, load_test_context
-from clusterlab.core.runtime.test_hooks import apply_test_hook, counters_reply, purge_segments
-from clusterlab.core.runtime.test_hooks import ascii_text as _ascii
 from clusterlab.core.runtime.transport import (
     CHANNEL_CODES,
     ID_HEADER,
@@ -370,6 +371,7 @@ class Node:
             check_invariants=os.environ.get(CHECK_INVARIANTS_ENV) == "1",
             archive_segment_length=config.archive_segment_length,
             rules=self.test_context.rules if self.test_context is not None else PROTOCOL_RULES,
+            intercepts=self.test_context.intercepts if self.test_context is not None else NO_INTERCEPTS,
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
@@ -609,10 +611,19 @@ class Node:
             self.log(f"purge segments: {reply.message}")
             return reply
         if isinstance(msg, TestHook):
-            reply = apply_test_hook(self.module, msg)
+            reply = self._on_test_hook(msg)
             self.log(f"test hook {msg.kind.name}: {reply.message}")
             return reply
         return None
+
+    def _on_test_hook(self, msg: TestHook) -> ControlResponse:
+        if self.test_context is None:
+            return ControlResponse(
+                msg.correlation_id, ControlResponseCode.REFUSED, "no test hooks without a test context"
+            )
+        if self.module is None:
+            return ControlResponse(msg.correlation_id, ControlResponseCode.REFUSED, "not started")
+        return self.test_context.test_hook(msg)
 
     def _on_storage_fault(self, msg: StorageFault) -> ControlResponse:
         if not isinstance(self.storage, DiskFaults):

@@ -1,6 +1,6 @@
 """Port of Aeron's ``FailedFirstElectionClusterTest`` (aeron-system-tests/src/test/java/io/aeron/cluster) on
 the simulator. Aeron instruments ``Election.onRequestVote`` to throw ("Forced failure") for another
-candidate's term-0 RequestVote; ours arms the fail-request-vote test hook (clusterlab.core.consensus.hooks)
+candidate's term-0 RequestVote; ours arms the fail-request-vote test hook (clusterlab.testing.intercepts)
 for candidate term 0 on every member."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Port of Aeron's ``RecoverAfterFailedCatchupClusterTest`` (aeron-system-tests/src/test/java/io/aeron/cluster)
 on the simulator. Aeron instruments ``Election.state`` to throw once when a member enters FOLLOWER_CATCHUP
-("For catchup failure"); ours arms the fail-catch-up test hook (clusterlab.core.consensus.hooks)."""
+("For catchup failure"); ours arms the fail-catch-up test hook (clusterlab.testing.intercepts)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,6 @@ def test_should_catchup_from_empty_log(sim: SimKit) -> None:
     a.start_static_node(follower, clean_start=True)
     a.c.fail_catchup(follower, 1)  # Aeron: FailFirstFollowerCatchup (every member; only this one catches up)
     a.await_service_message_count(follower, 10, timeout_ns=30 * SECOND)
-    hooks = a.c.member(follower).hooks  # type: ignore[attr-defined]
+    hooks = a.c.member(follower).intercepts  # type: ignore[attr-defined]
     assert hooks.catchup_failures == 1
     assert a.c.counters(follower).errors >= 1

@@ -22,7 +22,7 @@ def test_should_handle_multiple_elections(sim: SimKit) -> None:
     for m in range(3):
         a.c.stall_election(m, ElectionState.LEADER_LOG_REPLICATION, 2500 * SECOND // 1000, leadership_term_id=0)
     leader0 = a.await_leader(timeout_ns=30 * SECOND)
-    assert sum(a.c.member(m).hooks.stalls_started for m in range(3)) == 1  # type: ignore[attr-defined]
+    assert sum(a.c.member(m).intercepts.stalls_started for m in range(3)) == 1  # type: ignore[attr-defined]
     message_count = 3
     a.connect_client()
     a.send_and_await_messages(message_count, message_count)

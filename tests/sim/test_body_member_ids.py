@@ -7,7 +7,7 @@ message whose body names its sender, with every kind of body/source mismatch: ea
 module exactly as it was; the same message naming its real sender reaches its handler. Then the forged-ack
 attack in the simulator: a forger that took member 2's identity while it is down acknowledges, in member
 1's name, writes a leader cut off from member 1 holds alone. The leader must not commit them; with the
-check switched off (the test-only ``ConsensusModule.check_body_member_ids``) it does, and they are lost
+check switched off (rules whose ``rejects_body_member_id`` says no, as a planted bug would) it does, and they are lost
 at the next failover."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from clusterlab.core.consensus.context import (
     Channel,
     Role,
 )
+from clusterlab.core.consensus.module import ConsensusModule
+from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.consensus.senders import ADDRESSEE_FIELD, BODY_MEMBER_MISMATCH, SENDER_FIELD, body_sender
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.sim import SimCluster
@@ -100,6 +102,18 @@ def module_state(probe: Probe) -> dict[str, Any]:
         "events": [e for e in probe.events if e["kind"] != BODY_MEMBER_MISMATCH],
         "vote_on_disk": probe.candidate_term_on_disk(),
     }
+
+
+class _TrustsBodyMemberIds(ConsensusRules):
+    """The protocol's rules but for the check under test: a body's member id is believed."""
+
+    def rejects_body_member_id(self) -> bool:
+        return False
+
+
+def _set_check(module: ConsensusModule, check_on: bool) -> None:
+    """The module's rules: the protocol's (the check on) or ones that believe a body's member id."""
+    module.s.rules = PROTOCOL_RULES if check_on else _TrustsBodyMemberIds()
 
 
 def _probe_in(state: str, directory: Path) -> Probe:
@@ -326,7 +340,7 @@ def test_each_message_naming_member_1_from_member_2_acts_only_with_the_check_off
     msg, setup = _effective(probe, cls, body=1)
     if setup is not None:
         setup(probe)
-    probe.cm.check_body_member_ids = check_on
+    _set_check(probe.cm, check_on)
     before = module_state(probe)
     _deliver(probe, 2, msg)
     if check_on:
@@ -343,7 +357,7 @@ def test_a_forged_append_position_commits_without_a_quorum_only_with_the_check_o
     member 1 appended far past them."""
     for check_on in (True, False):
         probe = _probe_in("leader", tmp_path / str(check_on))
-        probe.cm.check_body_member_ids = check_on
+        _set_check(probe.cm, check_on)
         commit, append = probe.cm.commit_position, probe.cm.append_position
         assert commit < append
         _deliver(probe, 2, AppendPosition(probe.cm.leadership_term_id, 1 << 40, 1, 0))
@@ -384,7 +398,9 @@ def _forged_append_position_attack(sim: SimKit, *, check_on: bool) -> Attack:
     c.kill(stolen)
     c.block(leader, named)
     c.block(named, leader)
-    c.member(leader).check_body_member_ids = check_on
+    member = c.member(leader)
+    assert isinstance(member, ConsensusModule)
+    _set_check(member, check_on)
     term, committed = c.member(leader).leadership_term_id, c.member(leader).commit_position
     for i in range(WRITES):
         assert c.offer(f"during-cut-{i}".encode()) > 0, c.status_line()

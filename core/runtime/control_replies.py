@@ -1,5 +1,5 @@
-"""The node's answers to ``CountersRequest``, ``TestHook`` and ``PurgeSegments`` (control socket), kept
-out of node.py."""
+"""The node's answers to ``CountersRequest`` and ``PurgeSegments`` (control socket), kept out of
+node.py. A ``TestHook`` is answered by the member's test context (core/runtime/test_context.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ from clusterlab.core.codec.control import (
     Counters,
     DistinctError,
     PurgeSegments,
-    TestHook,
-    TestHookKind,
 )
-from clusterlab.core.consensus.context import ElectionState
 from clusterlab.core.consensus.counters import NO_ELECTION, ClusterCounters
 from clusterlab.core.consensus.module import ConsensusModule
 
@@ -61,38 +58,6 @@ def counters_of(msg: Counters) -> ClusterCounters:
 def error_log_of(msg: Counters) -> dict[str, int]:
     """The distinct error log a ``Counters`` reply carries: message -> observations."""
     return {e.message: e.observation_count for e in msg.error_log}
-
-
-def apply_test_hook(module: ConsensusModule | None, msg: TestHook) -> ControlResponse:
-    """Arm or clear a hook on the module (clusterlab.core.consensus.hooks); ERROR names a bad value."""
-
-    def answer(code: ControlResponseCode, text: str) -> ControlResponse:
-        return ControlResponse(msg.correlation_id, code, text)
-
-    if module is None:
-        return answer(ControlResponseCode.REFUSED, "not started")
-    hooks = module.hooks
-    if msg.kind == TestHookKind.CLEAR:
-        hooks.clear()
-    elif msg.kind == TestHookKind.STALL_ELECTION_STATE:
-        if msg.value not in ElectionState._value2member_map_:
-            return answer(ControlResponseCode.ERROR, f"no election state {msg.value}")
-        if msg.delay_ns < 0:
-            return answer(ControlResponseCode.ERROR, f"stall duration must be >= 0 ns, got {msg.delay_ns}")
-        hooks.clear()  # a new stall starts afresh
-        hooks.stall_election_state = ElectionState(msg.value)
-        hooks.stall_duration_ns = msg.delay_ns
-    elif msg.kind == TestHookKind.FAIL_CATCHUP:
-        if msg.value < 0:
-            return answer(ControlResponseCode.ERROR, f"fail_catchup count must be >= 0, got {msg.value}")
-        hooks.fail_catchup = msg.value
-    elif msg.kind == TestHookKind.FAIL_REQUEST_VOTE:
-        hooks.fail_request_vote_term = None if msg.value < 0 else msg.value
-    elif msg.kind == TestHookKind.DELAY_SERVICE_MESSAGE:
-        if msg.delay_ns < 0:
-            return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
-        hooks.delay_service_message_ns = msg.delay_ns
-    return answer(ControlResponseCode.OK, hooks.describe())
 
 
 def purge_segments(module: ConsensusModule | None, msg: PurgeSegments) -> ControlResponse:

@@ -1,4 +1,5 @@
-"""Test hooks (Aeron's TestCluster / ConsensusModule.Context hooks its system tests use), off unless armed.
+"""The armed intercepts of a member under test (``clusterlab.core.consensus.intercepts``), as Aeron's
+system tests use ConsensusModule intercepts; off until armed.
 
 * ``stall_election_state``: once the election enters that state the member stops: its election does no
   work (no timeouts fire) and member messages are dropped with a counted reason, until cleared, or for
@@ -10,19 +11,21 @@
 * ``delay_service_message_ns``: the next message the module sends its service(s) is held that long
   (everything after it waits behind it, order kept), as a service slow to handle one message.
 
-Sans-IO: the module asks :class:`TestHooks` with its ``now_ns``; the simulator sets the fields directly
-(``SimCluster.stall_election`` ...), the runtime through the ``TestHook`` control message.
+The simulator arms the fields directly (``SimCluster.stall_election`` ...); a member process through
+the ``TestHook`` control message, which its test context answers (:func:`apply_test_hook`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from clusterlab.core.codec.control import ControlResponse, ControlResponseCode, TestHook, TestHookKind
 from clusterlab.core.consensus.context import Channel, ElectionState, Outbox
+from clusterlab.core.consensus.intercepts import Intercepts
 
 
-class TestHooks:
-    """The armed hooks of one consensus module (see module docstring)."""
+class TestHooks(Intercepts):
+    """The armed intercepts of one consensus module (see module docstring)."""
 
     __test__ = False  # not a pytest test class
 
@@ -36,6 +39,24 @@ class TestHooks:
         self.delay_service_message_ns = 0
         self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
         self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
+        self._outbox: HookedOutbox | None = None
+
+    def outbox(self, outbox: Outbox) -> Outbox:
+        self._outbox = HookedOutbox(outbox, self)
+        return self._outbox
+
+    def on_input(self, now_ns: int) -> None:
+        if self._outbox is not None:
+            self._outbox.now_ns = now_ns
+
+    def release_due(self, now_ns: int) -> int:
+        return self._outbox.release_due(now_ns) if self._outbox is not None else 0
+
+    def next_due_ns(self) -> int | None:
+        return self._outbox.next_due_ns() if self._outbox is not None else None
+
+    def fails_request_vote(self, candidate_term_id: int) -> bool:
+        return candidate_term_id == self.fail_request_vote_term
 
     def clear(self) -> None:
         self.stall_election_state = None
@@ -71,7 +92,7 @@ class TestHooks:
             return None
         return self._stall_started_ns + self.stall_duration_ns
 
-    def take_catchup_failure(self, state: ElectionState) -> bool:
+    def fails_catchup(self, state: ElectionState) -> bool:
         """True (and one failure used) if the hook fails a catch-up in ``state``."""
         if self.fail_catchup > 0 and state == ElectionState.FOLLOWER_CATCHUP:
             self.fail_catchup -= 1
@@ -128,3 +149,32 @@ class HookedOutbox:
 
     def next_due_ns(self) -> int | None:
         return self._due_ns if self._held else None
+
+
+def apply_test_hook(hooks: TestHooks, msg: TestHook) -> ControlResponse:
+    """Arm or clear one of ``hooks`` as the ``TestHook`` control message says; ERROR names a bad value."""
+
+    def answer(code: ControlResponseCode, text: str) -> ControlResponse:
+        return ControlResponse(msg.correlation_id, code, text)
+
+    if msg.kind == TestHookKind.CLEAR:
+        hooks.clear()
+    elif msg.kind == TestHookKind.STALL_ELECTION_STATE:
+        if msg.value not in ElectionState._value2member_map_:
+            return answer(ControlResponseCode.ERROR, f"no election state {msg.value}")
+        if msg.delay_ns < 0:
+            return answer(ControlResponseCode.ERROR, f"stall duration must be >= 0 ns, got {msg.delay_ns}")
+        hooks.clear()  # a new stall starts afresh
+        hooks.stall_election_state = ElectionState(msg.value)
+        hooks.stall_duration_ns = msg.delay_ns
+    elif msg.kind == TestHookKind.FAIL_CATCHUP:
+        if msg.value < 0:
+            return answer(ControlResponseCode.ERROR, f"fail_catchup count must be >= 0, got {msg.value}")
+        hooks.fail_catchup = msg.value
+    elif msg.kind == TestHookKind.FAIL_REQUEST_VOTE:
+        hooks.fail_request_vote_term = None if msg.value < 0 else msg.value
+    elif msg.kind == TestHookKind.DELAY_SERVICE_MESSAGE:
+        if msg.delay_ns < 0:
+            return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
+        hooks.delay_service_message_ns = msg.delay_ns
+    return answer(ControlResponseCode.OK, hooks.describe())
