@@ -201,7 +201,7 @@ def _replay(
             position = r["log_position"]
         end = position
         cm.role = Role.FOLLOWER
-        cm.commit_position = end
+        cm.s.advance_commit_position(end)
         cm.start_log_replay(0, end, 0)
         _pump(outbox, agent, to_module, cm, restorer)
         polls = 0

@@ -341,7 +341,7 @@ class ElectionLink:
         self._archive.flush()
         # The log adapter never ran ahead of commit, so nothing processed needs undoing here;
         # each subsystem restores the state it kept for uncommitted entries.
-        st.commit_position = max(st.commit_position, min(log_position, st.consumed_position))
+        st.advance_commit_position(min(log_position, st.consumed_position))
         position = st.commit_position
         self._client_sessions.restore_uncommitted(position)
         self._services.restore_uncommitted(position)
@@ -361,7 +361,7 @@ class ElectionLink:
     ) -> None:
         st = self._s
         st.leadership_term_id = leadership_term_id
-        st.commit_position = max(st.commit_position, log_position)
+        st.advance_commit_position(log_position)
         st.event("leader", {"log_session_id": log_session_id}, term=leadership_term_id, pos=log_position)
         self._services.send_join_log(st.consumed_position, MAX_LONG, is_startup)
 

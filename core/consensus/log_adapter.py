@@ -177,7 +177,7 @@ class LogAdapter:
         before = st.consumed_position
         self.consume(self.replay_stop_position, is_replay=True, now_ns=now_ns)
         if st.role == Role.LEADER:
-            st.commit_position = max(st.commit_position, st.consumed_position)
+            st.advance_commit_position(st.consumed_position)
         return 1 if st.consumed_position > before else 0
 
     def replay_position(self) -> int:

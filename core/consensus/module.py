@@ -241,10 +241,6 @@ class ConsensusModule:
     def commit_position(self) -> int:
         return self.s.commit_position
 
-    @commit_position.setter
-    def commit_position(self, position: int) -> None:
-        self.s.commit_position = position
-
     @property
     def consumed_position(self) -> int:
         return self.s.consumed_position

@@ -149,6 +149,16 @@ class ModuleState:
         self.commit_position = position
         self.event("commit", {}, term=self.leadership_term_id, pos=position)
 
+    def advance_commit_position(self, position: int) -> None:
+        """Raise the commit position to ``position`` if that is higher (a ``commit`` event); never lower it."""
+        if position > self.commit_position:
+            self.set_commit_position(position)
+
+    def restore_commit_position(self, position: int) -> None:
+        """At start, before any input: the commit position the recovered state holds (the latest
+        snapshot's, or 0). Every later change goes through :meth:`set_commit_position`."""
+        self.commit_position = position
+
     def set_role(self, role: Role) -> None:
         if role != self.role:
             self.role = role

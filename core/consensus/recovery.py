@@ -59,12 +59,12 @@ def recover(
             pos=r.to_position,
         )
     st.leadership_term_id = plan.last_leadership_term_id
-    st.commit_position = 0
+    st.restore_commit_position(0)
     if plan.snapshots:
         # Recovery = latest valid snapshot + replay of the log after it (c.10). The service loads
         # its own snapshot from the same recovery plan (Aeron's RecoveryState counter).
         cm_snapshot = plan.snapshots[0]
-        st.commit_position = snapshots.load_snapshot(cm_snapshot.recording_id)
+        st.restore_commit_position(snapshots.load_snapshot(cm_snapshot.recording_id))
         st.event(
             "snapshot_loaded",
             {"recording_id": cm_snapshot.recording_id},
