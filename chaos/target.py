@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,9 @@ class Unsupported(Exception):
     """A fault this driver cannot inject (e.g. SIGSTOP in the simulator)."""
 
 
-class Target:
-    """The operations nemeses need. ``rng`` is the run's seeded randomness (never global)."""
+class Target(ABC):
+    """The operations nemeses need. ``rng`` is the run's seeded randomness (never global). Each driver
+    implements the abstract ones; a fault a driver cannot inject raises :class:`Unsupported`."""
 
     kind = "?"
     cluster: Cluster
@@ -52,10 +54,12 @@ class Target:
         FileStorage on its directory for real processes (apply damage only while it is down)."""
         return self.cluster.storage(member_id)
 
+    @abstractmethod
     def storage_fault(self, member_id: int, code: int, path_prefix: str = "archive/") -> None:
         """Make the running member's storage refuse writes with errno ``code`` (a full or failing disk)."""
         raise NotImplementedError
 
+    @abstractmethod
     def clear_storage_fault(self, member_id: int) -> None:
         raise NotImplementedError
 
@@ -78,6 +82,7 @@ class Target:
     def block(self, src: int, dst: int) -> None:
         self.cluster.block(src, dst)
 
+    @abstractmethod
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         """Lose ``loss`` of the messages from ``src`` to ``dst`` and delay the rest by ``delay_s``."""
         raise NotImplementedError
@@ -101,6 +106,7 @@ class Target:
     def clock_skew(self, member_id: int, offset_s: float) -> None:
         raise Unsupported(f"{self.kind}: clock skew")
 
+    @abstractmethod
     def election_state(self, member_id: int) -> ElectionState | None:
         """The member's election state (None: not in an election, down or not answering)."""
         raise NotImplementedError
@@ -115,19 +121,24 @@ class Target:
         workload moves to a new session. Returns the client id (None: no client connected)."""
         raise Unsupported(f"{self.kind}: silence a client")
 
+    @abstractmethod
     def now_s(self) -> float:
         raise NotImplementedError
 
+    @abstractmethod
     def advance(self, seconds: float, work: Callable[[], None]) -> None:
         """Let ``seconds`` of target time pass, calling ``work`` (one workload step) meanwhile."""
         raise NotImplementedError
 
+    @abstractmethod
     def await_leader(self, timeout_s: float, exclude: tuple[int, ...] = ()) -> int:
         raise NotImplementedError
 
+    @abstractmethod
     def converged(self) -> bool:
         raise NotImplementedError
 
+    @abstractmethod
     def commit_positions(self) -> dict[int, int]:
         """Each answering member's commit position (members down, paused or in an election left out)."""
         raise NotImplementedError

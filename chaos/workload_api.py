@@ -55,6 +55,7 @@ from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.trace import TraceError
+from clusterlab.harness.tripwire import user_site
 
 ENTRY_POINT_GROUP = "clusterlab.workloads"  # installed workloads: name = package.module:factory
 
@@ -263,8 +264,6 @@ def history_verdict(ops: Sequence[Operation], meta: dict[str, Any]) -> HistoryVe
     try:
         return check_history(ops, model=model)
     except Exception as e:  # the model broke its contract or raised: no verdict, never a FAIL or a PASS
-        from clusterlab.harness.tripwire import user_site
-
         site = user_site(e)
         raise TraceError(
             f"the run's workload {spec}: its model cannot judge the history: {type(e).__name__}: {e}"
