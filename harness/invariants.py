@@ -3,9 +3,10 @@
 Each property is a small fold over what a run produces, fed one observation at a time; ``observe``
 returns the violation that observation reveals (None: none), ``violations()`` every violation seen.
 The online checkers (:class:`SafetyChecker` here, clusterlab.chaos.checker) raise on the first one;
-the verdict on a recorded trace (clusterlab.chaos.verify) feeds a whole run and lists them all; the
-Spark check (clusterlab.golden.spark.check) is the same judgement in SQL, held equal to this one by
-tests/golden/test_check.py.
+the trace checks (clusterlab.chaos.checks) judge a recorded run in SQL, on DuckDB or Spark. Where a
+property has both forms, :func:`fold_recorded_run` feeds a recorded run to these folds, and
+tests/golden/test_folds.py and tests/chaos/test_protocol_checks.py hold the two to the same verdicts and
+first positions on clean and planted traces.
 
 * :class:`ElectionSafety`  at most one leader per term;
 * :class:`MonotonicCommit`  a process's commit position never moves back;
@@ -26,8 +27,10 @@ trace's durability (every acknowledged op is in the committed log) is clusterlab
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import json
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from clusterlab.core.codec.framing import FRAME_ALIGNMENT
@@ -279,6 +282,16 @@ class SafetyChecker:
     # reads only what lies beyond it (a whole re-read each poll made the checker quadratic in the log).
     # Committed bytes never change within an incarnation; ``full=True`` re-reads everything anyway.
     matched: dict[Who, int] = field(default_factory=dict)
+    # False: keep feeding after a violation, collecting each in ``found`` (a recorded run's verdict).
+    raise_at_once: bool = True
+    found: list[str] = field(default_factory=list)
+
+    def _report(self, problem: str | None, prefix: str = "") -> None:
+        if problem is None:
+            return
+        if self.raise_at_once:
+            raise SafetyViolation(prefix + problem)
+        self.found.append(prefix + problem)
 
     @property
     def leaders_by_term(self) -> dict[int, int]:
@@ -288,19 +301,19 @@ class SafetyChecker:
         """Feed every cluster event: ``leader`` events carry the term a member became leader of."""
         kind = event["kind"]
         if kind == "leader":
-            _raise(self.election.observe(event["leadership_term_id"], event["member_id"]))
-            _raise(self.views.observe(event["leadership_term_id"], event["member_id"], event["member_id"]))
+            self._report(self.election.observe(event["leadership_term_id"], event["member_id"]))
+            self._report(self.views.observe(event["leadership_term_id"], event["member_id"], event["member_id"]))
         elif kind == "election_complete" and event.get("leadership_term_id") is not None:
             leader = event["detail"].get("leader")
             if leader is not None:
-                _raise(self.views.observe(event["leadership_term_id"], int(leader), event["member_id"]))
+                self._report(self.views.observe(event["leadership_term_id"], int(leader), event["member_id"]))
         elif kind == "vote":
             who, incarnation = event["member_id"], event.get("incarnation", 0)
             pos = event["log_position"]
-            _raise(self.votes.observe(who, incarnation, event["leadership_term_id"], pos, event["detail"]))
+            self._report(self.votes.observe(who, incarnation, event["leadership_term_id"], pos, event["detail"]))
         elif kind == "commit":
             member = f"member {event['member_id']}"
-            _raise(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
+            self._report(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
 
     def on_applied(self, member_id: int, incarnation: int, entry: Any, service_id: int = 0) -> None:
         """Feed every ``applied`` row: agreement and contiguity, among the rows of one service id."""
@@ -310,12 +323,12 @@ class SafetyChecker:
         if service_id == 0:
             agreement, contiguity, prefix = self.agreement, self.contiguity, ""
             # Timer and SessionClose entries are the log's, the same for every service: judged on service 0.
-            _raise(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
+            self._report(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
         else:
             agreement, contiguity = self.services.setdefault(service_id, (Agreement(), Contiguity()))
             prefix = f"service {service_id}: "
-        _raise(contiguity.observe(who, kind, entry.log_position, entry.length), prefix + "contiguity: ")
-        _raise(agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest), prefix)
+        self._report(contiguity.observe(who, kind, entry.log_position, entry.length), prefix + "contiguity: ")
+        self._report(agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest), prefix)
 
     def check_member(self, member_id: int, commit_position: int, read: Any, incarnation: int | None = None) -> None:
         """Check one live member's committed prefix [0, commit_position) against what we know. With
@@ -379,3 +392,63 @@ class SafetyChecker:
                     f"durability: member {member_id} holds {have} bytes, committed log is {len(self.committed)}"
                 )
             self.check_member(member_id, len(self.committed), m.archive.read)
+
+
+@dataclass(frozen=True)
+class FoldViolation:
+    """The first violation a fold finds in a recorded run: the trace check of the same property, where
+    (the log position of the row that showed it; the term for election safety) and the fold's words."""
+
+    check: str
+    at: int | None
+    problem: str
+
+
+# The trace check (clusterlab.chaos.checks) that judges each fold's property in SQL; VoteSafety judges two.
+FOLD_CHECKS = {
+    "election safety": "election_safety",
+    "commit position": "committed_prefix",
+    "agreement": "agreement",
+    "contiguity": "contiguity",
+    "vote_log_recency": "vote_log_recency",
+    "one_vote_per_term": "one_vote_per_term",
+    "one_leader_per_term": "one_leader_per_term",
+    "timers_and_closes_agree": "timers_and_closes_agree",
+}
+
+
+def _check_of(problem: str) -> str:
+    if problem.startswith("service "):  # "service 1: contiguity: ...": another service's agreement or contiguity
+        problem = problem.split(": ", 1)[1]
+    return next(check for prefix, check in FOLD_CHECKS.items() if problem.startswith(prefix))
+
+
+def fold_recorded_run(events: Iterable[Mapping[str, Any]], applied: Iterable[Mapping[str, Any]]) -> list[FoldViolation]:
+    """Feed a recorded run's node events and applied rows (the trace tables' rows, each table in record
+    order) to the online checker's folds, as a SimCluster feeds them live; the first violation of each
+    property. The SQL checks judge the same traces: a test holds the two to the same verdicts and the
+    same first positions."""
+    checker = SafetyChecker(raise_at_once=False)
+    first: dict[str, FoldViolation] = {}
+
+    def feed(observe: Any, at: int | None) -> None:
+        observe()
+        for problem in checker.found:
+            check = _check_of(problem)
+            first.setdefault(check, FoldViolation(check, at, problem))
+        checker.found.clear()
+
+    for e in sorted(events, key=lambda r: (r["wall_ns"], r["seq"])):
+        if not str(e.get("source") or "").startswith("node-"):
+            continue
+        event = dict(e, detail=json.loads(e["detail"] or "{}"))
+        at = event["leadership_term_id"] if event["kind"] == "leader" else event["log_position"]
+        feed(lambda event=event: checker.on_event(event), at)
+    for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
+        entry = SimpleNamespace(**r)
+        service_id = r["service_id"]
+        feed(
+            lambda r=r, entry=entry, sid=service_id: checker.on_applied(r["member_id"], r["incarnation"], entry, sid),
+            r["log_position"],
+        )
+    return sorted(first.values(), key=lambda v: v.check)

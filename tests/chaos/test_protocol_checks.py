@@ -17,7 +17,7 @@ from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
-from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety
+from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety, fold_recorded_run
 from clusterlab.harness.trace import Run, open_run
 
 pytestmark = pytest.mark.sim
@@ -37,6 +37,13 @@ def judge(tables: dict[str, pa.Table], name: str) -> list[str]:
     return [r["detail"] for r in evaluate_duckdb(check, tables, run_id)]
 
 
+def folds_agree(tables: dict[str, pa.Table], name: str, got: list[str]) -> None:
+    """The online fold of the same property (clusterlab.harness.invariants), fed the same rows, gives
+    the SQL check's verdict."""
+    folded = {v.check for v in fold_recorded_run(tables["events"].to_pylist(), tables["applied"].to_pylist())}
+    assert (name in folded) == bool(got), (name, folded, got)
+
+
 def rows(run: Run, table: str) -> list[dict[str, Any]]:
     return run.tables[table].to_pylist()
 
@@ -48,6 +55,7 @@ def with_rows(run: Run, table: str, new_rows: list[dict[str, Any]]) -> dict[str,
 
 
 def test_clean_run_passes_every_protocol_check(clean: Run) -> None:
+    assert fold_recorded_run(rows(clean, "events"), rows(clean, "applied")) == []
     for check in CHECKS:
         assert judge(clean.tables, check.name) == [], check.name
     votes = [e for e in rows(clean, "events") if e["kind"] == "vote"]
@@ -81,6 +89,7 @@ def test_vote_to_a_staler_log_fails(clean: Run) -> None:
     detail["candidate_log_leadership_term_id"] = detail["log_leadership_term_id"]
     vote["detail"] = json.dumps(detail)
     got = judge(with_rows(clean, "events", events), "vote_log_recency")
+    folds_agree(with_rows(clean, "events", events), "vote_log_recency", got)
     assert len(got) == 1 and f"member {vote['member_id']} " in got[0] and "more recent log" in got[0]
 
 
@@ -112,6 +121,7 @@ def test_second_vote_in_a_term_after_restart_fails(clean: Run) -> None:
     again = dict(vote, incarnation=vote["incarnation"] + 1, wall_ns=vote["wall_ns"] + 1, seq=10**6)
     again["detail"] = json.dumps(dict(detail, candidate=other))
     got = judge(with_rows(clean, "events", [*events, again]), "one_vote_per_term")
+    folds_agree(with_rows(clean, "events", [*events, again]), "one_vote_per_term", got)
     assert len(got) == 1
     assert f"voted YES in term {vote['leadership_term_id']} for members" in got[0]
     assert f"incarnations {vote['incarnation']},{vote['incarnation'] + 1}" in got[0]
@@ -123,6 +133,7 @@ def test_two_leaders_in_one_members_view_fails(clean: Run) -> None:
     leader = json.loads(done["detail"])["leader"]
     wrong = dict(done, detail=json.dumps({"leader": (leader + 1) % 3, "role": "FOLLOWER"}), seq=10**6)
     got = judge(with_rows(clean, "events", [*events, wrong]), "one_leader_per_term")
+    folds_agree(with_rows(clean, "events", [*events, wrong]), "one_leader_per_term", got)
     assert len(got) == 1 and f"term {done['leadership_term_id']} has leaders" in got[0]
 
 
@@ -144,6 +155,7 @@ def test_timer_applied_outside_the_log_fails(clean: Run) -> None:
     local = mine[len(mine) // 2]
     local["entry_type"] = "Timer"  # a follower fired its timer locally, where the others applied the log
     got = judge(with_rows(clean, "applied", applied), "timers_and_closes_agree")
+    folds_agree(with_rows(clean, "applied", applied), "timers_and_closes_agree", got)
     assert any(f"ending at {local['log_position']}: " in g and "members disagree" in g for g in got)
     assert any("that is not in the committed log" in g for g in got)
 
