@@ -339,6 +339,40 @@ WHERE EXISTS (SELECT 1 FROM events s WHERE s.run_id = a.run_id AND s.kind = 'sna
 """,
 )
 
+# Members whose consensus module records a ``session_close`` event for each SessionClose it applies (its
+# ``start`` event says so); older traces have none and are not judged.
+SESSIONS_CLOSE_EVERYWHERE = SqlCheck(
+    name="sessions_close_everywhere",
+    description="each SessionClose a member's service applies closed that session in the member's consensus "
+    "module too, at the same log position (no member keeps a closed session open)",
+    tables=("applied", "events"),
+    sql="""
+WITH recorded AS (
+  SELECT DISTINCT run_id, member_id FROM events
+  WHERE kind = 'start' AND source LIKE 'node-%' AND get_json_object(detail, '$.session_close_events') = 'true'
+),
+closes AS (
+  SELECT DISTINCT a.run_id, a.member_id, a.log_position FROM applied a
+  JOIN recorded r ON r.run_id = a.run_id AND r.member_id = a.member_id
+  WHERE a.entry_type = 'SessionClose'
+),
+module AS (
+  SELECT run_id, member_id, log_position,
+         max(CASE WHEN get_json_object(detail, '$.open') = 'true' THEN 1 ELSE 0 END) AS kept_open
+  FROM events WHERE kind = 'session_close' AND source LIKE 'node-%'
+  GROUP BY run_id, member_id, log_position
+)
+SELECT c.run_id,
+       concat('member ', CAST(c.member_id AS STRING), ' applied the SessionClose ending at log position ',
+              CAST(c.log_position AS STRING), ' in its service, but its consensus module ',
+              CASE WHEN m.log_position IS NULL THEN 'closed no session there' ELSE 'kept that session open' END)
+         AS detail
+FROM closes c
+LEFT JOIN module m ON m.run_id = c.run_id AND m.member_id = c.member_id AND m.log_position = c.log_position
+WHERE m.log_position IS NULL OR m.kept_open = 1
+""",
+)
+
 LEADER_HAS_QUORUM_OF_VOTES = SqlCheck(
     name="leader_has_quorum_of_votes",
     description="every leader of a term won it with a quorum of YES votes for that very term (its own "
@@ -380,6 +414,7 @@ CHECKS: tuple[SqlCheck, ...] = (
     TERM_STARTS_WITH_NEW_LEADERSHIP_TERM,
     LEADER_STEPS_DOWN_WITHOUT_QUORUM,
     TIMERS_AND_CLOSES_AGREE,
+    SESSIONS_CLOSE_EVERYWHERE,
     SNAPSHOTS_AGREE,
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)

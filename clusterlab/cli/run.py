@@ -77,6 +77,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"scenario {spec.name} runs on {sizes} members, not {args.members}")
     if args.sim and spec.real_only:
         return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
+    if not args.sim and spec.sim_only:
+        return _bad(err, f"scenario {spec.name} runs in the simulator only; add --sim")
     if args.services is not None:
         error = services_error(args.services, None if args.workload else SERVICES)
         if error is not None:
@@ -192,7 +194,7 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
         t.add_row(
             s.name,
             ", ".join(map(str, s.sizes)),
-            "real" if s.real_only else "real, sim",
+            "real" if s.real_only else "sim" if s.sim_only else "real, sim",
             f"{s.default_duration_s:g} s",
             s.summary,
         )

@@ -22,6 +22,7 @@ from clusterlab.core.consensus.members import MemberStatus
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
+from clusterlab.core.consensus.sessions import ClusterSession
 
 # Election
 VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
@@ -39,6 +40,7 @@ TORN_TAIL_NOT_REPAIRED = "torn-tail-not-repaired"
 # Timers and sessions
 FOLLOWER_FIRES_TIMERS = "follower-fires-timers"
 SESSION_TIMEOUT_LOCAL_CLOCK = "session-timeout-local-clock"
+CLOSED_SESSION_KEPT = "closed-session-kept"
 # Snapshots
 SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
 # Service determinism (in the service: harness/services/kv.py)
@@ -119,6 +121,13 @@ MUTANTS: dict[str, Mutant] = {
             "sessions",
             "rules follower_duties (core/consensus/module.py ConsensusModule._follower_work)",
             "a follower times out client sessions on its own clock and logs their close itself",
+        ),
+        Mutant(
+            CLOSED_SESSION_KEPT,
+            "sessions",
+            "rules on_log_session_close (core/consensus/client_sessions.py ClientSessions.on_log_session_close)",
+            "a member applying a SessionClose from the log keeps the session open (only the leader that "
+            "appended it forgets it)",
         ),
         Mutant(
             SNAPSHOT_AT_LOCAL_POSITION,
@@ -227,6 +236,10 @@ class PlantedRules(ConsensusRules):
         if held is not None:
             replication.append_log_block(held, now_ns)
         replication.report_appended(msg.start_position + len(msg.entries), now_ns)
+
+    def on_log_session_close(self, sessions: dict[int, ClusterSession], cluster_session_id: int) -> None:
+        if CLOSED_SESSION_KEPT not in self.names:
+            super().on_log_session_close(sessions, cluster_session_id)
 
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         work = 0

@@ -383,8 +383,18 @@ class ClientSessions:
         self.next_session_id = max(self.next_session_id, ev.cluster_session_id + 1)
         self.log_next_session_id = max(self.log_next_session_id, ev.cluster_session_id + 1)
 
-    def on_log_session_close(self, payload: bytes) -> None:
-        self.sessions.pop(SessionCloseEvent.decode(payload).cluster_session_id, None)
+    def on_log_session_close(self, payload: bytes, end_position: int) -> None:
+        """A follower (or a replay): the session a SessionClose in the log names is closed."""
+        cluster_session_id = SessionCloseEvent.decode(payload).cluster_session_id
+        self._s.rules.on_log_session_close(self.sessions, cluster_session_id)
+        self.trace_session_close(cluster_session_id, end_position)
+
+    def trace_session_close(self, cluster_session_id: int, end_position: int) -> None:
+        """The ``session_close`` event of a SessionClose the module consumed (the leader closed the
+        session when it appended it): whether the session is still open, which it never is unless a
+        bug keeps it. The trace check ``sessions_close_everywhere`` reads it."""
+        still_open = cluster_session_id in self.sessions
+        self._s.event("session_close", {"cluster_session_id": cluster_session_id, "open": still_open}, pos=end_position)
 
     def commit_session_opens(self, log_position: int) -> None:
         """Leader: fold the session opens appended up to ``log_position`` into log_next_session_id."""

@@ -84,12 +84,18 @@ class LogAdapter:
         fields_of = session_message_fields
         consumed = 0
         if not learn:
-            # The leader consuming its own log in term: only a NewLeadershipTermEvent does anything
-            # besides the listeners (on_log_entry), found by its template id (bytes 2-3 of the header).
+            # The leader consuming its own log in term: only a NewLeadershipTermEvent and a SessionClose
+            # (its trace event) do anything besides the listeners (on_log_entry), found by their
+            # template ids (bytes 2-3 of the header).
             nlte_low, nlte_high = NewLeadershipTermEvent.TEMPLATE_ID & 0xFF, NewLeadershipTermEvent.TEMPLATE_ID >> 8
+            close_low, close_high = SessionCloseEvent.TEMPLATE_ID & 0xFF, SessionCloseEvent.TEMPLATE_ID >> 8
             for f in frames:
                 p = f.payload
-                if len(p) < HEADER_LENGTH or (p[2] == nlte_low and p[3] == nlte_high):
+                if (
+                    len(p) < HEADER_LENGTH
+                    or (p[2] == nlte_low and p[3] == nlte_high)
+                    or (p[2] == close_low and p[3] == close_high)
+                ):
                     more = self.on_log_entry(f, is_replay, now_ns)
                 else:
                     for listener in listeners:
@@ -131,6 +137,9 @@ class LogAdapter:
         elif self._s.role != Role.LEADER or is_replay:
             # The leader applied what it appended when it appended it; everyone else learns from the log.
             more = self.apply_log_entry(frame, template_id, now_ns)
+        elif template_id == SessionCloseEvent.TEMPLATE_ID:
+            cluster_session_id = SessionCloseEvent.decode(frame.payload).cluster_session_id
+            self._sessions.trace_session_close(cluster_session_id, frame.end_position)
         for listener in self.log_listeners:
             listener(frame, is_replay)
         return more
@@ -151,7 +160,7 @@ class LogAdapter:
         elif template_id == SessionOpenEvent.TEMPLATE_ID:
             self._sessions.on_log_session_open(payload, frame.end_position, now_ns)
         elif template_id == SessionCloseEvent.TEMPLATE_ID:
-            self._sessions.on_log_session_close(payload)
+            self._sessions.on_log_session_close(payload, frame.end_position)
         elif template_id == ClusterActionRequest.TEMPLATE_ID:
             return self._control.on_log_cluster_action(payload)
         return True

@@ -82,6 +82,7 @@ def recover(
             "leader_heartbeat_timeout_ns": st.timeouts.leader_heartbeat_timeout_ns,
             "election_timeout_ns": st.timeouts.election_timeout_ns,
             "session_timeout_ns": st.timeouts.session_timeout_ns,
+            "session_close_events": True,  # each SessionClose the module applies is a session_close event
         },
     )
     return plan

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # at run time imported where used: members and node_state imp
     from clusterlab.core.consensus.members import MemberStatus
     from clusterlab.core.consensus.module import ConsensusModule
     from clusterlab.core.consensus.node_state import NodeState
+    from clusterlab.core.consensus.sessions import ClusterSession
 
 
 class ConsensusRules:
@@ -74,6 +75,10 @@ class ConsensusRules:
         """A follower appends a leader's log block as it arrives; its AppendPosition then reports only
         what it appended."""
         replication.append_log_block(msg, now_ns)
+
+    def on_log_session_close(self, sessions: dict[int, ClusterSession], cluster_session_id: int) -> None:
+        """A member applying a SessionClose from the log forgets the session (the leader already did)."""
+        sessions.pop(cluster_session_id, None)
 
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         """Work an ACTIVE follower does beyond applying its leader's log: none. Only the leader fires

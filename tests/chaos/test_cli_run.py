@@ -21,6 +21,9 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in SCENARIOS)
+    drivers = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in out.splitlines() if line.count("│") > 4}
+    assert all(drivers[n] == ("real" if s.real_only else "sim" if s.sim_only else "real, sim") for n, s in SCENARIOS.items())
+    assert drivers["client-silence"] == "sim" and drivers["pause-leader"] == "real"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,7 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
         (["run", "nope"], "unknown scenario 'nope'; known: leader-kill"),
         (["run", "bridge", "--members", "4"], "scenario bridge runs on 3 or 5 members, not 4"),
         (["run", "pause-leader", "--sim"], "needs real processes"),
+        (["run", "client-silence"], "scenario client-silence runs in the simulator only; add --sim"),
         (["run", "leader-kill", "--duration", "-1"], "--duration: must be above 0 and at most 3600 seconds, not -1"),
         (["run", "leader-kill", "--rate", "0"], "--rate: must be above 0 and at most 10000 ops per second, not 0"),
     ],

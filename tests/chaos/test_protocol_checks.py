@@ -72,6 +72,7 @@ def test_check_names_are_the_catalogue() -> None:
         "term_starts_with_new_leadership_term",
         "leader_steps_down_without_quorum",
         "timers_and_closes_agree",
+        "sessions_close_everywhere",
         "snapshots_agree",
     )
 
@@ -228,3 +229,42 @@ def test_online_folds_catch_the_same_violations(clean: Run) -> None:
     assert (views.observe(term, (leader + 1) % 3, 2) or "").startswith("one_leader_per_term")
     position = next(p for p, first in timers.first.items() if first[0] == "SessionMessage")
     assert (timers.observe(position, (9, 0), "Timer", b"\0" * 16) or "").startswith("timers_and_closes_agree")
+
+
+@pytest.fixture(scope="module")
+def closing(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A seeded simulator run whose silenced clients' sessions time out: SessionClose entries in the log."""
+    r = run_scenario("client-silence", seed=1, sim=True, directory=tmp_path_factory.mktemp("closing"))
+    assert r.ok, r.failure_message()
+    return open_run(r.trace_dir)
+
+
+def test_a_session_the_module_did_not_close_where_its_service_did_fails(closing: Run) -> None:
+    assert judge(closing.tables, "sessions_close_everywhere") == []
+    events = rows(closing, "events")
+    closes = [e for e in events if e["kind"] == "session_close"]
+    applied = {
+        (r["member_id"], r["log_position"]) for r in rows(closing, "applied") if r["entry_type"] == "SessionClose"
+    }
+    assert closes and {(e["member_id"], e["log_position"]) for e in closes} >= applied, (
+        "every member's module records its closes"
+    )
+    kept, lost = closes[0], closes[-1]
+    kept["detail"] = json.dumps(dict(json.loads(kept["detail"]), open=True))  # a member that keeps the session
+    got = judge(with_rows(closing, "events", [e for e in events if e is not lost]), "sessions_close_everywhere")
+    where = f"member {kept['member_id']} applied the SessionClose ending at log position {kept['log_position']}"
+    assert any(g.startswith(where) and g.endswith("kept that session open") for g in got), got
+    where = f"member {lost['member_id']} applied the SessionClose ending at log position {lost['log_position']}"
+    assert any(g.startswith(where) and g.endswith("closed no session there") for g in got), got
+
+
+def test_a_node_that_does_not_declare_session_close_events_is_not_judged(closing: Run) -> None:
+    """A trace recorded before nodes recorded session closes has none: not a violation."""
+    events = [
+        dict(e, detail=json.dumps({k: v for k, v in json.loads(e["detail"]).items() if k != "session_close_events"}))
+        if e["kind"] == "start" and e["source"].startswith("node-")
+        else e
+        for e in rows(closing, "events")
+        if e["kind"] != "session_close"
+    ]
+    assert judge(with_rows(closing, "events", events), "sessions_close_everywhere") == []
