@@ -21,8 +21,10 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["scenarios"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in SCENARIOS)
-    drivers = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in out.splitlines() if line.count("│") > 4}
-    assert all(drivers[n] == ("real" if s.real_only else "sim" if s.sim_only else "real, sim") for n, s in SCENARIOS.items())
+    cells = [line.split("│") for line in out.splitlines() if line.count("│") > 4]
+    drivers = {c[1].strip(): c[3].strip() for c in cells}
+    for name, spec in SCENARIOS.items():
+        assert drivers[name] == ("real" if spec.real_only else "sim" if spec.sim_only else "real, sim"), name
     assert drivers["client-silence"] == "sim" and drivers["pause-leader"] == "real"
 
 
