@@ -86,6 +86,8 @@ PLANS: dict[str, list[Attempt]] = {
     m.TORN_TAIL_NOT_REPAIRED: [Attempt("torn-write-on-leader", s) for s in (1, 2)],
     m.FOLLOWER_FIRES_TIMERS: [Attempt(s, 1, service="counter") for s in ("leader-isolation", "leader-kill")],
     m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("long-partition", s) for s in (1, 2, 3)],
+    m.CLOSED_SESSION_KEPT: [Attempt("client-silence", s) for s in (1, 2)],
+    m.FIRED_TIMER_KEPT: [Attempt(s, 1, service="counter") for s in ("leader-kill", "leader-isolation")],
     m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", 1), Attempt("snapshot-election", 4)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],

@@ -216,6 +216,20 @@ class RunArguments:
     mutants: frozenset[str]
     service: str
     services: list[str] | None
+    clients: int
+
+
+def run_clients(service: str, workload: str | None, clients: int | None) -> int:
+    """The concurrent clients of a run: ``clients``, or by default DEFAULT_CLIENTS capped at what the
+    workload runs (its ``max_clients``); ValueError when ``clients`` asks for more than that."""
+    limit = load_workload(workload or service, WORKLOADS).max_clients
+    if clients is None:
+        return DEFAULT_CLIENTS if limit is None else min(DEFAULT_CLIENTS, limit)
+    if limit is not None and clients > limit:
+        raise ValueError(
+            f"the {workload or service} workload runs at most {limit} client{'s' * (limit > 1)}, not {clients}"
+        )
+    return clients
 
 
 def check_run_arguments(
@@ -228,7 +242,7 @@ def check_run_arguments(
     settle_s: float = DEFAULT_SETTLE_S,
     service: str = "kv",
     rate: float | None = None,
-    clients: int = DEFAULT_CLIENTS,
+    clients: int | None = None,
     fault_stale_read: bool = False,
     mutants: Iterable[str] = (),
     services: list[str] | None = None,
@@ -248,6 +262,7 @@ def check_run_arguments(
             raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
         service = services[0]
     check_service(service, workload)
+    clients = run_clients(service, workload, clients)
     bounds = {"duration_s": duration_s, "rate": rate, "settle_s": settle_s}
     if (error := run_arguments_error(members=members, seed=seed, clients=clients, **bounds)) is not None:
         raise ValueError(error)
@@ -264,7 +279,7 @@ def check_run_arguments(
         raise ValueError(f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     if not sim and spec.sim_only:
         raise ValueError(f"scenario {spec.name} runs in the simulator only; add --sim")
-    return RunArguments(spec, chosen, service, services)
+    return RunArguments(spec, chosen, service, services, clients)
 
 
 def run_scenario(
@@ -281,7 +296,7 @@ def run_scenario(
     fault_ack_before_append: bool = False,
     service: str = "kv",
     rate: float | None = None,
-    clients: int = DEFAULT_CLIENTS,
+    clients: int | None = None,
     fault_stale_read: bool = False,
     mutants: Iterable[str] = (),
     schedule: list[dict[str, Any]] | None = None,
@@ -301,8 +316,8 @@ def run_scenario(
     sample service's); ``rate``: ops per second the
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
-    concurrent clients (their history is checked for linearizability); ``fault_stale_read``: the
-    planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
+    concurrent clients (default: :func:`run_clients`; their history is checked for linearizability);
+    ``fault_stale_read``: the planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
     ``mutants``: planted bugs to switch on, by name (clusterlab.testing.mutants; test-only);
     ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
     service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
@@ -334,6 +349,7 @@ def run_scenario(
         workload=workload,
     )
     spec, chosen, service, services = checked.spec, checked.mutants, checked.service, checked.services
+    clients = checked.clients
     duration = spec.default_duration_s if duration_s is None else duration_s
     plan = (
         spec.schedule(seed, duration, sim=sim, members=members)

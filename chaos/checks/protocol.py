@@ -373,6 +373,24 @@ WHERE m.log_position IS NULL OR m.kept_open = 1
 """,
 )
 
+# A follower (or a replay) that reads a TimerEvent records a ``timer_event`` event saying whether that timer
+# is still scheduled in its consensus module (nodes whose ``start`` event declares ``timer_events``).
+TIMERS_FIRE_ONCE = SqlCheck(
+    name="timers_fire_once",
+    description="a timer whose TimerEvent a member read from the log is no longer scheduled in that member's "
+    "consensus module (else its next leader fires it again)",
+    tables=("events",),
+    sql="""
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
+              ') read the TimerEvent of timer ', get_json_object(detail, '$.correlation_id'),
+              ' ending at log position ', CAST(log_position AS STRING),
+              ' and still has that timer scheduled: a next leader fires it again') AS detail
+FROM events
+WHERE kind = 'timer_event' AND source LIKE 'node-%' AND get_json_object(detail, '$.scheduled') = 'true'
+""",
+)
+
 LEADER_HAS_QUORUM_OF_VOTES = SqlCheck(
     name="leader_has_quorum_of_votes",
     description="every leader of a term won it with a quorum of YES votes for that very term (its own "
@@ -415,6 +433,7 @@ CHECKS: tuple[SqlCheck, ...] = (
     LEADER_STEPS_DOWN_WITHOUT_QUORUM,
     TIMERS_AND_CLOSES_AGREE,
     SESSIONS_CLOSE_EVERYWHERE,
+    TIMERS_FIRE_ONCE,
     SNAPSHOTS_AGREE,
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
-from clusterlab.chaos.runner import RunProgress, check_service, run_scenario
+from clusterlab.chaos.runner import RunProgress, check_service, run_clients, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
@@ -97,6 +97,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"--mutant: {e}")
     if args.service != "kv" and (bad := sorted(n for n in mutants if MUTANTS[n].in_service)):
         return _bad(err, f"--mutant {bad[0]} plants a bug in the kv service, not {args.service!r}")
+    try:
+        run_clients(args.service, args.workload, args.clients)
+    except ValueError as e:
+        return _bad(err, f"--clients: {e}")
     if args.dir is not None:
         if (error := writable_directory_error("--dir", args.dir)) is not None:
             return _bad(err, error)
@@ -259,9 +263,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--clients",
         type=bounded(CLIENTS),
-        default=3,
+        default=None,
         help=ranged(
-            "concurrent clients, each its own session; their history is checked for linearizability (default 3)",
+            "concurrent clients, each its own session; their history is checked for linearizability "
+            "(default 3, or the most the workload runs if fewer)",
             CLIENTS,
         ),
     )

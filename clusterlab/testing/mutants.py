@@ -23,6 +23,7 @@ from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.consensus.sessions import ClusterSession
+from clusterlab.core.consensus.timers import TimerService
 
 # Election
 VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
@@ -41,6 +42,7 @@ TORN_TAIL_NOT_REPAIRED = "torn-tail-not-repaired"
 FOLLOWER_FIRES_TIMERS = "follower-fires-timers"
 SESSION_TIMEOUT_LOCAL_CLOCK = "session-timeout-local-clock"
 CLOSED_SESSION_KEPT = "closed-session-kept"
+FIRED_TIMER_KEPT = "fired-timer-kept"
 # Snapshots
 SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
 # Service determinism (in the service: harness/services/kv.py)
@@ -128,6 +130,13 @@ MUTANTS: dict[str, Mutant] = {
             "rules on_log_session_close (core/consensus/client_sessions.py ClientSessions.on_log_session_close)",
             "a member applying a SessionClose from the log keeps the session open (only the leader that "
             "appended it forgets it)",
+        ),
+        Mutant(
+            FIRED_TIMER_KEPT,
+            "timers",
+            "rules on_log_timer_event (core/consensus/service_link.py ServiceLink.on_log_timer_event)",
+            "a follower reading a TimerEvent from the log leaves that timer scheduled, so its next leader "
+            "fires it again",
         ),
         Mutant(
             SNAPSHOT_AT_LOCAL_POSITION,
@@ -240,6 +249,10 @@ class PlantedRules(ConsensusRules):
     def on_log_session_close(self, sessions: dict[int, ClusterSession], cluster_session_id: int) -> None:
         if CLOSED_SESSION_KEPT not in self.names:
             super().on_log_session_close(sessions, cluster_session_id)
+
+    def on_log_timer_event(self, timer_service: TimerService, correlation_id: int) -> None:
+        if FIRED_TIMER_KEPT not in self.names:
+            super().on_log_timer_event(timer_service, correlation_id)
 
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         work = 0

@@ -156,7 +156,7 @@ class LogAdapter:
             else:
                 self._sessions.on_log_session_message(cluster_session_id, now_ns)
         elif template_id == TimerEvent.TEMPLATE_ID:
-            self._services.on_log_timer_event(payload)
+            self._services.on_log_timer_event(payload, frame.end_position)
         elif template_id == SessionOpenEvent.TEMPLATE_ID:
             self._sessions.on_log_session_open(payload, frame.end_position, now_ns)
         elif template_id == SessionCloseEvent.TEMPLATE_ID:

@@ -83,6 +83,7 @@ def recover(
             "election_timeout_ns": st.timeouts.election_timeout_ns,
             "session_timeout_ns": st.timeouts.session_timeout_ns,
             "session_close_events": True,  # each SessionClose the module applies is a session_close event
+            "timer_events": True,  # each TimerEvent a follower or replay reads is a timer_event event
         },
     )
     return plan

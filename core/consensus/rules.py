@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # at run time imported where used: members and node_state imp
     from clusterlab.core.consensus.module import ConsensusModule
     from clusterlab.core.consensus.node_state import NodeState
     from clusterlab.core.consensus.sessions import ClusterSession
+    from clusterlab.core.consensus.timers import TimerService
 
 
 class ConsensusRules:
@@ -79,6 +80,11 @@ class ConsensusRules:
     def on_log_session_close(self, sessions: dict[int, ClusterSession], cluster_session_id: int) -> None:
         """A member applying a SessionClose from the log forgets the session (the leader already did)."""
         sessions.pop(cluster_session_id, None)
+
+    def on_log_timer_event(self, timer_service: TimerService, correlation_id: int) -> None:
+        """A member reading a TimerEvent from the log cancels that timer (or notes that it fired before
+        its ScheduleTimer arrived); the leader took it off when it fired it."""
+        timer_service.on_replay_timer_event(correlation_id)
 
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         """Work an ACTIVE follower does beyond applying its leader's log: none. Only the leader fires

@@ -217,8 +217,14 @@ class ServiceLink:
         return work
 
     # ------------------------------------------------------------------ committed log
-    def on_log_timer_event(self, payload: bytes) -> None:
-        self.timer_service.on_replay_timer_event(TimerEvent.decode(payload).correlation_id)
+    def on_log_timer_event(self, payload: bytes, end_position: int) -> None:
+        """A follower (or a replay) reads a TimerEvent: that timer fired, so it is no longer scheduled
+        here (a next leader must not fire it again). The ``timer_event`` event says whether it still is
+        (never, unless a bug keeps it): the trace check ``timers_fire_once`` reads it."""
+        correlation_id = TimerEvent.decode(payload).correlation_id
+        self._s.rules.on_log_timer_event(self.timer_service, correlation_id)
+        still_scheduled = correlation_id in self.timer_service
+        self._s.event("timer_event", {"correlation_id": correlation_id, "scheduled": still_scheduled}, pos=end_position)
 
     def on_log_service_message(self, cluster_session_id: int) -> None:
         """A service-originated message met in the committed log: it is no longer pending."""

@@ -35,6 +35,7 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
         (["run", "bridge", "--members", "4"], "scenario bridge runs on 3 or 5 members, not 4"),
         (["run", "pause-leader", "--sim"], "needs real processes"),
         (["run", "client-silence"], "scenario client-silence runs in the simulator only; add --sim"),
+        (["run", "random", "--sim", "--service", "timers", "--clients", "2"], "timers workload runs at most 1 client"),
         (["run", "leader-kill", "--duration", "-1"], "--duration: must be above 0 and at most 3600 seconds, not -1"),
         (["run", "leader-kill", "--rate", "0"], "--rate: must be above 0 and at most 10000 ops per second, not 0"),
     ],

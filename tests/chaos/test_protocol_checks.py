@@ -73,6 +73,7 @@ def test_check_names_are_the_catalogue() -> None:
         "leader_steps_down_without_quorum",
         "timers_and_closes_agree",
         "sessions_close_everywhere",
+        "timers_fire_once",
         "snapshots_agree",
     )
 
@@ -268,3 +269,26 @@ def test_a_node_that_does_not_declare_session_close_events_is_not_judged(closing
         if e["kind"] != "session_close"
     ]
     assert judge(with_rows(closing, "events", events), "sessions_close_everywhere") == []
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A seeded simulator leader kill of the counter service, whose timers fire across the failover."""
+    r = run_scenario("leader-kill", seed=1, sim=True, directory=tmp_path_factory.mktemp("timed"), service="counter")
+    assert r.ok, r.failure_message()
+    return open_run(r.trace_dir)
+
+
+def test_a_timer_still_scheduled_after_its_timer_event_fails(timed: Run) -> None:
+    assert judge(timed.tables, "timers_fire_once") == []
+    events = rows(timed, "events")
+    read = [e for e in events if e["kind"] == "timer_event"]
+    assert read, "followers record the TimerEvents they read"
+    kept = read[0]
+    kept["detail"] = json.dumps(dict(json.loads(kept["detail"]), scheduled=True))  # a follower that kept it
+    got = judge(with_rows(timed, "events", events), "timers_fire_once")
+    assert got == [
+        f"member {kept['member_id']} (incarnation {kept['incarnation']}) read the TimerEvent of timer "
+        f"{json.loads(kept['detail'])['correlation_id']} ending at log position {kept['log_position']} and still "
+        "has that timer scheduled: a next leader fires it again"
+    ], got
