@@ -77,7 +77,13 @@ def test_sweeps_bound_their_seeds_jobs_and_runs() -> None:
     ("command", "shown"),
     [
         (("run",), ["cluster size (3; partition scenarios also 5) [1 to 9]", "[above 0 and at most 3600 seconds]"]),
-        (("run",), ["[above 0 and at most 10000 ops per second]", "(default 3) [1 to 64]"]),
+        (
+            ("run",),
+            [
+                "[above 0 and at most 10000 ops per second]",
+                "(default 3, or the most the workload runs if fewer) [1 to 64]",
+            ],
+        ),
         (("sweep",), ["at most 1000000]", "(default: every core) [1 to 256]", "(default 30) [above 0 and at most 600"]),
         (("cluster", "start"), ["number of members (default 3) [1 to 9]", "[above 0 and at most 60 seconds]"]),
         (("client",), ["seconds to wait for the reply (default 10) [above 0 and at most 3600 seconds]"]),
