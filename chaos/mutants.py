@@ -79,6 +79,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.VOTE_WITHOUT_LOG_RECENCY: [Attempt("stale-candidate", s) for s in (2, 1, 3)],
     m.VOTE_NOT_PERSISTED: [Attempt("kill-voter-and-candidate", s) for s in (4, 6)],
     m.QUORUM_OFF_BY_ONE: [Attempt("minority-partition", s) for s in (1, 2)],
+    m.LATE_VOTE_COUNTED: [Attempt("late-votes", s, members=5) for s in (3, 8)],
     m.LEADER_NEVER_STEPS_DOWN: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.COMMIT_ON_OWN_APPEND: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.ACK_BEFORE_APPEND: [Attempt("follower-restart", s) for s in (1, 2)],
@@ -91,6 +92,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", 1), Attempt("snapshot-election", 4)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
+    m.RESEND_APPLIED_TWICE: [Attempt("client-resends", s) for s in (1, 2)],
 }
 
 

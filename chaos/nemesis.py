@@ -465,6 +465,57 @@ class SlowElection(Nemesis):
         t.restart(self.victims[0])
 
 
+LATE_MESSAGES = ("Vote", "RequestVote", "CanvassPosition", "NewLeadershipTerm", "AppendPosition", "CommitPosition")
+"""The member messages :class:`LateMessages` holds back: the ones whose late arrival crosses a ballot or a term."""
+
+
+@dataclass
+class LateMessages(Nemesis):
+    """Every live member's ``message`` (``Vote``, ``AppendPosition``...) to the others is held ``delay_s``
+    (later messages overtake it) or, with ``duplicate``, sent at once and again ``delay_s`` later; then,
+    unless ``then`` is empty, a leader fault starts an election into which the late copies arrive
+    (``kill-leader``, ``isolate-leader`` or ``pause-leader`` on real processes): a vote counted in a later
+    ballot, an AppendPosition of an older term at a new leader. Heal removes the rule (what is held still
+    arrives) and undoes the leader fault."""
+
+    name: str = "late-messages"
+    message: str = "Vote"
+    delay_s: float = 0.4
+    duplicate: bool = True
+    then: str = "kill-leader"
+    _fault: Nemesis | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.message not in LATE_MESSAGES:
+            raise ValueError(f"late-messages: message {self.message!r} is not one of {', '.join(LATE_MESSAGES)}")
+        if self.then not in _LEADER_FAULTS:
+            raise ValueError(f"late-messages: then {self.then!r} is not one of {', '.join(_LEADER_FAULTS)}")
+        if not 0 < self.delay_s <= 10:
+            raise ValueError(f"late-messages: delay_s must be in (0, 10] seconds, not {self.delay_s!r}")
+
+    @property
+    def leader_fault(self) -> bool:
+        return bool(self.then)
+
+    def detail(self) -> dict[str, Any]:
+        return {"message": self.message, "delay_s": self.delay_s, "duplicate": self.duplicate, "then": self.then}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = list(t.alive())
+        for m in self.victims:
+            t.delay_member_messages(m, self.message, self.delay_s, self.duplicate)
+        if self.then:
+            self._fault = _LEADER_FAULTS[self.then]()
+            self._fault._apply(t)
+
+    def _heal(self, t: Target) -> None:
+        for m in self.victims:
+            if m in t.alive():
+                t.delay_member_messages(m, self.message, 0.0)
+        if self._fault is not None:
+            self._fault._heal(t)
+
+
 @dataclass
 class SnapshotElection(Nemesis):
     """Ask for a snapshot and cut the leader off at once: the snapshot is taken (or not) across a
@@ -594,6 +645,21 @@ class ClientSilence(Nemesis):
 
 
 @dataclass
+class LostReplies(Nemesis):
+    """Every reply (egress) from every member to the clients connected now is lost; requests still
+    arrive and are applied. Clients that resend (same request id) send each unanswered request again:
+    a service that does not deduplicate applies it twice. Simulator only."""
+
+    name: str = "lost-replies"
+
+    def _apply(self, t: Target) -> None:
+        self.victims = t.lose_replies(True)
+
+    def _heal(self, t: Target) -> None:
+        t.lose_replies(False)
+
+
+@dataclass
 class Deaf(Nemesis):
     """A follower hears no one (every link into it is cut) but is heard: its peers' ballots to it are
     lost, so their elections fail round after round and their candidate terms climb."""
@@ -671,6 +737,13 @@ class Together(Nemesis):
             p.healed_at = t.now_s()
 
 
+_LEADER_FAULTS: dict[str, Any] = {
+    "": lambda: None,
+    "kill-leader": lambda: Kill(who="leader"),
+    "isolate-leader": lambda: Partition(shape="leader-isolation"),
+    "pause-leader": lambda: Pause(),
+}
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,
@@ -686,6 +759,8 @@ NEMESES: dict[str, type[Nemesis]] = {
     "slow-election": SlowElection,
     "snapshot-election": SnapshotElection,
     "silent-client": SilentClient,
+    "late-messages": LateMessages,
+    "lost-replies": LostReplies,
 }
 
 __all__ = [
@@ -697,6 +772,8 @@ __all__ = [
     "Kill",
     "KillService",
     "KillVoter",
+    "LateMessages",
+    "LostReplies",
     "Mute",
     "Nemesis",
     "OneWayLink",

@@ -33,7 +33,15 @@ from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 from clusterlab.harness.tripwire import user_site
 
-from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS, SERVICE_WALL_CLOCK, STALE_READ, mutant_set, rules_for
+from clusterlab.testing.mutants import (
+    ACK_BEFORE_APPEND,
+    MUTANTS,
+    RESEND_APPLIED_TWICE,
+    SERVICE_WALL_CLOCK,
+    STALE_READ,
+    mutant_set,
+    rules_for,
+)
 
 DEFAULT_CLIENTS = 3  # concurrent clients of a chaos run (each its own session)
 DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
@@ -45,6 +53,7 @@ STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
 MUTANT_SERVICES = {
     STALE_READ: STALE_READ_SERVICE,
     SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
+    RESEND_APPLIED_TWICE: "clusterlab.harness.services.planted:forgetful_dedupe_service",
 }
 
 
@@ -92,6 +101,7 @@ class RunResult:
     settle_s: float = DEFAULT_SETTLE_S  # the bound on the final healed phase
     workload: str | None = None  # the service's workload, if not the sample service's (package.module:factory)
     tripwire: bool = True  # the services' callbacks are watched (clusterlab.harness.tripwire)
+    client_resends: bool = False  # simulator clients resend unanswered requests (Scenario.client_resends)
 
     @property
     def ok(self) -> bool:
@@ -380,6 +390,7 @@ def run_scenario(
         settle_s=settle_s,
         workload=workload,
         tripwire=tripwire,
+        client_resends=spec.client_resends,
     )
     started = time.monotonic()
     try:
@@ -624,6 +635,8 @@ def _workload_meta(result: RunResult) -> dict[str, Any]:
     }
     if result.workload:
         meta["workload"] = result.workload
+    if result.client_resends:
+        meta["client_resends"] = True
     return {**meta, "services": result.services} if result.services else meta
 
 
@@ -717,7 +730,14 @@ def _run_sim(
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
             workload = make_workload(
-                t, result.service, result.seed, rate, recording=rec, clients=result.clients, workload=result.workload
+                t,
+                result.service,
+                result.seed,
+                rate,
+                recording=rec,
+                clients=result.clients,
+                workload=result.workload,
+                resends=result.client_resends,
             )
             checker = OnlineChecker(t)
             try:

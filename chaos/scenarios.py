@@ -21,6 +21,8 @@ from clusterlab.chaos.nemesis import (
     Kill,
     KillService,
     KillVoter,
+    LateMessages,
+    LostReplies,
     Mute,
     OneWayLink,
     Partition,
@@ -44,6 +46,9 @@ class Scenario:
     real_only: bool = False
     default_duration_s: float = 6.0
     sim_only: bool = False  # uses a fault wired for the simulator only, or tried only there
+    # Simulator clients resend an unanswered request (same id) on a leader change and every attempt
+    # timeout, when the service deduplicates (real clients always do): exactly once is then on trial.
+    client_resends: bool = False
 
     def schedule(self, seed: int, duration_s: float | None = None, *, sim: bool = False, members: int = 3) -> Schedule:
         d = self.default_duration_s if duration_s is None else duration_s
@@ -97,6 +102,31 @@ SCENARIOS: dict[str, Scenario] = {
                 fault(Partition(shape="follower-isolation"), d * 0.25),
                 fault(Kill(who="leader"), d * 0.25),
                 quiet(d * 0.25),
+            ],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "client-resends",
+            "clients resend unanswered requests (same id): replies are lost for a while, then the leader "
+            "is killed; each request must be applied once",
+            lambda d, n: [
+                quiet(d * 0.2),
+                fault(LostReplies(), d * 0.2),
+                quiet(d * 0.15),
+                fault(Kill(who="leader"), d * 0.25),
+                quiet(d * 0.2),
+            ],
+            sizes=(3, 5),
+            sim_only=True,
+            client_resends=True,
+        ),
+        Scenario(
+            "late-votes",
+            "every member's votes arrive 0.4 s late while the leader is killed: votes land in later ballots",
+            lambda d, n: [
+                quiet(d * 0.25),
+                fault(LateMessages(message="Vote", delay_s=0.4, duplicate=False, then="kill-leader"), d * 0.45),
+                quiet(d * 0.3),
             ],
             sizes=(3, 5),
         ),

@@ -16,6 +16,7 @@ from typing import Any
 
 from clusterlab.chaos.limits import MAX_RUN_S
 from clusterlab.chaos.nemesis import (
+    LATE_MESSAGES,
     NEMESES,
     ClockSkew,
     DiskFault,
@@ -23,6 +24,7 @@ from clusterlab.chaos.nemesis import (
     Kill,
     KillService,
     KillVoter,
+    LateMessages,
     Nemesis,
     OneWayLink,
     Partition,
@@ -109,7 +111,31 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
         hold = rng.uniform(0.5, 2.0)
         steps += [fault(make(rng), hold), quiet(rng.uniform(0.3, 1.0))]
         spent += hold + steps[-1].seconds
-    return Schedule(seed, steps)
+    return Schedule(seed, _with_late_messages(seed, steps, sim=sim))
+
+
+LATE_MESSAGES_SHARE = 0.3
+"""The share of random schedules that also hold one type of member message back across a leader change."""
+
+
+def _with_late_messages(seed: int, steps: list[Step], *, sim: bool) -> list[Step]:
+    """``steps`` with, for a LATE_MESSAGES_SHARE of seeds, one :class:`LateMessages` fault (and a quiet
+    after it) inserted after a quiet step. Drawn from its own stream, so the other seeds' schedules are
+    the ones the pool alone gives."""
+    rng = random.Random(f"late-messages:{seed}")
+    if rng.random() >= LATE_MESSAGES_SHARE:
+        return steps
+    then = rng.choice(("kill-leader", "isolate-leader") if sim else ("kill-leader", "isolate-leader", "pause-leader"))
+    # Votes most often: a vote that lands in a later ballot needs failed ballots in a row to happen at all.
+    late = LateMessages(
+        message="Vote" if rng.random() < 0.4 else rng.choice(LATE_MESSAGES[1:]),
+        delay_s=rng.choice((0.2, 0.4, 0.8)),
+        duplicate=rng.random() < 0.3,
+        then=then,
+    )
+    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
+    # Held long enough for several ballots to fail in a row while the leader is gone.
+    return [*steps[:at], fault(late, rng.uniform(1.5, 3.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
 
 
 # ------------------------------------------------------------------------------ explicit schedules

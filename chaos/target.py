@@ -116,6 +116,16 @@ class Target(ABC):
         RequestVote for the next candidate term (its leadership term + 1) fails; ``armed=False`` clears it."""
         raise Unsupported(f"{self.kind}: fail a RequestVote")
 
+    def delay_member_messages(self, member_id: int, message: str, delay_s: float, duplicate: bool = False) -> None:
+        """Test hook: every ``message`` (``Vote``, ``AppendPosition``...) the member sends to another member
+        is held ``delay_s``, or sent at once and again ``delay_s`` later (``duplicate``); 0 s removes the rule."""
+        raise Unsupported(f"{self.kind}: delay member messages")
+
+    def lose_replies(self, lost: bool) -> list[int]:
+        """Lose (``lost``) or stop losing every reply from the members to the clients connected now;
+        returns the client ids whose replies are lost."""
+        raise Unsupported(f"{self.kind}: lose replies")
+
     def silence_client(self) -> int | None:
         """Make the newest connected client hang without closing its session (no more keepalives); the
         workload moves to a new session. Returns the client id (None: no client connected)."""
@@ -172,6 +182,10 @@ class LocalTarget(Target):
 
     def kill_service(self, member_id: int) -> None:
         self.cluster.kill_service(member_id)
+
+    def delay_member_messages(self, member_id: int, message: str, delay_s: float, duplicate: bool = False) -> None:
+        if not self.cluster.delay_member_messages(member_id, message, delay_s, duplicate) and delay_s > 0:
+            raise Unsupported(f"member {member_id} did not accept a delay of its {message} messages")
 
     def clock_skew(self, member_id: int, offset_s: float) -> None:
         if not self.cluster.set_clock_offset(member_id, offset_s):
@@ -247,6 +261,12 @@ class SimTarget(Target):
     def fail_next_request_vote(self, member_id: int, armed: bool = True) -> None:
         term = self.cluster.member(member_id).leadership_term_id + 1 if armed else None
         self.cluster.fail_request_vote(member_id, term)
+
+    def delay_member_messages(self, member_id: int, message: str, delay_s: float, duplicate: bool = False) -> None:
+        self.cluster.delay_member_messages(member_id, message, max(0, int(delay_s * SECOND)), duplicate)
+
+    def lose_replies(self, lost: bool) -> list[int]:
+        return self.cluster.lose_replies(lost)
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

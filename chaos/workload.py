@@ -41,7 +41,7 @@ from clusterlab.chaos.sample_workloads import COUNTER_MIX, KV_MIX, TIMERS_MIX, W
 from clusterlab.chaos.workload_api import Op, ServiceWorkload, load_workload
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
-from clusterlab.harness.local import LocalClientTimeout
+from clusterlab.harness.local import LocalClientTimeout, tag_client
 
 SERVICES = tuple(WORKLOADS)  # the sample services' workloads, by name
 _ONE = COUNTER_KEY  # the one object of a service whose ops carry no key
@@ -390,13 +390,21 @@ class _Flight:
 @dataclass
 class SimWorkload(Workload):
     """Ops offered through a simulator client at ``rate`` per virtual second, pipelined (one per key),
-    recorded to the run's ``ops`` table through ``recording`` (a SimRecording, or None). Simulator
-    clients never resend: an op unanswered for ``request_timeout_s``, or outstanding when the session
-    moves to a new leader, is an unknown outcome (it may still be in the new leader's log)."""
+    recorded to the run's ``ops`` table through ``recording`` (a SimRecording, or None). An op
+    unanswered for ``request_timeout_s`` is an unknown outcome (it may still be in the new leader's log).
+    Unless ``resends``, an op outstanding when the session moves to a new leader is unknown at once.
+    With ``resends`` and a service that deduplicates (``ServiceWorkload.resend``) a request carries the
+    client's id (the ``client`` field, as a real client adds it) and is resent, the same bytes, when the
+    session moves and every ``attempt_timeout_s``, until answered or ``request_timeout_s``: the
+    service must apply it once."""
 
     cluster: Any = None
     recording: Any = None
     request_timeout_s: float = 2.0  # virtual seconds without a reply: the outcome is unknown
+    resends: bool = False
+    attempt_timeout_s: float = 0.5
+    resent: int = 0  # requests sent again (the run's count of resends)
+    _attempt_at: dict[int, float] = field(default_factory=dict)  # op id -> when it is next resent
     reconnects: int = 0
     _client: Any = None
     _seen: int = 0
@@ -428,6 +436,31 @@ class SimWorkload(Workload):
                 cluster_session_id=c.client.cluster_session_id,
                 arg=arg if kind == "invoke" else None,
             )
+
+    @property
+    def _resending(self) -> bool:
+        return self.resends and self.service_workload.resend
+
+    def _payload(self, op: Op, c: Any) -> bytes:
+        payload: bytes = self.service_workload.payload(op, op.op_id)
+        return tag_client(payload, int(c.client_id)) if self._resending else payload
+
+    def _send(self, op: Op, c: Any, now: float) -> None:
+        """Offer ``op`` (again) through client ``c``; the next resend is due an attempt timeout later."""
+        c.client.offer(self._payload(op, c), self.cluster.now_ns)
+        if self._resending:
+            self._attempt_at[op.op_id] = now + self.attempt_timeout_s
+
+    def _keeps_trying(self, op: Op, c: Any, moved: bool, now: float) -> bool:
+        """With resends: whether ``op`` stays outstanding (resent now if its session moved or its attempt
+        timed out); without, or once ``request_timeout_s`` passed or the client failed, False."""
+        if not self._resending or c.errors or now - op.invoked_at > self.request_timeout_s:
+            self._attempt_at.pop(op.op_id, None)
+            return False
+        if c.client.is_connected and (moved or now >= self._attempt_at.get(op.op_id, now)):
+            self._send(op, c, now)
+            self.resent += 1
+        return True
 
     def _ensure_client(self, now: float) -> Any:
         c = self._client
@@ -482,6 +515,8 @@ class SimWorkload(Workload):
             self._sim_seen[i] = len(c.received)
             moved = c.client.leader_changes != self._sim_moves[i]
             self._sim_moves[i] = c.client.leader_changes
+            if op is not None and self._keeps_trying(op, c, moved, now):
+                continue
             if op is not None and (moved or c.errors or now - op.invoked_at > self.request_timeout_s):
                 del self._sim_flights[i]
                 self._record(op, "info", None, c)
@@ -494,7 +529,7 @@ class SimWorkload(Workload):
                 continue
             self._sim_flights[i] = op
             self._record(op, "invoke", None, c)
-            c.client.offer(self.service_workload.payload(op, op.op_id), self.cluster.now_ns)
+            self._send(op, c, now)
 
     def step(self) -> None:
         if self.concurrent:
@@ -505,7 +540,9 @@ class SimWorkload(Workload):
         self._drain(now)
         moved = c.client.leader_changes != self._leader_changes  # NewLeaderEvent: sent to the old leader
         self._leader_changes = c.client.leader_changes
-        for op in [o for o in self._open.values() if moved or now - o.invoked_at > self.request_timeout_s]:
+        for op in sorted(self._open.values(), key=lambda o: o.op_id):
+            if self._keeps_trying(op, c, moved, now) or not (moved or now - op.invoked_at > self.request_timeout_s):
+                continue
             del self._open[op.op_id]  # sent to a leader that died, or lost: it frees its key
             self._record(op, "info")
             self._give_up(op, now)
@@ -517,7 +554,7 @@ class SimWorkload(Workload):
                 return
             self._open[new.op_id] = new
             self._record(new, "invoke")
-            c.client.offer(self.service_workload.payload(new, new.op_id), self.cluster.now_ns)
+            self._send(new, c, now)
 
     def close(self) -> None:
         for i, op in sorted(self._sim_flights.items()):
@@ -541,10 +578,12 @@ def make_workload(
     recording: Any = None,
     clients: int = 1,
     workload: str | None = None,
+    resends: bool = False,
 ) -> Workload:
     """The workload for ``target`` (a chaos Target): LocalWorkload or SimWorkload, with ``clients``
     concurrent clients; ``workload`` names the service's workload (default: the sample service's,
-    by ``service``), a sample's name or ``package.module:factory``."""
+    by ``service``), a sample's name or ``package.module:factory``. ``resends``: simulator clients
+    resend unanswered requests of a deduplicating service (real clients always do)."""
     name = workload or service
     if target.kind == "sim":
         return SimWorkload(
@@ -554,6 +593,7 @@ def make_workload(
             cluster=target.cluster,
             recording=recording,
             clients=clients,
+            resends=resends,
         )
     return LocalWorkload(service=name, seed=seed, rate=rate or 200.0, cluster=target.cluster, clients=clients)
 

@@ -112,6 +112,7 @@ from clusterlab.harness.services import import_roots, kv
 from clusterlab.harness.tripwire import watchable
 
 from clusterlab.testing.disk_faults import truncate_at
+from clusterlab.testing.intercepts import member_message_template
 from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set
 from clusterlab.testing.node import environment as node_environment
 
@@ -1081,6 +1082,13 @@ class LocalCluster:
         """Test hook: the member's service gets its next message ``delay_s`` late (the rest behind it)."""
         return self._hook(member_id, TestHookKind.DELAY_SERVICE_MESSAGE, delay_ns=round(delay_s * 1e9))
 
+    def delay_member_messages(self, member_id: int, message: str, delay_s: float, duplicate: bool = False) -> bool:
+        """Test hook: every ``message`` (``Vote``, ``AppendPosition``...) the member sends to another member
+        is held ``delay_s`` (later messages overtake it), or with ``duplicate`` sent at once and again
+        ``delay_s`` later; ``delay_s`` 0 removes the rule (what is held still goes when due)."""
+        kind = TestHookKind.DUPLICATE_MEMBER_MESSAGE if duplicate else TestHookKind.DELAY_MEMBER_MESSAGE
+        return self._hook(member_id, kind, member_message_template(message), delay_ns=round(delay_s * 1e9))
+
     def clear_hooks(self, member_id: int) -> bool:
         """Remove the member's test hooks."""
         return self._hook(member_id, TestHookKind.CLEAR)
@@ -1159,6 +1167,19 @@ _client_names = itertools.count()
 
 
 CLIENT_ID_STRIDE = 1_000_000_000  # request ids of client k start at 1 + k * stride
+
+
+def tag_client(payload: bytes, dedupe_id: int) -> bytes:
+    """A JSON request with the ``client`` field (``dedupe_id``) added, by which a deduplicating service
+    (the kv service) applies a resent request once; other payloads, and requests already tagged, as they are."""
+    try:
+        command = json.loads(payload)
+    except ValueError:
+        return payload  # not a JSON command: sent as it is
+    if not isinstance(command, dict) or "client" in command:
+        return payload
+    command["client"] = dedupe_id
+    return json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
 
 
 class LocalClientTimeout(AssertionError):
@@ -1303,16 +1324,7 @@ class LocalClient:
     def _tagged(self, payload: bytes) -> bytes:
         """The request with this client's id added, so the kv service applies a resend only once
         (as it is when the client does not resend)."""
-        if not self.resends:
-            return payload
-        try:
-            command = json.loads(payload)
-        except ValueError:
-            return payload  # not a kv command: sent as it is
-        if not isinstance(command, dict) or "client" in command:
-            return payload
-        command["client"] = self.dedupe_id
-        return json.dumps(command, sort_keys=True, separators=(",", ":")).encode()
+        return tag_client(payload, self.dedupe_id) if self.resends else payload
 
     def _record_invoke(self, rid: int, payload: bytes) -> None:
         try:

@@ -61,7 +61,7 @@ from clusterlab.harness.tripwire import Tripwire, watchable
 
 from clusterlab.testing import disk_faults as faults
 from clusterlab.testing.faulty_storage import FaultyStorage
-from clusterlab.testing.intercepts import TestHooks
+from clusterlab.testing.intercepts import TestHooks, member_message_template
 from clusterlab.testing.mutants import mutant_set, rules_for
 
 # How many rounds of "deliver due messages, run due members" one instant may take before the
@@ -251,6 +251,7 @@ class SimCluster:
         self._service_hosts: list[list[SimServiceHost]] = [[] for _ in range(members)]
         self._services: list[SimServiceHost | None] = [None] * members  # service 0's host of each member
         self.clients: list[SimClient] = []
+        self._replies_lost: list[int] = []  # clients whose egress lose_replies drops
         self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
@@ -795,6 +796,25 @@ class SimCluster:
         self._hooks(member_id).delay_service_message_ns = delay_ns
         self._harness_event("test_hook", member_id, hook="delay_service_message", delay_ns=delay_ns)
 
+    def delay_member_messages(self, member_id: int, message: str, delay_ns: int, duplicate: bool = False) -> None:
+        """Test hook: every ``message`` (``Vote``, ``AppendPosition``...) the member sends to another member
+        is held ``delay_ns`` (later messages overtake it), or with ``duplicate`` sent at once and again
+        ``delay_ns`` later; ``delay_ns`` 0 removes the rule (what is held still goes when due)."""
+        template_id = member_message_template(message)
+        delays = self._hooks(member_id).member_message_delays
+        if delay_ns > 0:
+            delays[template_id] = (delay_ns, duplicate)
+        else:
+            delays.pop(template_id, None)
+        self._harness_event(
+            "test_hook",
+            member_id,
+            hook="delay_member_messages",
+            message=message,
+            delay_ns=delay_ns,
+            duplicate=duplicate,
+        )
+
     def stop_service(self, member_id: int) -> None:
         """Close the member's service container (Aeron ``TestNode.container().close()``): its consensus
         module closes with a counted error and the member terminates."""
@@ -855,6 +875,20 @@ class SimCluster:
     def isolate(self, member_id: int) -> None:
         self.network.isolate(member_id)
         self._harness_event("partition", member_id, isolate=member_id)
+
+    def lose_replies(self, lost: bool) -> list[int]:
+        """Drop (``lost``) or stop dropping every egress message from the members to the clients that
+        exist now (their requests still arrive); returns those clients' ids."""
+        clients = sorted(int(c.client_id) for c in self.clients) if lost else self._replies_lost
+        for client_id in clients:
+            for member_id in range(self.member_count):
+                if lost:
+                    self.network.block(member_id, client_network_id(client_id))
+                else:
+                    self.network.unblock(member_id, client_network_id(client_id))
+        self._replies_lost = clients if lost else []
+        self._harness_event("replies_lost" if lost else "replies_restored", -1, clients=clients)
+        return clients
 
     def block(self, src: int, dst: int) -> None:
         """Drop src -> dst only."""

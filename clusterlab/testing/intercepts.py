@@ -10,6 +10,10 @@ system tests use ConsensusModule intercepts; off until armed.
   error, no vote), as Aeron's FailFirstElectionIntercept throws in ``Election.onRequestVote``.
 * ``delay_service_message_ns``: the next message the module sends its service(s) is held that long
   (everything after it waits behind it, order kept), as a service slow to handle one message.
+* ``member_message_delays``: template id -> (delay_ns, duplicate). Every member message of that type
+  the module sends is held ``delay_ns`` (later messages overtake it: a vote that arrives in a later
+  ballot, an AppendPosition from an older term), or with ``duplicate`` sent at once and its copy again
+  ``delay_ns`` later. Removing a rule leaves the held messages to go when due, as a network would.
 
 The simulator arms the fields directly (``SimCluster.stall_election`` ...); a member process through
 the ``TestHook`` control message, which its test context answers (:func:`apply_test_hook`).
@@ -17,11 +21,25 @@ the ``TestHook`` control message, which its test context answers (:func:`apply_t
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
+from clusterlab.core.codec import consensus
 from clusterlab.core.codec.control import ControlResponse, ControlResponseCode, TestHook, TestHookKind
+from clusterlab.core.codec.header import HEADER_LENGTH, peek_template_id
 from clusterlab.core.consensus.context import Channel, ElectionState, Outbox
 from clusterlab.core.consensus.intercepts import Intercepts
+
+MEMBER_MESSAGE_TEMPLATES: dict[int, str] = {m.TEMPLATE_ID: m.__name__ for m in consensus.MESSAGES}
+"""The member-to-member messages a delay rule can hold: template id -> message name."""
+
+
+def member_message_template(name: str) -> int:
+    """The template id of member message ``name`` (``Vote``, ``AppendPosition``...); ValueError lists them."""
+    for template_id, known in MEMBER_MESSAGE_TEMPLATES.items():
+        if known == name:
+            return template_id
+    raise ValueError(f"no member message {name!r}; known: {', '.join(MEMBER_MESSAGE_TEMPLATES.values())}")
 
 
 class TestHooks(Intercepts):
@@ -37,6 +55,8 @@ class TestHooks(Intercepts):
         self.fail_catchup = 0
         self.fail_request_vote_term: int | None = None
         self.delay_service_message_ns = 0
+        self.member_message_delays: dict[int, tuple[int, bool]] = {}
+        self.member_messages_held = 0  # how many member messages the delay rules held (tests assert it)
         self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
         self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
         self._outbox: HookedOutbox | None = None
@@ -66,6 +86,7 @@ class TestHooks(Intercepts):
         self.fail_catchup = 0
         self.fail_request_vote_term = None
         self.delay_service_message_ns = 0
+        self.member_message_delays.clear()
 
     def stalls(self, state: ElectionState | None, now_ns: int, leadership_term_id: int) -> bool:
         """Whether the member stays stalled in ``state`` of the election for ``leadership_term_id`` now
@@ -105,13 +126,15 @@ class TestHooks(Intercepts):
         return (
             f"TestHooks(stall={stall} stall_duration_ns={self.stall_duration_ns} fail_catchup={self.fail_catchup} "
             f"fail_request_vote_term={self.fail_request_vote_term} "
-            f"delay_service_message_ns={self.delay_service_message_ns})"
+            f"delay_service_message_ns={self.delay_service_message_ns} "
+            f"member_message_delays={dict(sorted(self.member_message_delays.items()))})"
         )
 
 
 class HookedOutbox:
-    """The module's outbox with the service-delay hook: a held service message and everything sent to
-    the service after it wait until ``release_due`` passes its due time; other channels go straight on."""
+    """The module's outbox with the delay hooks: a held service message and everything sent to the
+    service after it wait until ``release_due`` passes its due time; a member message whose template
+    has a delay rule waits on its own (others overtake it); other messages go straight on."""
 
     def __init__(self, outbox: Outbox, hooks: TestHooks) -> None:
         self._outbox = outbox
@@ -119,8 +142,15 @@ class HookedOutbox:
         self.now_ns = 0  # set by the module before each input
         self._held: deque[tuple[int, bytes]] = deque()
         self._due_ns = 0
+        self._late: list[tuple[int, int, int, bytes]] = []  # (due_ns, seq, member_id, payload): a heap
+        self._late_seq = 0
 
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        if channel == Channel.CONSENSUS and self._hooks.member_message_delays and len(payload) >= HEADER_LENGTH:
+            rule = self._hooks.member_message_delays.get(peek_template_id(payload))
+            if rule is not None:
+                self._hold_member_message(member_id, payload, *rule)
+                return
         if channel != Channel.SERVICE:
             self._outbox.send(member_id, channel, payload)
             return
@@ -137,18 +167,31 @@ class HookedOutbox:
     def send_egress(self, response_channel: str, payload: bytes) -> None:
         self._outbox.send_egress(response_channel, payload)
 
+    def _hold_member_message(self, member_id: int, payload: bytes, delay_ns: int, duplicate: bool) -> None:
+        if duplicate:
+            self._outbox.send(member_id, Channel.CONSENSUS, payload)
+        heapq.heappush(self._late, (self.now_ns + delay_ns, self._late_seq, member_id, payload))
+        self._late_seq += 1
+        self._hooks.member_messages_held += 1
+
     def release_due(self, now_ns: int) -> int:
-        """Send the held service messages once due; returns how many went."""
+        """Send the held messages that are due; returns how many went."""
+        n = 0
+        while self._late and self._late[0][0] <= now_ns:
+            _, _, member_id, payload = heapq.heappop(self._late)
+            self._outbox.send(member_id, Channel.CONSENSUS, payload)
+            n += 1
         if not self._held or now_ns < self._due_ns:
-            return 0
-        n = len(self._held)
+            return n
+        n += len(self._held)
         while self._held:
             member_id, payload = self._held.popleft()
             self._outbox.send(member_id, Channel.SERVICE, payload)
         return n
 
     def next_due_ns(self) -> int | None:
-        return self._due_ns if self._held else None
+        dues = ([self._due_ns] if self._held else []) + ([self._late[0][0]] if self._late else [])
+        return min(dues) if dues else None
 
 
 def apply_test_hook(hooks: TestHooks, msg: TestHook) -> ControlResponse:
@@ -177,4 +220,14 @@ def apply_test_hook(hooks: TestHooks, msg: TestHook) -> ControlResponse:
         if msg.delay_ns < 0:
             return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
         hooks.delay_service_message_ns = msg.delay_ns
+    elif msg.kind in (TestHookKind.DELAY_MEMBER_MESSAGE, TestHookKind.DUPLICATE_MEMBER_MESSAGE):
+        if msg.delay_ns < 0:
+            return answer(ControlResponseCode.ERROR, f"delay_ns must be >= 0, got {msg.delay_ns}")
+        if msg.value not in MEMBER_MESSAGE_TEMPLATES:
+            return answer(ControlResponseCode.ERROR, f"no member message has template id {msg.value}")
+        if msg.delay_ns == 0:
+            hooks.member_message_delays.pop(msg.value, None)
+        else:
+            duplicate = msg.kind == TestHookKind.DUPLICATE_MEMBER_MESSAGE
+            hooks.member_message_delays[msg.value] = (msg.delay_ns, duplicate)
     return answer(ControlResponseCode.OK, hooks.describe())

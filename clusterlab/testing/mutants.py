@@ -29,6 +29,7 @@ from clusterlab.core.consensus.timers import TimerService
 VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
 VOTE_NOT_PERSISTED = "vote-not-persisted"
 QUORUM_OFF_BY_ONE = "quorum-off-by-one"
+LATE_VOTE_COUNTED = "late-vote-counted"
 # Step-down
 LEADER_NEVER_STEPS_DOWN = "leader-never-steps-down"
 # Commit rule
@@ -48,6 +49,7 @@ SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
 # Service determinism (in the service: harness/services/kv.py)
 SERVICE_WALL_CLOCK = "service-wall-clock"
 STALE_READ = "stale-read"
+RESEND_APPLIED_TWICE = "resend-applied-twice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,12 @@ MUTANTS: dict[str, Mutant] = {
             "election",
             "rules quorum_member_count (core/consensus/election.py)",
             "at the election timeout a candidate needs members // 2 YES votes (one short of a quorum)",
+        ),
+        Mutant(
+            LATE_VOTE_COUNTED,
+            "election",
+            "rules counts_vote (core/consensus/election.py Election.on_vote)",
+            "a candidate counts a Vote cast in an earlier ballot of its own as a vote in its current ballot",
         ),
         Mutant(
             LEADER_NEVER_STEPS_DOWN,
@@ -158,6 +166,14 @@ MUTANTS: dict[str, Mutant] = {
             "gets are answered from a per-session cache blind to other sessions' writes",
             in_service=True,
         ),
+        Mutant(
+            RESEND_APPLIED_TWICE,
+            "exactly once",
+            "harness/services/planted.py ForgetfulDedupe (forgetful_dedupe_service)",
+            "the kv store loses its deduplication: a request a client resends after a timeout or a leader "
+            "change is applied again",
+            in_service=True,
+        ),
     )
 }
 
@@ -223,6 +239,11 @@ class PlantedRules(ConsensusRules):
         if VOTE_NOT_PERSISTED in self.names:
             return candidate_term_id  # in memory only
         return super().record_vote(node_state, candidate_term_id, log_position, timestamp)
+
+    def counts_vote(self, candidate_term_id: int, vote_candidate_term_id: int) -> bool:
+        if LATE_VOTE_COUNTED in self.names:
+            return vote_candidate_term_id <= candidate_term_id  # any ballot of this candidate's, however late
+        return super().counts_vote(candidate_term_id, vote_candidate_term_id)
 
     def truncates_divergent_tail(self) -> bool:
         return SKIP_DIVERGENT_TRUNCATION not in self.names

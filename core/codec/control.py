@@ -246,6 +246,8 @@ class TestHookKind(IntEnum):
     FAIL_CATCHUP = 2  # the next ``value`` catch-up attempts fail (the member falls back to a new election)
     DELAY_SERVICE_MESSAGE = 3  # the service holds its next session message ``delay_ns`` before applying it
     FAIL_REQUEST_VOTE = 4  # other candidates' RequestVote for candidate term ``value`` fails (-1: clear)
+    DELAY_MEMBER_MESSAGE = 5  # every member message of template ``value`` is sent ``delay_ns`` late (0: clear)
+    DUPLICATE_MEMBER_MESSAGE = 6  # every member message of template ``value`` is sent now and again ``delay_ns`` later
 
 
 @codec

@@ -819,7 +819,7 @@ class Election:
     def on_vote(self, msg: Vote, now_ns: int) -> None:
         if (
             self.state != ElectionState.CANDIDATE_BALLOT
-            or msg.candidate_term_id != self.candidate_term_id
+            or not self.ctx.rules.counts_vote(self.candidate_term_id, msg.candidate_term_id)
             or msg.candidate_member_id != self.member_id
         ):
             self.host.ignore("Vote", f"not for our ballot of term {self.candidate_term_id} ({self.state.name})")
@@ -828,7 +828,7 @@ class Election:
         if s is None:
             self.host.ignore("Vote", f"unknown member {msg.follower_member_id}")
             return
-        s.candidate_term_id = msg.candidate_term_id
+        s.candidate_term_id = self.candidate_term_id  # the vote's own ballot: counts_vote holds them equal
         s.leadership_term_id = msg.log_leadership_term_id
         s.log_position = msg.log_position
         s.vote = msg.vote == BooleanType.TRUE

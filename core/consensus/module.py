@@ -125,7 +125,7 @@ class ConsensusModule:
         # Where a test intercepts this member (none in production: clusterlab.core.consensus.intercepts).
         self.intercepts: Intercepts = ctx.intercepts
         self.outbox = self.intercepts.outbox(ctx.outbox)
-        self.consensus_publisher = ConsensusPublisher(ctx.outbox)
+        self.consensus_publisher = ConsensusPublisher(self.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)
         st = self.s

@@ -54,6 +54,12 @@ class ConsensusRules:
         never votes twice in one term); returns the candidate term the member now holds."""
         return node_state.propose_max_candidate_term_id(candidate_term_id, log_position, timestamp)
 
+    def counts_vote(self, candidate_term_id: int, vote_candidate_term_id: int) -> bool:
+        """A candidate in its ballot for ``candidate_term_id`` counts a Vote cast in the ballot for
+        ``vote_candidate_term_id`` only when they are the same ballot (a late vote of an earlier candidacy
+        says nothing about this one)."""
+        return vote_candidate_term_id == candidate_term_id
+
     def truncates_divergent_tail(self) -> bool:
         """A follower cuts an uncommitted tail the new leader's log lacks before following it."""
         return True

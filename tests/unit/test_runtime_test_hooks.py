@@ -5,13 +5,16 @@ clear ERROR/REFUSED for a bad value or a node whose module has not started."""
 from __future__ import annotations
 
 import pytest
+from clusterlab.core.codec import decode
+from clusterlab.core.codec.consensus import AppendPosition, Vote
 from clusterlab.core.codec.control import ControlResponseCode, PurgeSegments, TestHook, TestHookKind
-from clusterlab.core.consensus.context import ElectionState
+from clusterlab.core.codec.enums import BooleanType
+from clusterlab.core.consensus.context import Channel, ElectionState
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.runtime.control_replies import counters_of, counters_reply, purge_segments
 from clusterlab.harness.sim import SimCluster
 
-from clusterlab.testing.intercepts import TestHooks, apply_test_hook
+from clusterlab.testing.intercepts import HookedOutbox, TestHooks, apply_test_hook, member_message_template
 
 
 @pytest.fixture
@@ -57,6 +60,8 @@ def test_each_hook_is_armed_and_cleared(module: ConsensusModule) -> None:
         (TestHook(1, -1, TestHookKind.STALL_ELECTION_STATE, 1), "stall duration must be >= 0 ns, got -1"),
         (TestHook(1, 0, TestHookKind.FAIL_CATCHUP, -2), "fail_catchup count must be >= 0, got -2"),
         (TestHook(1, -5, TestHookKind.DELAY_SERVICE_MESSAGE, 0), "delay_ns must be >= 0, got -5"),
+        (TestHook(1, -5, TestHookKind.DELAY_MEMBER_MESSAGE, Vote.TEMPLATE_ID), "delay_ns must be >= 0, got -5"),
+        (TestHook(1, 5, TestHookKind.DUPLICATE_MEMBER_MESSAGE, 9999), "no member message has template id 9999"),
     ],
 )
 def test_a_bad_hook_value_is_an_error_naming_it(module: ConsensusModule, hook: TestHook, message: str) -> None:
@@ -80,3 +85,53 @@ def test_counters_reply_carries_the_module_counters(module: ConsensusModule) -> 
 def test_purge_without_a_snapshot_keeps_the_log(module: ConsensusModule) -> None:
     reply = purge_segments(module, PurgeSegments(1))
     assert (reply.code, reply.message) == (ControlResponseCode.OK, "start_position=0")
+
+
+class _Wire:
+    """An outbox that records what reaches the network."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, Channel, type]] = []
+
+    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        self.sent.append((member_id, channel, type(decode(payload))))
+
+    def send_egress(self, response_channel: str, payload: bytes) -> None:
+        raise AssertionError("no egress here")
+
+
+def _vote() -> bytes:
+    return Vote(3, 1, 64, 0, 2, BooleanType.TRUE).encode()
+
+
+def test_a_delayed_member_message_is_overtaken_and_goes_when_due() -> None:
+    hooks, wire = TestHooks(), _Wire()
+    outbox = HookedOutbox(wire, hooks)
+    assert apply_test_hook(hooks, TestHook(1, 500, TestHookKind.DELAY_MEMBER_MESSAGE, Vote.TEMPLATE_ID)).code == (
+        ControlResponseCode.OK
+    )
+    outbox.now_ns = 1_000
+    outbox.send(0, Channel.CONSENSUS, _vote())
+    outbox.send(0, Channel.CONSENSUS, AppendPosition(1, 64, 2, 0).encode())
+    assert wire.sent == [(0, Channel.CONSENSUS, AppendPosition)]  # the later message overtook the vote
+    assert outbox.next_due_ns() == 1_500 and outbox.release_due(1_499) == 0
+    assert outbox.release_due(1_500) == 1 and wire.sent[-1] == (0, Channel.CONSENSUS, Vote)
+    assert outbox.next_due_ns() is None and hooks.member_messages_held == 1
+
+
+def test_a_duplicated_member_message_goes_now_and_again_later_and_a_removed_rule_keeps_what_is_held() -> None:
+    hooks, wire = TestHooks(), _Wire()
+    outbox = HookedOutbox(wire, hooks)
+    apply_test_hook(hooks, TestHook(1, 300, TestHookKind.DUPLICATE_MEMBER_MESSAGE, Vote.TEMPLATE_ID))
+    outbox.send(1, Channel.CONSENSUS, _vote())
+    assert wire.sent == [(1, Channel.CONSENSUS, Vote)]
+    apply_test_hook(hooks, TestHook(2, 0, TestHookKind.DELAY_MEMBER_MESSAGE, Vote.TEMPLATE_ID))  # remove the rule
+    assert hooks.member_message_delays == {}
+    outbox.send(1, Channel.CONSENSUS, _vote())  # no rule: straight on
+    assert len(wire.sent) == 2 and outbox.release_due(300) == 1 and len(wire.sent) == 3
+
+
+def test_a_member_message_is_named_by_its_codec_name() -> None:
+    assert member_message_template("Vote") == Vote.TEMPLATE_ID
+    with pytest.raises(ValueError, match="no member message 'Votes'; known: CanvassPosition, RequestVote, Vote"):
+        member_message_template("Votes")

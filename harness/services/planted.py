@@ -1,0 +1,72 @@
+"""Planted service bugs (tests only) that wrap a sample service instead of switching a branch inside it.
+
+``forgetful_dedupe_service`` is the kv store with its exactly-once deduplication lost: the ``client``
+field a resending client adds to each request is dropped before the store sees it, so a resent request
+(after a timeout or a leader change) is applied again, as a service that forgot its dedupe table would.
+Everything else is the kv store's own behaviour, and every member runs the same bug, so the members'
+states still agree: only a client-side check (linearizability, durability) can see it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from clusterlab.core.codec import CloseReason
+from clusterlab.core.consensus.context import Role
+from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService
+from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.kv import KeyValueService
+
+
+def without_client(payload: bytes) -> bytes:
+    """The JSON request without its ``client`` field (other payloads as they are)."""
+    try:
+        command = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return payload
+    if not isinstance(command, dict) or "client" not in command:
+        return payload
+    del command["client"]
+    return orjson.dumps(command)
+
+
+class ForgetfulDedupe(ClusteredService):
+    """The kv store, except that it never recognises a request it has already applied."""
+
+    def __init__(self) -> None:
+        self.store = KeyValueService()
+
+    def __getattr__(self, name: str) -> Any:  # the store's own attributes (entries, replies, ...)
+        return getattr(self.store, name)
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        self.store.on_start(cluster, snapshot)
+
+    def on_session_open(self, session: ClientSession, timestamp: int) -> None:
+        self.store.on_session_open(session, timestamp)
+
+    def on_session_close(self, session: ClientSession, timestamp: int, close_reason: CloseReason) -> None:
+        self.store.on_session_close(session, timestamp, close_reason)
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        self.store.on_session_message(session, timestamp, without_client(payload))
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        self.store.on_timer_event(correlation_id, timestamp)
+
+    def on_take_snapshot(self, writer: SnapshotWriter) -> None:
+        self.store.on_take_snapshot(writer)
+
+    def on_role_change(self, new_role: Role) -> None:
+        self.store.on_role_change(new_role)
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        self.store.on_terminate(cluster)
+
+    def state_digest(self) -> bytes:
+        return self.store.state_digest()
+
+
+def forgetful_dedupe_service() -> ForgetfulDedupe:
+    """The kv store with its deduplication lost (mutant ``resend-applied-twice``; tests only)."""
+    return ForgetfulDedupe()
