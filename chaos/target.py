@@ -234,7 +234,7 @@ class LocalTarget(Target):
 
 
 class SimTarget(Target):
-    """A SimCluster: virtual time; SIGSTOP and clock skew do not exist there."""
+    """A SimCluster: virtual time; a pause stops a member in it; clock skew does not exist there."""
 
     kind = "sim"
     cluster: SimCluster
@@ -267,6 +267,14 @@ class SimTarget(Target):
 
     def lose_replies(self, lost: bool) -> list[int]:
         return self.cluster.lose_replies(lost)
+
+    def pause(self, member_id: int) -> None:
+        self.cluster.pause(member_id)
+        self.paused.add(member_id)
+
+    def resume(self, member_id: int) -> None:
+        self.cluster.resume(member_id)
+        self.paused.discard(member_id)
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

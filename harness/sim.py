@@ -252,6 +252,8 @@ class SimCluster:
         self._services: list[SimServiceHost | None] = [None] * members  # service 0's host of each member
         self.clients: list[SimClient] = []
         self._replies_lost: list[int] = []  # clients whose egress lose_replies drops
+        # Paused members (a SIGSTOPped node and its services): member -> what arrived for it meanwhile.
+        self._paused: dict[int, list[Delivery]] = {}
         self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
@@ -299,14 +301,15 @@ class SimCluster:
         return self.network.digest
 
     def leader_id(self) -> int | None:
-        """The settled leader: a live member with role LEADER and no election running, whose term
-        is the highest term among live members, and the only such leader in that term."""
+        """The settled leader: a live, running (not paused) member with role LEADER and no election
+        running, whose term is the highest term among live members, and the only such leader in that term."""
         # One pass (it is asked before every offer and in most await predicates): the top term so far
         # and the settled leaders in it.
         top_term = -(1 << 63)
         leaders: list[Member] = []
-        for m in self._members:
-            if m is None:
+        paused = self._paused
+        for i, m in enumerate(self._members):
+            if m is None or (paused and i in paused):
                 continue
             term = m.leadership_term_id
             if term > top_term:
@@ -348,8 +351,9 @@ class SimCluster:
     def _next_event_ns(self) -> int:
         t = self.network.next_delivery_ns()
         deadlines = self._deadlines
+        paused = self._paused
         for i, m in enumerate(self._members):
-            if m is not None:
+            if m is not None and not (paused and i in paused):
                 d = deadlines[i]
                 if d is None:
                     d = deadlines[i] = m.next_deadline_ns()
@@ -399,6 +403,7 @@ class SimCluster:
         members = self._members
         network = self.network
         deadlines = self._deadlines
+        paused = self._paused
         for _ in range(self._max_rounds):
             busy = False
             if network.next_delivery_ns() <= now:
@@ -406,7 +411,7 @@ class SimCluster:
                     self._deliver(msg, now)
                 busy = True
             for i, m in enumerate(members):
-                if m is None:
+                if m is None or (paused and i in paused):
                     continue
                 d = deadlines[i]
                 if d is None:
@@ -432,7 +437,10 @@ class SimCluster:
 
     def _pump_services(self, now: int) -> bool:
         busy = False
+        paused = self._paused
         for i, hosts in enumerate(self._service_hosts):
+            if paused and i in paused:
+                continue  # its services stop with it
             for host in hosts:
                 # Most rounds bring a service nothing and it sends nothing: two cheap queue tests.
                 if host.from_node and host.pump():
@@ -462,6 +470,10 @@ class SimCluster:
         if m is None:
             # Dead destinations are dropped by the network (mark_down); this is an id with no member.
             self.undeliverable += 1
+            return
+        held = self._paused.get(dst) if self._paused else None
+        if held is not None:
+            held.append(msg)  # waits in its socket until the member runs again
             return
         self._deliverers[dst](msg.src, msg.channel, msg.payload, now)
         self._deadlines[dst] = None
@@ -626,6 +638,7 @@ class SimCluster:
         if isinstance(member, ConsensusModule):  # its counters outlive it (Aeron's CnC file)
             self._last_counters[member_id] = member.counters(self.clock.now_ns)
         self._members[member_id] = None
+        self._paused.pop(member_id, None)  # a stopped process dies too; what waited for it is lost
         self._services[member_id] = None  # the service processes die with their node
         self._service_hosts[member_id] = []
         outbox = self._outboxes[member_id]
@@ -875,6 +888,26 @@ class SimCluster:
     def isolate(self, member_id: int) -> None:
         self.network.isolate(member_id)
         self._harness_event("partition", member_id, isolate=member_id)
+
+    def pause(self, member_id: int) -> None:
+        """Stop the member and its services (SIGSTOP: a GC pause, a stalled VM): no timers, no work;
+        what arrives for it waits, in order, until :meth:`resume`. It keeps its state and its clock
+        jumps on resume, as a stopped process's does."""
+        if not self.is_alive(member_id):
+            raise SimError(f"member {member_id} is not running, so it cannot be paused")
+        self._paused.setdefault(member_id, [])
+        self._harness_event("pause", member_id)
+
+    def resume(self, member_id: int) -> None:
+        """Let a paused member run again: first what arrived for it meanwhile, then its overdue work."""
+        held = self._paused.pop(member_id, None)
+        self._harness_event("resume", member_id)
+        if held is None or not self.is_alive(member_id):
+            return
+        now = self.clock.now_ns
+        for msg in held:
+            self._deliver(msg, now)
+        self._forget_deadlines()
 
     def lose_replies(self, lost: bool) -> list[int]:
         """Drop (``lost``) or stop dropping every egress message from the members to the clients that
