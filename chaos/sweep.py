@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.limits import JOBS, MAX_SEEDS, SEED, SEED_COUNT, run_arguments_error
+from clusterlab.chaos.reach import SweepReach, run_reach
 from clusterlab.chaos.runner import RunResult, apply_verdict, run_scenario
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
@@ -266,6 +267,7 @@ class SeedRunner:
             "run_dir": None if result.ok and not self.keep_traces else str(run_dir),
             "rerun": result.rerun_command(),
             "pid": os.getpid(),
+            "reach": run_reach(result.trace_dir) if result.trace_dir.is_dir() else None,
         }
         if result.ok and not self.keep_traces:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -349,6 +351,13 @@ class SweepSummary:
     def seeds_per_minute(self) -> float:
         return 60.0 * self.ran_now / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    def reach(self) -> SweepReach:
+        """What the sweep's runs reached (records of runs from before reach was recorded count as none)."""
+        reach = SweepReach()
+        for r in self.records:
+            reach.add(r.get("reach"))
+        return reach
+
     @property
     def cpu_s_per_run(self) -> float | None:
         """Mean CPU seconds of a run (this session's): what a run costs, independent of the machine's load."""
@@ -368,6 +377,7 @@ class SweepSummary:
             "seeds_per_minute": round(self.seeds_per_minute, 1),
             "cpu_s_per_run": None if self.cpu_s_per_run is None else round(self.cpu_s_per_run, 3),
             "failures": self.failures,
+            "reach": self.reach().to_json(),
         }
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import json
 import os
 import re
 import shlex
@@ -102,6 +103,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=1,
         metavar="J",
         help=f"processes a chaos_sweep test runs its seeds on (default 1) [{JOBS.describe()}]",
+    )
+    group.addoption(
+        "--chaos-sweep-reach",
+        default=None,
+        metavar="DIR",
+        help="write each chaos_sweep's reach report (what its runs reached) to DIR/SCENARIO-nMEMBERS.json "
+        "(print them with python -m clusterlab.chaos.reach DIR)",
     )
     group.addoption(
         "--trace-dir",
@@ -473,10 +481,17 @@ class ChaosSweep:
         sweep_config = _sweep_config(scenario, chosen, members, config, jobs)
         directory = Path(tempfile.mkdtemp(prefix=f"sweep-{scenario}-", dir=self.tmp_path))
         summary = run_sweep(sweep_config, directory, jobs=jobs)
+        reach = summary.reach().to_json()
         print(
             f"chaos sweep {scenario}: {len(summary.records)} runs ({len(chosen)} seeds x sizes {members}), "
-            f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute"
+            f"{len(summary.failures)} failed, {summary.seeds_per_minute:.1f} runs/minute; reached "
+            f"{reach['transitions_reached']} of {reach['transitions']} election transitions, never: "
+            f"{', '.join(reach['never_reached']) or 'nothing left out'}"
         )
+        if (out := self.request.config.getoption("--chaos-sweep-reach")) is not None:
+            path = Path(out) / f"{scenario}-n{'-'.join(map(str, members))}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(reach, indent=1) + "\n")
         return PluginSweep(summary)
 
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, JOBS, MAX_SEEDS, MEMBERS, RATE, SEED, SETTLE_S, SHRINK_RUNS
+from clusterlab.chaos.reach import reach_table
 from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
@@ -76,6 +77,8 @@ def summary_tables(s: SweepSummary) -> list[Table]:
     if (cpu := s.cpu_s_per_run) is not None:
         t.add_row("CPU per run (load-independent)", f"{cpu:.2f} s = {60 / cpu:.0f} seeds/minute per idle core")
     tables = [t]
+    if (reach := s.reach()).runs:
+        tables.append(reach_table(reach))
     return tables
 
 

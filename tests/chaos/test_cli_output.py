@@ -115,3 +115,4 @@ def test_a_sweep_shows_its_progress_on_stderr(
     status = [line for line in err.splitlines() if line.startswith("clusterlab sweep [")]
     assert len(status) >= 2 and re.search(r"\]: 2 of 2 runs done \(0 failed\), [\d.]+ runs/minute$", status[-1]), err
     assert "clusterlab sweep [" not in out
+    assert "reach: what the 2 runs reached" in out and "election transitions" in out  # the reach report

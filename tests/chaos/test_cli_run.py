@@ -25,7 +25,11 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     drivers = {c[1].strip(): c[3].strip() for c in cells}
     for name, spec in SCENARIOS.items():
         assert drivers[name] == ("real" if spec.real_only else "sim" if spec.sim_only else "real, sim"), name
-    assert drivers["client-silence"] == "sim" and drivers["pause-leader"] == "real"
+    assert (
+        drivers["client-silence"] == "sim"
+        and drivers["kill-service"] == "real"
+        and drivers["pause-leader"] == "real, sim"
+    )
 
 
 @pytest.mark.parametrize(
@@ -33,7 +37,7 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     [
         (["run", "nope"], "unknown scenario 'nope'; known: leader-kill"),
         (["run", "bridge", "--members", "4"], "scenario bridge runs on 3 or 5 members, not 4"),
-        (["run", "pause-leader", "--sim"], "needs real processes"),
+        (["run", "kill-service", "--sim"], "needs real processes"),
         (["run", "client-silence"], "scenario client-silence runs in the simulator only; add --sim"),
         (["run", "random", "--sim", "--service", "timers", "--clients", "2"], "timers workload runs at most 1 client"),
         (["run", "leader-kill", "--duration", "-1"], "--duration: must be above 0 and at most 3600 seconds, not -1"),

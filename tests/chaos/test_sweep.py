@@ -241,7 +241,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["sweep", "random", "--seeds", "x"], "'x' is not a seed"),
         (["sweep", "random", "--members", "4"], "runs on 3 or 5 members, not 4"),
         (["sweep", "random", "--mutant", "nope"], "unknown mutant 'nope'"),
-        (["sweep", "pause-leader"], "needs real processes"),
+        (["sweep", "kill-service"], "needs real processes"),
         (["sweep", "random", "--jobs", "0"], "--jobs: must be 1 to 256, not 0"),
         (["shrink", "/nonexistent/run"], "/nonexistent/run: no such run directory"),
         (["run", "random", "--sim", "--schedule", '[{"nemesis": "kil"}]'], "unknown nemesis 'kil'"),
