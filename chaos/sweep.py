@@ -27,11 +27,12 @@ from typing import Any
 
 from clusterlab.chaos.limits import JOBS, MAX_SEEDS, SEED, SEED_COUNT, run_arguments_error
 from clusterlab.chaos.reach import SweepReach, run_reach
-from clusterlab.chaos.runner import RunResult, apply_verdict, run_scenario
+from clusterlab.chaos.runner import RunResult, apply_verdict, check_run_arguments, run_scenario
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
 from clusterlab.chaos.verify import Verdict, verify_run, verify_runs
+from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 
 from clusterlab.testing.mutants import ACK_BEFORE_APPEND, STALE_READ, mutant_set
 
@@ -88,7 +89,7 @@ class SweepConfig:
     duration_s: float | None = None
     mutants: tuple[str, ...] = ()
     clients: int | None = None
-    service: str = "kv"
+    service: str = "kv"  # one service, or a mix of sample services ("kv,counter,timers": one per seed in turn)
     rate: float | None = None
     settle_s: float = 30.0
     workload: str | None = None  # the service's workload, package.module:factory (None: the sample's)
@@ -106,10 +107,19 @@ class SweepConfig:
             del d["workload"]  # a sweep of a sample service resumes as before workloads were named
         return d
 
-    def run_kwargs(self) -> dict[str, Any]:
+    @property
+    def services(self) -> list[str]:
+        """The services the sweep's runs take in turn (one unless ``service`` names a mix)."""
+        return self.service.split(",")
+
+    def service_of(self, seed: int) -> str:
+        """The service seed ``seed`` runs: the mix's services in turn, by seed."""
+        return self.services[seed % len(self.services)]
+
+    def run_kwargs(self, seed: int = 0) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "duration_s": self.duration_s,
-            "service": self.service,
+            "service": self.service_of(seed),
             "rate": self.rate,
             "settle_s": self.settle_s,
             **mutant_kwargs(self.mutants),
@@ -232,7 +242,7 @@ class SeedRunner:
                 shutil.rmtree(run_dir)  # a run interrupted by the last attempt at this sweep
             started, cpu = time.monotonic(), time.process_time()
             result = guarded_run(
-                spec, seed, members=members, directory=run_dir, verify=False, **self.config.run_kwargs()
+                spec, seed, members=members, directory=run_dir, verify=False, **self.config.run_kwargs(seed)
             )
             done.append(((seed, members), run_dir, result, time.monotonic() - started, time.process_time() - cpu))
         started, cpu = time.monotonic(), time.process_time()
@@ -267,6 +277,7 @@ class SeedRunner:
             "run_dir": None if result.ok and not self.keep_traces else str(run_dir),
             "rerun": result.rerun_command(),
             "pid": os.getpid(),
+            "service": result.service,
             "reach": run_reach(result.trace_dir) if result.trace_dir.is_dir() else None,
         }
         if result.ok and not self.keep_traces:
@@ -345,6 +356,15 @@ class SweepSummary:
         for r in self.records:
             runs, failed = out.get(r["members"], (0, 0))
             out[r["members"]] = (runs + 1, failed + (not r["ok"]))
+        return dict(sorted(out.items()))
+
+    def by_service(self) -> dict[str, tuple[int, int]]:
+        """Per service of a mix: (runs, failures)."""
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.records:
+            service = r.get("service") or self.config.service_of(r["seed"])
+            runs, failed = out.get(service, (0, 0))
+            out[service] = (runs + 1, failed + (not r["ok"]))
         return dict(sorted(out.items()))
 
     @property
@@ -454,7 +474,29 @@ def check_sweep(config: SweepConfig, jobs: int = 1, scenario: Scenario | None = 
     if (error := bounds_error(config, jobs)) is not None:
         raise ValueError(error)
     mutant_kwargs(config.mutants)  # an unknown name fails before any run
+    if len(config.services) > 1:
+        check_service_mix(config, spec)
     return spec
+
+
+def check_service_mix(config: SweepConfig, spec: Scenario) -> None:
+    """A mix of services (``kv,counter,timers``): sample services only, each runnable with the sweep's
+    clients and planted bugs; ValueError naming the first that is not."""
+    services = config.services
+    if len(set(services)) != len(services) or config.workload is not None or any(":" in s for s in services):
+        raise ValueError(
+            f"a service mix names distinct sample services ({', '.join(SERVICE_REGISTRY)}), not {config.service!r}"
+        )
+    for seed, service in enumerate(services):
+        check_run_arguments(
+            spec,
+            seed,
+            members=config.members[0],
+            sim=True,
+            service=service,
+            clients=config.clients,
+            mutants=config.mutants,
+        )
 
 
 def run_sweep(

@@ -67,6 +67,9 @@ def summary_tables(s: SweepSummary) -> list[Table]:
     t.add_row("runs (seeds x sizes)", f"{len(s.records)} ({s.ran_now} now, {s.skipped} from an earlier session)")
     for members, (runs, failed) in s.by_members().items():
         t.add_row(f"  {members} members", f"{runs} runs, {failed} failed")
+    if len(s.config.services) > 1:
+        for service, (runs, failed) in s.by_service().items():
+            t.add_row(f"  {service}", f"{runs} runs, {failed} failed")
     t.add_row("failed", str(len(s.failures)))
     for kind, n in s.by_kind().items():
         t.add_row(f"  {kind}", str(n))
@@ -96,7 +99,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         mutants.append("ack-before-append")
     import_from_cwd()
     try:
-        check_service(args.service, args.workload)
+        for service in args.service.split(","):  # a mix of sample services runs them in turn
+            check_service(service, args.workload)
     except ValueError as e:
         return _bad(err, "sweep", str(e))
     if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
@@ -249,8 +253,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--service",
         default="kv",
-        metavar="NAME|MODULE:FACTORY",
-        help=f"the service: {', '.join(SERVICES)} (default kv) or package.module:factory with --workload",
+        metavar="NAME[,NAME...]|MODULE:FACTORY",
+        help=f"the service: {', '.join(SERVICES)} (default kv), a mix such as kv,counter,timers (each seed "
+        "runs one, in turn) or package.module:factory with --workload",
     )
     p.add_argument("--workload", default=None, metavar="MODULE:FACTORY", help="the service's workload")
     p.add_argument(

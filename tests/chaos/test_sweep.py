@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from clusterlab.chaos.sweep import (
     SweepConfig,
     SweepDirError,
     batches,
+    check_sweep,
     load_records,
     mutant_kwargs,
     run_sweep,
@@ -311,3 +313,26 @@ def test_a_crash_in_the_simulator_is_the_runs_error(tmp_path: Path) -> None:
     assert not r.ok and r.error is not None
     assert r.error.startswith("AssertionError: member") and "truncate committed log" in r.error, r.error
     assert failure_tokens(r) >= {"AssertionError"}
+
+
+def test_a_service_mix_runs_each_service_in_turn(tmp_path: Path) -> None:
+    config = SweepConfig("random", (1, 2, 3), (3,), duration_s=2.0, service="kv,counter,timers")
+    s = run_sweep(config, tmp_path / "sweep", jobs=1)
+    assert s.ok, s.failures
+    assert {r["seed"]: r["service"] for r in s.records} == {1: "counter", 2: "timers", 3: "kv"}
+    assert s.by_service() == {"counter": (1, 0), "kv": (1, 0), "timers": (1, 0)}
+    assert all(f"--service {r['service']}" in r["rerun"] or r["service"] == "kv" for r in s.records)
+
+
+@pytest.mark.parametrize(
+    ("service", "extra", "message"),
+    [
+        ("kv,kv", {}, "a service mix names distinct sample services"),
+        ("kv,my.module:factory", {}, "a service mix names distinct sample services"),
+        ("kv,timers", {"clients": 3}, "the timers workload runs at most 1 client, not 3"),
+        ("kv,counter", {"mutants": ("stale-read",)}, "mutant stale-read plants a bug in the kv service, not 'counter'"),
+    ],
+)
+def test_a_bad_service_mix_is_refused_before_any_run(service: str, extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_sweep(SweepConfig("random", (1,), (3,), service=service, **extra))
