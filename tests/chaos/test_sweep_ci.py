@@ -1,6 +1,6 @@
-"""The CI seed sweep: the ``random`` scenario over many simulator seeds on 3 and
-5 members, with the kv, counter and timers services in turn, run as one test through the plugin's ``chaos_sweep`` fixture. ci/suite gives the seed
-count with ``--chaos-sweep N``; without it a handful of seeds run."""
+"""The CI seed sweep: the ``random`` scenario over many simulator seeds on 3 and 5 members, with the
+kv, counter and timers services in turn, run as one test through the plugin's ``chaos_sweep`` fixture.
+ci/suite gives the seed count with ``--chaos-sweep N``; without it a handful of seeds run."""
 
 from __future__ import annotations
 
