@@ -20,8 +20,8 @@ from clusterlab.cli import build_parser, main
 
 pytestmark = [pytest.mark.chaos, pytest.mark.sim]
 
-# The status line's period, short so a run of a few seconds prints several.
-FAST_PROGRESS = {"CLUSTERLAB_PROGRESS_INTERVAL": "0.2"}
+# The status line's period, short so a simulated run of well under a second prints several in its schedule.
+FAST_PROGRESS = {"CLUSTERLAB_PROGRESS_INTERVAL": "0.05"}
 STATUS = re.compile(
     r"^clusterlab run \[\d+ s\]: simulated (\d+\.\d) of (\d+\.\d) s in [\d.]+ s, (\d+) of \d+ ops acknowledged"
 )
