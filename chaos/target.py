@@ -95,10 +95,13 @@ class Target(ABC):
 
     # --- differ per driver
     def pause(self, member_id: int) -> None:
-        raise Unsupported(f"{self.kind}: pause")
+        """Stop the member (SIGSTOP; in the simulator it runs nothing and its messages wait)."""
+        self.cluster.pause(member_id)
+        self.paused.add(member_id)
 
     def resume(self, member_id: int) -> None:
-        raise Unsupported(f"{self.kind}: resume")
+        self.cluster.resume(member_id)
+        self.paused.discard(member_id)
 
     def kill_service(self, member_id: int) -> None:
         raise Unsupported(f"{self.kind}: kill only a service")
@@ -171,14 +174,6 @@ class LocalTarget(Target):
 
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         self.cluster.set_link(src, dst, loss=loss, delay_s=delay_s)
-
-    def pause(self, member_id: int) -> None:
-        self.cluster.pause(member_id)
-        self.paused.add(member_id)
-
-    def resume(self, member_id: int) -> None:
-        self.cluster.resume(member_id)
-        self.paused.discard(member_id)
 
     def kill_service(self, member_id: int) -> None:
         self.cluster.kill_service(member_id)
@@ -267,14 +262,6 @@ class SimTarget(Target):
 
     def lose_replies(self, lost: bool) -> list[int]:
         return self.cluster.lose_replies(lost)
-
-    def pause(self, member_id: int) -> None:
-        self.cluster.pause(member_id)
-        self.paused.add(member_id)
-
-    def resume(self, member_id: int) -> None:
-        self.cluster.resume(member_id)
-        self.paused.discard(member_id)
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

@@ -37,6 +37,14 @@ class Cluster(Protocol):
         """Crash the member (its node and services); its files stay."""
         ...
 
+    def pause(self, member_id: int) -> None:
+        """Stop the member and its services (SIGSTOP); what arrives for them waits until resume."""
+        ...
+
+    def resume(self, member_id: int) -> None:
+        """Let a paused member run again."""
+        ...
+
     def restart(self, member_id: int) -> None:
         """Start a killed or stopped member again from its files."""
         ...

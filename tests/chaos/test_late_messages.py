@@ -6,6 +6,7 @@ the simulator and on real processes; the correct build passes, and a candidate t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,18 @@ def test_a_share_of_random_schedules_hold_one_message_type_back_across_a_leader_
     assert 15 <= len(late) <= 45
     assert {n.message for n in late} >= {"Vote", "AppendPosition", "NewLeadershipTerm"}  # type: ignore[attr-defined]
     assert {n.then for n in late} == {"kill-leader", "isolate-leader"}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ({"message": "Votes"}, "message 'Votes' is not one of Vote, RequestVote"),
+        ({"then": "kill-all"}, "then 'kill-all' is not one of"),
+        ({"delay_s": 0}, "delay_s must be in (0, 10] seconds, not 0"),
+    ],
+)
+def test_a_bad_late_messages_step_is_refused_naming_it(step: dict[str, object], message: str) -> None:
+    from clusterlab.chaos.schedule import step_from_spec
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        step_from_spec({"nemesis": "late-messages", "seconds": 1.0, **step})
