@@ -7,10 +7,10 @@ own bugs black-box (the workload and model are the ordinary ones):
   apply the same log hold different states (caught by the digest agreement check and the tripwire);
 * ``forgets_snapshot_field``: the snapshot leaves the holds out, so a ledger restored from it holds
   different state (caught by the snapshot round-trip check, even when no member restarts);
-* ``hash_order``: a deposit also records which account comes first when iterating a set of account
-  names, an order that depends on the process's hash seed (caught by the agreement check on real
-  processes, where members run with distinct hash seeds, and by the replay-equivalence check in the
-  simulator, where all members share one process).
+* ``hash_order``: a deposit also records the order in which a set of account names iterates, an
+  order that depends on the process's hash seed (caught by the agreement check on real processes,
+  where members run with distinct hash seeds, and by the replay-equivalence check in the simulator,
+  where all members share one process).
 
 and one per tripwire (clusterlab.harness.tripwire), each caught by the ``tripwire`` check at its line:
 
@@ -73,13 +73,13 @@ class ForgetsSnapshotField(Ledger):
 
 
 class HashOrder(Ledger):
-    """A deposit also notes the account a set of account names yields first."""
+    """A deposit also notes the order in which a set of account names yields them."""
 
     def execute(self, payload: bytes) -> dict[str, Any]:
         reply = super().execute(payload)
         if b'"deposit"' in payload and self.accounts:
-            first = next(iter(set(self.accounts)))  # the bug: a set of strings iterates in hash order
-            self._set_account("first", 0, zlib.crc32(first.encode()) % 1000)
+            order = ",".join(set(self.accounts))  # the bug: a set of strings iterates in hash order
+            self._set_account("first", 0, zlib.crc32(order.encode()))
         return reply
 
 
