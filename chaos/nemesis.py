@@ -737,6 +737,59 @@ class Together(Nemesis):
             p.healed_at = t.now_s()
 
 
+@dataclass
+class OlderTermTail(Nemesis):
+    """Leave a deposed leader with a tail of its own term, then change leaders once more as it returns.
+    The leader's messages to the others are dropped first while theirs still reach it: what it has
+    sent commits, its clients send their next requests, and it appends them where nobody else does.
+    ``tail_s`` later it is cut off entirely; once the others have elected a new leader (and it has led
+    ``lead_s``), that leader is killed and the network healed. The third leader's log ends in the middle
+    term, while the old leader canvasses a longer log that ends in the oldest term: its bytes at those
+    positions are not the new leader's and must not count toward the new leader's commit position. Heal
+    restarts the killed leader."""
+
+    name: str = "older-term-tail"
+    tail_s: float = 0.1
+    lead_s: float = 0.0
+    wait_s: float = 10.0  # how long the others may take to elect (target time)
+
+    def __post_init__(self) -> None:
+        for name in ("tail_s", "lead_s"):
+            if not 0 <= getattr(self, name) <= 10:
+                raise ValueError(f"older-term-tail: {name} must be in [0, 10] seconds, not {getattr(self, name)!r}")
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"tail_s": self.tail_s, "lead_s": self.lead_s}
+
+    def _apply(self, t: Target) -> None:
+        old = _leader_or_any(t)
+        others = [m for m in t.members if m != old]
+        self.victims = [old]
+        try:
+            for m in others:
+                t.block(old, m)
+            t.advance(self.tail_s, t.work)  # the clients keep sending: to the old leader's tail
+            t.partition([[old], others])
+            t.await_leader(self.wait_s, exclude=(old,))
+            if self.lead_s > 0:
+                t.advance(self.lead_s, t.work)
+            middle = t.leader()
+            if middle is not None and middle != old:
+                t.kill(middle)
+                self.victims.append(middle)
+        finally:
+            t.heal_network()
+
+    def _heal(self, t: Target) -> None:
+        for m in self.victims[1:]:
+            if m not in t.alive():
+                t.restart(m)
+
+
 _LEADER_FAULTS: dict[str, Any] = {
     "": lambda: None,
     "kill-leader": lambda: Kill(who="leader"),
@@ -761,6 +814,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "silent-client": SilentClient,
     "late-messages": LateMessages,
     "lost-replies": LostReplies,
+    "older-term-tail": OlderTermTail,
 }
 
 __all__ = [
@@ -776,6 +830,7 @@ __all__ = [
     "LostReplies",
     "Mute",
     "Nemesis",
+    "OlderTermTail",
     "OneWayLink",
     "Partition",
     "Pause",

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 from clusterlab.core.codec import decode
-from clusterlab.core.codec.consensus import RequestVote, Vote
+from clusterlab.core.codec.consensus import CanvassPosition, RequestVote, Vote
 from clusterlab.core.consensus.election import TRANSITIONS
 from clusterlab.harness.trace import open_run
 from clusterlab.harness.trace_error import TraceError
@@ -38,6 +38,8 @@ SITUATIONS: dict[str, str] = {
     "divergent tail truncated": "a member cut uncommitted entries the new leader's log lacks (at an election)",
     "torn tail repaired": "a member restarted on a torn log tail and cut it back",
     "vote in a later ballot": "a Vote reached its candidate after the candidate had started a later ballot",
+    "older-term tail canvassed": "a member canvassed a log longer than its receiver's that ends in an older term "
+    "(a deposed leader's uncommitted tail at an election)",
     "request resent": "a client sent the same request (same bytes, same id) more than once",
     "snapshot taken": "a member took a snapshot",
     "timer read from the log": "a follower (or a replay) read a TimerEvent",
@@ -73,18 +75,31 @@ def _event_reach(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
     return seen
 
 
-def _message_reach(messages: Any) -> Counter[tuple[str, str]]:
+def _election_reach(rows: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
+    """Votes that reached a later ballot, and canvassed logs that end in an older term but run longer than
+    the receiver's own (its latest CanvassPosition), from one run's election messages."""
     seen: Counter[tuple[str, str]] = Counter()
-    names = messages.column("msg_type").to_pylist()
-    wanted = [i for i, n in enumerate(names) if n in ("RequestVote", "Vote")]
-    rows = messages.take(wanted).to_pylist() if wanted else []
     ballot: dict[tuple[int, int], int] = {}
+    own_log: dict[tuple[int, int], tuple[int, int]] = {}
     for r in sorted(rows, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
         key, msg = (r["member_id"], r["incarnation"]), decode(r["payload"])
         if r["direction"] == "send" and isinstance(msg, RequestVote):
             ballot[key] = max(ballot.get(key, -1), msg.candidate_term_id)
         elif r["direction"] == "recv" and isinstance(msg, Vote) and msg.candidate_term_id < ballot.get(key, -1):
             seen[(SITUATION, "vote in a later ballot")] += 1
+        elif isinstance(msg, CanvassPosition) and r["direction"] == "send":
+            own_log[key] = (msg.log_leadership_term_id, msg.log_position)
+        elif isinstance(msg, CanvassPosition) and r["direction"] == "recv" and key in own_log:
+            own_term, own_position = own_log[key]
+            if msg.log_leadership_term_id < own_term and msg.log_position > own_position:
+                seen[(SITUATION, "older-term tail canvassed")] += 1
+    return seen
+
+
+def _message_reach(messages: Any) -> Counter[tuple[str, str]]:
+    names = messages.column("msg_type").to_pylist()
+    wanted = [i for i, n in enumerate(names) if n in ("RequestVote", "Vote", "CanvassPosition")]
+    seen = _election_reach(messages.take(wanted).to_pylist() if wanted else [])
     directions, processes = messages.column("direction").to_pylist(), messages.column("process").to_pylist()
     ingress = [  # requests (not keep-alives or connects) a client sent
         i

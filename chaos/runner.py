@@ -562,6 +562,7 @@ def _drive(
         watch.poll()
         progress.tick()
 
+    t.work = work
     try:
         progress.report()
         t.await_leader(settle_s)

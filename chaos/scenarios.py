@@ -24,6 +24,7 @@ from clusterlab.chaos.nemesis import (
     LateMessages,
     LostReplies,
     Mute,
+    OlderTermTail,
     OneWayLink,
     Partition,
     Pause,
@@ -128,6 +129,13 @@ SCENARIOS: dict[str, Scenario] = {
                 fault(LateMessages(message="Vote", delay_s=0.4, duplicate=False, then="kill-leader"), d * 0.45),
                 quiet(d * 0.3),
             ],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "older-term-tail",
+            "the leader is cut off with writes in flight; the next leader is killed as the old one returns: "
+            "a log ending in an older term canvasses the third leader",
+            lambda d, n: [quiet(d * 0.3), fault(OlderTermTail(), d * 0.4), quiet(d * 0.3)],
             sizes=(3, 5),
         ),
         Scenario(

@@ -26,6 +26,7 @@ from clusterlab.chaos.nemesis import (
     KillVoter,
     LateMessages,
     Nemesis,
+    OlderTermTail,
     OneWayLink,
     Partition,
     Pause,
@@ -111,7 +112,7 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
         hold = rng.uniform(0.5, 2.0)
         steps += [fault(make(rng), hold), quiet(rng.uniform(0.3, 1.0))]
         spent += hold + steps[-1].seconds
-    return Schedule(seed, _with_late_messages(seed, steps, sim=sim))
+    return Schedule(seed, _with_older_term_tail(seed, _with_late_messages(seed, steps, sim=sim)))
 
 
 LATE_MESSAGES_SHARE = 0.3
@@ -136,6 +137,21 @@ def _with_late_messages(seed: int, steps: list[Step], *, sim: bool) -> list[Step
     at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
     # Held long enough for several ballots to fail in a row while the leader is gone.
     return [*steps[:at], fault(late, rng.uniform(1.5, 3.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+
+
+OLDER_TERM_TAIL_SHARE = 0.15
+"""The share of random schedules that also leave a deposed leader's tail for a later election."""
+
+
+def _with_older_term_tail(seed: int, steps: list[Step]) -> list[Step]:
+    """``steps`` with, for an OLDER_TERM_TAIL_SHARE of seeds, one :class:`OlderTermTail` fault (and a
+    quiet after it) inserted after a quiet step, drawn from its own stream like the late messages."""
+    rng = random.Random(f"older-term-tail:{seed}")
+    if rng.random() >= OLDER_TERM_TAIL_SHARE:
+        return steps
+    tail = OlderTermTail(tail_s=rng.choice((0.05, 0.1, 0.2)), lead_s=rng.choice((0.0, 0.0, 0.1)))
+    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
+    return [*steps[:at], fault(tail, rng.uniform(1.0, 2.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
 
 
 # ------------------------------------------------------------------------------ explicit schedules

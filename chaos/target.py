@@ -37,6 +37,9 @@ class Target(ABC):
         self.cluster = cluster
         self.rng = rng
         self.paused: set[int] = set()
+        # The run's workload step (the runner sets it): a nemesis that lets time pass inside its apply
+        # passes it to :meth:`advance` when the clients must keep sending meanwhile.
+        self.work: Callable[[], None] = lambda: None
 
     # --- what the cluster is
     @property

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from clusterlab.chaos.checks.base import SqlCheck
 from clusterlab.chaos.checks.sql import to_duckdb
+from clusterlab.chaos.checks.views import derived_columns, derived_fields
 
 # Rows of the ``vote`` events, with their JSON detail as columns.
 _VOTES = """
@@ -424,9 +425,96 @@ WHERE t.votes < CAST(FLOOR(s.members / 2) AS BIGINT) + 1
 """,
 )
 
+# (term, position) as one int64 that orders by term, then position: a running max over a peer's reports
+# is then its latest term's highest position. Positions stay below 2^40 bytes.
+_TERM_SCALE = 1 << 40
+_MEMBER_IDS = range(9)  # every member id a cluster may have (clusterlab.chaos.limits: up to 9 members)
+_RUNNING = (
+    "OVER (PARTITION BY run_id, member_id, incarnation ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+)
+_REPORTS = ",\n".join(
+    f"max(CASE WHEN peer = {k} AND msg_type = 'AppendPosition' THEN leadership_term_id * {_TERM_SCALE} + log_position "
+    f"END) {_RUNNING} AS a{k},\n"
+    f"max(CASE WHEN peer = {k} AND msg_type IN ('CanvassPosition', 'Vote') "
+    f"THEN log_leadership_term_id * {_TERM_SCALE} + log_position END) {_RUNNING} AS c{k}"
+    for k in _MEMBER_IDS
+)
+_BACKERS = " + ".join(
+    f"(CASE WHEN (s.a{k} >= s.term * {_TERM_SCALE} + s.pos AND s.a{k} < (s.term + 1) * {_TERM_SCALE}) "
+    f"OR (s.c{k} >= s.log_term * {_TERM_SCALE} + s.pos AND s.c{k} < (s.log_term + 1) * {_TERM_SCALE}) "
+    "THEN 1 ELSE 0 END)"
+    for k in _MEMBER_IDS
+)
+
+# A leader's evidence, in the order its member recorded it (``seq``): the AppendPositions it received in
+# its term, and the logs that CanvassPositions and Votes reported, counted only when they end in the same
+# term as its own log. The leader's term and log term are those of its latest RequestVote (a leader-elect
+# sends CommitPositions in its log's term until it has started its own). A position reported in an older
+# term may describe bytes since truncated, or another leader's bytes at the same positions.
+COMMIT_BACKED_BY_QUORUM = SqlCheck(
+    name="commit_backed_by_quorum",
+    description="every commit position a leader sends is held by a quorum (the leader and the followers that "
+    "reported it before: AppendPosition in the leader's term, or a canvassed or voted log ending in the term of "
+    "the leader's log), unless an earlier term already committed it",
+    tables=("events", "messages"),
+    sql=f"""
+WITH m AS (
+  SELECT run_id, member_id, incarnation, seq, msg_type, peer, leadership_term_id, log_leadership_term_id,
+         log_position
+  FROM messages
+  WHERE member_id >= 0 AND log_position IS NOT NULL AND leadership_term_id IS NOT NULL
+        AND ((direction = 'send' AND msg_type = 'CommitPosition')
+             OR (direction = 'recv' AND msg_type = 'AppendPosition')
+             OR (direction = 'recv' AND msg_type IN ('CanvassPosition', 'Vote') AND log_leadership_term_id IS NOT NULL)
+             OR (direction = 'send' AND msg_type = 'RequestVote' AND log_leadership_term_id IS NOT NULL))
+),
+running AS (
+  SELECT run_id, member_id, incarnation, seq, msg_type, leadership_term_id, log_position AS pos,
+         max(CASE WHEN msg_type = 'RequestVote'
+                  THEN leadership_term_id * {_TERM_SCALE} + log_leadership_term_id + 1 END) {_RUNNING} AS candidacy,
+         {_REPORTS}
+  FROM m
+),
+sends AS (
+  SELECT run_id, member_id, incarnation, pos,
+         greatest(leadership_term_id, coalesce(CAST(FLOOR(candidacy / {_TERM_SCALE}) AS BIGINT), -1)) AS term,
+         CASE WHEN candidacy IS NULL THEN -2 ELSE candidacy % {_TERM_SCALE} - 1 END AS log_term,
+         {", ".join(f"a{k}, c{k}" for k in _MEMBER_IDS)}
+  FROM running WHERE msg_type = 'CommitPosition'
+),
+per_term AS (
+  SELECT run_id, term, max(pos) AS top FROM sends GROUP BY run_id, term
+),
+earlier AS (
+  SELECT run_id, term,
+         max(top) OVER (PARTITION BY run_id ORDER BY term ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+  FROM per_term
+),
+size AS (
+  SELECT run_id, COUNT(DISTINCT member_id) AS members FROM events WHERE source LIKE 'node-%' GROUP BY run_id
+),
+counted AS (
+  SELECT /*+ BROADCAST(e) */ s.run_id, s.member_id, s.incarnation, s.term, s.pos, coalesce(e.before, 0) AS before,
+         min(1 + {_BACKERS}) AS holders
+  FROM sends s LEFT JOIN earlier e ON e.run_id = s.run_id AND e.term = s.term
+  WHERE s.pos > coalesce(e.before, 0)
+  GROUP BY s.run_id, s.member_id, s.incarnation, s.term, s.pos, coalesce(e.before, 0)
+)
+SELECT c.run_id,
+       concat('member ', CAST(c.member_id AS STRING), ' (incarnation ', CAST(c.incarnation AS STRING),
+              ') sent commit position ', CAST(c.pos AS STRING), ' in term ', CAST(c.term AS STRING), ' held by ',
+              CAST(c.holders AS STRING), ' member(s) (itself included) as their reports showed it; a quorum of ',
+              CAST(z.members AS STRING), ' members is ', CAST(CAST(FLOOR(z.members / 2) AS BIGINT) + 1 AS STRING),
+              ' (earlier terms committed up to ', CAST(c.before AS STRING), ')') AS detail
+FROM counted c JOIN size z ON z.run_id = c.run_id
+WHERE c.holders < CAST(FLOOR(z.members / 2) AS BIGINT) + 1
+""",
+)
+
 CHECKS: tuple[SqlCheck, ...] = (
     VOTE_LOG_RECENCY,
     LEADER_HAS_QUORUM_OF_VOTES,
+    COMMIT_BACKED_BY_QUORUM,
     ONE_VOTE_PER_TERM,
     ONE_LEADER_PER_TERM,
     TERM_STARTS_WITH_NEW_LEADERSHIP_TERM,
@@ -444,6 +532,15 @@ def duckdb_sql(check: SqlCheck) -> str:
     return to_duckdb(check.sql)  # the shared, cached transpile (Spark's join hints dropped)
 
 
+def with_derived_columns(name: str, table: pa.Table) -> pa.Table:
+    """``table`` of trace table ``name`` with the view layer's derived columns it lacks."""
+    wanted = [f.name for f in derived_fields(name) if f.name not in table.column_names]
+    raw = {n: table.column(n) for n in table.column_names}
+    for column, values in derived_columns(name, raw, wanted).items():
+        table = table.append_column(column, values)
+    return table
+
+
 def evaluate_duckdb(check: SqlCheck, tables: dict[str, pa.Table], run_id: str) -> list[dict[str, Any]]:
     """The violation rows (``run_id``, ``detail``) of ``check`` over one run's tables (harness/trace.py's
     ``Run.tables``), evaluated by an in-memory DuckDB. The committed log gets the ``run_id`` column the views
@@ -453,7 +550,7 @@ def evaluate_duckdb(check: SqlCheck, tables: dict[str, pa.Table], run_id: str) -
     con = duckdb.connect()
     try:
         for name in check.tables:
-            table = tables[name]
+            table = with_derived_columns(name, tables[name])
             if "run_id" not in table.column_names:
                 table = table.append_column("run_id", pa.array([run_id] * table.num_rows, pa.string()))
             con.register(name, table)

@@ -7,7 +7,10 @@ columns derived from the raw ones (pyarrow only, so the Spark source can build t
   cheap on DuckDB.
 - ``log`` gets ``entry_digest_hi/lo`` (of the framed entry, with the run's digest function, as
   ``applied.entry_digest``) and the kv request of a ``SessionMessage`` entry: ``req_id``, ``req_op``,
-  ``req_key``, ``req_value``."""
+  ``req_key``, ``req_value``.
+- ``messages`` gets ``log_leadership_term_id``: the term of the sender's last log entry, read from the
+  payload of the messages that carry one (CanvassPosition, RequestVote, Vote, NewLeadershipTerm), else
+  null; ``log_position`` is then the position in that log."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_named
 
 DIGEST_SIZE = 16
@@ -28,6 +32,8 @@ _MESSAGE_HEADER = 8
 _SESSION_MESSAGE_TEMPLATE_ID = 1
 
 DIGEST_COLUMNS: dict[str, tuple[str, ...]] = {"applied": ("entry_digest", "state_digest"), "log": ()}
+LOG_TERM = "log_leadership_term_id"
+_LOG_TERM_OFFSETS: dict[str, int] | None = None  # message name -> offset of its log_leadership_term_id
 REQUEST_FIELDS: dict[str, pa.DataType] = {
     "req_id": pa.int64(),
     "req_op": pa.string(),
@@ -42,6 +48,8 @@ def derived_fields(table: str) -> list[pa.Field]:
     if table == "log":
         out += [pa.field("entry_digest_hi", pa.int64(), True), pa.field("entry_digest_lo", pa.int64(), True)]
         out += [pa.field(n, t, True) for n, t in REQUEST_FIELDS.items()]
+    if table == "messages":
+        out.append(pa.field(LOG_TERM, pa.int64(), True))
     return out
 
 
@@ -114,6 +122,36 @@ def _log_columns(entries: pa.Array | pa.ChunkedArray, wanted: set[str], entry_di
     return out
 
 
+def _log_term_offsets() -> dict[str, int]:
+    global _LOG_TERM_OFFSETS
+    if _LOG_TERM_OFFSETS is None:
+        from clusterlab.core.codec.registry import REGISTRY
+
+        offsets = {}
+        for cls in REGISTRY.values():
+            at = _MESSAGE_HEADER
+            for name, fmt in cls._FIXED:
+                if name == LOG_TERM:
+                    offsets[cls.__name__] = at
+                at += struct.calcsize("<" + fmt)
+        _LOG_TERM_OFFSETS = offsets
+    return _LOG_TERM_OFFSETS
+
+
+def log_terms(msg_types: pa.Array | pa.ChunkedArray, payloads: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each message's ``log_leadership_term_id`` (null where its type has none or its payload is short).
+    Only the few election messages are decoded: the rows are picked by type first."""
+    offsets = _log_term_offsets()
+    out: list[int | None] = [None] * len(msg_types)
+    picked = pc.indices_nonzero(pc.fill_null(pc.is_in(msg_types, pa.array(list(offsets))), False))
+    for i in picked.to_pylist():
+        at = offsets[msg_types[i].as_py()]
+        payload = payloads[i].as_py()
+        if payload is not None and len(payload) >= at + 8:
+            out[i] = struct.unpack_from("<q", payload, at)[0]
+    return pa.array(out, pa.int64())
+
+
 def derived_columns(
     table: str,
     columns: Mapping[str, pa.Array | pa.ChunkedArray],
@@ -129,6 +167,8 @@ def derived_columns(
             out[f"{d}_hi"], out[f"{d}_lo"] = digest_halves(columns[d])
     if table == "log" and "entry" in columns:
         out.update(_log_columns(columns["entry"], wanted, entry_digest))
+    if table == "messages" and LOG_TERM in wanted and {"msg_type", "payload"} <= set(columns):
+        out[LOG_TERM] = log_terms(columns["msg_type"], columns["payload"])
     return out
 
 

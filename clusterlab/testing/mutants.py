@@ -34,6 +34,7 @@ LATE_VOTE_COUNTED = "late-vote-counted"
 LEADER_NEVER_STEPS_DOWN = "leader-never-steps-down"
 # Commit rule
 COMMIT_ON_OWN_APPEND = "commit-on-own-append"
+OLDER_TERM_LOG_COUNTED = "older-term-log-counted"
 # Replication / catch-up
 ACK_BEFORE_APPEND = "ack-before-append"
 SKIP_DIVERGENT_TRUNCATION = "skip-divergent-truncation"
@@ -101,6 +102,13 @@ MUTANTS: dict[str, Mutant] = {
             "commit rule",
             "rules commit_position (core/consensus/log_replication.py LogReplication.update_leader_position)",
             "the leader commits up to its own append position, without waiting for a quorum",
+        ),
+        Mutant(
+            OLDER_TERM_LOG_COUNTED,
+            "commit rule",
+            "rules counts_reported_log (core/consensus/election.py Election._leader_log_replication)",
+            "a new leader counts toward its commit position the canvassed logs of members whose log ends in an "
+            "older term than its own, as if they held its bytes at those positions",
         ),
         Mutant(
             ACK_BEFORE_APPEND,
@@ -244,6 +252,11 @@ class PlantedRules(ConsensusRules):
         if LATE_VOTE_COUNTED in self.names:
             return vote_candidate_term_id <= candidate_term_id  # any ballot of this candidate's, however late
         return super().counts_vote(candidate_term_id, vote_candidate_term_id)
+
+    def counts_reported_log(self, reported_log_term: int, log_leadership_term_id: int, leadership_term_id: int) -> bool:
+        if OLDER_TERM_LOG_COUNTED in self.names:
+            return reported_log_term <= leadership_term_id  # any log, whatever term it ends in
+        return super().counts_reported_log(reported_log_term, log_leadership_term_id, leadership_term_id)
 
     def truncates_divergent_tail(self) -> bool:
         return SKIP_DIVERGENT_TRUNCATION not in self.names

@@ -497,11 +497,12 @@ class Election:
         # Deviation from Aeron (safety): only count members whose reported log ends in our log's
         # term (canvass) or who report in the new term (AppendPosition after accepting our NLT). A
         # member at the same position in an older term does not hold our bytes.
+        counts = self.ctx.rules.counts_reported_log
         quorum = quorum_position(
             (
                 s.log_position
                 for s in self.statuses
-                if s.leadership_term_id in (self.log_leadership_term_id, self.leadership_term_id)
+                if counts(s.leadership_term_id, self.log_leadership_term_id, self.leadership_term_id)
             ),
             self._member_count(),
         )

@@ -60,6 +60,13 @@ class ConsensusRules:
         says nothing about this one)."""
         return vote_candidate_term_id == candidate_term_id
 
+    def counts_reported_log(self, reported_log_term: int, log_leadership_term_id: int, leadership_term_id: int) -> bool:
+        """A leader-elect of ``leadership_term_id`` whose own log ends in ``log_leadership_term_id`` counts a
+        member's reported position toward its commit position only when the member's log ends in the same
+        term, or the member reports in the new term. A log that ends in an older term may hold another
+        term's bytes at the same positions (a deposed leader's uncommitted tail)."""
+        return reported_log_term in (log_leadership_term_id, leadership_term_id)
+
     def truncates_divergent_tail(self) -> bool:
         """A follower cuts an uncommitted tail the new leader's log lacks before following it."""
         return True

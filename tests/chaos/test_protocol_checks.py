@@ -67,6 +67,7 @@ def test_check_names_are_the_catalogue() -> None:
     assert protocol.NAMES == (
         "vote_log_recency",
         "leader_has_quorum_of_votes",
+        "commit_backed_by_quorum",
         "one_vote_per_term",
         "one_leader_per_term",
         "term_starts_with_new_leadership_term",
@@ -112,6 +113,59 @@ def test_a_leader_without_a_quorum_of_votes_fails(clean: Run) -> None:
     assert got == [
         f"member {member} led term {term} with 1 YES vote(s) for that term (its own included); "
         "a quorum of 3 members is 2"
+    ], got
+
+
+def test_a_commit_no_follower_reported_fails(clean: Run) -> None:
+    messages = rows(clean, "messages")
+    leader = next(r["member_id"] for r in messages if r["msg_type"] == "CommitPosition" and r["direction"] == "send")
+    assert judge(clean.tables, "commit_backed_by_quorum") == []
+    # The same run as if that leader had committed without its followers' AppendPositions (on its own append).
+    kept = [r for r in messages if not (r["member_id"] == leader and r["msg_type"] == "AppendPosition")]
+    got = judge(with_rows(clean, "messages", kept), "commit_backed_by_quorum")
+    assert got and all(f"member {leader} " in g and "held by 1 member(s)" in g for g in got), got
+    assert "a quorum of 3 members is 2" in got[0]
+
+
+def _election_commit(canvassed_log_term: int) -> dict[str, pa.Table]:
+    """The messages of one election as member 0 recorded them: it stands for term 2 with a log ending in
+    term 1 at 4096, member 1 canvasses a log ending in ``canvassed_log_term`` at 4096, and member 0 (now
+    leader) sends commit position 4096 before any AppendPosition of term 2 arrives."""
+    from clusterlab.core.codec.consensus import CanvassPosition, CommitPosition, RequestVote
+    from clusterlab.harness.recorder import SCHEMAS, promote
+
+    sent = [
+        ("send", 1, RequestVote(log_leadership_term_id=1, log_position=4096, candidate_term_id=2,
+                                candidate_member_id=0, protocol_version=0)),
+        ("recv", 1, CanvassPosition(log_leadership_term_id=canvassed_log_term, log_position=4096,
+                                    leadership_term_id=1, follower_member_id=1, protocol_version=0)),
+        ("send", 1, CommitPosition(leadership_term_id=2, log_position=4096, leader_member_id=0)),
+    ]  # fmt: skip
+    messages = []
+    for seq, (direction, peer, msg) in enumerate(sent):
+        payload = msg.encode()
+        name, term, position = promote(payload)
+        messages.append(
+            {"run_id": "r", "member_id": 0, "process": "node-0", "incarnation": 0, "seq": seq, "wall_ns": seq,
+             "mono_ns": seq, "direction": direction, "channel": "consensus", "peer": peer, "msg_type": name,
+             "leadership_term_id": term, "log_position": position, "payload": payload}
+        )  # fmt: skip
+    starts = [
+        {"run_id": "r", "wall_ns": 0, "source": f"node-{m}", "member_id": m, "kind": "start", "detail": "{}"}
+        for m in range(3)
+    ]
+    return {
+        "messages": pa.Table.from_pylist(messages, schema=SCHEMAS["messages"]),
+        "events": pa.Table.from_pylist(starts, schema=SCHEMAS["events"]),
+    }
+
+
+def test_a_canvassed_log_backs_a_commit_only_when_it_ends_in_the_leaders_log_term() -> None:
+    assert judge(_election_commit(canvassed_log_term=1), "commit_backed_by_quorum") == []
+    got = judge(_election_commit(canvassed_log_term=0), "commit_backed_by_quorum")
+    assert got == [
+        "member 0 (incarnation 0) sent commit position 4096 in term 2 held by 1 member(s) (itself included) as "
+        "their reports showed it; a quorum of 3 members is 2 (earlier terms committed up to 0)"
     ], got
 
 

@@ -1,6 +1,7 @@
 """The protocol-level checks give the same rows on Spark (golden/spark/check.py runs their SQL on temp views of
 the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
-run with the planted bug of a leader that never finds its quorum inactive, plus a copy of the clean trace whose
+run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
+log of an older term toward its commit position, plus a copy of the clean trace whose
 events gained a second YES vote in one term from a restarted voter."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
 from clusterlab.harness.trace import open_run
 
+from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark
@@ -52,9 +54,13 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("clusterlab.core.consensus.module.has_active_quorum", lambda *a, **k: True)
         stuck = run_scenario("leader-isolation", seed=2, sim=True, directory=base / "stuck", clients=1)
+    counted = run_scenario(
+        "older-term-tail", seed=1, sim=True, directory=base / "counted", clients=1, mutants=[OLDER_TERM_LOG_COUNTED]
+    )
     return {
         "clean": clean.trace_dir,
         "stuck": stuck.trace_dir,
+        "counted": counted.trace_dir,
         "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
     }
 
@@ -65,11 +71,12 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # three simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # four simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
     assert expected["stuck"]["leader_steps_down_without_quorum"]
+    assert expected["counted"]["commit_backed_by_quorum"]
     assert expected["double-vote"]["one_vote_per_term"]
     run_ids = {name: open_run(d).meta["run_id"] for name, d in traces.items()}
     assert len(set(run_ids.values())) == len(run_ids)
