@@ -497,13 +497,9 @@ class Election:
         # Deviation from Aeron (safety): only count members whose reported log ends in our log's
         # term (canvass) or who report in the new term (AppendPosition after accepting our NLT). A
         # member at the same position in an older term does not hold our bytes.
-        counts = self.ctx.rules.counts_reported_log
+        rules, log_term, term = self.ctx.rules, self.log_leadership_term_id, self.leadership_term_id
         quorum = quorum_position(
-            (
-                s.log_position
-                for s in self.statuses
-                if counts(s.leadership_term_id, self.log_leadership_term_id, self.leadership_term_id)
-            ),
+            (s.log_position for s in self.statuses if rules.counts_reported_log(s.leadership_term_id, log_term, term)),
             self._member_count(),
         )
         work = self._publish_new_leadership_term_on_interval(now_ns)
