@@ -78,7 +78,8 @@ class HashOrder(Ledger):
     def execute(self, payload: bytes) -> dict[str, Any]:
         reply = super().execute(payload)
         if b'"deposit"' in payload and self.accounts:
-            order = ",".join(set(self.accounts))  # the bug: a set of strings iterates in hash order
+            names = set(sorted(self.accounts))  # built in one order here and after a restore alike
+            order = ",".join(names)  # the bug: a set of strings iterates in hash order
             self._set_account("first", 0, zlib.crc32(order.encode()))
         return reply
 
