@@ -23,6 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_named
+from clusterlab.core.codec.registry import REGISTRY
 
 DIGEST_SIZE = 16
 # A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header (block
@@ -125,8 +126,6 @@ def _log_columns(entries: pa.Array | pa.ChunkedArray, wanted: set[str], entry_di
 def _log_term_offsets() -> dict[str, int]:
     global _LOG_TERM_OFFSETS
     if _LOG_TERM_OFFSETS is None:
-        from clusterlab.core.codec.registry import REGISTRY
-
         offsets = {}
         for cls in REGISTRY.values():
             at = _MESSAGE_HEADER

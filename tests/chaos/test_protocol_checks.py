@@ -17,7 +17,9 @@ from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
+from clusterlab.core.codec.consensus import CanvassPosition, CommitPosition, RequestVote
 from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety, fold_recorded_run
+from clusterlab.harness.recorder import SCHEMAS, promote
 from clusterlab.harness.trace import Run, open_run
 
 pytestmark = pytest.mark.sim
@@ -131,9 +133,6 @@ def _election_commit(canvassed_log_term: int) -> dict[str, pa.Table]:
     """The messages of one election as member 0 recorded them: it stands for term 2 with a log ending in
     term 1 at 4096, member 1 canvasses a log ending in ``canvassed_log_term`` at 4096, and member 0 (now
     leader) sends commit position 4096 before any AppendPosition of term 2 arrives."""
-    from clusterlab.core.codec.consensus import CanvassPosition, CommitPosition, RequestVote
-    from clusterlab.harness.recorder import SCHEMAS, promote
-
     sent = [
         ("send", 1, RequestVote(log_leadership_term_id=1, log_position=4096, candidate_term_id=2,
                                 candidate_member_id=0, protocol_version=0)),
