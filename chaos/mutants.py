@@ -91,6 +91,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.CLOSED_SESSION_KEPT: [Attempt("client-silence", s) for s in (1, 2)],
     m.FIRED_TIMER_KEPT: [Attempt(s, 1, service="counter") for s in ("leader-kill", "leader-isolation")],
     m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", 1), Attempt("snapshot-election", 4)],
+    m.TIMERS_LEFT_OUT_OF_SNAPSHOT: [Attempt("full-restart", s, service="counter") for s in (1, 2)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.RESEND_APPLIED_TWICE: [Attempt("client-resends", s) for s in (1, 2)],

@@ -511,6 +511,79 @@ WHERE c.holders < CAST(FLOOR(z.members / 2) AS BIGINT) + 1
 """,
 )
 
+# A node's ``snapshot`` event (taken) and ``snapshot_loaded`` event (restored at start) carry a summary of
+# the consensus module's state as that snapshot holds it (``Snapshots.module_state``); older traces have none
+# and are not judged.
+SNAPSHOT_RESTORES_MODULE_STATE = SqlCheck(
+    name="snapshot_restores_module_state",
+    description="a member restored from a consensus-module snapshot gets back the sessions, timers and pending "
+    "service messages the module held where that snapshot was taken",
+    tables=("events",),
+    sql="""
+WITH states AS (
+  SELECT run_id, member_id, incarnation, kind, log_position,
+         get_json_object(detail, '$.module_state.crc') AS crc,
+         concat(get_json_object(detail, '$.module_state.sessions'), ' sessions, ',
+                get_json_object(detail, '$.module_state.timers'), ' timers, ',
+                get_json_object(detail, '$.module_state.pending_messages'), ' pending service messages (crc ',
+                get_json_object(detail, '$.module_state.crc'), ')') AS held
+  FROM events
+  WHERE kind IN ('snapshot', 'snapshot_loaded') AND source LIKE 'node-%' AND log_position IS NOT NULL
+        AND get_json_object(detail, '$.module_state.crc') IS NOT NULL
+),
+taken AS (
+  SELECT run_id, log_position, min(held) AS held, collect_set(crc) AS crcs
+  FROM states WHERE kind = 'snapshot' GROUP BY run_id, log_position
+)
+SELECT l.run_id,
+       concat('member ', CAST(l.member_id AS STRING), '/', CAST(l.incarnation AS STRING),
+              ' restored the consensus-module snapshot at log position ', CAST(l.log_position AS STRING),
+              ' with ', l.held, ', but the module that took it there held ', t.held) AS detail
+FROM states l JOIN taken t ON t.run_id = l.run_id AND t.log_position = l.log_position
+WHERE l.kind = 'snapshot_loaded' AND NOT array_contains(t.crcs, l.crc)
+""",
+)
+
+# The sessions a consensus module holds where it takes or restores a snapshot (``module_state.sessions``)
+# against the committed log's SessionOpen and SessionClose entries up to there, which every member's service
+# applies: judged only where the trace's committed log starts at position 0.
+OPEN_SESSIONS_AGREE = SqlCheck(
+    name="open_sessions_agree",
+    description="where a member's consensus module takes or restores a snapshot it holds as many client "
+    "sessions as the committed log has opened and not closed up to there (the sessions its service holds)",
+    tables=("events", "log"),
+    sql="""
+WITH snaps AS (
+  SELECT run_id, member_id, incarnation, kind, log_position,
+         CAST(get_json_object(detail, '$.module_state.sessions') AS BIGINT) AS sessions
+  FROM events
+  WHERE kind IN ('snapshot', 'snapshot_loaded') AND source LIKE 'node-%' AND log_position IS NOT NULL
+        AND get_json_object(detail, '$.module_state.sessions') IS NOT NULL
+),
+bounds AS (
+  SELECT run_id, min(log_position - octet_length(entry)) AS first_start, max(log_position) AS end_position
+  FROM log GROUP BY run_id
+),
+in_log AS (
+  SELECT /*+ BROADCAST(s) */ s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions,
+         sum(CASE WHEN l.entry_type = 'SessionOpen' THEN 1 WHEN l.entry_type = 'SessionClose' THEN -1 ELSE 0 END)
+           AS open_in_log
+  FROM snaps s
+  LEFT JOIN log l ON l.run_id = s.run_id AND l.log_position <= s.log_position
+                     AND l.entry_type IN ('SessionOpen', 'SessionClose')
+  GROUP BY s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions
+)
+SELECT i.run_id,
+       concat('the consensus module of member ', CAST(i.member_id AS STRING), '/', CAST(i.incarnation AS STRING),
+              ' held ', CAST(i.sessions AS STRING), ' client session(s) when it ',
+              CASE WHEN i.kind = 'snapshot' THEN 'took' ELSE 'restored' END,
+              ' the snapshot at log position ', CAST(i.log_position AS STRING), ', where the committed log has ',
+              CAST(i.open_in_log AS STRING), ' open (opened and not closed), as every service holds') AS detail
+FROM in_log i JOIN bounds b ON b.run_id = i.run_id
+WHERE b.first_start = 0 AND i.log_position <= b.end_position AND i.sessions <> i.open_in_log
+""",
+)
+
 CHECKS: tuple[SqlCheck, ...] = (
     VOTE_LOG_RECENCY,
     LEADER_HAS_QUORUM_OF_VOTES,
@@ -523,6 +596,8 @@ CHECKS: tuple[SqlCheck, ...] = (
     SESSIONS_CLOSE_EVERYWHERE,
     TIMERS_FIRE_ONCE,
     SNAPSHOTS_AGREE,
+    SNAPSHOT_RESTORES_MODULE_STATE,
+    OPEN_SESSIONS_AGREE,
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 

@@ -47,6 +47,7 @@ CLOSED_SESSION_KEPT = "closed-session-kept"
 FIRED_TIMER_KEPT = "fired-timer-kept"
 # Snapshots
 SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
+TIMERS_LEFT_OUT_OF_SNAPSHOT = "timers-left-out-of-snapshot"
 # Service determinism (in the service: harness/services/kv.py)
 SERVICE_WALL_CLOCK = "service-wall-clock"
 STALE_READ = "stale-read"
@@ -159,6 +160,13 @@ MUTANTS: dict[str, Mutant] = {
             "snapshots",
             "rules snapshot_position (core/consensus/snapshots.py Snapshots.take_snapshot)",
             "a member records its snapshot at its local append position instead of the ClusterAction's",
+        ),
+        Mutant(
+            TIMERS_LEFT_OUT_OF_SNAPSHOT,
+            "snapshots",
+            "rules snapshot_timers (core/consensus/snapshots.py Snapshots.take_snapshot)",
+            "the consensus module's snapshot records no timers: a member restored from it never fires the "
+            "timers that were pending, though its service still waits for them",
         ),
         Mutant(
             SERVICE_WALL_CLOCK,
@@ -301,6 +309,9 @@ class PlantedRules(ConsensusRules):
 
     def snapshot_position(self, action_position: int, append_position: int) -> int:
         return append_position if SNAPSHOT_AT_LOCAL_POSITION in self.names else action_position
+
+    def snapshot_timers(self, timers: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        return [] if TIMERS_LEFT_OUT_OF_SNAPSHOT in self.names else timers
 
 
 def rules_for(names: Iterable[str]) -> ConsensusRules:

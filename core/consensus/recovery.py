@@ -67,7 +67,7 @@ def recover(
         st.restore_commit_position(snapshots.load_snapshot(cm_snapshot.recording_id))
         st.event(
             "snapshot_loaded",
-            {"recording_id": cm_snapshot.recording_id},
+            {"recording_id": cm_snapshot.recording_id, "module_state": snapshots.module_state()},
             term=cm_snapshot.leadership_term_id,
             pos=st.commit_position,
         )

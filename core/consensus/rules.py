@@ -113,5 +113,10 @@ class ConsensusRules:
         """A member's snapshot is recorded at the position of the ClusterAction that asked for it."""
         return action_position
 
+    def snapshot_timers(self, timers: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The timers a consensus-module snapshot records, as (correlation_id, deadline): every one
+        scheduled, so a member restored from it fires them as the one that took it would."""
+        return timers
+
 
 PROTOCOL_RULES = ConsensusRules()

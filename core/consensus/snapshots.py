@@ -4,6 +4,7 @@ every service acked it, and loading the latest on recovery. Aeron's ``ConsensusM
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -134,7 +135,7 @@ class Snapshots:
                     response_channel=s.response_channel,
                 ).encode()
             )
-        for correlation_id, deadline in services.timer_service.snapshot():
+        for correlation_id, deadline in st.rules.snapshot_timers(services.timer_service.snapshot()):
             records.append(TimerRecord(correlation_id=correlation_id, deadline=deadline).encode())
         for service_id, q in enumerate(services.pending_service_messages):
             records.append(
@@ -163,8 +164,35 @@ class Snapshots:
         )
         self.snapshot_count += 1
         st.event(
-            "snapshot", {"recording_id": recording_id, "services": service_recording_ids}, term=term, pos=log_position
+            "snapshot",
+            {"recording_id": recording_id, "services": service_recording_ids, "module_state": self.module_state()},
+            term=term,
+            pos=log_position,
         )
+
+    def module_state(self) -> dict[str, Any]:
+        """What a consensus-module snapshot holds, summarised for the trace: counts of sessions, timers
+        and pending service messages, and a CRC-32 of all of it (sessions as a snapshot writes them).
+        Taken from the live state when a snapshot is written and again once one is loaded, so a trace
+        check can ask that a restore gives back what was taken."""
+        services = self._services
+        sessions = sorted(
+            (
+                s.cluster_session_id,
+                s.correlation_id,
+                s.state == ClusterSessionState.CLOSING and s.close_reason is not None,
+            )
+            for s in self._sessions.sessions.values()
+        )
+        timers = services.timer_service.snapshot()
+        pending = [len(q) for q in services.pending_service_messages]
+        text = repr((self._sessions.log_next_session_id, sessions, timers, pending))
+        return {
+            "sessions": len(sessions),
+            "timers": len(timers),
+            "pending_messages": sum(pending),
+            "crc": f"{zlib.crc32(text.encode()):08x}",
+        }
 
     def load_snapshot(self, recording_id: int) -> int:
         """Restore sessions, timers, ids and pending service messages; returns the snapshot's position."""

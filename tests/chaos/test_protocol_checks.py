@@ -22,6 +22,8 @@ from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafe
 from clusterlab.harness.recorder import SCHEMAS, promote
 from clusterlab.harness.trace import Run, open_run
 
+from clusterlab.testing.mutants import TIMERS_LEFT_OUT_OF_SNAPSHOT
+
 pytestmark = pytest.mark.sim
 
 
@@ -78,6 +80,8 @@ def test_check_names_are_the_catalogue() -> None:
         "sessions_close_everywhere",
         "timers_fire_once",
         "snapshots_agree",
+        "snapshot_restores_module_state",
+        "open_sessions_agree",
     )
 
 
@@ -344,4 +348,62 @@ def test_a_timer_still_scheduled_after_its_timer_event_fails(timed: Run) -> None
         f"member {kept['member_id']} (incarnation {kept['incarnation']}) read the TimerEvent of timer "
         f"{json.loads(kept['detail'])['correlation_id']} ending at log position {kept['log_position']} and still "
         "has that timer scheduled: a next leader fires it again"
+    ], got
+
+
+@pytest.fixture(scope="module")
+def restored(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A seeded simulator full restart of the counter service: a snapshot with its idle timer pending, then
+    every member restarts from it."""
+    r = run_scenario("full-restart", seed=1, sim=True, directory=tmp_path_factory.mktemp("restored"), service="counter")
+    assert r.ok, r.failure_message()
+    return open_run(r.trace_dir)
+
+
+def _module_state(event: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(event["detail"])["module_state"])
+
+
+def test_a_restore_that_loses_module_state_fails(restored: Run) -> None:
+    assert judge(restored.tables, "snapshot_restores_module_state") == []
+    events = rows(restored, "events")
+    loads = [e for e in events if e["kind"] == "snapshot_loaded"]
+    taken = {e["log_position"]: _module_state(e) for e in events if e["kind"] == "snapshot"}
+    assert loads and all(e["log_position"] in taken for e in loads), "every member restarts from a snapshot"
+    load = loads[0]
+    held = taken[load["log_position"]]
+    assert _module_state(load) == held and held["timers"] >= 1, "the restore gives back a pending timer"
+    lost = dict(held, timers=0, crc="00000000")  # restored without its timers
+    load["detail"] = json.dumps(dict(json.loads(load["detail"]), module_state=lost))
+    got = judge(with_rows(restored, "events", events), "snapshot_restores_module_state")
+    assert got == [
+        f"member {load['member_id']}/{load['incarnation']} restored the consensus-module snapshot at log position "
+        f"{load['log_position']} with {held['sessions']} sessions, 0 timers, {held['pending_messages']} pending "
+        f"service messages (crc 00000000), but the module that took it there held {held['sessions']} sessions, "
+        f"{held['timers']} timers, {held['pending_messages']} pending service messages (crc {held['crc']})"
+    ], got
+
+
+def test_timers_left_out_of_the_snapshot_are_caught_black_box(tmp_path: Path) -> None:
+    r = run_scenario(
+        "full-restart", seed=1, sim=True, directory=tmp_path, service="counter", mutants=[TIMERS_LEFT_OUT_OF_SNAPSHOT]
+    )
+    assert not r.ok
+    assert "snapshot_restores_module_state" in r.failure_message(), r.failure_message()
+
+
+def test_a_module_holding_a_session_the_log_never_opened_fails(restored: Run) -> None:
+    assert judge(restored.tables, "open_sessions_agree") == []
+    events = rows(restored, "events")
+    taken = next(e for e in events if e["kind"] == "snapshot" and e["source"].startswith("node-"))
+    held = _module_state(taken)
+    assert held["sessions"] >= 1, "the clients' sessions are open at the snapshot"
+    taken["detail"] = json.dumps(
+        dict(json.loads(taken["detail"]), module_state=dict(held, sessions=held["sessions"] + 1))
+    )
+    got = judge(with_rows(restored, "events", events), "open_sessions_agree")
+    assert got == [
+        f"the consensus module of member {taken['member_id']}/{taken['incarnation']} held {held['sessions'] + 1} "
+        f"client session(s) when it took the snapshot at log position {taken['log_position']}, where the committed "
+        f"log has {held['sessions']} open (opened and not closed), as every service holds"
     ], got

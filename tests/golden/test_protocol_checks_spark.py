@@ -1,8 +1,9 @@
 """The protocol-level checks give the same rows on Spark (golden/spark/check.py runs their SQL on temp views of
 the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
 run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
-log of an older term toward its commit position, plus a copy of the clean trace whose
-events gained a second YES vote in one term from a restarted voter."""
+log of an older term toward its commit position, one whose members restart from snapshots without their
+timers, plus a copy of a clean trace whose events gained a second YES vote in one term from a restarted
+voter and a copy of the timerless one whose module took a snapshot with a session too many."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
 from clusterlab.harness.trace import open_run
 
-from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED
+from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED, TIMERS_LEFT_OUT_OF_SNAPSHOT
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark
@@ -44,6 +45,24 @@ def _double_vote(clean: Path, into: Path) -> Path:
     return into
 
 
+def _extra_session(forgotten: Path, into: Path) -> Path:
+    """A copy of ``forgotten`` with one more ``snapshot`` event, of a later incarnation of the first member
+    that took one, whose module held a session the committed log never opened."""
+    shutil.copytree(forgotten, into)
+    run = open_run(into)
+    taken = next(e for e in run.events.to_pylist() if e["kind"] == "snapshot" and e["source"].startswith("node-"))
+    detail = json.loads(taken["detail"])
+    state = dict(detail["module_state"], sessions=detail["module_state"]["sessions"] + 1)
+    again = dict(
+        taken, incarnation=taken["incarnation"] + 9, seq=10**6, detail=json.dumps(dict(detail, module_state=state))
+    )
+    path = into / "events" / f"node-{taken['member_id']}-i9.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMAS["events"]) as w:
+        w.write_table(pa.Table.from_pylist([again], schema=SCHEMAS["events"]))
+    plant.reseal(into)
+    return into
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("protocol-spark")
@@ -57,11 +76,21 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     counted = run_scenario(
         "older-term-tail", seed=1, sim=True, directory=base / "counted", clients=1, mutants=[OLDER_TERM_LOG_COUNTED]
     )
+    forgotten = run_scenario(
+        "full-restart",
+        seed=1,
+        sim=True,
+        directory=base / "forgotten",
+        service="counter",
+        mutants=[TIMERS_LEFT_OUT_OF_SNAPSHOT],
+    )
     return {
         "clean": clean.trace_dir,
         "stuck": stuck.trace_dir,
         "counted": counted.trace_dir,
+        "forgotten": forgotten.trace_dir,
         "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
+        "extra-session": _extra_session(forgotten.trace_dir, base / "extra-session"),
     }
 
 
@@ -71,16 +100,19 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # four simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # five simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
     assert expected["stuck"]["leader_steps_down_without_quorum"]
     assert expected["counted"]["commit_backed_by_quorum"]
     assert expected["double-vote"]["one_vote_per_term"]
+    assert expected["forgotten"]["snapshot_restores_module_state"]
+    assert not expected["forgotten"]["open_sessions_agree"]
+    assert expected["extra-session"]["open_sessions_agree"]
     run_ids = {name: open_run(d).meta["run_id"] for name, d in traces.items()}
     assert len(set(run_ids.values())) == len(run_ids)
-    report = check_runs(list(traces.values()), spark=spark, write_json=False)  # one job over the three
+    report = check_runs(list(traces.values()), spark=spark, write_json=False)  # one job over them all
     assert report.complete
     for name, run_id in run_ids.items():
         for check in CHECKS:
