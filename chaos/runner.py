@@ -20,7 +20,7 @@ from clusterlab.chaos.limits import run_arguments_error
 from clusterlab.chaos.sample_workloads import WORKLOADS
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
-from clusterlab.chaos.schedule import Schedule, schedule_from_spec, schedule_spec
+from clusterlab.chaos.schedule import Schedule, loses_replies, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import Workload, make_workload
@@ -390,7 +390,7 @@ def run_scenario(
         settle_s=settle_s,
         workload=workload,
         tripwire=tripwire,
-        client_resends=spec.client_resends,
+        client_resends=spec.client_resends or loses_replies(plan),
     )
     started = time.monotonic()
     try:

@@ -25,6 +25,7 @@ from clusterlab.chaos.nemesis import (
     KillService,
     KillVoter,
     LateMessages,
+    LostReplies,
     Nemesis,
     OlderTermTail,
     OneWayLink,
@@ -112,7 +113,8 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
         hold = rng.uniform(0.5, 2.0)
         steps += [fault(make(rng), hold), quiet(rng.uniform(0.3, 1.0))]
         spent += hold + steps[-1].seconds
-    return Schedule(seed, _with_older_term_tail(seed, _with_late_messages(seed, steps, sim=sim)))
+    steps = _with_older_term_tail(seed, _with_late_messages(seed, steps, sim=sim))
+    return Schedule(seed, _with_client_resends(seed, steps, sim=sim))
 
 
 LATE_MESSAGES_SHARE = 0.3
@@ -152,6 +154,29 @@ def _with_older_term_tail(seed: int, steps: list[Step]) -> list[Step]:
     tail = OlderTermTail(tail_s=rng.choice((0.05, 0.1, 0.2)), lead_s=rng.choice((0.0, 0.0, 0.1)))
     at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
     return [*steps[:at], fault(tail, rng.uniform(1.0, 2.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+
+
+CLIENT_RESENDS_SHARE = 0.15
+"""The share of random simulator schedules whose replies are lost for a while before a leader kill."""
+
+
+def _with_client_resends(seed: int, steps: list[Step], *, sim: bool) -> list[Step]:
+    """``steps`` with, for a CLIENT_RESENDS_SHARE of simulator seeds, every reply lost for a while and then
+    the leader killed (after a quiet step), drawn from its own stream like the late messages. The runner's
+    clients resend in a schedule that loses replies (:func:`loses_replies`), so unanswered requests are
+    sent again with the same id, across that leader change too."""
+    rng = random.Random(f"client-resends:{seed}")
+    if not sim or rng.random() >= CLIENT_RESENDS_SHARE:
+        return steps
+    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
+    lost = [fault(LostReplies(), rng.uniform(0.5, 1.5)), quiet(rng.uniform(0.2, 0.6))]
+    kill = [fault(Kill(who="leader"), rng.uniform(0.8, 1.5)), quiet(rng.uniform(0.3, 1.0))]
+    return [*steps[:at], *lost, *kill, *steps[at:]]
+
+
+def loses_replies(schedule: Schedule) -> bool:
+    """Whether ``schedule`` loses the clients' replies for a while (its clients must resend)."""
+    return any(isinstance(s.nemesis, LostReplies) for s in schedule.steps)
 
 
 # ------------------------------------------------------------------------------ explicit schedules

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.runner import run_scenario
+from clusterlab.chaos.schedule import loses_replies, random_schedule
 from clusterlab.harness.local import tag_client
 from clusterlab.harness.trace import open_run
 
@@ -47,3 +48,21 @@ def test_only_a_json_object_is_tagged_with_the_client() -> None:
     assert tag_client(b'{"client":3,"id":1}', 7) == b'{"client":3,"id":1}'  # already tagged: as it is
     assert tag_client(b"\x00binary", 7) == b"\x00binary"
     assert tag_client(b"[1,2]", 7) == b"[1,2]"
+
+
+def test_random_simulator_schedules_lose_replies_before_a_leader_kill_for_some_seeds() -> None:
+    schedules = [random_schedule(seed, 10.0, sim=True) for seed in range(1, 201)]
+    losing = [s for s in schedules if loses_replies(s)]
+    assert 0.08 * len(schedules) <= len(losing) <= 0.25 * len(schedules)
+    for s in losing:
+        steps = s.describe()
+        at = next(i for i, d in enumerate(steps) if d.startswith("lost-replies"))
+        assert steps[at + 2].startswith("kill(who=leader"), steps  # the leader change after the lost replies
+    assert not any(loses_replies(random_schedule(seed, 10.0, sim=False)) for seed in range(1, 201))
+
+
+def test_a_random_run_that_loses_replies_resends_and_applies_each_once(tmp_path: Path) -> None:
+    seed = next(s for s in range(1, 50) if loses_replies(random_schedule(s, 10.0, sim=True)))
+    r = run_scenario("random", seed=seed, sim=True, directory=tmp_path)
+    assert r.ok, r.failure_message()
+    assert r.client_resends and resent_requests(r.trace_dir) >= 1
