@@ -405,6 +405,7 @@ class SimWorkload(Workload):
     attempt_timeout_s: float = 0.5
     resent: int = 0  # requests sent again (the run's count of resends)
     _attempt_at: dict[int, float] = field(default_factory=dict)  # op id -> when it is next resent
+    _sender: dict[int, int] = field(default_factory=dict)  # op id -> the client that first sent it (its tag)
     reconnects: int = 0
     _client: Any = None
     _seen: int = 0
@@ -442,8 +443,12 @@ class SimWorkload(Workload):
         return self.resends and self.service_workload.resend
 
     def _payload(self, op: Op, c: Any) -> bytes:
+        """The request of ``op``; with resends tagged with the client that first sent it, so a request
+        resent through a replacement client (its first one hung or failed) is the same request."""
         payload: bytes = self.service_workload.payload(op, op.op_id)
-        return tag_client(payload, int(c.client_id)) if self._resending else payload
+        if not self._resending:
+            return payload
+        return tag_client(payload, self._sender.setdefault(op.op_id, int(c.client_id)))
 
     def _send(self, op: Op, c: Any, now: float) -> None:
         """Offer ``op`` (again) through client ``c``; the next resend is due an attempt timeout later."""
@@ -456,6 +461,7 @@ class SimWorkload(Workload):
         timed out); without, or once ``request_timeout_s`` passed or the client failed, False."""
         if not self._resending or c.errors or now - op.invoked_at > self.request_timeout_s:
             self._attempt_at.pop(op.op_id, None)
+            self._sender.pop(op.op_id, None)
             return False
         if c.client.is_connected and (moved or now >= self._attempt_at.get(op.op_id, now)):
             self._send(op, c, now)
@@ -487,6 +493,7 @@ class SimWorkload(Workload):
             op = self._open.pop(op_id, None) if isinstance(op_id, int) else None
             if op is None:
                 continue
+            self._sender.pop(op.op_id, None)
             self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply))
             self._complete(op, reply, now)
         self._seen = len(c.received)
@@ -509,6 +516,7 @@ class SimWorkload(Workload):
                     continue
                 if op is not None and reply.get("id") == op.op_id:
                     del self._sim_flights[i]
+                    self._sender.pop(op.op_id, None)
                     self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply), c)
                     self._complete(op, reply, now)
                     op = None

@@ -66,3 +66,14 @@ def test_a_random_run_that_loses_replies_resends_and_applies_each_once(tmp_path:
     r = run_scenario("random", seed=seed, sim=True, directory=tmp_path)
     assert r.ok, r.failure_message()
     assert r.client_resends and resent_requests(r.trace_dir) >= 1
+
+
+def test_a_request_resent_through_a_replacement_client_is_the_same_request(tmp_path: Path) -> None:
+    """Seed 111's schedule loses replies, then hangs a client: its unanswered request is resent by the
+    client that replaces it, tagged as its first sender's (else the store applies it a second time)."""
+    r = run_scenario("random", seed=111, sim=True, directory=tmp_path)
+    assert r.ok, r.failure_message()
+    ops = open_run(r.trace_dir).tables["ops"].to_pylist()
+    invoked_by = {o["op_id"]: o["client_id"] for o in ops if o["kind"] == "invoke"}
+    moved = [o for o in ops if o["kind"] == "ok" and invoked_by.get(o["op_id"]) not in (None, o["client_id"])]
+    assert moved, "some request was answered to the client that replaced its sender"
