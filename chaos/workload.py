@@ -396,7 +396,8 @@ class SimWorkload(Workload):
     With ``resends`` and a service that deduplicates (``ServiceWorkload.resend``) a request carries the
     client's id (the ``client`` field, as a real client adds it) and is resent, the same bytes, when the
     session moves and every ``attempt_timeout_s``, until answered or ``request_timeout_s``: the
-    service must apply it once."""
+    service must apply it once. With ``resends`` a client whose requests go unanswered ``silent_limit`` times
+    in a row reconnects (whatever the service), as the real resending client does."""
 
     cluster: Any = None
     recording: Any = None
@@ -406,6 +407,8 @@ class SimWorkload(Workload):
     resent: int = 0  # requests sent again (the run's count of resends)
     _attempt_at: dict[int, float] = field(default_factory=dict)  # op id -> when it is next resent
     _sender: dict[int, int] = field(default_factory=dict)  # op id -> the client that first sent it (its tag)
+    silent_limit: int = 2  # with resends: requests in a row given up unanswered before the client reconnects
+    _unanswered: dict[int, int] = field(default_factory=dict)  # client id -> requests given up in a row
     reconnects: int = 0
     _client: Any = None
     _seen: int = 0
@@ -468,6 +471,18 @@ class SimWorkload(Workload):
             self.resent += 1
         return True
 
+    def _answered(self, c: Any) -> None:
+        self._unanswered[int(c.client_id)] = 0
+
+    def _unanswered_op(self, c: Any) -> None:
+        """An op of ``c`` given up with no reply (not for a leader change). With ``resends`` the client
+        reconnects after ``silent_limit`` in a row, as the real resending client does: a session the
+        cluster closed while its replies (the close among them) were lost never answers again."""
+        n = self._unanswered.get(int(c.client_id), 0) + 1
+        self._unanswered[int(c.client_id)] = n
+        if self.resends and n >= self.silent_limit and not c.errors:
+            c.errors.append(TimeoutError(f"no reply to {n} requests in a row: reconnecting"))
+
     def _ensure_client(self, now: float) -> Any:
         c = self._client
         if c is None or c.client.is_closed or c.errors:
@@ -494,6 +509,7 @@ class SimWorkload(Workload):
             if op is None:
                 continue
             self._sender.pop(op.op_id, None)
+            self._answered(c)
             self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply))
             self._complete(op, reply, now)
         self._seen = len(c.received)
@@ -517,6 +533,7 @@ class SimWorkload(Workload):
                 if op is not None and reply.get("id") == op.op_id:
                     del self._sim_flights[i]
                     self._sender.pop(op.op_id, None)
+                    self._answered(c)
                     self._record(op, "fail" if "error" in reply else "ok", _reply_text(reply), c)
                     self._complete(op, reply, now)
                     op = None
@@ -529,6 +546,8 @@ class SimWorkload(Workload):
                 del self._sim_flights[i]
                 self._record(op, "info", None, c)
                 self._give_up(op, now)
+                if not (moved or c.errors):
+                    self._unanswered_op(c)
                 op = None
             if op is not None or not c.client.is_connected or not self._due(now):
                 continue
@@ -554,6 +573,8 @@ class SimWorkload(Workload):
             del self._open[op.op_id]  # sent to a leader that died, or lost: it frees its key
             self._record(op, "info")
             self._give_up(op, now)
+            if not moved:
+                self._unanswered_op(c)
         if not c.client.is_connected:
             return
         while self._due(now):

@@ -77,3 +77,12 @@ def test_a_request_resent_through_a_replacement_client_is_the_same_request(tmp_p
     invoked_by = {o["op_id"]: o["client_id"] for o in ops if o["kind"] == "invoke"}
     moved = [o for o in ops if o["kind"] == "ok" and invoked_by.get(o["op_id"]) not in (None, o["client_id"])]
     assert moved, "some request was answered to the client that replaced its sender"
+
+
+def test_a_resending_client_whose_session_closed_unheard_reconnects(tmp_path: Path) -> None:
+    """Seed 131's schedule (5 members, timers) loses replies just as the client's ``close`` op closes its
+    session: the SessionEvent saying so is lost, so the session never answers again. The client of a run
+    that resends reconnects after two unanswered requests in a row, and the run makes progress."""
+    r = run_scenario("random", seed=131, members=5, sim=True, directory=tmp_path, service="timers")
+    assert r.ok, r.failure_message()
+    assert r.client_resends
