@@ -3,7 +3,7 @@ the clustertrace source) as on DuckDB (the local verdict), on a clean trace and 
 run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
 log of an older term toward its commit position, one whose members restart from snapshots without their
 timers, plus a copy of a clean trace whose events gained a second YES vote in one term from a restarted
-voter and a copy of the timerless one whose module took a snapshot with a session too many."""
+voter and a copy of a clean full restart whose module took a snapshot with a session too many."""
 
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ def _double_vote(clean: Path, into: Path) -> Path:
     return into
 
 
-def _extra_session(forgotten: Path, into: Path) -> Path:
-    """A copy of ``forgotten`` with one more ``snapshot`` event, of a later incarnation of the first member
+def _extra_session(restored: Path, into: Path) -> Path:
+    """A copy of ``restored`` with one more ``snapshot`` event, of a later incarnation of the first member
     that took one, whose module held a session the committed log never opened."""
-    shutil.copytree(forgotten, into)
+    shutil.copytree(restored, into)
     run = open_run(into)
     taken = next(e for e in run.events.to_pylist() if e["kind"] == "snapshot" and e["source"].startswith("node-"))
     detail = json.loads(taken["detail"])
@@ -76,6 +76,8 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     counted = run_scenario(
         "older-term-tail", seed=1, sim=True, directory=base / "counted", clients=1, mutants=[OLDER_TERM_LOG_COUNTED]
     )
+    restored = run_scenario("full-restart", seed=1, sim=True, directory=base / "restored", service="counter")
+    assert restored.ok, restored.failure_message()
     forgotten = run_scenario(
         "full-restart",
         seed=1,
@@ -90,7 +92,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "counted": counted.trace_dir,
         "forgotten": forgotten.trace_dir,
         "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
-        "extra-session": _extra_session(forgotten.trace_dir, base / "extra-session"),
+        "extra-session": _extra_session(restored.trace_dir, base / "extra-session"),
     }
 
 
@@ -100,7 +102,7 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # five simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # six simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
