@@ -80,6 +80,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.VOTE_NOT_PERSISTED: [Attempt("kill-voter-and-candidate", s) for s in (4, 6)],
     m.QUORUM_OFF_BY_ONE: [Attempt("minority-partition", s) for s in (1, 2)],
     m.LATE_VOTE_COUNTED: [Attempt("late-votes", s, members=5) for s in (3, 8)],
+    m.VOTE_PROMISE_BROKEN: [Attempt("stalled-candidate", s) for s in (1, 2)],
     m.OLDER_TERM_LOG_COUNTED: [Attempt("older-term-tail", s) for s in (1, 2)],
     m.LEADER_NEVER_STEPS_DOWN: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.COMMIT_ON_OWN_APPEND: [Attempt("leader-isolation", s) for s in (1, 2)],

@@ -436,6 +436,74 @@ class KillVoter(Nemesis):
 
 
 @dataclass
+class StalledCandidate(Nemesis):
+    """A voter whose candidate stalls while the old leader lives. The leader's messages to its followers are
+    dropped (it still hears them, so it keeps leading until its heartbeat timeout); they start an election,
+    and each nominee's messages to the leader are dropped too (its RequestVote would depose the leader).
+    Once a member has voted YES, its candidate is paused (the ballot stalls) and the others hear only the
+    leader: when a voter's ballot times out and it canvasses again, the leader answers its
+    CanvassPosition with a NewLeadershipTerm of the older term, which the voter's YES vote promised to
+    refuse (``vote_promise_kept``). Heal resumes the candidate and heals the network."""
+
+    name: str = "stalled-candidate"
+    wait_s: float = 5.0  # how long to watch for each step (target time)
+    poll_s: float = 0.0005
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def _states(self, t: Target) -> dict[int, ElectionState | None]:
+        return {m: t.election_state(m) for m in t.alive() if m not in t.paused}
+
+    def _ballot(self, t: Target, leader: int) -> tuple[int, int] | None:
+        """(voter, candidate) once a member has voted YES in a running ballot; nominees cut off the leader."""
+        cut: set[int] = set()
+        end = t.now_s() + self.wait_s
+        while t.now_s() < end:
+            states = self._states(t)
+            for m, s in states.items():
+                if m != leader and m not in cut and s in (ElectionState.NOMINATE, ElectionState.CANDIDATE_BALLOT):
+                    t.block(m, leader)
+                    cut.add(m)
+            candidates = [m for m, s in states.items() if s == ElectionState.CANDIDATE_BALLOT]
+            voters = [m for m, s in states.items() if s == ElectionState.FOLLOWER_BALLOT]
+            if candidates and voters:
+                return voters[0], candidates[0]
+            t.advance(self.poll_s, t.work)
+        return None
+
+    def _apply(self, t: Target) -> None:
+        leader = _leader_or_any(t)
+        self.victims = [leader]
+        for m in t.alive():
+            if m != leader:
+                t.block(leader, m)
+        ballot = self._ballot(t, leader)
+        if ballot is None:
+            return
+        voter, candidate = ballot
+        t.pause(candidate)
+        self.victims += [candidate, voter]
+        # A star around the leader: each voter's first CanvassPosition after its ballot times out reaches
+        # the leader, and no voter hears another's canvass (which would let them nominate before the
+        # leader's answer arrives).
+        others = [m for m in t.alive() if m not in (leader, candidate)]
+        for m in others:
+            t.unblock(leader, m)
+            t.unblock(m, leader)
+            for other in others:
+                if other != m:
+                    t.block(m, other)
+
+    def _heal(self, t: Target) -> None:
+        for m in self.victims:
+            if m in t.paused:
+                t.resume(m)
+        t.heal_network()
+
+
+@dataclass
 class SlowElection(Nemesis):
     """Every link delays its messages by ``delay_s`` (past the election timeout), then the leader is
     killed: votes arrive after their ballot timed out (stale ballots) and appends late. Heal restores the
@@ -815,6 +883,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "late-messages": LateMessages,
     "lost-replies": LostReplies,
     "older-term-tail": OlderTermTail,
+    "stalled-candidate": StalledCandidate,
 }
 
 __all__ = [
@@ -838,5 +907,6 @@ __all__ = [
     "SlowElection",
     "Snapshot",
     "SnapshotElection",
+    "StalledCandidate",
     "Unsupported",
 ]

@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 from clusterlab.core.codec import decode
-from clusterlab.core.codec.consensus import CanvassPosition, RequestVote, Vote
+from clusterlab.core.codec.consensus import CanvassPosition, NewLeadershipTerm, RequestVote, Vote
+from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.consensus.election import TRANSITIONS
 from clusterlab.harness.trace import open_run
 from clusterlab.harness.trace_error import TraceError
@@ -40,6 +41,8 @@ SITUATIONS: dict[str, str] = {
     "vote in a later ballot": "a Vote reached its candidate after the candidate had started a later ballot",
     "older-term tail canvassed": "a member canvassed a log longer than its receiver's that ends in an older term "
     "(a deposed leader's uncommitted tail at an election)",
+    "older leader after a vote": "a member that had voted YES for another member's term was offered a leader "
+    "of an earlier term (a NewLeadershipTerm its vote promised to refuse)",
     "request resent": "a client sent the same request (same bytes, same id) more than once",
     "snapshot taken": "a member took a snapshot",
     "timer read from the log": "a follower (or a replay) read a TimerEvent",
@@ -76,14 +79,22 @@ def _event_reach(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
 
 
 def _election_reach(rows: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
-    """Votes that reached a later ballot, and canvassed logs that end in an older term but run longer than
-    the receiver's own (its latest CanvassPosition), from one run's election messages."""
+    """Votes that reached a later ballot, canvassed logs that end in an older term but run longer than
+    the receiver's own (its latest CanvassPosition), and older-term leaders offered to a member after its YES
+    vote for a later term (the promise outlives a restart), from one run's election messages."""
     seen: Counter[tuple[str, str]] = Counter()
     ballot: dict[tuple[int, int], int] = {}
     own_log: dict[tuple[int, int], tuple[int, int]] = {}
+    promised: dict[int, int] = {}
     for r in sorted(rows, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
         key, msg = (r["member_id"], r["incarnation"]), decode(r["payload"])
-        if r["direction"] == "send" and isinstance(msg, RequestVote):
+        if r["direction"] == "send" and isinstance(msg, Vote) and msg.vote == BooleanType.TRUE:
+            if msg.candidate_member_id != r["member_id"]:
+                promised[r["member_id"]] = max(promised.get(r["member_id"], -1), msg.candidate_term_id)
+        elif r["direction"] == "recv" and isinstance(msg, NewLeadershipTerm):
+            if msg.leadership_term_id < promised.get(r["member_id"], -1):
+                seen[(SITUATION, "older leader after a vote")] += 1
+        elif r["direction"] == "send" and isinstance(msg, RequestVote):
             ballot[key] = max(ballot.get(key, -1), msg.candidate_term_id)
         elif r["direction"] == "recv" and isinstance(msg, Vote) and msg.candidate_term_id < ballot.get(key, -1):
             seen[(SITUATION, "vote in a later ballot")] += 1
@@ -98,7 +109,7 @@ def _election_reach(rows: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
 
 def _message_reach(messages: Any) -> Counter[tuple[str, str]]:
     names = messages.column("msg_type").to_pylist()
-    wanted = [i for i, n in enumerate(names) if n in ("RequestVote", "Vote", "CanvassPosition")]
+    wanted = [i for i, n in enumerate(names) if n in ("RequestVote", "Vote", "CanvassPosition", "NewLeadershipTerm")]
     seen = _election_reach(messages.take(wanted).to_pylist() if wanted else [])
     directions, processes = messages.column("direction").to_pylist(), messages.column("process").to_pylist()
     ingress = [  # requests (not keep-alives or connects) a client sent

@@ -33,6 +33,7 @@ from clusterlab.chaos.nemesis import (
     SlowElection,
     Snapshot,
     SnapshotElection,
+    StalledCandidate,
     Together,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
@@ -136,6 +137,13 @@ SCENARIOS: dict[str, Scenario] = {
             "the leader is cut off with writes in flight; the next leader is killed as the old one returns: "
             "a log ending in an older term canvasses the third leader",
             lambda d, n: [quiet(d * 0.3), fault(OlderTermTail(), d * 0.4), quiet(d * 0.3)],
+            sizes=(3, 5),
+        ),
+        Scenario(
+            "stalled-candidate",
+            "the leader stops reaching its followers; the candidate they vote for stalls and the old leader, "
+            "still leading, offers its older term to the voters: their votes promised to refuse it",
+            lambda d, n: [quiet(d * 0.3), fault(StalledCandidate(), d * 0.4), quiet(d * 0.3)],
             sizes=(3, 5),
         ),
         Scenario(

@@ -35,6 +35,7 @@ from clusterlab.chaos.nemesis import (
     SlowElection,
     Snapshot,
     SnapshotElection,
+    StalledCandidate,
 )
 
 
@@ -114,6 +115,7 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
         steps += [fault(make(rng), hold), quiet(rng.uniform(0.3, 1.0))]
         spent += hold + steps[-1].seconds
     steps = _with_older_term_tail(seed, _with_late_messages(seed, steps, sim=sim))
+    steps = _with_stalled_candidate(seed, steps)
     return Schedule(seed, _with_client_resends(seed, steps, sim=sim))
 
 
@@ -154,6 +156,20 @@ def _with_older_term_tail(seed: int, steps: list[Step]) -> list[Step]:
     tail = OlderTermTail(tail_s=rng.choice((0.05, 0.1, 0.2)), lead_s=rng.choice((0.0, 0.0, 0.1)))
     at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
     return [*steps[:at], fault(tail, rng.uniform(1.0, 2.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+
+
+STALLED_CANDIDATE_SHARE = 0.1
+"""The share of random schedules in which a voter's candidate stalls while the old leader still leads."""
+
+
+def _with_stalled_candidate(seed: int, steps: list[Step]) -> list[Step]:
+    """``steps`` with, for a STALLED_CANDIDATE_SHARE of seeds, one :class:`StalledCandidate` fault (and a
+    quiet after it) inserted after a quiet step, drawn from its own stream like the late messages."""
+    rng = random.Random(f"stalled-candidate:{seed}")
+    if rng.random() >= STALLED_CANDIDATE_SHARE:
+        return steps
+    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
+    return [*steps[:at], fault(StalledCandidate(), rng.uniform(1.5, 2.5)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
 
 
 CLIENT_RESENDS_SHARE = 0.15

@@ -85,6 +85,10 @@ class Target(ABC):
     def block(self, src: int, dst: int) -> None:
         self.cluster.block(src, dst)
 
+    def unblock(self, src: int, dst: int) -> None:
+        """Let src -> dst through again (the other links stay as they are)."""
+        self.cluster.unblock(src, dst)
+
     @abstractmethod
     def set_link(self, src: int, dst: int, loss: float, delay_s: float) -> None:
         """Lose ``loss`` of the messages from ``src`` to ``dst`` and delay the rest by ``delay_s``."""

@@ -61,6 +61,10 @@ class Cluster(Protocol):
         """Drop every message from ``src`` to ``dst`` (one direction)."""
         ...
 
+    def unblock(self, src: int, dst: int) -> None:
+        """Let ``src`` -> ``dst`` through again (the other faults stay)."""
+        ...
+
     def heal(self) -> None:
         """Remove every network fault."""
         ...

@@ -81,6 +81,45 @@ WHERE n > 1
 """,
 )
 
+# A YES vote for another member's candidacy in term T promises to follow no leader of an earlier term
+# (Raft's rule; Aeron's Election keeps it in CANVASS). Following shows as the member's own election
+# entering a follower state past its ballot, with the followed leader's term. The promise outlives a
+# restart (the candidate term is on disk), so every later incarnation is held to it.
+VOTE_PROMISE_KEPT = SqlCheck(
+    name="vote_promise_kept",
+    description="a member that voted YES for another member in term T never follows a leader of an earlier "
+    "term afterwards (its election never enters a follower state with a lower term)",
+    tables=("events",),
+    sql=f"""
+WITH promises AS (
+  SELECT run_id, member_id, wall_ns, candidate, candidate_term_id FROM ({_VOTES}) v
+  WHERE yes AND candidate <> member_id
+),
+follows AS (
+  SELECT run_id, member_id, incarnation, wall_ns, leadership_term_id AS term,
+         get_json_object(detail, '$.from') AS from_state, get_json_object(detail, '$.to') AS to_state
+  FROM events
+  WHERE kind = 'election_state' AND source LIKE 'node-%' AND leadership_term_id IS NOT NULL
+    AND get_json_object(detail, '$.to') LIKE 'FOLLOWER_%'
+    AND get_json_object(detail, '$.to') <> 'FOLLOWER_BALLOT'
+),
+broken AS (
+  SELECT f.run_id, f.member_id, f.incarnation, f.term, f.from_state, f.to_state,
+         max(p.candidate_term_id) AS promised_term, max_by(p.candidate, p.candidate_term_id) AS candidate
+  FROM follows f
+  JOIN promises p ON p.run_id = f.run_id AND p.member_id = f.member_id AND p.wall_ns < f.wall_ns
+                     AND p.candidate_term_id > f.term
+  GROUP BY f.run_id, f.member_id, f.incarnation, f.wall_ns, f.term, f.from_state, f.to_state
+)
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
+              ') voted YES for member ', CAST(candidate AS STRING), ' in term ', CAST(promised_term AS STRING),
+              ', then followed the leader of term ', CAST(term AS STRING), ' (', from_state, ' -> ', to_state,
+              '): its vote promised to follow no leader of an earlier term') AS detail
+FROM broken
+""",
+)
+
 ONE_LEADER_PER_TERM = SqlCheck(
     name="one_leader_per_term",
     description="at most one leader per term in every member's view (leader/election_complete events, "
@@ -441,21 +480,24 @@ _REPORTS = ",\n".join(
 )
 _BACKERS = " + ".join(
     f"(CASE WHEN (s.a{k} >= s.term * {_TERM_SCALE} + s.pos AND s.a{k} < (s.term + 1) * {_TERM_SCALE}) "
+    f"OR (s.a{k} >= s.log_term * {_TERM_SCALE} + s.pos AND s.a{k} < (s.log_term + 1) * {_TERM_SCALE}) "
     f"OR (s.c{k} >= s.log_term * {_TERM_SCALE} + s.pos AND s.c{k} < (s.log_term + 1) * {_TERM_SCALE}) "
     "THEN 1 ELSE 0 END)"
     for k in _MEMBER_IDS
 )
 
 # A leader's evidence, in the order its member recorded it (``seq``): the AppendPositions it received in
-# its term, and the logs that CanvassPositions and Votes reported, counted only when they end in the same
-# term as its own log. The leader's term and log term are those of its latest RequestVote (a leader-elect
-# sends CommitPositions in its log's term until it has started its own). A position reported in an older
-# term may describe bytes since truncated, or another leader's bytes at the same positions.
+# its term, and the logs that CanvassPositions, Votes and AppendPositions reported, counted only when they
+# end in the same term as its own log (a term has one leader, so a log ending in it holds that leader's
+# bytes: a leader-elect that led its log's term counts the followers that replicated it then). The
+# leader's term and log term are those of its latest RequestVote (a leader-elect sends CommitPositions in
+# its log's term until it has started its own). A position reported in an older term may describe bytes
+# since truncated, or another leader's bytes at the same positions.
 COMMIT_BACKED_BY_QUORUM = SqlCheck(
     name="commit_backed_by_quorum",
     description="every commit position a leader sends is held by a quorum (the leader and the followers that "
-    "reported it before: AppendPosition in the leader's term, or a canvassed or voted log ending in the term of "
-    "the leader's log), unless an earlier term already committed it",
+    "reported it before: AppendPosition in the leader's term, or a canvassed, voted or appended log ending in the "
+    "term of the leader's log), unless an earlier term already committed it",
     tables=("events", "messages"),
     sql=f"""
 WITH m AS (
@@ -589,6 +631,7 @@ CHECKS: tuple[SqlCheck, ...] = (
     LEADER_HAS_QUORUM_OF_VOTES,
     COMMIT_BACKED_BY_QUORUM,
     ONE_VOTE_PER_TERM,
+    VOTE_PROMISE_KEPT,
     ONE_LEADER_PER_TERM,
     TERM_STARTS_WITH_NEW_LEADERSHIP_TERM,
     LEADER_STEPS_DOWN_WITHOUT_QUORUM,

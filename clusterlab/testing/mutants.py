@@ -30,6 +30,7 @@ VOTE_WITHOUT_LOG_RECENCY = "vote-without-log-recency"
 VOTE_NOT_PERSISTED = "vote-not-persisted"
 QUORUM_OFF_BY_ONE = "quorum-off-by-one"
 LATE_VOTE_COUNTED = "late-vote-counted"
+VOTE_PROMISE_BROKEN = "vote-promise-broken"
 # Step-down
 LEADER_NEVER_STEPS_DOWN = "leader-never-steps-down"
 # Commit rule
@@ -91,6 +92,13 @@ MUTANTS: dict[str, Mutant] = {
             "election",
             "rules counts_vote (core/consensus/election.py Election.on_vote)",
             "a candidate counts a Vote cast in an earlier ballot of its own as a vote in its current ballot",
+        ),
+        Mutant(
+            VOTE_PROMISE_BROKEN,
+            "election",
+            "rules keeps_vote_promise (core/consensus/election.py Election.on_new_leadership_term)",
+            "a member back in CANVASS after a YES vote for another member's term follows a live leader of an "
+            "older term (its vote promised to follow none)",
         ),
         Mutant(
             LEADER_NEVER_STEPS_DOWN,
@@ -260,6 +268,9 @@ class PlantedRules(ConsensusRules):
         if LATE_VOTE_COUNTED in self.names:
             return vote_candidate_term_id <= candidate_term_id  # any ballot of this candidate's, however late
         return super().counts_vote(candidate_term_id, vote_candidate_term_id)
+
+    def keeps_vote_promise(self, leadership_term_id: int, vote_promise_term_id: int) -> bool:
+        return VOTE_PROMISE_BROKEN in self.names or super().keeps_vote_promise(leadership_term_id, vote_promise_term_id)
 
     def counts_reported_log(self, reported_log_term: int, log_leadership_term_id: int, leadership_term_id: int) -> bool:
         if OLDER_TERM_LOG_COUNTED in self.names:

@@ -857,14 +857,13 @@ class Election:
         # older term would otherwise make it commit entries the new leader lacks. Its own lost candidacy,
         # or a vote it denied, promises nothing: holding off then would wait for ever for a term nobody
         # starts (random seed 216: a member behind, in CANVASS below its candidate term).
-        acceptable = (
-            self.state == ElectionState.CANVASS and msg.leadership_term_id >= self.host.vote_promise_term_id
-        ) or (
+        keeps_promise = self.ctx.rules.keeps_vote_promise(msg.leadership_term_id, self.host.vote_promise_term_id)
+        acceptable = (self.state == ElectionState.CANVASS and keeps_promise) or (
             self.state in (ElectionState.FOLLOWER_BALLOT, ElectionState.CANDIDATE_BALLOT)
             and msg.leadership_term_id == self.candidate_term_id
         )
         if not acceptable:
-            if self.state == ElectionState.CANVASS and msg.leadership_term_id < self.host.vote_promise_term_id:
+            if self.state == ElectionState.CANVASS and not keeps_promise:
                 self.refused_leader_term_id = msg.leadership_term_id
             self.host.ignore("NewLeadershipTerm", f"term {msg.leadership_term_id} in {self.state.name}")
             return

@@ -60,6 +60,12 @@ class ConsensusRules:
         says nothing about this one)."""
         return vote_candidate_term_id == candidate_term_id
 
+    def keeps_vote_promise(self, leadership_term_id: int, vote_promise_term_id: int) -> bool:
+        """A member in CANVASS follows a leader of ``leadership_term_id`` only when that term is at least
+        the one it last voted YES for another member in (``vote_promise_term_id``): that vote promised
+        to follow no leader of an earlier term."""
+        return leadership_term_id >= vote_promise_term_id
+
     def counts_reported_log(self, reported_log_term: int, log_leadership_term_id: int, leadership_term_id: int) -> bool:
         """A leader-elect of ``leadership_term_id`` whose own log ends in ``log_leadership_term_id`` counts a
         member's reported position toward its commit position only when the member's log ends in the same

@@ -17,7 +17,7 @@ from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
-from clusterlab.core.codec.consensus import CanvassPosition, CommitPosition, RequestVote
+from clusterlab.core.codec.consensus import AppendPosition, CanvassPosition, CommitPosition, RequestVote
 from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety, fold_recorded_run
 from clusterlab.harness.recorder import SCHEMAS, promote
 from clusterlab.harness.trace import Run, open_run
@@ -73,6 +73,7 @@ def test_check_names_are_the_catalogue() -> None:
         "leader_has_quorum_of_votes",
         "commit_backed_by_quorum",
         "one_vote_per_term",
+        "vote_promise_kept",
         "one_leader_per_term",
         "term_starts_with_new_leadership_term",
         "leader_steps_down_without_quorum",
@@ -144,6 +145,12 @@ def _election_commit(canvassed_log_term: int) -> dict[str, pa.Table]:
                                     leadership_term_id=1, follower_member_id=1, protocol_version=0)),
         ("send", 1, CommitPosition(leadership_term_id=2, log_position=4096, leader_member_id=0)),
     ]  # fmt: skip
+    return _member_0_recorded(sent, members=3)
+
+
+def _member_0_recorded(sent: list[tuple[str, int, Any]], members: int) -> dict[str, pa.Table]:
+    """The messages and start events of a run of ``members`` in which member 0 recorded ``sent`` (direction,
+    peer, message), in that order."""
     messages = []
     for seq, (direction, peer, msg) in enumerate(sent):
         payload = msg.encode()
@@ -155,7 +162,7 @@ def _election_commit(canvassed_log_term: int) -> dict[str, pa.Table]:
         )  # fmt: skip
     starts = [
         {"run_id": "r", "wall_ns": 0, "source": f"node-{m}", "member_id": m, "kind": "start", "detail": "{}"}
-        for m in range(3)
+        for m in range(members)
     ]
     return {
         "messages": pa.Table.from_pylist(messages, schema=SCHEMAS["messages"]),
@@ -172,6 +179,28 @@ def test_a_canvassed_log_backs_a_commit_only_when_it_ends_in_the_leaders_log_ter
     ], got
 
 
+def _relead_commit(appended_term: int) -> dict[str, pa.Table]:
+    """Member 0 of five led term 3 and member 2 reported appending its log up to 4096 in
+    ``appended_term``; member 0 then stands for term 6 with its log ending in term 3 at 4096, member 1
+    reports 4096 in term 6, and member 0 sends commit position 4096 in term 6."""
+    sent = [
+        ("recv", 2, AppendPosition(leadership_term_id=appended_term, log_position=4096, follower_member_id=2, flags=0)),
+        ("send", 1, RequestVote(log_leadership_term_id=3, log_position=4096, candidate_term_id=6,
+                                candidate_member_id=0, protocol_version=0)),
+        ("recv", 1, AppendPosition(leadership_term_id=6, log_position=4096, follower_member_id=1, flags=0)),
+        ("send", 1, CommitPosition(leadership_term_id=6, log_position=4096, leader_member_id=0)),
+    ]  # fmt: skip
+    return _member_0_recorded(sent, members=5)
+
+
+def test_a_follower_that_appended_the_leaders_own_log_term_backs_its_commit() -> None:
+    """A leader-elect that led its log's term counts the followers that replicated that term from it (their
+    logs hold its bytes); an AppendPosition of an older term than its log's does not count."""
+    assert judge(_relead_commit(appended_term=3), "commit_backed_by_quorum") == []
+    got = judge(_relead_commit(appended_term=2), "commit_backed_by_quorum")
+    assert len(got) == 1 and "held by 2 member(s)" in got[0] and "a quorum of 5 members is 3" in got[0], got
+
+
 def test_second_vote_in_a_term_after_restart_fails(clean: Run) -> None:
     events = rows(clean, "events")
     vote = _yes_votes(clean)[0]
@@ -184,6 +213,35 @@ def test_second_vote_in_a_term_after_restart_fails(clean: Run) -> None:
     assert len(got) == 1
     assert f"voted YES in term {vote['leadership_term_id']} for members" in got[0]
     assert f"incarnations {vote['incarnation']},{vote['incarnation'] + 1}" in got[0]
+
+
+def _following(vote: dict[str, Any], term: int, after_ns: int) -> dict[str, Any]:
+    """The voter's election entering FOLLOWER_REPLAY for a leader of ``term``, ``after_ns`` after ``vote``."""
+    detail = json.dumps({"from": "CANVASS", "to": "FOLLOWER_REPLAY"})
+    return dict(vote, kind="election_state", leadership_term_id=term, wall_ns=vote["wall_ns"] + after_ns, detail=detail)
+
+
+def test_following_an_older_leader_after_a_yes_vote_fails(clean: Run) -> None:
+    events = rows(clean, "events")
+    vote = next(e for e in _yes_votes(clean) if json.loads(e["detail"])["candidate"] != e["member_id"])
+    term, voter = vote["leadership_term_id"], vote["member_id"]
+    assert judge(clean.tables, "vote_promise_kept") == []
+    # Following the voted term, or an older leader before the vote, keeps the promise.
+    kept = [_following(vote, term, 1), _following(vote, term - 1, -1)]
+    assert judge(with_rows(clean, "events", [*events, *kept]), "vote_promise_kept") == []
+    got = judge(with_rows(clean, "events", [*events, _following(vote, term - 1, 1)]), "vote_promise_kept")
+    assert len(got) == 1, got
+    assert got[0].startswith(f"member {voter} (incarnation {vote['incarnation']}) voted YES for member ")
+    assert f"in term {term}, then followed the leader of term {term - 1} (CANVASS -> FOLLOWER_REPLAY)" in got[0]
+
+
+def test_a_member_that_voted_for_itself_promised_nothing(clean: Run) -> None:
+    events = rows(clean, "events")
+    vote = next(e for e in _yes_votes(clean) if json.loads(e["detail"])["candidate"] != e["member_id"])
+    own = dict(vote, detail=json.dumps(dict(json.loads(vote["detail"]), candidate=vote["member_id"])))
+    older = _following(own, own["leadership_term_id"] - 1, 1)
+    kept = [e for e in events if e != vote]
+    assert judge(with_rows(clean, "events", [*kept, own, older]), "vote_promise_kept") == []
 
 
 def test_two_leaders_in_one_members_view_fails(clean: Run) -> None:

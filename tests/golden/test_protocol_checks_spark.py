@@ -2,8 +2,9 @@
 the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
 run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
 log of an older term toward its commit position, one whose members restart from snapshots without their
-timers, plus a copy of a clean trace whose events gained a second YES vote in one term from a restarted
-voter and a copy of a clean full restart whose module took a snapshot with a session too many."""
+timers, one whose voter follows an older leader after its YES vote (a stalled candidate), plus a copy of a
+clean trace whose events gained a second YES vote in one term from a restarted voter and a copy of a clean
+full restart whose module took a snapshot with a session too many."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
 from clusterlab.harness.trace import open_run
 
-from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED, TIMERS_LEFT_OUT_OF_SNAPSHOT
+from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED, TIMERS_LEFT_OUT_OF_SNAPSHOT, VOTE_PROMISE_BROKEN
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark
@@ -86,8 +87,12 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         service="counter",
         mutants=[TIMERS_LEFT_OUT_OF_SNAPSHOT],
     )
+    promise = run_scenario(
+        "stalled-candidate", seed=1, sim=True, directory=base / "promise", clients=1, mutants=[VOTE_PROMISE_BROKEN]
+    )
     return {
         "clean": clean.trace_dir,
+        "promise": promise.trace_dir,
         "stuck": stuck.trace_dir,
         "counted": counted.trace_dir,
         "forgotten": forgotten.trace_dir,
@@ -102,13 +107,14 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # six simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # seven simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
     assert expected["stuck"]["leader_steps_down_without_quorum"]
     assert expected["counted"]["commit_backed_by_quorum"]
     assert expected["double-vote"]["one_vote_per_term"]
+    assert expected["promise"]["vote_promise_kept"]
     assert expected["forgotten"]["snapshot_restores_module_state"]
     assert not expected["forgotten"]["open_sessions_agree"]
     assert expected["extra-session"]["open_sessions_agree"]
