@@ -33,6 +33,7 @@ from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
 from clusterlab.harness.tripwire import user_site
 
+from clusterlab.testing.buggify import OFF, Buggify
 from clusterlab.testing.mutants import (
     ACK_BEFORE_APPEND,
     MUTANTS,
@@ -101,6 +102,7 @@ class RunResult:
     settle_s: float = DEFAULT_SETTLE_S  # the bound on the final healed phase
     workload: str | None = None  # the service's workload, if not the sample service's (package.module:factory)
     tripwire: bool = True  # the services' callbacks are watched (clusterlab.harness.tripwire)
+    buggify: bool = False  # the simulator's fault points are on (clusterlab.testing.buggify)
     client_resends: bool = False  # simulator clients resend unanswered requests (Scenario.client_resends)
 
     @property
@@ -160,6 +162,8 @@ class RunResult:
             cmd += ["--mutant", name]
         if not self.tripwire:
             cmd.append("--no-tripwire")
+        if self.buggify:
+            cmd.append("--buggify")
         if self.explicit:
             cmd += ["--schedule", json.dumps(self.steps, separators=(",", ":"))]
         return shlex.join(cmd)
@@ -200,6 +204,7 @@ class RunResult:
             "rate": self.rate,
             "settle_s": self.settle_s,
             "tripwire": self.tripwire,
+            "buggify": self.buggify,
             "linearizability": self.verdict.linearizability.verdict
             if self.verdict is not None and self.verdict.linearizability is not None
             else None,
@@ -315,6 +320,7 @@ def run_scenario(
     workload: str | None = None,
     determinism: bool = False,
     tripwire: bool = False,
+    buggify: bool = False,
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -342,7 +348,10 @@ def run_scenario(
     gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time.
     ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
     role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them);
-    ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs leave it off."""
+    ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs leave it off.
+    ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim`` only)."""
+    if buggify and not sim:
+        raise ValueError("buggify: the fault points live in the simulator's drivers; give sim=True (--sim)")
     checked = check_run_arguments(
         name,
         seed,
@@ -391,6 +400,7 @@ def run_scenario(
         workload=workload,
         tripwire=tripwire,
         client_resends=spec.client_resends or loses_replies(plan),
+        buggify=buggify,
     )
     started = time.monotonic()
     try:
@@ -715,6 +725,7 @@ def _run_sim(
 
     rec = None
     outcome = "failed"
+    buggify = Buggify(result.seed, on=True) if result.buggify else OFF
     try:
         with SimCluster(
             members=result.members,
@@ -727,6 +738,7 @@ def _run_sim(
             # A planted bug is judged black-box, as in a member process: no white-box invariant asserts.
             check_invariants=not result.mutants,
             tripwire=result.tripwire,
+            buggify=buggify,
         ) as c:
             rec = record_sim(c, trace, result.run_id, result.scenario, result.seed)
             t = SimTarget(c, random.Random(f"nemesis:{result.seed}"))
@@ -749,4 +761,8 @@ def _run_sim(
                 result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
     finally:
         if rec is not None:
-            rec.close(outcome, extra={"workload": _workload_meta(result)})
+            extra: dict[str, Any] = {"workload": _workload_meta(result)}
+            if buggify.on:  # which fault points this seed enabled, and how often each fired
+                enabled = sorted(site for site, on in buggify.enabled.items() if on)
+                extra["buggify"] = {"enabled": enabled, "fired": dict(sorted(buggify.fired.items()))}
+            rec.close(outcome, extra=extra)

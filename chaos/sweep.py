@@ -93,6 +93,7 @@ class SweepConfig:
     rate: float | None = None
     settle_s: float = 30.0
     workload: str | None = None  # the service's workload, package.module:factory (None: the sample's)
+    buggify: bool = False  # the simulator's seeded fault points (clusterlab.testing.buggify)
 
     def tasks(self) -> list[Task]:
         return [(seed, m) for seed in self.seeds for m in self.members]
@@ -105,6 +106,8 @@ class SweepConfig:
         d["mutants"] = sorted(d["mutants"])
         if d["workload"] is None:
             del d["workload"]  # a sweep of a sample service resumes as before workloads were named
+        if not d["buggify"]:
+            del d["buggify"]  # and one without fault points as before they existed
         return d
 
     @property
@@ -128,6 +131,8 @@ class SweepConfig:
             kwargs["clients"] = self.clients
         if self.workload is not None:
             kwargs["workload"] = self.workload
+        if self.buggify:
+            kwargs["buggify"] = True
         return kwargs
 
 
@@ -171,6 +176,7 @@ def guarded_run(
         result.fault_ack_before_append = bool(kwargs.get("fault_ack_before_append"))
         result.fault_stale_read = bool(kwargs.get("fault_stale_read"))
         result.mutants = frozenset(kwargs.get("mutants", ()))
+        result.buggify = bool(kwargs.get("buggify"))
         result.rate, result.settle_s = kwargs.get("rate"), kwargs.get("settle_s", result.settle_s)
         first = (str(e).splitlines() or [""])[0]
         result.error = f"{type(e).__name__}: {first}"

@@ -60,6 +60,7 @@ from clusterlab.harness.simnet import NEVER_NS, Delivery, NetworkConfig, SimNetw
 from clusterlab.harness.tripwire import Tripwire, watchable
 
 from clusterlab.testing import disk_faults as faults
+from clusterlab.testing.buggify import OFF, Buggify
 from clusterlab.testing.faulty_storage import FaultyStorage
 from clusterlab.testing.intercepts import TestHooks, member_message_template
 from clusterlab.testing.mutants import mutant_set, rules_for
@@ -200,6 +201,7 @@ class SimCluster:
         check_invariants: bool = True,
         services: list[str] | None = None,
         tripwire: bool = False,
+        buggify: Buggify = OFF,
     ) -> None:
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
@@ -208,6 +210,8 @@ class SimCluster:
         self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.check_invariants = check_invariants
         self.tripwire = tripwire  # report what the services' callbacks must not do (clusterlab.harness.tripwire)
+        self.buggify = buggify  # seeded fault points in this driver (clusterlab.testing.buggify)
+        self._stall_ends: dict[int, int] = {}  # members BUGGIFY stalled -> when they run again
         self.timeouts = timeouts if timeouts is not None else Timeouts.fast()
         self.timeouts.validate()
         self.network_config = network if network is not None else NetworkConfig()
@@ -350,6 +354,8 @@ class SimCluster:
 
     def _next_event_ns(self) -> int:
         t = self.network.next_delivery_ns()
+        if self._stall_ends:
+            t = min(t, min(self._stall_ends.values()))
         deadlines = self._deadlines
         paused = self._paused
         for i, m in enumerate(self._members):
@@ -404,8 +410,11 @@ class SimCluster:
         network = self.network
         deadlines = self._deadlines
         paused = self._paused
+        buggify = self.buggify
         for _ in range(self._max_rounds):
             busy = False
+            if self._stall_ends:
+                busy = self._end_stalls(now)
             if network.next_delivery_ns() <= now:
                 for msg in network.pop_due(now):
                     self._deliver(msg, now)
@@ -417,6 +426,9 @@ class SimCluster:
                 if d is None:
                     d = deadlines[i] = m.next_deadline_ns()
                 if d <= now:
+                    if buggify.on and buggify("member-stall"):
+                        self._stall(i, now)
+                        continue
                     m.do_work(now)
                     deadlines[i] = None
                     busy = True
@@ -438,9 +450,12 @@ class SimCluster:
     def _pump_services(self, now: int) -> bool:
         busy = False
         paused = self._paused
+        buggify = self.buggify
         for i, hosts in enumerate(self._service_hosts):
             if paused and i in paused:
                 continue  # its services stop with it
+            if buggify.on and hosts and buggify("service-lag"):
+                continue  # they catch up at the next instant anything happens
             for host in hosts:
                 # Most rounds bring a service nothing and it sends nothing: two cheap queue tests.
                 if host.from_node and host.pump():
@@ -477,6 +492,19 @@ class SimCluster:
             return
         self._deliverers[dst](msg.src, msg.channel, msg.payload, now)
         self._deadlines[dst] = None
+
+    def _stall(self, member_id: int, now: int) -> None:
+        """BUGGIFY ``member-stall``: pause the member for up to half an election timeout."""
+        self._paused.setdefault(member_id, [])
+        self._harness_event("pause", member_id, buggify="member-stall")
+        self._stall_ends[member_id] = now + self.buggify.uniform_ns(1, self.timeouts.election_timeout_ns // 2)
+
+    def _end_stalls(self, now: int) -> bool:
+        due = [i for i, end in self._stall_ends.items() if end <= now]
+        for i in due:
+            del self._stall_ends[i]
+            self.resume(i)
+        return bool(due)
 
     def _raise_livelock(self, now: int) -> None:
         stuck = [
@@ -639,6 +667,7 @@ class SimCluster:
             self._last_counters[member_id] = member.counters(self.clock.now_ns)
         self._members[member_id] = None
         self._paused.pop(member_id, None)  # a stopped process dies too; what waited for it is lost
+        self._stall_ends.pop(member_id, None)
         self._services[member_id] = None  # the service processes die with their node
         self._service_hosts[member_id] = []
         outbox = self._outboxes[member_id]
@@ -895,12 +924,14 @@ class SimCluster:
         jumps on resume, as a stopped process's does."""
         if not self.is_alive(member_id):
             raise SimError(f"member {member_id} is not running, so it cannot be paused")
+        self._stall_ends.pop(member_id, None)  # a pause asked for now outlasts a BUGGIFY stall
         self._paused.setdefault(member_id, [])
         self._harness_event("pause", member_id)
 
     def resume(self, member_id: int) -> None:
         """Let a paused member run again: first what arrived for it meanwhile, then its overdue work."""
         held = self._paused.pop(member_id, None)
+        self._stall_ends.pop(member_id, None)
         self._harness_event("resume", member_id)
         if held is None or not self.is_alive(member_id):
             return

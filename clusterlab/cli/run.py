@@ -79,6 +79,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
     if not args.sim and spec.sim_only:
         return _bad(err, f"scenario {spec.name} runs in the simulator only; add --sim")
+    if args.buggify and not args.sim:
+        return _bad(err, "--buggify: the fault points live in the simulator's drivers; add --sim")
     if args.services is not None:
         error = services_error(args.services, None if args.workload else SERVICES)
         if error is not None:
@@ -142,6 +144,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             workload=args.workload,
             determinism=True,
             tripwire=args.tripwire,
+            buggify=args.buggify,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
     result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
@@ -299,6 +302,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=True,
         help="report wall-clock reads, global random, OS randomness, threads and role-dependent state changes "
         "inside the service's callbacks, by the user's file:line (the `tripwire` check; default on)",
+    )
+    p.add_argument(
+        "--buggify",
+        action="store_true",
+        help="with --sim: switch on the simulator's seeded fault points (a service lagging its node, a member "
+        "stalling for part of an election timeout: clusterlab.testing.buggify)",
     )
     p.add_argument(
         "--fault-ack-before-append",

@@ -75,6 +75,8 @@ def summary_tables(s: SweepSummary) -> list[Table]:
         t.add_row(f"  {kind}", str(n))
     if s.config.mutants:
         t.add_row("planted bugs", ", ".join(s.config.mutants))
+    if s.config.buggify:
+        t.add_row("BUGGIFY", "on (seeded fault points in the simulator's drivers)")
     t.add_row("wall time", f"{s.elapsed_s:.1f} s")
     t.add_row("seeds/minute", f"{s.seeds_per_minute:.1f}")
     if (cpu := s.cpu_s_per_run) is not None:
@@ -119,6 +121,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         rate=args.rate,
         settle_s=args.settle,
         workload=args.workload,
+        buggify=args.buggify,
     )
     jobs = args.jobs or min(os.cpu_count() or 1, int(JOBS.high))
     mapper = None
@@ -274,6 +277,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--fault-ack-before-append",
         action="store_true",
         help="test only: the deliberately broken build (= --mutant ack-before-append)",
+    )
+    p.add_argument(
+        "--buggify",
+        action="store_true",
+        help="switch on the simulator's seeded fault points in every run (a service lagging its node, a member "
+        "stalling for part of an election timeout: clusterlab.testing.buggify)",
     )
     p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
     p.add_argument("--json", default=None, help="also write the sweep's summary here")

@@ -787,13 +787,15 @@ class Election:
             self._place_vote(msg, False)
             if self.host.role == Role.LEADER and self.log_session_id != NULL_SESSION_ID:
                 self._publish_new_leadership_term(msg.candidate_member_id, msg.log_leadership_term_id, now_ns)
-            if self.state == ElectionState.LEADER_LOG_REPLICATION:
-                # A leader still waiting for a quorum to replicate its log, asked to vote in a later
-                # term: members that voted in that term will not follow it (their vote promise), and
-                # its more recent log refuses every candidate, so nobody could win. Stand again in a
-                # later term instead (the restart a CanvassPosition of a later log term causes). Aeron,
-                # without the vote promise, stays; seed 103 of a random counter sweep on 5 members
-                # stalled that way. In LEADER_READY a quorum follows already: it stays, as Aeron does.
+            if self._left_by_its_quorum():
+                # A leader whose election has not finished and whose quorum is not with it, asked to
+                # vote in a later term: members that voted in that term will not follow it (their vote
+                # promise), and its more recent log refuses every candidate, so nobody could win. Stand
+                # again in a later term instead (the restart a CanvassPosition of a later log term causes
+                # in these states). Aeron, without the vote promise, stays; seed 103 of a random counter
+                # sweep on 5 members stalled that way in LEADER_LOG_REPLICATION, and buggified random
+                # seeds (stalls made the followers of a leader in LEADER_READY vote in later terms) in
+                # LEADER_READY.
                 raise ElectionError("potential new election in progress: a later candidate term")
         elif self.state in (
             ElectionState.CANVASS,
@@ -808,6 +810,15 @@ class Election:
             self.host.promise_vote(msg.candidate_term_id)
             self._place_vote(msg, True)
             self._transition(ElectionState.FOLLOWER_BALLOT, now_ns)
+
+    def _left_by_its_quorum(self) -> bool:
+        """In LEADER_LOG_REPLICATION (its quorum has not replicated its log), or in LEADER_READY without a
+        quorum at its log position in its term (its followers went elsewhere)."""
+        if self.state == ElectionState.LEADER_LOG_REPLICATION:
+            return True
+        return self.state == ElectionState.LEADER_READY and not has_quorum_at_position(
+            self.statuses, self.member_id, self.leadership_term_id, self.log_position, self._member_count()
+        )
 
     def _place_vote(self, request: RequestVote, vote: bool) -> None:
         answer = Vote(

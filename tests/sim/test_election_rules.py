@@ -361,6 +361,7 @@ def test_request_vote_from_less_recent_log_to_a_new_leader_also_gets_a_tailored_
 ) -> None:
     probe = Probe(tmp_path)
     term = probe.to_leader_ready()
+    probe.deliver(2, probe.append_position(2, term, probe.election.log_position))  # a quorum at its position
     mark = probe.mark()
     probe.deliver(
         1, probe.request_vote(1, candidate_term_id=term + 1, log_leadership_term_id=NULL_VALUE, log_position=0)
@@ -371,6 +372,21 @@ def test_request_vote_from_less_recent_log_to_a_new_leader_also_gets_a_tailored_
     assert (nlt.leadership_term_id, nlt.log_leadership_term_id, nlt.leader_member_id) == (term, NULL_VALUE, 0)
     assert probe.candidate_term_on_disk() == term + 1
     assert probe.state == ES.LEADER_READY
+
+
+def test_a_leader_ready_without_its_quorum_stands_again_when_asked_to_vote_in_a_later_term(tmp_path: Path) -> None:
+    """Its followers left to vote in later terms (their vote promise keeps them from following it) and its
+    more recent log refuses every candidate: it refuses this one too, then restarts its election."""
+    probe = Probe(tmp_path)
+    term = probe.to_leader_ready()
+    mark = probe.mark()
+    probe.deliver(
+        1, probe.request_vote(1, candidate_term_id=term + 1, log_leadership_term_id=NULL_VALUE, log_position=0)
+    )
+    [vote] = probe.sent(Vote, since=mark)
+    assert vote.vote == BooleanType.FALSE
+    assert probe.candidate_term_on_disk() == term + 1
+    assert probe.state not in (ES.LEADER_READY, ES.CLOSED)
 
 
 def _to_state(probe: Probe, state: ElectionState) -> None:
