@@ -91,11 +91,13 @@ PLANS: dict[str, list[Attempt]] = {
     m.SESSION_TIMEOUT_LOCAL_CLOCK: [Attempt("long-partition", s) for s in (1, 2, 3)],
     m.CLOSED_SESSION_KEPT: [Attempt("client-silence", s) for s in (1, 2)],
     m.FIRED_TIMER_KEPT: [Attempt(s, 1, service="counter") for s in ("leader-kill", "leader-isolation")],
+    m.CANCEL_TIMER_IGNORED: [Attempt(s, 1, service="timers") for s in ("leader-kill", "snapshot-election")],
     m.SNAPSHOT_AT_LOCAL_POSITION: [Attempt("snapshot-under-chaos", 1), Attempt("snapshot-election", 4)],
     m.TIMERS_LEFT_OUT_OF_SNAPSHOT: [Attempt("full-restart", s, service="counter") for s in (1, 2)],
     m.SERVICE_WALL_CLOCK: [Attempt("leader-kill", 1)],
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.RESEND_APPLIED_TWICE: [Attempt("client-resends", s) for s in (1, 2)],
+    m.ALARM_COUNTED_TWICE: [Attempt(s, 1, service="timers") for s in ("leader-kill", "snapshot-election")],
 }
 
 
@@ -129,6 +131,15 @@ def _online_check(message: str) -> str:
     return head if head and " " not in head and len(head) < 40 else "safety"
 
 
+def _fuzz_service(name: str | None) -> str:
+    """The service of a fuzz attempt: kv, or the kv variant of a planted kv bug, or the last sample
+    service another planted service bug replaces (the runner swaps in the variant)."""
+    if name is None or not MUTANTS[name].in_service:
+        return "kv"
+    services = MUTANTS[name].services
+    return MUTANT_SERVICES[name] if "kv" in services else services[-1]
+
+
 def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
     """Run ``attempt`` with mutant ``name`` switched on (None: the correct build, the control run) and
     judge it black-box (see module docstring)."""
@@ -137,7 +148,7 @@ def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
         if attempt.scenario == FUZZ:
             from clusterlab.chaos.fuzz import run_random_schedule
 
-            service = MUTANT_SERVICES.get(name, "kv") if name else "kv"
+            service = _fuzz_service(name)
             run_random_schedule(attempt.seed, directory=str(directory), service=service, mutants=chosen)
             return Detection(False)
         r = run_scenario(

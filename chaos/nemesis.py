@@ -728,6 +728,49 @@ class LostReplies(Nemesis):
 
 
 @dataclass
+class DuplicateIngress(Nemesis):
+    """Every message a client sends to a member (connect, session messages, keepalives, close) arrives
+    twice, the copy 1-20 ms after the original (later messages may overtake it), for clients connected now
+    and those that connect meanwhile. After ``before_s`` the leader fault ``then`` (``kill-leader``,
+    ``isolate-leader``...; empty: none) follows, so duplicated requests, and the clients' resends, meet a
+    new leader. A service that does not deduplicate applies a request twice. Simulator only; heal stops
+    the duplicates and undoes the leader fault."""
+
+    name: str = "duplicate-ingress"
+    before_s: float = 0.3
+    then: str = "kill-leader"
+    clients: list[int] = field(default_factory=list, init=False)
+    _fault: Nemesis | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.then not in _LEADER_FAULTS:
+            raise ValueError(f"duplicate-ingress: then {self.then!r} is not one of {', '.join(_LEADER_FAULTS)}")
+        if not 0 <= self.before_s <= 10:
+            raise ValueError(f"duplicate-ingress: before_s must be in [0, 10] seconds, not {self.before_s!r}")
+
+    @property
+    def leader_fault(self) -> bool:
+        return bool(self.then)
+
+    def detail(self) -> dict[str, Any]:
+        return {"before_s": self.before_s, "then": self.then, "clients": self.clients}
+
+    def _apply(self, t: Target) -> None:
+        self.clients = t.duplicate_ingress(True)
+        if self.before_s > 0:
+            t.advance(self.before_s, t.work)
+        if self.then:
+            self._fault = _LEADER_FAULTS[self.then]()
+            self._fault._apply(t)
+            self.victims = self._fault.victims
+
+    def _heal(self, t: Target) -> None:
+        t.duplicate_ingress(False)
+        if self._fault is not None:
+            self._fault._heal(t)
+
+
+@dataclass
 class Deaf(Nemesis):
     """A follower hears no one (every link into it is cut) but is heard: its peers' ballots to it are
     lost, so their elections fail round after round and their candidate terms climb."""
@@ -882,6 +925,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "silent-client": SilentClient,
     "late-messages": LateMessages,
     "lost-replies": LostReplies,
+    "duplicate-ingress": DuplicateIngress,
     "older-term-tail": OlderTermTail,
     "stalled-candidate": StalledCandidate,
 }
@@ -891,6 +935,7 @@ __all__ = [
     "ClockSkew",
     "DiskFault",
     "DiskFull",
+    "DuplicateIngress",
     "FlakyLinks",
     "Kill",
     "KillService",

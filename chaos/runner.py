@@ -17,6 +17,7 @@ from typing import Any
 
 from clusterlab.chaos.checker import OnlineChecker
 from clusterlab.chaos.limits import run_arguments_error
+from clusterlab.chaos.nemesis import DuplicateIngress
 from clusterlab.chaos.sample_workloads import WORKLOADS
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
@@ -36,6 +37,7 @@ from clusterlab.harness.tripwire import user_site
 from clusterlab.testing.buggify import OFF, Buggify
 from clusterlab.testing.mutants import (
     ACK_BEFORE_APPEND,
+    ALARM_COUNTED_TWICE,
     MUTANTS,
     RESEND_APPLIED_TWICE,
     SERVICE_WALL_CLOCK,
@@ -50,11 +52,13 @@ DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
 CHAOS_JSON = "chaos.json"
 # The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
 STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
-# The kv service of the planted bugs that live in the service (clusterlab.testing.mutants).
+# The service of the planted bugs that live in the service (clusterlab.testing.mutants): a variant of
+# the sample services the mutant's ``services`` names.
 MUTANT_SERVICES = {
     STALE_READ: STALE_READ_SERVICE,
     SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
     RESEND_APPLIED_TWICE: "clusterlab.harness.services.planted:forgetful_dedupe_service",
+    ALARM_COUNTED_TWICE: "clusterlab.harness.services.planted:double_fire_service",
 }
 
 
@@ -247,6 +251,23 @@ def run_clients(service: str, workload: str | None, clients: int | None) -> int:
     return clients
 
 
+def duplicates_ingress(plan: Schedule) -> bool:
+    """Whether ``plan`` delivers the clients' requests twice (its clients must tag them, as resending ones do)."""
+    return any(isinstance(s.nemesis, DuplicateIngress) for s in plan.steps)
+
+
+def check_dedupe(spec: Scenario, service: str, workload: str | None, plan: Schedule | None = None) -> None:
+    """A scenario (or an explicit ``plan``) that delivers requests twice (``Scenario.needs_dedupe``) runs only a
+    service whose workload deduplicates them (``ServiceWorkload.resend``); else one clear line (a
+    ValueError), not a false violation."""
+    twice = spec.needs_dedupe or (plan is not None and duplicates_ingress(plan))
+    if twice and not load_workload(workload or service, WORKLOADS).resend:
+        raise ValueError(
+            f"scenario {spec.name} delivers requests twice: it needs a service that deduplicates them "
+            f"(a workload with resend = True, as kv's), not {workload or service!r}"
+        )
+
+
 def check_run_arguments(
     name: str | Scenario,
     seed: int = 1,
@@ -277,6 +298,7 @@ def check_run_arguments(
             raise ValueError(f"unknown services {unknown}: use {sorted(SERVICE_REGISTRY)} or module:factory")
         service = services[0]
     check_service(service, workload)
+    check_dedupe(spec, service, workload)
     clients = run_clients(service, workload, clients)
     bounds = {"duration_s": duration_s, "rate": rate, "settle_s": settle_s}
     if (error := run_arguments_error(members=members, seed=seed, clients=clients, **bounds)) is not None:
@@ -284,8 +306,10 @@ def check_run_arguments(
     if fault_stale_read and service != "kv":
         raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
     in_service = sorted(n for n in chosen if MUTANTS[n].in_service)
-    if in_service and service != "kv":
-        raise ValueError(f"mutant {in_service[0]} plants a bug in the kv service, not {service!r}")
+    if bad := [n for n in in_service if not MUTANTS[n].plants_in(service)]:
+        raise ValueError(
+            f"mutant {bad[0]} plants a bug in the {'/'.join(MUTANTS[bad[0]].services)} service, not {service!r}"
+        )
     if len(in_service) + fault_stale_read > 1:
         raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
     if members not in spec.sizes and members != 3:
@@ -375,6 +399,8 @@ def run_scenario(
         if schedule is None
         else schedule_from_spec(seed, schedule)
     )
+    if schedule is not None:
+        check_dedupe(spec, service, workload, plan)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
@@ -399,7 +425,7 @@ def run_scenario(
         settle_s=settle_s,
         workload=workload,
         tripwire=tripwire,
-        client_resends=spec.client_resends or loses_replies(plan),
+        client_resends=spec.client_resends or loses_replies(plan) or duplicates_ingress(plan),
         buggify=buggify,
     )
     started = time.monotonic()
@@ -656,7 +682,7 @@ def _service_factory(result: RunResult) -> str:
     if result.fault_stale_read:
         return STALE_READ_SERVICE
     for name in sorted(result.mutants):
-        if name in MUTANT_SERVICES and result.service == "kv":  # the planted service bugs are kv variants
+        if name in MUTANT_SERVICES and MUTANTS[name].plants_in(result.service):  # a sample service's variant
             return MUTANT_SERVICES[name]
     return result.service
 

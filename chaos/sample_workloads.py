@@ -236,10 +236,58 @@ class CounterWorkload(ServiceWorkload):
 
 
 class TimersWorkload(CounterWorkload):
-    """The counter with timer ops mixed in; one client; the counter's random stream and checks."""
+    """The counter with timer ops mixed in; one client; the counter's random stream and checks, and a
+    model of the alarms (see :meth:`check_alarms`)."""
 
     mix = TIMERS_MIX
     max_clients = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: set[int] = set()  # alarms armed and neither fired nor disarmed, as last seen
+        self.fired = 0  # alarms fired, as last seen
+        self.ticks = 0  # ticks applied, as last seen
+        self.uncertain: set[int] = set()  # alarms an op of unknown outcome armed or disarmed
+        self.tick_ops = [0, 0]  # tick ops acknowledged, and of unknown outcome
+
+    def on_reply(self, op: Op, reply: dict[str, Any]) -> None:
+        self.check_alarms(op, reply)
+        super().on_reply(op, reply)
+
+    def on_unknown(self, op: Op) -> None:
+        super().on_unknown(op)
+        if op.f in ("alarm", "disarm"):
+            self.uncertain.add(op.timer)
+        elif op.f == "tick":
+            self.tick_ops[1] += 1
+
+    def check_alarms(self, op: Op, reply: dict[str, Any]) -> None:
+        """An alarm leaves the pending set only by a disarm or by firing once; a fired alarm counts
+        once in ``fired``; no tick is applied that no tick op asked for. Alarms an op of unknown
+        outcome touched are left out, and then ``fired`` is only bounded from below."""
+        alarms, fired, ticks = reply.get("alarms", []), reply.get("fired", 0), reply.get("ticks", 0)
+        if not isinstance(alarms, list) or not isinstance(fired, int) or not isinstance(ticks, int):
+            violation(op, "malformed alarms/fired/ticks")
+        expected = set(self.pending)
+        if op.f == "alarm":
+            expected.add(op.timer)
+        elif op.f == "disarm":
+            expected.discard(op.timer)
+        seen = set(alarms)
+        unarmed = (seen - expected) - self.uncertain
+        if unarmed:
+            violation(op, f"alarms {sorted(unarmed)} are pending though none was armed (pending: {sorted(expected)})")
+        vanished = len((expected - seen) - self.uncertain)
+        # the alarm this op re-armed or disarmed may have fired just before the op was applied
+        touched = int(op.f in ("alarm", "disarm") and op.timer in self.pending - self.uncertain)
+        gained = fired - self.fired
+        if gained < vanished or (not self.uncertain and gained > vanished + touched):
+            violation(op, f"{vanished} alarm(s) fired since the last reply, but 'fired' went {self.fired} -> {fired}")
+        if op.f == "tick":
+            self.tick_ops[0] += 1
+        if not self.ticks <= ticks <= sum(self.tick_ops):
+            violation(op, f"ticks went {self.ticks} -> {ticks} with {self.tick_ops} tick ops (acked, unknown)")
+        self.pending, self.fired, self.ticks = seen, fired, ticks
 
 
 WORKLOADS: dict[str, Callable[[], ServiceWorkload]] = {

@@ -17,6 +17,7 @@ from clusterlab.chaos.nemesis import (
     DiskFault,
     DiskFull,
     Down,
+    DuplicateIngress,
     FlakyLinks,
     Kill,
     KillService,
@@ -51,6 +52,9 @@ class Scenario:
     # Simulator clients resend an unanswered request (same id) on a leader change and every attempt
     # timeout, when the service deduplicates (real clients always do): exactly once is then on trial.
     client_resends: bool = False
+    # Delivers requests more than once: only a service that deduplicates them (its workload's ``resend``)
+    # can pass, so the runner refuses any other.
+    needs_dedupe: bool = False
 
     def schedule(self, seed: int, duration_s: float | None = None, *, sim: bool = False, members: int = 3) -> Schedule:
         d = self.default_duration_s if duration_s is None else duration_s
@@ -121,6 +125,16 @@ SCENARIOS: dict[str, Scenario] = {
             sizes=(3, 5),
             sim_only=True,
             client_resends=True,
+        ),
+        Scenario(
+            "duplicate-ingress",
+            "every message the clients send arrives twice (the copy 1-20 ms later) while the leader is "
+            "killed: duplicated requests and resends meet a new leader; each request must be applied once",
+            lambda d, n: [quiet(d * 0.25), fault(DuplicateIngress(), d * 0.45), quiet(d * 0.3)],
+            sizes=(3, 5),
+            sim_only=True,
+            client_resends=True,
+            needs_dedupe=True,
         ),
         Scenario(
             "late-votes",

@@ -119,16 +119,28 @@ def random_schedule(seed: int, duration_s: float, *, sim: bool) -> Schedule:
     return Schedule(seed, _with_client_resends(seed, steps, sim=sim))
 
 
+def _chosen(stream: str, seed: int, share: float) -> random.Random | None:
+    """The random stream ``stream:seed`` when its first draw puts ``seed`` in ``share`` of the seeds,
+    else None. Each insertion below draws from a stream of its own, so a seed outside its share keeps the
+    schedule the pool alone gives, and the seeds other tests and goldens pin keep theirs."""
+    rng = random.Random(f"{stream}:{seed}")
+    return rng if rng.random() < share else None
+
+
+def _after_a_quiet(steps: list[Step], rng: random.Random, insert: Callable[[], list[Step]]) -> list[Step]:
+    """``steps`` with ``insert()`` (drawn after the position) placed right after one of its quiet steps."""
+    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
+    return [*steps[:at], *insert(), *steps[at:]]
+
+
 LATE_MESSAGES_SHARE = 0.3
 """The share of random schedules that also hold one type of member message back across a leader change."""
 
 
 def _with_late_messages(seed: int, steps: list[Step], *, sim: bool) -> list[Step]:
-    """``steps`` with, for a LATE_MESSAGES_SHARE of seeds, one :class:`LateMessages` fault (and a quiet
-    after it) inserted after a quiet step. Drawn from its own stream, so the other seeds' schedules are
-    the ones the pool alone gives."""
-    rng = random.Random(f"late-messages:{seed}")
-    if rng.random() >= LATE_MESSAGES_SHARE:
+    """``steps`` with, for a LATE_MESSAGES_SHARE of seeds, one :class:`LateMessages` fault and a quiet
+    after it inserted after a quiet step."""
+    if (rng := _chosen("late-messages", seed, LATE_MESSAGES_SHARE)) is None:
         return steps
     then = rng.choice(("kill-leader", "isolate-leader") if sim else ("kill-leader", "isolate-leader", "pause-leader"))
     # Votes most often: a vote that lands in a later ballot needs failed ballots in a row to happen at all.
@@ -138,9 +150,8 @@ def _with_late_messages(seed: int, steps: list[Step], *, sim: bool) -> list[Step
         duplicate=rng.random() < 0.3,
         then=then,
     )
-    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
     # Held long enough for several ballots to fail in a row while the leader is gone.
-    return [*steps[:at], fault(late, rng.uniform(1.5, 3.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+    return _after_a_quiet(steps, rng, lambda: [fault(late, rng.uniform(1.5, 3.0)), quiet(rng.uniform(0.3, 1.0))])
 
 
 OLDER_TERM_TAIL_SHARE = 0.15
@@ -148,14 +159,12 @@ OLDER_TERM_TAIL_SHARE = 0.15
 
 
 def _with_older_term_tail(seed: int, steps: list[Step]) -> list[Step]:
-    """``steps`` with, for an OLDER_TERM_TAIL_SHARE of seeds, one :class:`OlderTermTail` fault (and a
-    quiet after it) inserted after a quiet step, drawn from its own stream like the late messages."""
-    rng = random.Random(f"older-term-tail:{seed}")
-    if rng.random() >= OLDER_TERM_TAIL_SHARE:
+    """``steps`` with, for an OLDER_TERM_TAIL_SHARE of seeds, one :class:`OlderTermTail` fault and a quiet
+    after it inserted after a quiet step."""
+    if (rng := _chosen("older-term-tail", seed, OLDER_TERM_TAIL_SHARE)) is None:
         return steps
     tail = OlderTermTail(tail_s=rng.choice((0.05, 0.1, 0.2)), lead_s=rng.choice((0.0, 0.0, 0.1)))
-    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
-    return [*steps[:at], fault(tail, rng.uniform(1.0, 2.0)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+    return _after_a_quiet(steps, rng, lambda: [fault(tail, rng.uniform(1.0, 2.0)), quiet(rng.uniform(0.3, 1.0))])
 
 
 STALLED_CANDIDATE_SHARE = 0.1
@@ -163,13 +172,13 @@ STALLED_CANDIDATE_SHARE = 0.1
 
 
 def _with_stalled_candidate(seed: int, steps: list[Step]) -> list[Step]:
-    """``steps`` with, for a STALLED_CANDIDATE_SHARE of seeds, one :class:`StalledCandidate` fault (and a
-    quiet after it) inserted after a quiet step, drawn from its own stream like the late messages."""
-    rng = random.Random(f"stalled-candidate:{seed}")
-    if rng.random() >= STALLED_CANDIDATE_SHARE:
+    """``steps`` with, for a STALLED_CANDIDATE_SHARE of seeds, one :class:`StalledCandidate` fault and a
+    quiet after it inserted after a quiet step."""
+    if (rng := _chosen("stalled-candidate", seed, STALLED_CANDIDATE_SHARE)) is None:
         return steps
-    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
-    return [*steps[:at], fault(StalledCandidate(), rng.uniform(1.5, 2.5)), quiet(rng.uniform(0.3, 1.0)), *steps[at:]]
+    return _after_a_quiet(
+        steps, rng, lambda: [fault(StalledCandidate(), rng.uniform(1.5, 2.5)), quiet(rng.uniform(0.3, 1.0))]
+    )
 
 
 CLIENT_RESENDS_SHARE = 0.15
@@ -178,16 +187,21 @@ CLIENT_RESENDS_SHARE = 0.15
 
 def _with_client_resends(seed: int, steps: list[Step], *, sim: bool) -> list[Step]:
     """``steps`` with, for a CLIENT_RESENDS_SHARE of simulator seeds, every reply lost for a while and then
-    the leader killed (after a quiet step), drawn from its own stream like the late messages. The runner's
-    clients resend in a schedule that loses replies (:func:`loses_replies`), so unanswered requests are
-    sent again with the same id, across that leader change too."""
-    rng = random.Random(f"client-resends:{seed}")
-    if not sim or rng.random() >= CLIENT_RESENDS_SHARE:
+    the leader killed, inserted after a quiet step. The runner's clients resend in a schedule that loses
+    replies (:func:`loses_replies`), so unanswered requests are sent again with the same id, across that
+    leader change too."""
+    if not sim or (rng := _chosen("client-resends", seed, CLIENT_RESENDS_SHARE)) is None:
         return steps
-    at = 1 + 2 * rng.randrange((len(steps) + 1) // 2)
-    lost = [fault(LostReplies(), rng.uniform(0.5, 1.5)), quiet(rng.uniform(0.2, 0.6))]
-    kill = [fault(Kill(who="leader"), rng.uniform(0.8, 1.5)), quiet(rng.uniform(0.3, 1.0))]
-    return [*steps[:at], *lost, *kill, *steps[at:]]
+    return _after_a_quiet(
+        steps,
+        rng,
+        lambda: [
+            fault(LostReplies(), rng.uniform(0.5, 1.5)),
+            quiet(rng.uniform(0.2, 0.6)),
+            fault(Kill(who="leader"), rng.uniform(0.8, 1.5)),
+            quiet(rng.uniform(0.3, 1.0)),
+        ],
+    )
 
 
 def loses_replies(schedule: Schedule) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 from clusterlab.chaos.limits import JOBS, MAX_SEEDS, SEED, SEED_COUNT, run_arguments_error
 from clusterlab.chaos.reach import SweepReach, run_reach
-from clusterlab.chaos.runner import RunResult, apply_verdict, check_run_arguments, run_scenario
+from clusterlab.chaos.runner import RunResult, apply_verdict, check_dedupe, check_run_arguments, run_scenario
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
@@ -482,6 +482,8 @@ def check_sweep(config: SweepConfig, jobs: int = 1, scenario: Scenario | None = 
     mutant_kwargs(config.mutants)  # an unknown name fails before any run
     if len(config.services) > 1:
         check_service_mix(config, spec)
+    else:
+        check_dedupe(spec, config.service, config.workload)
     return spec
 
 

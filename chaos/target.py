@@ -136,6 +136,11 @@ class Target(ABC):
         returns the client ids whose replies are lost."""
         raise Unsupported(f"{self.kind}: lose replies")
 
+    def duplicate_ingress(self, duplicated: bool) -> list[int]:
+        """Deliver (``duplicated``) or stop delivering every client's ingress to the members twice (the copy
+        a few ms later); returns the ids of the clients connected now."""
+        raise Unsupported(f"{self.kind}: duplicate ingress")
+
     def silence_client(self) -> int | None:
         """Make the newest connected client hang without closing its session (no more keepalives); the
         workload moves to a new session. Returns the client id (None: no client connected)."""
@@ -269,6 +274,9 @@ class SimTarget(Target):
 
     def lose_replies(self, lost: bool) -> list[int]:
         return self.cluster.lose_replies(lost)
+
+    def duplicate_ingress(self, duplicated: bool) -> list[int]:
+        return self.cluster.duplicate_ingress(duplicated)
 
     def election_state(self, member_id: int) -> ElectionState | None:
         if member_id not in self.cluster.members_alive():

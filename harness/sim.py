@@ -256,6 +256,7 @@ class SimCluster:
         self._services: list[SimServiceHost | None] = [None] * members  # service 0's host of each member
         self.clients: list[SimClient] = []
         self._replies_lost: list[int] = []  # clients whose egress lose_replies drops
+        self._ingress_duplicated = False  # duplicate_ingress: every client's ingress arrives twice
         # Paused members (a SIGSTOPped node and its services): member -> what arrived for it meanwhile.
         self._paused: dict[int, list[Delivery]] = {}
         self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
@@ -743,6 +744,8 @@ class SimCluster:
         )
         self.clients.append(client)
         self._client_deadlines.append(_UNKNOWN)
+        if self._ingress_duplicated:
+            self._duplicate_links(client.network_id, True)
         return client
 
     def connect_client(self, credentials: bytes = b"", timeout_ns: int = 10 * SECOND) -> SimClient:
@@ -953,6 +956,24 @@ class SimCluster:
         self._replies_lost = clients if lost else []
         self._harness_event("replies_lost" if lost else "replies_restored", -1, clients=clients)
         return clients
+
+    def duplicate_ingress(self, duplicated: bool) -> list[int]:
+        """Deliver (``duplicated``) or stop delivering every ingress message from the clients to the members
+        twice, the copy 1-20 ms after the original (SimNetwork.duplicate_link); clients added meanwhile are
+        duplicated too. Returns the ids of the clients that exist now."""
+        self._ingress_duplicated = duplicated
+        for c in self.clients:
+            self._duplicate_links(c.network_id, duplicated)
+        clients = sorted(int(c.client_id) for c in self.clients)
+        self._harness_event("ingress_duplicated" if duplicated else "ingress_restored", -1, clients=clients)
+        return clients
+
+    def _duplicate_links(self, network_id: int, duplicated: bool) -> None:
+        for member_id in range(self.member_count):
+            if duplicated:
+                self.network.duplicate_link(network_id, member_id)
+            else:
+                self.network.duplicate_link(network_id, member_id, None)
 
     def block(self, src: int, dst: int) -> None:
         """Drop src -> dst only."""

@@ -167,6 +167,7 @@ class SimNetwork:
         self._blocked: set[tuple[int, int]] = set()
         self._down: set[int] = set()
         self._links: dict[tuple[int, int], LinkOverride] = {}
+        self._duplicated: dict[tuple[int, int], tuple[int, int]] = {}  # see duplicate_link
         self._faulty = False
 
     # ----------------------------------------------------------------------------- sending
@@ -197,6 +198,19 @@ class SimNetwork:
             copy = self._schedule(now_ns, src, dst, channel, payload, duplicate=True, fifo=True)
             self.stats.duplicated[channel] += 1
             self._enqueue(copy)
+        elif self._duplicated and (lag := self._duplicated.get((src, dst))) is not None:
+            self._send_copy(msg, lag)
+
+    def _send_copy(self, msg: Delivery, lag: tuple[int, int]) -> None:
+        """A second copy of ``msg`` (sequence number: the original's + 1), arriving ``lag`` (a range) after
+        it and outside the link's FIFO order: messages sent later may arrive before the copy."""
+        lo, hi = lag
+        deliver_ns = msg.deliver_ns + lo + (int(self._rng.random() * (hi - lo + 1)) if hi > lo else 0)
+        seq = self._seq
+        self._seq = seq + 1
+        copy = Delivery(seq, msg.send_ns, deliver_ns, msg.src, msg.dst, msg.channel, msg.payload, True)
+        self.stats.duplicated[msg.channel] += 1
+        self._enqueue(copy)
 
     def _schedule(
         self, now_ns: int, src: int, dst: int, channel: Channel, payload: bytes, duplicate: bool, fifo: bool
@@ -335,6 +349,17 @@ class SimNetwork:
 
     def clear_link(self, src: int, dst: int) -> None:
         self._links.pop((src, dst), None)
+
+    def duplicate_link(self, src: int, dst: int, lag_ns: tuple[int, int] | None = (1 * MS, 20 * MS)) -> None:
+        """Deliver every message src sends to dst twice: the copy ``lag_ns`` (a (min, max) range) after the
+        original, outside the link's FIFO order. ``None`` stops it. Not undone by :meth:`heal`; the rng is
+        drawn only for the copies, so a network without duplicated links draws as before."""
+        if lag_ns is None:
+            self._duplicated.pop((src, dst), None)
+        elif not 0 <= lag_ns[0] <= lag_ns[1]:
+            raise ValueError(f"bad lag range {lag_ns!r}")
+        else:
+            self._duplicated[(src, dst)] = lag_ns
 
     def heal(self) -> None:
         """Back to a healthy network: no partition, isolation, blocks or flaky links. Down members

@@ -431,6 +431,24 @@ WHERE kind = 'timer_event' AND source LIKE 'node-%' AND get_json_object(detail, 
 """,
 )
 
+# A consensus module that cancels a scheduled timer for its service records a ``timer_cancel`` event saying
+# whether that timer is still scheduled afterwards.
+CANCELLED_TIMERS_STAY_CANCELLED = SqlCheck(
+    name="cancelled_timers_stay_cancelled",
+    description="a timer its service cancelled is no longer scheduled in that member's consensus module "
+    "(else a leader fires it after the cancel)",
+    tables=("events",),
+    sql="""
+SELECT run_id,
+       concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
+              ') cancelled timer ', get_json_object(detail, '$.correlation_id'),
+              ' for its service and still has that timer scheduled: a leader fires it after the cancel')
+         AS detail
+FROM events
+WHERE kind = 'timer_cancel' AND source LIKE 'node-%' AND get_json_object(detail, '$.scheduled') = 'true'
+""",
+)
+
 LEADER_HAS_QUORUM_OF_VOTES = SqlCheck(
     name="leader_has_quorum_of_votes",
     description="every leader of a term won it with a quorum of YES votes for that very term (its own "
@@ -586,18 +604,22 @@ WHERE l.kind = 'snapshot_loaded' AND NOT array_contains(t.crcs, l.crc)
 """,
 )
 
-# The sessions a consensus module holds where it takes or restores a snapshot (``module_state.sessions``)
-# against the committed log's SessionOpen and SessionClose entries up to there, which every member's service
-# applies: judged only where the trace's committed log starts at position 0.
+# The sessions a consensus module holds where it takes or restores a snapshot (``module_state``: their count,
+# and the sum and sum of squares of their ids) against the committed log's SessionOpen and SessionClose entries
+# up to there, which every member's service applies: judged only where the trace's committed log starts at
+# position 0. Events without the id sums (older traces) are judged by the count alone.
 OPEN_SESSIONS_AGREE = SqlCheck(
     name="open_sessions_agree",
-    description="where a member's consensus module takes or restores a snapshot it holds as many client "
-    "sessions as the committed log has opened and not closed up to there (the sessions its service holds)",
+    description="where a member's consensus module takes or restores a snapshot it holds the client sessions "
+    "the committed log has opened and not closed up to there (the sessions its service holds): as many, and "
+    "the same ids (by their sum and sum of squares)",
     tables=("events", "log"),
     sql="""
 WITH snaps AS (
   SELECT run_id, member_id, incarnation, kind, log_position,
-         CAST(get_json_object(detail, '$.module_state.sessions') AS BIGINT) AS sessions
+         CAST(get_json_object(detail, '$.module_state.sessions') AS BIGINT) AS sessions,
+         CAST(get_json_object(detail, '$.module_state.session_id_sum') AS BIGINT) AS id_sum,
+         CAST(get_json_object(detail, '$.module_state.session_id_square_sum') AS BIGINT) AS id_square_sum
   FROM events
   WHERE kind IN ('snapshot', 'snapshot_loaded') AND source LIKE 'node-%' AND log_position IS NOT NULL
         AND get_json_object(detail, '$.module_state.sessions') IS NOT NULL
@@ -606,23 +628,46 @@ bounds AS (
   SELECT run_id, min(log_position - octet_length(entry)) AS first_start, max(log_position) AS end_position
   FROM log GROUP BY run_id
 ),
+closed AS (
+  SELECT run_id, event_session_id AS id, min(log_position) AS closed_at
+  FROM log WHERE entry_type = 'SessionClose' GROUP BY run_id, event_session_id
+),
+opened AS (
+  SELECT o.run_id, o.event_session_id AS id, o.log_position AS opened_at, c.closed_at
+  FROM log o LEFT JOIN closed c ON c.run_id = o.run_id AND c.id = o.event_session_id
+  WHERE o.entry_type = 'SessionOpen'
+),
 in_log AS (
-  SELECT /*+ BROADCAST(s) */ s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions,
-         sum(CASE WHEN l.entry_type = 'SessionOpen' THEN 1 WHEN l.entry_type = 'SessionClose' THEN -1 ELSE 0 END)
-           AS open_in_log
+  SELECT /*+ BROADCAST(s) */ s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions, s.id_sum,
+         s.id_square_sum, count(o.opened_at) AS open_in_log, coalesce(sum(o.id), 0) AS log_id_sum,
+         coalesce(sum(o.id * o.id), 0) AS log_id_square_sum,
+         array_join(CAST(sort_array(collect_list(o.id)) AS ARRAY<STRING>), ', ') AS log_ids
   FROM snaps s
-  LEFT JOIN log l ON l.run_id = s.run_id AND l.log_position <= s.log_position
-                     AND l.entry_type IN ('SessionOpen', 'SessionClose')
-  GROUP BY s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions
+  LEFT JOIN opened o ON o.run_id = s.run_id AND o.opened_at <= s.log_position
+                        AND (o.closed_at IS NULL OR o.closed_at > s.log_position)
+  GROUP BY s.run_id, s.member_id, s.incarnation, s.kind, s.log_position, s.sessions, s.id_sum, s.id_square_sum
+),
+judged AS (
+  SELECT i.run_id, i.member_id, i.incarnation, i.kind, i.log_position, i.sessions, i.open_in_log, i.id_sum,
+         i.id_square_sum, i.log_id_sum, i.log_id_square_sum, i.log_ids,
+         coalesce(i.id_sum <> i.log_id_sum OR i.id_square_sum <> i.log_id_square_sum, false) AS ids_differ
+  FROM in_log i JOIN bounds b ON b.run_id = i.run_id
+  WHERE b.first_start = 0 AND i.log_position <= b.end_position
 )
-SELECT i.run_id,
-       concat('the consensus module of member ', CAST(i.member_id AS STRING), '/', CAST(i.incarnation AS STRING),
-              ' held ', CAST(i.sessions AS STRING), ' client session(s) when it ',
-              CASE WHEN i.kind = 'snapshot' THEN 'took' ELSE 'restored' END,
-              ' the snapshot at log position ', CAST(i.log_position AS STRING), ', where the committed log has ',
-              CAST(i.open_in_log AS STRING), ' open (opened and not closed), as every service holds') AS detail
-FROM in_log i JOIN bounds b ON b.run_id = i.run_id
-WHERE b.first_start = 0 AND i.log_position <= b.end_position AND i.sessions <> i.open_in_log
+SELECT j.run_id,
+       concat('the consensus module of member ', CAST(j.member_id AS STRING), '/', CAST(j.incarnation AS STRING),
+              ' held ', CAST(j.sessions AS STRING), ' client session(s) when it ',
+              CASE WHEN j.kind = 'snapshot' THEN 'took' ELSE 'restored' END,
+              ' the snapshot at log position ', CAST(j.log_position AS STRING), ', where the committed log has ',
+              CAST(j.open_in_log AS STRING), ' open (opened and not closed), as every service holds',
+              CASE WHEN j.ids_differ
+                   THEN concat('; not the same ids: the log has sessions [', j.log_ids, '] open (id sum ',
+                               CAST(j.log_id_sum AS STRING), ', sum of squares ',
+                               CAST(j.log_id_square_sum AS STRING), '), the module held ids summing to ',
+                               CAST(j.id_sum AS STRING), ' (sum of squares ', CAST(j.id_square_sum AS STRING), ')')
+                   ELSE '' END) AS detail
+FROM judged j
+WHERE j.sessions <> j.open_in_log OR j.ids_differ
 """,
 )
 
@@ -638,6 +683,7 @@ CHECKS: tuple[SqlCheck, ...] = (
     TIMERS_AND_CLOSES_AGREE,
     SESSIONS_CLOSE_EVERYWHERE,
     TIMERS_FIRE_ONCE,
+    CANCELLED_TIMERS_STAY_CANCELLED,
     SNAPSHOTS_AGREE,
     SNAPSHOT_RESTORES_MODULE_STATE,
     OPEN_SESSIONS_AGREE,

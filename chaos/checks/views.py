@@ -6,8 +6,9 @@ columns derived from the raw ones (pyarrow only, so the Spark source can build t
   int64 min/max/equality are hash aggregates on Spark (binary ones plan as sort-based aggregates) and
   cheap on DuckDB.
 - ``log`` gets ``entry_digest_hi/lo`` (of the framed entry, with the run's digest function, as
-  ``applied.entry_digest``) and the kv request of a ``SessionMessage`` entry: ``req_id``, ``req_op``,
-  ``req_key``, ``req_value``.
+  ``applied.entry_digest``), the kv request of a ``SessionMessage`` entry: ``req_id``, ``req_op``,
+  ``req_key``, ``req_value``, and ``event_session_id``: the ``cluster_session_id`` of a ``SessionOpen`` or
+  ``SessionClose`` entry, else null.
 - ``messages`` gets ``log_leadership_term_id``: the term of the sender's last log entry, read from the
   payload of the messages that carry one (CanvassPosition, RequestVote, Vote, NewLeadershipTerm), else
   null; ``log_position`` is then the position in that log."""
@@ -23,6 +24,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_named
+from clusterlab.core.codec.log_events import SessionCloseEvent, SessionOpenEvent
+from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import REGISTRY
 
 DIGEST_SIZE = 16
@@ -41,6 +44,25 @@ REQUEST_FIELDS: dict[str, pa.DataType] = {
     "req_key": pa.string(),
     "req_value": pa.string(),
 }
+EVENT_SESSION_ID = "event_session_id"
+SESSION_EVENTS = ("SessionOpen", "SessionClose")  # the log's entry_type of the entries that carry one
+
+
+def _field_offset(cls: type[Message], field: str) -> int:
+    """Where ``field`` of ``cls`` starts in its encoded message (message header included)."""
+    at = _MESSAGE_HEADER
+    for name, fmt in cls._FIXED:
+        if name == field:
+            return at
+        at += struct.calcsize("<" + fmt)
+    raise KeyError(f"{cls.__name__} has no {field}")
+
+
+# Template id -> where the cluster_session_id of that session event starts in a framed log entry.
+_SESSION_ID_AT = {
+    cls.TEMPLATE_ID: _FRAME_HEADER + _field_offset(cls, "cluster_session_id")
+    for cls in (SessionOpenEvent, SessionCloseEvent)
+}
 
 
 def derived_fields(table: str) -> list[pa.Field]:
@@ -49,6 +71,7 @@ def derived_fields(table: str) -> list[pa.Field]:
     if table == "log":
         out += [pa.field("entry_digest_hi", pa.int64(), True), pa.field("entry_digest_lo", pa.int64(), True)]
         out += [pa.field(n, t, True) for n, t in REQUEST_FIELDS.items()]
+        out.append(pa.field(EVENT_SESSION_ID, pa.int64(), True))
     if table == "messages":
         out.append(pa.field(LOG_TERM, pa.int64(), True))
     return out
@@ -151,6 +174,22 @@ def log_terms(msg_types: pa.Array | pa.ChunkedArray, payloads: pa.Array | pa.Chu
     return pa.array(out, pa.int64())
 
 
+def event_session_ids(entry_types: pa.Array | pa.ChunkedArray, entries: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each log entry's ``cluster_session_id`` if it is a SessionOpen or SessionClose (null otherwise, or
+    where the entry is short). Only those entries are decoded: the rows are picked by entry type first."""
+    out: list[int | None] = [None] * len(entries)
+    picked = pc.indices_nonzero(pc.fill_null(pc.is_in(entry_types, pa.array(SESSION_EVENTS)), False))
+    for i in picked.to_pylist():
+        entry = entries[i].as_py()
+        if entry is None or len(entry) < _FRAME_HEADER + _MESSAGE_HEADER:
+            continue
+        (template_id,) = struct.unpack_from("<H", entry, _FRAME_HEADER + 2)
+        at = _SESSION_ID_AT.get(template_id)
+        if at is not None and len(entry) >= at + 8:
+            out[i] = struct.unpack_from("<q", entry, at)[0]
+    return pa.array(out, pa.int64())
+
+
 def derived_columns(
     table: str,
     columns: Mapping[str, pa.Array | pa.ChunkedArray],
@@ -166,6 +205,8 @@ def derived_columns(
             out[f"{d}_hi"], out[f"{d}_lo"] = digest_halves(columns[d])
     if table == "log" and "entry" in columns:
         out.update(_log_columns(columns["entry"], wanted, entry_digest))
+    if table == "log" and EVENT_SESSION_ID in wanted and {"entry_type", "entry"} <= set(columns):
+        out[EVENT_SESSION_ID] = event_session_ids(columns["entry_type"], columns["entry"])
     if table == "messages" and LOG_TERM in wanted and {"msg_type", "payload"} <= set(columns):
         out[LOG_TERM] = log_terms(columns["msg_type"], columns["payload"])
     return out

@@ -41,9 +41,10 @@ def _golden_judge(master: str | None) -> tuple[Any, Any]:
 
     def judge(name: str) -> tuple[bool, str]:
         factory = service_factory(MUTANT_SERVICES[name]) if name in MUTANT_SERVICES else None
-        # A planted service bug is a kv variant: only the kv goldens run that service (replaying a
-        # counter golden through kv would diverge for the wrong reason).
-        names = [r.name for r in load_manifest(MANIFEST) if r.service == "kv"] if factory is not None else None
+        # A planted service bug is a variant of some sample services: only their goldens run it (replaying
+        # a counter golden through kv would diverge for the wrong reason).
+        fits = MUTANTS[name].plants_in
+        names = [r.name for r in load_manifest(MANIFEST) if fits(r.service)] if factory is not None else None
         try:
             report = verify_goldens(names, spark=spark, service_factory=factory, mutants=[name])
         except Exception as e:  # a re-run that dies of the bug: golden verify fails on it too

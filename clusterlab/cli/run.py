@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
-from clusterlab.chaos.runner import RunProgress, check_service, run_clients, run_scenario
+from clusterlab.chaos.runner import RunProgress, check_dedupe, check_service, run_clients, run_scenario
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
@@ -89,6 +89,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import_from_cwd()
     try:
         check_service(args.service, args.workload)
+        check_dedupe(spec, args.service, args.workload)
     except ValueError as e:
         return _bad(err, str(e))
     if args.fault_stale_read and args.service != "kv":
@@ -97,8 +98,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         mutants = mutant_set(args.mutant)
     except UnknownMutant as e:
         return _bad(err, f"--mutant: {e}")
-    if args.service != "kv" and (bad := sorted(n for n in mutants if MUTANTS[n].in_service)):
-        return _bad(err, f"--mutant {bad[0]} plants a bug in the kv service, not {args.service!r}")
+    if bad := sorted(n for n in mutants if not MUTANTS[n].plants_in(args.service)):
+        return _bad(
+            err,
+            f"--mutant {bad[0]} plants a bug in the {'/'.join(MUTANTS[bad[0]].services)} service, not {args.service!r}",
+        )
     try:
         run_clients(args.service, args.workload, args.clients)
     except ValueError as e:

@@ -46,6 +46,7 @@ FOLLOWER_FIRES_TIMERS = "follower-fires-timers"
 SESSION_TIMEOUT_LOCAL_CLOCK = "session-timeout-local-clock"
 CLOSED_SESSION_KEPT = "closed-session-kept"
 FIRED_TIMER_KEPT = "fired-timer-kept"
+CANCEL_TIMER_IGNORED = "cancel-timer-ignored"
 # Snapshots
 SNAPSHOT_AT_LOCAL_POSITION = "snapshot-at-local-position"
 TIMERS_LEFT_OUT_OF_SNAPSHOT = "timers-left-out-of-snapshot"
@@ -53,6 +54,7 @@ TIMERS_LEFT_OUT_OF_SNAPSHOT = "timers-left-out-of-snapshot"
 SERVICE_WALL_CLOCK = "service-wall-clock"
 STALE_READ = "stale-read"
 RESEND_APPLIED_TWICE = "resend-applied-twice"
+ALARM_COUNTED_TWICE = "alarm-counted-twice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,12 @@ class Mutant:
     where: str
     bug: str
     in_service: bool = False  # planted in the clustered service, not the consensus module
+    services: tuple[str, ...] = ("kv",)  # the sample services whose runs a planted service bug replaces
+
+    def plants_in(self, service: str) -> bool:
+        """Whether a run of sample service ``service`` can carry this bug (a service bug is a variant
+        of some sample services; a consensus-module bug fits any service)."""
+        return not self.in_service or service in self.services
 
 
 MUTANTS: dict[str, Mutant] = {
@@ -164,6 +172,13 @@ MUTANTS: dict[str, Mutant] = {
             "fires it again",
         ),
         Mutant(
+            CANCEL_TIMER_IGNORED,
+            "timers",
+            "rules on_cancel_timer (core/consensus/service_link.py ServiceLink.on_cancel_timer)",
+            "a service's CancelTimer leaves the timer scheduled in its consensus module, so a leader fires it "
+            "after the cancel",
+        ),
+        Mutant(
             SNAPSHOT_AT_LOCAL_POSITION,
             "snapshots",
             "rules snapshot_position (core/consensus/snapshots.py Snapshots.take_snapshot)",
@@ -197,6 +212,14 @@ MUTANTS: dict[str, Mutant] = {
             "the kv store loses its deduplication: a request a client resends after a timeout or a leader "
             "change is applied again",
             in_service=True,
+        ),
+        Mutant(
+            ALARM_COUNTED_TWICE,
+            "service timers",
+            "harness/services/planted.py DoubleFire (double_fire_service)",
+            "the counter counts each alarm that fires twice in 'fired' (every member alike, so their states agree)",
+            in_service=True,
+            services=("counter", "timers"),
         ),
     )
 }
@@ -306,6 +329,10 @@ class PlantedRules(ConsensusRules):
     def on_log_timer_event(self, timer_service: TimerService, correlation_id: int) -> None:
         if FIRED_TIMER_KEPT not in self.names:
             super().on_log_timer_event(timer_service, correlation_id)
+
+    def on_cancel_timer(self, timer_service: TimerService, correlation_id: int) -> None:
+        if CANCEL_TIMER_IGNORED not in self.names:
+            super().on_cancel_timer(timer_service, correlation_id)
 
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         work = 0

@@ -602,7 +602,7 @@ class ConsensusModule:
         elif isinstance(msg, ScheduleTimer):
             services.timer_service.on_schedule_timer(msg.correlation_id, msg.deadline)
         elif isinstance(msg, CancelTimer):
-            services.timer_service.cancel_timer(msg.correlation_id)
+            services.on_cancel_timer(msg.correlation_id)
         elif isinstance(msg, CloseSession):
             self.client_sessions.on_service_close_session(msg.cluster_session_id, now_ns)
         elif isinstance(msg, SessionMessageHeader):

@@ -105,6 +105,11 @@ class ConsensusRules:
         its ScheduleTimer arrived); the leader took it off when it fired it."""
         timer_service.on_replay_timer_event(correlation_id)
 
+    def on_cancel_timer(self, timer_service: TimerService, correlation_id: int) -> None:
+        """A service's CancelTimer takes that timer off its consensus module's schedule, so no leader
+        fires it after the cancel."""
+        timer_service.cancel_timer(correlation_id)
+
     def follower_duties(self, module: ConsensusModule, now_ns: int) -> int:
         """Work an ACTIVE follower does beyond applying its leader's log: none. Only the leader fires
         expired timers and times client sessions out, into the log; followers apply what it logged."""

@@ -226,6 +226,16 @@ class ServiceLink:
         still_scheduled = correlation_id in self.timer_service
         self._s.event("timer_event", {"correlation_id": correlation_id, "scheduled": still_scheduled}, pos=end_position)
 
+    def on_cancel_timer(self, correlation_id: int) -> None:
+        """A service's CancelTimer: that timer leaves this module's schedule. When it was scheduled, the
+        ``timer_cancel`` event says whether it still is (never, unless a bug keeps it): the trace check
+        ``cancelled_timers_stay_cancelled`` reads it."""
+        if correlation_id not in self.timer_service:
+            return  # already fired (or never scheduled): nothing to cancel
+        self._s.rules.on_cancel_timer(self.timer_service, correlation_id)
+        still_scheduled = correlation_id in self.timer_service
+        self._s.event("timer_cancel", {"correlation_id": correlation_id, "scheduled": still_scheduled})
+
     def on_log_service_message(self, cluster_session_id: int) -> None:
         """A service-originated message met in the committed log: it is no longer pending."""
         sid = service_id_of(cluster_session_id)

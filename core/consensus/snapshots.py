@@ -172,9 +172,12 @@ class Snapshots:
 
     def module_state(self) -> dict[str, Any]:
         """What a consensus-module snapshot holds, summarised for the trace: counts of sessions, timers
-        and pending service messages, and a CRC-32 of all of it (sessions as a snapshot writes them).
-        Taken from the live state when a snapshot is written and again once one is loaded, so a trace
-        check can ask that a restore gives back what was taken."""
+        and pending service messages, the sum and the sum of squares of the sessions' ids, and a CRC-32
+        of all of it (sessions as a snapshot writes them). Taken from the live state when a snapshot is
+        written and again once one is loaded, so a trace check can ask that a restore gives back what was
+        taken, and that the sessions are those the committed log has open (the id sums are what SQL can
+        recompute from the log: with the count they tell apart any two sets that differ in at most two
+        ids each)."""
         services = self._services
         sessions = sorted(
             (
@@ -187,8 +190,11 @@ class Snapshots:
         timers = services.timer_service.snapshot()
         pending = [len(q) for q in services.pending_service_messages]
         text = repr((self._sessions.log_next_session_id, sessions, timers, pending))
+        ids = [session[0] for session in sessions]
         return {
             "sessions": len(sessions),
+            "session_id_sum": sum(ids),
+            "session_id_square_sum": sum(i * i for i in ids),
             "timers": len(timers),
             "pending_messages": sum(pending),
             "crc": f"{zlib.crc32(text.encode()):08x}",

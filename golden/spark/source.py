@@ -29,8 +29,8 @@ Besides pyarrow and pyspark this module imports only :mod:`clusterlab.harness.ar
 torn-stream reader) and the check views' column builders (:mod:`clusterlab.chaos.checks.views`), all
 pyarrow-only; they ship to a Spark cluster in the clusterlab wheel (``spark-submit --py-files``) or
 with clusterlab installed on the executors. The views' derived columns (``entry_digest_hi``/``_lo``,
-``state_digest_hi``/``_lo``, the log's ``req_id``, ``req_op``, ``req_key``, ``req_value``) are built
-only when ``columns`` names them.
+``state_digest_hi``/``_lo``, the log's ``req_id``, ``req_op``, ``req_key``, ``req_value`` and
+``event_session_id``) are built only when ``columns`` names them.
 
 ``table=files`` also carries each file's stream-message boundaries and their CRC-32s
 (``chunk_ends``, ``chunk_crcs``): the completeness judgement (:mod:`clusterlab.harness.completeness`)

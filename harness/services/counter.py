@@ -15,7 +15,8 @@ Timers and session control (the ``timers`` workload; they never change value or 
 * ``{"id": 8, "op": "close"}``: reply, then ``Cluster.close_client_session`` on the sender's session
 
 Each of these replies like ``get``. Pending alarms, ``fired`` and ``ticks`` are part of the state
-(digest and snapshot) once any exists.
+(digest and snapshot) once any exists; from then on every reply also carries them:
+``"alarms": [<pending timer numbers, sorted>], "fired": <alarms fired>, "ticks": <ticks applied>``.
 
 A request that cannot be parsed gets ``{"id": <id or null>, "ok": false, "error": "..."}`` and changes
 nothing. State = (value, revision = number of adds applied), so "add 0" still changes the state. A
@@ -182,7 +183,10 @@ class CounterService(ClusteredService):
                 return {"id": request_id, "ok": False, "error": f"bad request: {error}"}
         elif op != "get":
             return {"id": request_id, "ok": False, "error": f"bad request: unknown op {op!r}"}
-        return {"id": request_id, "ok": True, "value": self.value, "revision": self.revision}
+        reply: dict[str, Any] = {"id": request_id, "ok": True, "value": self.value, "revision": self.revision}
+        if self.alarms or self.fired or self.ticks:
+            reply.update(alarms=sorted(self.alarms), fired=self.fired, ticks=self.ticks)
+        return reply
 
     # --- ClusteredService ----------------------------------------------------------------------------
 

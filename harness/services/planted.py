@@ -1,10 +1,14 @@
-"""Planted service bugs (tests only) that wrap a sample service instead of switching a branch inside it.
+"""Planted service bugs (tests only) that wrap or extend a sample service instead of switching a branch
+inside it.
 
 ``forgetful_dedupe_service`` is the kv store with its exactly-once deduplication lost: the ``client``
 field a resending client adds to each request is dropped before the store sees it, so a resent request
 (after a timeout or a leader change) is applied again, as a service that forgot its dedupe table would.
 Everything else is the kv store's own behaviour, and every member runs the same bug, so the members'
-states still agree: only a client-side check (linearizability, durability) can see it."""
+states still agree: only a client-side check (linearizability, durability) can see it.
+
+``double_fire_service`` is the counter that counts each alarm that fires twice in ``fired``. Every member
+counts alike, so their states agree: only the timers workload's model of the alarms sees it."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from clusterlab.core.codec import CloseReason
 from clusterlab.core.consensus.context import Role
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService
 from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
+from clusterlab.harness.services.counter import CounterService
 from clusterlab.harness.services.kv import KeyValueService
 
 
@@ -70,3 +75,18 @@ class ForgetfulDedupe(ClusteredService):
 def forgetful_dedupe_service() -> ForgetfulDedupe:
     """The kv store with its deduplication lost (mutant ``resend-applied-twice``; tests only)."""
     return ForgetfulDedupe()
+
+
+class DoubleFire(CounterService):
+    """The counter, except that an alarm that fires counts twice in ``fired``."""
+
+    def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
+        before = self.fired
+        super().on_timer_event(correlation_id, timestamp)
+        if self.fired != before:
+            self._set_timers(lambda: setattr(self, "fired", self.fired + 1))
+
+
+def double_fire_service() -> DoubleFire:
+    """The counter that counts a fired alarm twice (mutant ``alarm-counted-twice``; tests only)."""
+    return DoubleFire()

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
+from clusterlab.chaos.checks.views import SESSION_EVENTS, event_session_ids
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.chaos.verify import verify_run
 from clusterlab.core.codec.consensus import AppendPosition, CanvassPosition, CommitPosition, RequestVote
@@ -80,6 +81,7 @@ def test_check_names_are_the_catalogue() -> None:
         "timers_and_closes_agree",
         "sessions_close_everywhere",
         "timers_fire_once",
+        "cancelled_timers_stay_cancelled",
         "snapshots_agree",
         "snapshot_restores_module_state",
         "open_sessions_agree",
@@ -465,3 +467,39 @@ def test_a_module_holding_a_session_the_log_never_opened_fails(restored: Run) ->
         f"client session(s) when it took the snapshot at log position {taken['log_position']}, where the committed "
         f"log has {held['sessions']} open (opened and not closed), as every service holds"
     ], got
+
+
+def _open_ids(run: Run, position: int) -> list[int]:
+    """The sessions the committed log has opened and not closed up to ``position`` (the view's ids)."""
+    log = run.tables["log"]
+    ids = event_session_ids(log.column("entry_type"), log.column("entry")).to_pylist()
+    opened: set[int] = set()
+    for row, sid in zip(log.to_pylist(), ids, strict=True):
+        if row["log_position"] <= position and row["entry_type"] in SESSION_EVENTS:
+            assert sid is not None, row["entry_type"]
+            (opened.add if row["entry_type"] == "SessionOpen" else opened.discard)(sid)
+    return sorted(opened)
+
+
+def test_a_module_holding_other_sessions_than_the_log_fails(restored: Run) -> None:
+    events = rows(restored, "events")
+    taken = next(e for e in events if e["kind"] == "snapshot" and e["source"].startswith("node-"))
+    held = _module_state(taken)
+    ids = _open_ids(restored, taken["log_position"])
+    assert ids and (held["session_id_sum"], held["session_id_square_sum"]) == (sum(ids), sum(i * i for i in ids))
+    # As many sessions, one of them a session the log has not opened there (the last one's id + 1).
+    other = [*ids[:-1], ids[-1] + 1]
+    wrong = dict(held, session_id_sum=sum(other), session_id_square_sum=sum(i * i for i in other))
+    taken["detail"] = json.dumps(dict(json.loads(taken["detail"]), module_state=wrong))
+    got = judge(with_rows(restored, "events", events), "open_sessions_agree")
+    assert got == [
+        f"the consensus module of member {taken['member_id']}/{taken['incarnation']} held {len(ids)} client "
+        f"session(s) when it took the snapshot at log position {taken['log_position']}, where the committed log "
+        f"has {len(ids)} open (opened and not closed), as every service holds; not the same ids: the log has "
+        f"sessions [{', '.join(map(str, ids))}] open (id sum {sum(ids)}, sum of squares {sum(i * i for i in ids)}), "
+        f"the module held ids summing to {sum(other)} (sum of squares {sum(i * i for i in other)})"
+    ], got
+    # An older trace's event, without the id sums, is judged by the count alone.
+    older = {k: v for k, v in wrong.items() if k not in ("session_id_sum", "session_id_square_sum")}
+    taken["detail"] = json.dumps(dict(json.loads(taken["detail"]), module_state=older))
+    assert judge(with_rows(restored, "events", events), "open_sessions_agree") == []

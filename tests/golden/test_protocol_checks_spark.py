@@ -2,14 +2,16 @@
 the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
 run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
 log of an older term toward its commit position, one whose members restart from snapshots without their
-timers, one whose voter follows an older leader after its YES vote (a stalled candidate), plus a copy of a
-clean trace whose events gained a second YES vote in one term from a restarted voter and a copy of a clean
-full restart whose module took a snapshot with a session too many."""
+timers, one whose voter follows an older leader after its YES vote (a stalled candidate), one whose modules
+keep the timers their services cancel, plus a copy of a
+clean trace whose events gained a second YES vote in one term from a restarted voter and two copies of a clean
+full restart whose module took a snapshot with a session too many, or with as many sessions but other ids."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,12 @@ from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
 from clusterlab.harness.trace import open_run
 
-from clusterlab.testing.mutants import OLDER_TERM_LOG_COUNTED, TIMERS_LEFT_OUT_OF_SNAPSHOT, VOTE_PROMISE_BROKEN
+from clusterlab.testing.mutants import (
+    CANCEL_TIMER_IGNORED,
+    OLDER_TERM_LOG_COUNTED,
+    TIMERS_LEFT_OUT_OF_SNAPSHOT,
+    VOTE_PROMISE_BROKEN,
+)
 from tests.golden import plant
 
 pytestmark = pytest.mark.spark
@@ -46,22 +53,35 @@ def _double_vote(clean: Path, into: Path) -> Path:
     return into
 
 
-def _extra_session(restored: Path, into: Path) -> Path:
-    """A copy of ``restored`` with one more ``snapshot`` event, of a later incarnation of the first member
-    that took one, whose module held a session the committed log never opened."""
-    shutil.copytree(restored, into)
-    run = open_run(into)
-    taken = next(e for e in run.events.to_pylist() if e["kind"] == "snapshot" and e["source"].startswith("node-"))
+def _planted_snapshot(run: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Path:
+    """``run`` (a copy, changed in place) with one more ``snapshot`` event, of a later incarnation of the first
+    member that took one, whose module held ``change`` of what that member's module held."""
+    taken = next(
+        e for e in open_run(run).events.to_pylist() if e["kind"] == "snapshot" and e["source"].startswith("node-")
+    )
     detail = json.loads(taken["detail"])
-    state = dict(detail["module_state"], sessions=detail["module_state"]["sessions"] + 1)
+    state = change(detail["module_state"])
     again = dict(
         taken, incarnation=taken["incarnation"] + 9, seq=10**6, detail=json.dumps(dict(detail, module_state=state))
     )
-    path = into / "events" / f"node-{taken['member_id']}-i9.arrow"
+    path = run / "events" / f"node-{taken['member_id']}-i9.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, SCHEMAS["events"]) as w:
         w.write_table(pa.Table.from_pylist([again], schema=SCHEMAS["events"]))
-    plant.reseal(into)
-    return into
+    plant.reseal(run)
+    return run
+
+
+def _extra_session(restored: Path, into: Path) -> Path:
+    """A copy of ``restored`` whose module took a snapshot holding a session the committed log never opened."""
+    shutil.copytree(restored, into)
+    return _planted_snapshot(into, lambda state: dict(state, sessions=state["sessions"] + 1))
+
+
+def _other_sessions(restored: Path, into: Path) -> Path:
+    """A copy of ``restored`` (a run id of its own) whose module took a snapshot holding as many sessions as the
+    committed log has open, but with ids summing to one more."""
+    plant.copy_run(restored, into, f"{open_run(restored).meta['run_id']}-other-sessions")
+    return _planted_snapshot(into, lambda state: dict(state, session_id_sum=state["session_id_sum"] + 1))
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +107,9 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         service="counter",
         mutants=[TIMERS_LEFT_OUT_OF_SNAPSHOT],
     )
+    kept = run_scenario(
+        "leader-kill", seed=1, sim=True, directory=base / "kept", service="timers", mutants=[CANCEL_TIMER_IGNORED]
+    )
     promise = run_scenario(
         "stalled-candidate", seed=1, sim=True, directory=base / "promise", clients=1, mutants=[VOTE_PROMISE_BROKEN]
     )
@@ -96,8 +119,10 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "stuck": stuck.trace_dir,
         "counted": counted.trace_dir,
         "forgotten": forgotten.trace_dir,
+        "kept": kept.trace_dir,
         "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
         "extra-session": _extra_session(restored.trace_dir, base / "extra-session"),
+        "other-sessions": _other_sessions(restored.trace_dir, base / "other-sessions"),
     }
 
 
@@ -107,7 +132,7 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # seven simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # eight simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
@@ -116,8 +141,10 @@ def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]
     assert expected["double-vote"]["one_vote_per_term"]
     assert expected["promise"]["vote_promise_kept"]
     assert expected["forgotten"]["snapshot_restores_module_state"]
+    assert expected["kept"]["cancelled_timers_stay_cancelled"]
     assert not expected["forgotten"]["open_sessions_agree"]
     assert expected["extra-session"]["open_sessions_agree"]
+    assert any("not the same ids" in d for d in expected["other-sessions"]["open_sessions_agree"])
     run_ids = {name: open_run(d).meta["run_id"] for name, d in traces.items()}
     assert len(set(run_ids.values())) == len(run_ids)
     report = check_runs(list(traces.values()), spark=spark, write_json=False)  # one job over them all
