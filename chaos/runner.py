@@ -42,6 +42,7 @@ from clusterlab.testing.mutants import (
     RESEND_APPLIED_TWICE,
     SERVICE_WALL_CLOCK,
     STALE_READ,
+    misplanted,
     mutant_set,
     rules_for,
 )
@@ -306,10 +307,8 @@ def check_run_arguments(
     if fault_stale_read and service != "kv":
         raise ValueError(f"--fault-stale-read plants a bug in the kv service, not {service!r}")
     in_service = sorted(n for n in chosen if MUTANTS[n].in_service)
-    if bad := [n for n in in_service if not MUTANTS[n].plants_in(service)]:
-        raise ValueError(
-            f"mutant {bad[0]} plants a bug in the {'/'.join(MUTANTS[bad[0]].services)} service, not {service!r}"
-        )
+    if (problem := misplanted(in_service, service)) is not None:
+        raise ValueError(problem)
     if len(in_service) + fault_stale_read > 1:
         raise ValueError(f"at most one planted service bug at a time, not {', '.join(in_service)}")
     if members not in spec.sizes and members != 3:

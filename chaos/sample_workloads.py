@@ -266,7 +266,9 @@ class TimersWorkload(CounterWorkload):
         once in ``fired``; no tick is applied that no tick op asked for. Alarms an op of unknown
         outcome touched are left out, and then ``fired`` is only bounded from below."""
         alarms, fired, ticks = reply.get("alarms", []), reply.get("fired", 0), reply.get("ticks", 0)
-        if not isinstance(alarms, list) or not isinstance(fired, int) or not isinstance(ticks, int):
+        if not (isinstance(alarms, list) and all(type(a) is int for a in alarms)) or not (
+            type(fired) is int and type(ticks) is int
+        ):
             violation(op, "malformed alarms/fired/ticks")
         expected = set(self.pending)
         if op.f == "alarm":

@@ -29,7 +29,7 @@ from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged, services_error, writable_directory_error
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
-from clusterlab.testing.mutants import MUTANTS, UnknownMutant, mutant_set
+from clusterlab.testing.mutants import UnknownMutant, misplanted, mutant_set
 
 
 def _fmt_times(values: list[float]) -> str:
@@ -98,11 +98,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         mutants = mutant_set(args.mutant)
     except UnknownMutant as e:
         return _bad(err, f"--mutant: {e}")
-    if bad := sorted(n for n in mutants if not MUTANTS[n].plants_in(args.service)):
-        return _bad(
-            err,
-            f"--mutant {bad[0]} plants a bug in the {'/'.join(MUTANTS[bad[0]].services)} service, not {args.service!r}",
-        )
+    if (problem := misplanted(mutants, args.service)) is not None:
+        return _bad(err, f"--{problem}")
     try:
         run_clients(args.service, args.workload, args.clients)
     except ValueError as e:

@@ -74,6 +74,15 @@ class Mutant:
         return not self.in_service or service in self.services
 
 
+def misplanted(names: Iterable[str], service: str) -> str | None:
+    """Why the planted bugs ``names`` cannot run with sample service ``service`` (the first service bug
+    that varies other services), or None when they all fit."""
+    bad = sorted(n for n in names if not MUTANTS[n].plants_in(service))
+    if not bad:
+        return None
+    return f"mutant {bad[0]} plants a bug in the {'/'.join(MUTANTS[bad[0]].services)} service, not {service!r}"
+
+
 MUTANTS: dict[str, Mutant] = {
     m.name: m
     for m in (

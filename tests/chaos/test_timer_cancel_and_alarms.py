@@ -73,6 +73,17 @@ def test_alarms_the_history_does_not_allow_fail(steps: list[tuple[Op, list[int],
         _feed(TimersWorkload(), steps)
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [{"alarms": "1"}, {"alarms": [1.5]}, {"alarms": [True]}, {"fired": None}, {"fired": "2"}, {"ticks": [0]}],
+)
+def test_a_malformed_alarms_reply_is_a_violation(fields: dict[str, Any]) -> None:
+    op = _op(1, "get")
+    op.reply = {**_reply(op, [], 0), **fields}
+    with pytest.raises(SafetyViolation, match="malformed alarms/fired/ticks"):
+        TimersWorkload().check_alarms(op, op.reply)
+
+
 def test_alarms_an_unknown_op_touched_are_left_out() -> None:
     w = TimersWorkload()
     lost = _op(1, "alarm", 1)
@@ -115,3 +126,11 @@ def test_an_ignored_cancel_fails_cancelled_timers_stay_cancelled(clean: Run, tmp
     assert not planted.ok
     got = judge(open_run(planted.trace_dir).tables, "cancelled_timers_stay_cancelled")
     assert got and "still has that timer scheduled" in got[0], got
+
+
+def test_the_counter_variant_is_refused_for_a_kv_run(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"mutant alarm-counted-twice plants a bug in the counter/timers service, not 'kv'"
+    ):
+        run_scenario("leader-kill", 1, sim=True, directory=tmp_path, mutants=[ALARM_COUNTED_TWICE])
+    assert not any(tmp_path.iterdir()), "refused before anything ran"
