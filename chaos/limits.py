@@ -80,6 +80,7 @@ LOG_POSITION = Limit(0, 2**63 - 1, integer=True)
 BUDGET_S = Limit(0, 24 * 3600.0, "seconds", above_low=True)
 WARM_CHECKS = Limit(0, 1_000, integer=True)
 DRIVER_MEMORY_MIB = Limit(256, 1024 * 1024, "MiB", integer=True)  # a Spark server's JVM heap: 256m to 1t
+SPARK_WORKERS = Limit(0, 64, integer=True)  # a standalone Spark cluster on this machine: its worker JVMs
 
 
 def run_arguments_error(

@@ -13,9 +13,10 @@ import errno
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterlab.chaos.target import SimTarget, Target, Unsupported
+from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.core.archive.storage import Storage
-from clusterlab.core.consensus.context import ElectionState
+from clusterlab.core.codec.enums import ToggleState
+from clusterlab.core.consensus.context import ConsensusModuleState, ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
 
 from clusterlab.testing import disk_faults as faults
@@ -908,6 +909,54 @@ _LEADER_FAULTS: dict[str, Any] = {
     "pause-leader": lambda: Pause(),
 }
 
+RESUME_WAIT_NS = 5 * 1_000_000_000
+
+
+@dataclass
+class SuspendIsolatedLeader(Nemesis):
+    """Isolate the leader from the other members, then set its control toggle to SUSPEND (simulator: the
+    toggle of that member, not of whoever leads). Heal: reconnect it; should a SUSPEND have committed
+    after all (the old leader led again), resume the cluster so the run can finish."""
+
+    name: str = "suspend-isolated-leader"
+    accepted: bool = False
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"accepted": self.accepted}
+
+    def _sim(self, t: Target) -> SimTarget:
+        if not isinstance(t, SimTarget):
+            raise Unsupported("suspending an isolated leader is wired for the simulator only")
+        return t
+
+    def _apply(self, t: Target) -> None:
+        c = self._sim(t).cluster
+        leader = t.leader()
+        if leader is None:
+            self.victims = []
+            return
+        self.victims = [leader]
+        t.partition([[leader], [m for m in t.members if m != leader]])
+        self.accepted = bool(c.member(leader).toggle_control(ToggleState.SUSPEND))  # type: ignore[attr-defined]
+        c.event("control", leader, action="suspend", accepted=self.accepted)
+
+    def _heal(self, t: Target) -> None:
+        c = self._sim(t).cluster
+        t.heal_network()
+
+        def resumed() -> bool:
+            leader = c.leader_id()
+            if leader is None:
+                return False
+            return c.member(leader).state != ConsensusModuleState.SUSPENDED or c.control("resume")
+
+        c.run_until(resumed, RESUME_WAIT_NS)
+
+
 NEMESES: dict[str, type[Nemesis]] = {
     "partition": Partition,
     "one-way-link": OneWayLink,
@@ -928,6 +977,7 @@ NEMESES: dict[str, type[Nemesis]] = {
     "duplicate-ingress": DuplicateIngress,
     "older-term-tail": OlderTermTail,
     "stalled-candidate": StalledCandidate,
+    "suspend-isolated-leader": SuspendIsolatedLeader,
 }
 
 __all__ = [
@@ -953,5 +1003,74 @@ __all__ = [
     "Snapshot",
     "SnapshotElection",
     "StalledCandidate",
+    "SuspendIsolatedLeader",
     "Unsupported",
 ]
+
+
+@dataclass
+class SnapshotCorrupt(Kill):
+    """Kill a member (a follower by default), make its service's latest snapshot unloadable while it is
+    down (a bit flipped under the frame CRC: clusterlab.testing.disk_faults), and restart it: its service
+    cannot load the snapshot, so the member must close by itself (the service acks its recovery with a
+    NULL client id and the consensus module closes, Aeron "failed to start clustered service(s)"; on
+    processes the service exits 5 and its node 3). Heal waits up to ``close_wait_s`` for that close
+    (ChaosTimeout naming the member if it runs on), then invalidates the latest snapshot (ClusterTool
+    invalidate-latest-snapshot) and restarts the member: it recovers from the snapshot before, or from
+    the log, and replays. A member with no snapshot restarts undamaged and heal has nothing to wait for."""
+
+    name: str = "snapshot-corrupt"
+    who: str = "follower"
+    close_wait_s: float = 10.0
+    corrupted: dict[int, int] = field(default_factory=dict, init=False)  # member -> snapshot recording id
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "close_wait_s": self.close_wait_s}
+
+    def while_down(self, t: Target) -> None:
+        for m in self.victims:
+            recording_id = faults.corrupt_latest_service_snapshot(t.storage(m), t.rng)
+            if recording_id is not None:
+                self.corrupted[m] = recording_id
+            t.event("snapshot_corrupted", m, service_id=0, recording_id=recording_id)
+            t.restart(m)
+
+    def _heal(self, t: Target) -> None:
+        for m in self.victims:
+            if m not in self.corrupted:
+                continue  # restarted undamaged by apply: it runs
+            self._await_closed(t, m)
+            if m in t.alive():
+                t.kill(m)  # the simulator keeps a terminated member until it is taken down
+            position = _invalidate_latest_snapshot(t.storage(m))
+            t.event("snapshot_invalidated", m, fault=self.name, position=position)
+            t.restart(m)
+
+    def _await_closed(self, t: Target, member_id: int) -> None:
+        end = t.now_s() + self.close_wait_s
+        while not _closed_by_itself(t, member_id):
+            if t.now_s() > end:
+                raise ChaosTimeout(
+                    f"member {member_id} did not close within {self.close_wait_s:g} s of restarting with an "
+                    f"unloadable service snapshot (recording {self.corrupted[member_id]}): it runs on without "
+                    "its service"
+                )
+            t.advance(0.05, t.work)
+
+
+def _closed_by_itself(t: Target, member_id: int) -> bool:
+    """The member closed: in the simulator its consensus module terminated and its services are gone; on
+    processes its node and service processes exited."""
+    if isinstance(t, SimTarget):
+        c = t.cluster
+        if not c.is_alive(member_id):
+            return True
+        terminated = bool(c.member(member_id).terminated)  # type: ignore[attr-defined]
+        return terminated and not c.service_hosts(member_id)
+    if isinstance(t, LocalTarget):
+        return member_id not in t.alive() and all(code is not None for code in t.cluster.exit_codes(member_id).values())
+    raise Unsupported(f"{t.kind}: tell whether a member closed")
+
+
+NEMESES["snapshot-corrupt"] = SnapshotCorrupt
+__all__ += ["SnapshotCorrupt"]

@@ -8,6 +8,7 @@ import hashlib
 import json
 import random
 import shlex
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -26,9 +27,11 @@ from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import Workload, make_workload
 from clusterlab.chaos.workload_api import check_service_factory, load_workload
+from clusterlab.core.runtime import node as node_process
+from clusterlab.core.runtime import service as service_process
 from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
-from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.local import NODE, LocalCluster
 from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
@@ -69,6 +72,49 @@ OnProgress = Callable[["RunProgress"], None]
 
 class ChaosFailure(AssertionError):
     """A chaos run failed: the message carries the seed and the exact command to re-run it."""
+
+
+class UnexpectedExit(AssertionError):
+    """A member process (node or service) exited by itself with a code its program does not document."""
+
+
+# The exit codes a member's processes document (clusterlab.core.runtime.node and .service); the
+# harness's own kills (SIGKILL, recorded as ``kill`` events) end a process with -SIGKILL.
+NODE_EXIT_CODES = frozenset(
+    {
+        node_process.EXIT_OK,
+        node_process.EXIT_CONFIG,
+        node_process.EXIT_SERVICE_GONE,
+        node_process.EXIT_SERVICE_LINK,
+    }
+)
+SERVICE_EXIT_CODES = frozenset(
+    {service_process.EXIT_OK, service_process.EXIT_CONFIG, service_process.EXIT_SERVICE_FAILED}
+)
+KILLED_BY_HARNESS = -signal.SIGKILL
+
+
+def unexpected_exits(exited: Iterable[tuple[int, str, int, int, Path]]) -> list[str]:
+    """One line per process in ``exited`` (LocalCluster.exited rows: member id, kind, pid, exit code, log)
+    that ended with a code outside its program's documented set and was not killed by the harness."""
+    lines = []
+    for member_id, kind, pid, code, log in exited:
+        documented = NODE_EXIT_CODES if kind == NODE else SERVICE_EXIT_CODES
+        if code != KILLED_BY_HARNESS and code not in documented:
+            lines.append(
+                f"member {member_id} {kind} process (pid {pid}) exited with {code}, not one of its documented "
+                f"exit codes {', '.join(map(str, sorted(documented)))} (log: {log})"
+            )
+    return lines
+
+
+def check_exits(cluster: LocalCluster, after: BaseException | None = None) -> None:
+    """Raise UnexpectedExit naming every member process that exited by itself with an undocumented code
+    (a crash with a traceback exits 1); ``after``: the failure the run met meanwhile, named too."""
+    lines = unexpected_exits(cluster.exited())
+    if lines:
+        then = f"; then {type(after).__name__}: {after}" if after is not None else ""
+        raise UnexpectedExit("; ".join(lines) + then) from after
 
 
 @dataclass
@@ -433,7 +479,7 @@ def run_scenario(
             _run_sim(result, plan, root, trace, settle_s, on_progress, rate)
         else:
             _run_local(result, plan, root, trace, settle_s, on_progress, rate)
-    except (SafetyViolation, ChaosTimeout, Unsupported) as e:
+    except (SafetyViolation, ChaosTimeout, Unsupported, UnexpectedExit) as e:
         result.error = f"{type(e).__name__}: {e}"
     except Exception as e:
         site = user_site(e)
@@ -726,9 +772,13 @@ def _run_local(
         checker = OnlineChecker(t)
         try:
             _drive(t, workload, checker, schedule, result, settle_s, on_progress)
+        except (SafetyViolation, ChaosTimeout) as e:
+            check_exits(cluster, after=e)  # a process that crashed is the finding, named first
+            raise
         finally:
             workload.close()
             result.acked, result.invoked, result.unknown = workload.acked, workload.invoked, workload.unknown
+        check_exits(cluster)
 
 
 def _run_sim(

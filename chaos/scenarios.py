@@ -33,8 +33,10 @@ from clusterlab.chaos.nemesis import (
     SilentClient,
     SlowElection,
     Snapshot,
+    SnapshotCorrupt,
     SnapshotElection,
     StalledCandidate,
+    SuspendIsolatedLeader,
     Together,
 )
 from clusterlab.chaos.schedule import Schedule, Step, fault, quiet, random_schedule
@@ -135,6 +137,14 @@ SCENARIOS: dict[str, Scenario] = {
             sim_only=True,
             client_resends=True,
             needs_dedupe=True,
+        ),
+        Scenario(
+            "suspend-isolated-leader",
+            "the leader is cut off, then suspended: its SUSPEND never commits; it rejoins ACTIVE, as the "
+            "cluster is (an uncommitted cluster action is rolled back)",
+            lambda d, n: [quiet(d * 0.3), fault(SuspendIsolatedLeader(), max(d * 0.35, 2.0)), quiet(d * 0.35)],
+            sizes=(3, 5),
+            sim_only=True,
         ),
         Scenario(
             "late-votes",
@@ -245,6 +255,17 @@ SCENARIOS: dict[str, Scenario] = {
                 fault(Kill(who="leader"), d * 0.25),
                 fault(DiskFault(fault="snapshot"), d * 0.25),
                 quiet(d * 0.2),
+            ],
+        ),
+        Scenario(
+            "snapshot-corrupt",
+            "snapshot, then a follower's service snapshot is made unloadable while it is down: restarted, the "
+            "member must close by itself; with the snapshot invalidated it recovers and replays",
+            lambda d, n: [
+                quiet(d * 0.2),
+                fault(Snapshot(), d * 0.15),
+                fault(SnapshotCorrupt(), d * 0.3),
+                quiet(d * 0.35),
             ],
         ),
         Scenario("full-restart", "snapshot, then every member is killed and restarted from disk", _full_restart),

@@ -851,13 +851,15 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ faults
     def kill(self, member_id: int) -> None:
-        """Crash the member: SIGKILL its node and service processes (files stay)."""
-        for kind in self._member_kinds:
-            p = self._process(member_id, kind)
-            if p is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGKILL)
-                p.popen.wait()
+        """Crash the member: SIGKILL its node and service processes (files stay). Every process gets its
+        signal before any is waited for: a service left running while its node dies would see the node
+        go and stop on its own, gracefully (telling its service ``on_terminate``), which no crash does."""
+        victims = [p for kind in self._member_kinds if (p := self._process(member_id, kind)) is not None]
+        for p in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+        for p in victims:
+            p.popen.wait()
         self._paused.discard(member_id)
         self._event("kill", member_id)
 
@@ -875,7 +877,7 @@ class LocalCluster:
 
     def stop(self, member_id: int) -> None:
         """Clean shutdown: SIGTERM the node (it closes its module, a leader ends its log stream),
-        then the services."""
+        then the services (each closes its agent: an active service is told ``on_terminate``, once)."""
         for kind in self._member_kinds:
             p = self._process(member_id, kind)
             if p is not None:
@@ -908,6 +910,13 @@ class LocalCluster:
             for kind in self._member_kinds
             if (p := self._current.get((member_id, kind))) is not None
         }
+
+    def exited(self) -> list[tuple[int, str, int, int, Path]]:
+        """Every process this cluster started that has exited, by itself or killed: (member id, kind,
+        pid, exit code (negative: the signal that ended it), log file)."""
+        return [
+            (p.member_id, p.kind, p.pid, code, p.log_path) for p in self._all if (code := p.popen.poll()) is not None
+        ]
 
     def wait_for_exit(self, member_id: int, timeout_s: float = 10.0) -> dict[str, int]:
         """Wait until the member's processes exit by themselves (SHUTDOWN/ABORT); their exit codes."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from clusterlab.core.archive.storage import MemoryStorage
+from clusterlab.core.client.client import NEW_LEADER_TIMEOUT_DEFAULT_NS
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import (
     NULL_VALUE,
@@ -689,12 +690,16 @@ class SimCluster:
         self._harness_event("kill", member_id)
 
     def stop(self, member_id: int) -> None:
-        """Clean shutdown: close the member (flushes its files), then take it down."""
+        """Clean shutdown: close the member (flushes its files), then its service containers (an
+        active service is told ``on_terminate``, Aeron ``TestNode.close``), then take it down."""
         member = self.member(member_id)
         try:
             member.close()  # while its outbox still works: a clean close may still send
         finally:
-            self._take_down(member_id)
+            try:
+                self._close_service_hosts(member_id)
+            finally:
+                self._take_down(member_id)
         self._harness_event("stop", member_id)
 
     def restart(self, member_id: int) -> None:
@@ -730,23 +735,36 @@ class SimCluster:
         self._harness_event("truncate", member_id, log_position=position)
 
     def add_client(
-        self, credentials: bytes = b"", keepalive_interval_ns: int | None = 1_000_000_000, first_member: int = 0
+        self,
+        credentials: bytes = b"",
+        keepalive_interval_ns: int | None = 1_000_000_000,
+        first_member: int = 0,
+        new_leader_timeout_ns: int | None = None,
     ) -> SimClient:
         """A new client process; call ``.client.connect(cluster.now_ns)`` (or use ``connect_client``).
-        ``first_member``: the member it asks first (a follower redirects it to the leader)."""
+        ``first_member``: the member it asks first (a follower redirects it to the leader). Its ingress
+        to a member with no running process counts as not connected; ``new_leader_timeout_ns`` (None:
+        the ClusterClient's default) is how long it then waits for a new leader before it closes."""
         client = SimClient(
             len(self.clients),
             self.member_count,
-            lambda src, dst, channel, payload: self.network.send(self.clock.now_ns, src, dst, channel, payload),
+            self._client_send,
             credentials=credentials,
             keepalive_interval_ns=keepalive_interval_ns,
             first_member=first_member,
+            new_leader_timeout_ns=new_leader_timeout_ns or NEW_LEADER_TIMEOUT_DEFAULT_NS,
         )
         self.clients.append(client)
         self._client_deadlines.append(_UNKNOWN)
         if self._ingress_duplicated:
             self._duplicate_links(client.network_id, True)
         return client
+
+    def _client_send(self, src: int, dst: int, channel: Channel, payload: bytes) -> bool:
+        """A client's message onto the network; False when ``dst`` has no running process (a member
+        down: its client sockets are gone, as in the runtime; a paused member still counts as there)."""
+        self.network.send(self.clock.now_ns, src, dst, channel, payload)
+        return 0 <= dst < self.member_count and self._members[dst] is not None
 
     def connect_client(self, credentials: bytes = b"", timeout_ns: int = 10 * SECOND) -> SimClient:
         """Add a client and wait until its session is open."""
@@ -861,17 +879,26 @@ class SimCluster:
         )
 
     def stop_service(self, member_id: int) -> None:
-        """Close the member's service container (Aeron ``TestNode.container().close()``): its consensus
-        module closes with a counted error and the member terminates."""
+        """Close the member's service container (Aeron ``TestNode.container().close()``): an active
+        service is told ``on_terminate``, its consensus module closes with a counted error and the
+        member terminates."""
         self._close_service(member_id, "the service container closed")
 
     def _close_service(self, member_id: int, reason: str) -> None:
-        self._services[member_id] = None
-        self._service_hosts[member_id] = []  # every service of the member: it closes
+        self._close_service_hosts(member_id)  # every service of the member: it closes
         m = self._members[member_id]
         if isinstance(m, ConsensusModule):
             m.on_service_closed(reason, self.clock.now_ns)
         self._harness_event("service_closed", member_id, reason=reason)
+
+    def _close_service_hosts(self, member_id: int) -> None:
+        """The member's service processes stop gracefully (each agent's close: an active service is
+        told ``on_terminate`` once, errors swallowed) and are gone."""
+        hosts = self._service_hosts[member_id]
+        self._services[member_id] = None
+        self._service_hosts[member_id] = []
+        for host in hosts:
+            host.close()
 
     def purge_log_to_last_snapshot(self) -> dict[int, int]:
         """Aeron TestCluster.purgeLogToLastSnapshot: every live member deletes its log segments below its

@@ -21,11 +21,11 @@ from clusterlab.core.archive.catalogue import Catalogue
 from clusterlab.core.archive.layout import service_snapshot_store_dirs
 from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.archive.storage import Storage
-from clusterlab.core.client.client import ClusterClient, EgressMessage
+from clusterlab.core.client.client import NEW_LEADER_TIMEOUT_DEFAULT_NS, ClusterClient, EgressMessage
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.service import JoinLog
 from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.context import Channel
+from clusterlab.core.consensus.context import Channel, EventSink
 from clusterlab.core.consensus.module_state import MAX_LONG
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.service.agent import AppliedEntry, ClusteredServiceAgent, ServiceTerminated, SnapshotError
@@ -79,7 +79,12 @@ class SimServiceHost:
         self.from_node: deque[bytes] = deque()
         self.errors: list[str] = []  # failures the agent survived (Aeron: the container's error counter)
         self._replay_max = -1
-        self.closed_reason: str | None = None  # set once the service asked to terminate (its container closed)
+        # Set once the service asked to terminate or failed to start (its container closed).
+        self.closed_reason: str | None = None
+        # The agent's trace events (``start``, ``service_terminate``): held here until a recorder
+        # attaches its sink (attach_events), then passed straight on.
+        self.pending_events: list[tuple[str, int, int | None, int | None, dict[str, Any]]] = []
+        self._event_sink: EventSink | None = None
         # Each service keeps its snapshots in its own store: the node's archive allocates its own
         # recording ids, and two processes must not allocate from one catalogue (Aeron's archive
         # process serialises that; here the recording log's service_id says which store to read).
@@ -96,12 +101,37 @@ class SimServiceHost:
             on_applied=on_applied,
             log=log,
             callback_scope=callback_scope(service) if callback_scope is not None else None,
+            events=self._event,
         )
         # Aeron's service reads the RecoveryState counter; ours reads the same recovery plan from the
         # recording log the node just reconciled on start.
         with RecordingLog.open(storage) as recording_log:
             entry = recording_log.latest_snapshot(service_id)
-        self.agent.start(entry.recording_id if entry is not None else None)
+        recording_id = entry.recording_id if entry is not None else None
+        try:
+            self.agent.start(recording_id)
+        except Exception as e:  # acked with a NULL client id: its node closes (as the runtime's service)
+            self.errors.append(f"failed to start: {type(e).__name__}: {e}")
+            self._log(f"failed to start service={service_id} snapshotRecordingId={recording_id}: {e}")
+            self.closed_reason = f"service={service_id} failed to start"
+
+    def _event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
+        if self._event_sink is None:
+            self.pending_events.append((kind, member_id, term, pos, detail))
+        else:
+            self._event_sink(kind, member_id, term, pos, detail)
+
+    def attach_events(self, sink: EventSink) -> None:
+        """Send the agent's events to ``sink`` (the service process's recorder), those held so far first."""
+        self._event_sink = sink
+        held, self.pending_events = self.pending_events, []
+        for event in held:
+            sink(*event)
+
+    def close(self) -> None:
+        """The service process stops gracefully (its member stopped, its container closed): the agent
+        closes, telling an active service ``on_terminate`` (Aeron ``ClusteredServiceAgent.onClose``)."""
+        self.agent.close()
 
     def pump(self) -> int:
         """Apply everything the node sent; returns how many messages were handled."""
@@ -161,16 +191,21 @@ class SimClient:
         self,
         client_id: int,
         member_count: int,
-        send: Callable[[int, int, Channel, bytes], None],
+        send: Callable[[int, int, Channel, bytes], bool | None],
         credentials: bytes = b"",
         keepalive_interval_ns: int | None = 1_000_000_000,
         first_member: int = 0,
+        new_leader_timeout_ns: int = NEW_LEADER_TIMEOUT_DEFAULT_NS,
     ) -> None:
+        """``send`` returns False when the member has no process to take the message (the client's
+        view of a publication that is not connected: see ClusterClient's ``new_leader_timeout_ns``)."""
         self.client_id = client_id
         self.network_id = client_network_id(client_id)
         self.received: list[EgressMessage] = []
         self.errors: list[Exception] = []
         self.silent = False  # hung without closing (chaos): no keepalives, its session must time out
+        # False: replies stay in the ClusterClient for the test to take (poll, controlled_poll).
+        self.collect = True
         self.client = ClusterClient(
             client_id,
             client_response_channel(client_id),
@@ -182,6 +217,7 @@ class SimClient:
             lambda member_id, payload: send(self.network_id, member_id, Channel.INGRESS, payload),
             credentials=credentials,
             keepalive_interval_ns=keepalive_interval_ns,
+            new_leader_timeout_ns=new_leader_timeout_ns,
         )
 
     def on_egress(self, payload: bytes, now_ns: int) -> None:
@@ -189,7 +225,8 @@ class SimClient:
             self.client.on_egress(payload, now_ns)
         except Exception as e:  # a refused connect: kept for the test to inspect
             self.errors.append(e)
-        self.received.extend(self.client.poll())
+        if self.collect:
+            self.received.extend(self.client.poll())
 
     def do_work(self, now_ns: int) -> None:
         if self.silent:

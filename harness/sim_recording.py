@@ -16,7 +16,9 @@ the trace tables of docs/trace-schema.md, with the virtual time as both ``wall_n
   node's sends are recorded when queued; the service's sends (acks, timers) when the node takes them,
   which is the same virtual instant.
 - ``applied`` rows of every service, events (source ``harness`` for lifecycle and faults, ``node-<i>``
-  for what members emit), and client ops of an attached KvWorkload (:meth:`SimRecording.attach_workload`).
+  for what members emit, ``service-<i>`` for a service agent's ``start`` and ``service_terminate``, held
+  by its host until the host is wrapped), and client ops of an attached KvWorkload
+  (:meth:`SimRecording.attach_workload`).
 - run.json, and at :meth:`SimRecording.close` the committed ``log`` table read from the members' archives.
 
 Each member incarnation is a new process incarnation: files ``node-1-i0``, ``node-1-i1``, ... A kill
@@ -273,9 +275,16 @@ class SimRecording:
             node.message(RECV, channel, member_id, payload, t, t, peer_process=service_name)
             self.rows["service_ipc"] += 1
 
+        def service_event(kind: str, subject: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
+            if service.closed:  # the recording finished (detached) before the service stopped
+                return
+            service.event(kind, subject, term, pos, detail, wall_ns=now())
+            self.rows["events"] += 1
+
         queue = _NodeToService(host.from_node, node_sends, service_receives)
         host.from_node = queue
         host.to_node = _ServiceToNode(host.to_node, service_to_node)
+        host.attach_events(service_event)  # the agent's start and service_terminate events
         return queue
 
     def _send_route(self, src: int, dst: int, channel: Channel, payload: bytes) -> tuple[str, int, str]:

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 from clusterlab.chaos.checks.base import SqlCheck
+from clusterlab.chaos.checks.module_state import MODULE_STATE_FOLLOWS_COMMITTED_LOG
+from clusterlab.chaos.checks.service_terminate import SERVICES_TERMINATE_ONCE
 from clusterlab.chaos.checks.sql import to_duckdb
 from clusterlab.chaos.checks.views import derived_columns, derived_fields
 
@@ -687,6 +689,8 @@ CHECKS: tuple[SqlCheck, ...] = (
     SNAPSHOTS_AGREE,
     SNAPSHOT_RESTORES_MODULE_STATE,
     OPEN_SESSIONS_AGREE,
+    MODULE_STATE_FOLLOWS_COMMITTED_LOG,
+    SERVICES_TERMINATE_ONCE,
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 

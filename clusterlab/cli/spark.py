@@ -1,4 +1,5 @@
-"""``clusterlab spark start|stop|status``: a warm Spark (a Spark Connect server) for repeated checks."""
+"""``clusterlab spark start|stop|status``: a warm Spark (a Spark Connect server) for repeated checks, or
+a standalone Spark cluster (a master and workers, separate JVMs) to run checks and sweeps on."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from clusterlab.chaos.limits import DRIVER_MEMORY_MIB, WARM_CHECKS
+from clusterlab.chaos.limits import DRIVER_MEMORY_MIB, SPARK_WORKERS, WARM_CHECKS
 from clusterlab.cli.paths import bounded, ranged
 
 _MIB = {"m": 1, "g": 1024, "t": 1024 * 1024}
@@ -23,46 +24,86 @@ def _memory(text: str) -> str:
     return raw
 
 
-def _cmd_spark(args: argparse.Namespace) -> int:
-    """Start, stop or show the Spark Connect server ``clusterlab check --engine spark`` uses when it is
-    up. Exit 0 on success (``status``: the server is up), 1 when ``status`` finds none or ``stop`` had
-    none to stop, 2 when it cannot start."""
+def _start_cluster(args: argparse.Namespace, out: Console) -> int:
+    from clusterlab.golden.spark import standalone
+    from clusterlab.harness.local import LocalTimeout
+
+    try:
+        info = standalone.start(args.state_dir, workers=args.workers, worker_memory=args.worker_memory)
+    except (standalone.SparkClusterError, LocalTimeout, OSError) as e:
+        print(f"clusterlab spark start: {e}", file=sys.stderr)
+        return 2
+    out.print(
+        f"Spark standalone cluster up: {info.url} (master pid {info.master_pid}, "
+        f"workers {', '.join(map(str, info.worker_pids))}); use --master {info.url}",
+        highlight=False,
+    )
+    return 0
+
+
+def _start_server(args: argparse.Namespace, out: Console) -> int:
     from clusterlab.golden.spark import connect
     from clusterlab.harness.local import LocalTimeout
 
+    try:
+        info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
+    except (connect.SparkServerError, LocalTimeout, OSError) as e:
+        print(f"clusterlab spark start: {e}", file=sys.stderr)
+        return 2
+    out.print(f"Spark Connect server up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False)
+    if args.warm:
+        try:
+            seconds = connect.warm(info, args.warm)
+        except Exception as e:  # the server is up; say why its warm-up failed, no traceback
+            print(f"clusterlab spark start: the server is up but its warm-up check failed: {e}", file=sys.stderr)
+            return 2
+        out.print(f"warmed: {args.warm} check(s) of the real-leader-kill golden in {seconds:.1f} s", highlight=False)
+    return 0
+
+
+def _stop(args: argparse.Namespace, out: Console) -> int:
+    from clusterlab.golden.spark import connect, standalone
+
+    stopped = connect.stop(args.state_dir)
+    if stopped is not None:
+        out.print(f"stopped the Spark Connect server {stopped.url} (pid {stopped.pid})", highlight=False)
+    cluster = standalone.stop(args.state_dir)
+    if cluster is not None:
+        out.print(f"stopped the Spark standalone cluster {cluster.url} (pids {cluster.pids()})", highlight=False)
+    if stopped is None and cluster is None:
+        out.print(
+            f"no Spark Connect server or cluster recorded in {connect.state_dir(args.state_dir)}", highlight=False
+        )
+        return 1
+    return 0
+
+
+def _status(args: argparse.Namespace, out: Console) -> int:
+    from clusterlab.golden.spark import connect, standalone
+
+    up = connect.status(args.state_dir)
+    if up is not None:
+        out.print(f"up: {up.url} (pid {up.pid}, {up.master}; log {up.log})", highlight=False)
+    cluster = standalone.status(args.state_dir)
+    if cluster is not None:
+        out.print(f"up: standalone {cluster.url} (master pid {cluster.master_pid}, workers {cluster.worker_pids})")
+    if up is None and cluster is None:
+        where = connect.state_dir(args.state_dir)
+        out.print(f"no Spark Connect server or cluster running (state: {where})", highlight=False)
+        return 1
+    return 0
+
+
+def _cmd_spark(args: argparse.Namespace) -> int:
+    """Start, stop or show the Spark Connect server ``clusterlab check --engine spark`` uses when it is
+    up, or (``start --workers N``) a standalone Spark cluster on this machine: a master and N workers,
+    each a JVM of its own, for ``--master spark://127.0.0.1:PORT`` (the URL ``start`` and ``status``
+    print). ``stop`` ends both by their PIDs. Exit 0 on success (``status``: something is up), 1 when
+    ``status`` finds nothing or ``stop`` had nothing to stop, 2 when it cannot start."""
     out = Console()
     if args.action == "start":
-        try:
-            info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
-        except (connect.SparkServerError, LocalTimeout, OSError) as e:
-            print(f"clusterlab spark start: {e}", file=sys.stderr)
-            return 2
-        out.print(
-            f"Spark Connect server up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False
-        )
-        if args.warm:
-            try:
-                seconds = connect.warm(info, args.warm)
-            except Exception as e:  # the server is up; say why its warm-up failed, no traceback
-                print(f"clusterlab spark start: the server is up but its warm-up check failed: {e}", file=sys.stderr)
-                return 2
-            out.print(
-                f"warmed: {args.warm} check(s) of the real-leader-kill golden in {seconds:.1f} s", highlight=False
-            )
-        return 0
-    if args.action == "stop":
-        stopped = connect.stop(args.state_dir)
-        if stopped is None:
-            out.print(f"no Spark Connect server recorded in {connect.state_dir(args.state_dir)}", highlight=False)
-            return 1
-        out.print(f"stopped the Spark Connect server {stopped.url} (pid {stopped.pid})", highlight=False)
-        return 0
-    up = connect.status(args.state_dir)
-    if up is None:
-        out.print(f"no Spark Connect server running (state: {connect.state_dir(args.state_dir)})", highlight=False)
-        return 1
-    out.print(f"up: {up.url} (pid {up.pid}, {up.master}; log {up.log})", highlight=False)
-    return 0
+        return _start_cluster(args, out) if args.workers else _start_server(args, out)
+    return _stop(args, out) if args.action == "stop" else _status(args, out)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,5 +134,20 @@ def register(sub: argparse._SubParsersAction) -> None:
             "before the first real check (a new server's first checks are several times slower; default 0)",
             WARM_CHECKS,
         ),
+    )
+    p.add_argument(
+        "--workers",
+        type=bounded(SPARK_WORKERS),
+        default=0,
+        metavar="N",
+        help=ranged(
+            "start: a standalone cluster of N workers (separate JVMs) instead of a Connect server", SPARK_WORKERS
+        ),
+    )
+    p.add_argument(
+        "--worker-memory",
+        type=_memory,
+        default="2g",
+        help=f"start --workers: each worker's memory for its executor, e.g. 2g [{DRIVER_MEMORY_MIB.describe()}]",
     )
     p.set_defaults(func=_cmd_spark)

@@ -15,9 +15,12 @@ import random
 
 from clusterlab.core.archive import layout
 from clusterlab.core.archive.errors import ArchiveError
+from clusterlab.core.archive.layout import service_snapshot_store_dirs
 from clusterlab.core.archive.recording import list_segments
-from clusterlab.core.archive.storage import MemoryStorage, Storage
+from clusterlab.core.archive.snapshots import SNAPSHOT_SUFFIX
+from clusterlab.core.archive.storage import MemoryStorage, Storage, join
 from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, Frame, walk_frames
+from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.testing.faulty_storage import unwrap
 
 # Header bytes the frame CRC protects, plus the CRC itself: flipping any bit here (or in the payload) is
@@ -163,3 +166,24 @@ def flip_bits_in_file(storage: Storage, path: str, rng: random.Random, count: in
         offsets.append(skip + bit // 8)
     _overwrite(storage, path, bytes(data))
     return offsets
+
+
+def corrupt_latest_service_snapshot(storage: Storage, rng: random.Random, service_id: int = 0) -> int | None:
+    """Make service ``service_id``'s latest snapshot (by the recording log) unloadable, as a bad disk under
+    its file would: flip one bit in the payload of its first record with one (the frame CRC then fails),
+    or cut its last byte when no record has a payload (its length no longer matches the catalogue).
+    Returns the snapshot's recording id (None: the service has no snapshot)."""
+    with RecordingLog.open(storage) as recording_log:
+        entry = recording_log.latest_snapshot(service_id)
+    if entry is None:
+        return None
+    path = join(service_snapshot_store_dirs(service_id)[1], f"{entry.recording_id:016d}{SNAPSHOT_SUFFIX}")
+    data = bytearray(storage.read_file(path))
+    frame = next((f for f in walk_frames(bytes(data), 0).frames if f.payload), None)
+    if frame is None:
+        _truncate_file(storage, path, max(0, len(data) - 1))
+        return entry.recording_id
+    bit = rng.randrange(len(frame.payload) * 8)
+    data[frame.position + FRAME_HEADER_LENGTH + bit // 8] ^= 1 << (bit % 8)
+    _overwrite(storage, path, bytes(data))
+    return entry.recording_id

@@ -4,10 +4,11 @@ The caller (the ZeroMQ runtime, the simulator, a test) owns the sockets and the 
 
 * ``send(member_id, bytes)`` is handed in and carries ingress to one member (Aeron: the ingress
   publication to that member's endpoint; :attr:`ClusterClient.ingress_endpoints` says where a
-  member id lives, and it changes on REDIRECT and NewLeaderEvent);
+  member id lives, and it changes on REDIRECT and NewLeaderEvent); it returns False when the
+  transport has no connection to that member (Aeron: ``Publication.NOT_CONNECTED``);
 * every egress message received on ``response_channel`` is passed to :meth:`ClusterClient.on_egress`;
 * :meth:`ClusterClient.do_work` is called at :meth:`ClusterClient.next_deadline_ns` (or more often)
-  for connect resends, the connect timeout and keep-alives.
+  for connect resends, the connect timeout, keep-alives and giving up on a lost cluster.
 
 Session lifecycle (docs/protocol.md b.12, c.2, e.9)::
 
@@ -16,9 +17,24 @@ Session lifecycle (docs/protocol.md b.12, c.2, e.9)::
                           |  Challenge: answer with a ChallengeResponse, stay CONNECTING
                           |  ERROR / AUTHENTICATION_REJECTED / CLOSED: CLOSED, raise ConnectError
                           '  message timeout: CLOSED, raise ClusterTimeoutError
+    CONNECTED --no NewLeaderEvent within new_leader_timeout_ns of losing the leader--> CLOSED (no error)
 
 While CONNECTED, NewLeaderEvent moves ingress to the new leader and adopts its term; the session id
 stays the same (no re-authentication). A CLOSED client may ``connect()`` again for a new session.
+
+Losing the cluster (Aeron's ``AeronCluster.State`` of an open session, :class:`LeaderLink`): when the
+transport says ingress to the leader is not connected (``send`` returns False, or the caller calls
+:meth:`ClusterClient.on_leader_disconnected`), the session waits AWAIT_NEW_LEADER for a NewLeaderEvent
+at most ``new_leader_timeout_ns``; a NewLeaderEvent moves it to AWAIT_NEW_LEADER_CONNECTION until
+ingress to the new leader goes through, at most ``message_timeout_ns``. Past either deadline
+:meth:`ClusterClient.do_work` closes the client (``is_closed``), as Aeron's ``pollStateChanges`` does.
+The cluster sends no egress heartbeat, so loss is learned from the transport (the runtime's socket
+to the leader, the simulator's network), as Aeron learns it from its media driver.
+
+Zero-copy style sending and flow-controlled receiving: :meth:`ClusterClient.try_claim` reserves an
+ingress message for the caller to fill, then commit or abort (Aeron's ``tryClaim`` + ``BufferClaim``);
+:meth:`ClusterClient.controlled_poll` hands received messages to a handler whose
+:class:`ControlledPollAction` decides whether each is consumed (Aeron's ``controlledPollEgress``).
 
 Outstanding requests: ``offer(payload, now_ns, request_id=...)`` keeps the payload until the caller
 ``acknowledge``s that id (it saw the reply). A NewLeaderEvent that moves the session resends every
@@ -35,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import NamedTuple, TypeVar
 
 import tenacity
@@ -72,11 +88,18 @@ from clusterlab.core.consensus.context import CLIENT_PROTOCOL_VERSION, NULL_VALU
 __all__ = [
     "CONNECT_RETRY_INTERVAL_DEFAULT_NS",
     "EGRESS_STREAM_ID_DEFAULT",
+    "FRAGMENT_LIMIT",
     "KEEPALIVE_INTERVAL_DEFAULT_NS",
+    "LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS",
     "MESSAGE_TIMEOUT_DEFAULT_NS",
+    "NEW_LEADER_TIMEOUT_DEFAULT_NS",
+    "BufferClaim",
     "ClientState",
     "ClusterClient",
+    "ControlledPollAction",
     "EgressMessage",
+    "LeaderLink",
+    "controlled_poll",
     "format_ingress_endpoints",
     "parse_ingress_endpoints",
     "retry_on_leader_change",
@@ -87,6 +110,12 @@ KEEPALIVE_INTERVAL_DEFAULT_NS = 1 * SECOND  # what Aeron's test harness uses whi
 CONNECT_RETRY_INTERVAL_DEFAULT_NS = 1 * SECOND
 EGRESS_STREAM_ID_DEFAULT = 102  # aeron.cluster.egress.stream.id; only carried for the SessionOpenEvent
 MAX_EARLY_EGRESS = 256  # session messages buffered while CONNECTING (see _on_session_message)
+LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS = 10 * SECOND  # ConsensusModule.Configuration.LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS
+# aeron.cluster.new.leader.timeout: Aeron's default is 2 x the leader heartbeat timeout (taken from the
+# SessionEvent OK when the cluster sends it, which ours does not: give the cluster's own value as
+# new_leader_timeout_ns=2 * leader_heartbeat_timeout_ns when it is not the default).
+NEW_LEADER_TIMEOUT_DEFAULT_NS = 2 * LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS
+FRAGMENT_LIMIT = 10  # AeronCluster.FRAGMENT_LIMIT: messages one controlled_poll hands out at most
 
 _CORRELATION_SEQ_LIMIT = 1 << 32
 
@@ -98,6 +127,26 @@ class ClientState(Enum):
     CONNECTING = "CONNECTING"
     CONNECTED = "CONNECTED"
     CLOSED = "CLOSED"
+
+
+class LeaderLink(Enum):
+    """How an open session (CONNECTED) reaches its leader: Aeron's ``AeronCluster.State`` CONNECTED,
+    AWAIT_NEW_LEADER and AWAIT_NEW_LEADER_CONNECTION. Aeron's PENDING_CLOSE (a SessionEvent CLOSED or a
+    timeout noticed, the close done on the next poll) is not a state here: the client closes at once."""
+
+    CONNECTED = "CONNECTED"
+    AWAIT_NEW_LEADER = "AWAIT_NEW_LEADER"  # ingress to the leader not connected; waiting for NewLeaderEvent
+    AWAIT_NEW_LEADER_CONNECTION = "AWAIT_NEW_LEADER_CONNECTION"  # NewLeaderEvent seen; ingress not yet through
+
+
+class ControlledPollAction(Enum):
+    """What a :meth:`ClusterClient.controlled_poll` handler returns for each message (Aeron's
+    ``ControlledFragmentHandler.Action``)."""
+
+    ABORT = "ABORT"  # not consumed: stop polling; the message is handed out again by the next poll
+    BREAK = "BREAK"  # consumed: stop polling after this message
+    COMMIT = "COMMIT"  # consumed: continue (Aeron also commits the position; ours has none to commit)
+    CONTINUE = "CONTINUE"  # consumed: continue
 
 
 class EgressMessage(NamedTuple):
@@ -143,6 +192,108 @@ def format_ingress_endpoints(endpoints: Mapping[int, str]) -> str:
     return ",".join(f"{member_id}={endpoint}" for member_id, endpoint in endpoints.items())
 
 
+def controlled_poll(
+    messages: list[EgressMessage],
+    handler: Callable[[EgressMessage], ControlledPollAction],
+    fragment_limit: int = FRAGMENT_LIMIT,
+) -> int:
+    """Hand the oldest of ``messages`` (at most ``fragment_limit``) to ``handler`` in order and remove
+    those it consumed; returns how many it consumed (Aeron's ``Subscription.controlledPoll`` over a
+    ``ControlledEgressListener``).
+
+    CONTINUE and COMMIT consume the message and go on; BREAK consumes it and stops; ABORT stops without
+    consuming it, so the next poll hands it out again, first. A handler that raises leaves its message
+    (and the rest) in ``messages``; those before it are consumed. The list is changed in place: the
+    client's own queue (:meth:`ClusterClient.controlled_poll`) or a harness's list of received messages.
+    """
+    if fragment_limit < 1:
+        raise ValueError(f"fragment_limit={fragment_limit} must be >= 1")
+    consumed = 0
+    try:
+        for message in messages[:fragment_limit]:
+            action = handler(message)
+            if action is ControlledPollAction.ABORT:
+                break
+            if not isinstance(action, ControlledPollAction):
+                raise TypeError(
+                    f"controlled_poll handler returned {action!r}; return a ControlledPollAction "
+                    "(CONTINUE, COMMIT, BREAK or ABORT)"
+                )
+            consumed += 1
+            if action is ControlledPollAction.BREAK:
+                break
+    finally:
+        del messages[:consumed]
+    return consumed
+
+
+class BufferClaim:
+    """An ingress message reserved by :meth:`ClusterClient.try_claim` (Aeron's ``BufferClaim`` from
+    ``AeronCluster.tryClaim``): write the payload into :attr:`buffer`, then :meth:`commit` to send it to
+    the leader or :meth:`abort` to drop it. As a context manager it commits on a normal exit and aborts
+    when the block raises::
+
+        with client.try_claim(len(body), now_ns) as claim:
+            claim.buffer[:] = body
+
+    Aeron claims space in the ingress publication's term buffer and writes the SessionMessageHeader
+    there at once; here the claim is a zeroed buffer of its own, and the header (the session's term
+    at commit time) is put before it when it is committed. A claim is committed or aborted once.
+    """
+
+    __slots__ = ("_client", "_data", "_now_ns", "_open", "buffer", "request_id")
+
+    def __init__(self, client: ClusterClient, length: int, now_ns: int, request_id: int | None) -> None:
+        self._client = client
+        self._data = bytearray(length)
+        self._now_ns = now_ns
+        self._open = True
+        self.request_id = request_id
+        self.buffer = memoryview(self._data)  # writable, ``length`` bytes, zeroed
+
+    @property
+    def length(self) -> int:
+        """How many payload bytes were claimed."""
+        return len(self._data)
+
+    @property
+    def is_open(self) -> bool:
+        """True until :meth:`commit` or :meth:`abort`."""
+        return self._open
+
+    def commit(self) -> int:
+        """Send the buffer to the leader as one application message; returns :meth:`ClusterClient.offer`'s
+        handle. Raises ClientError if the claim was already committed or aborted, and what ``offer``
+        raises if the session is no longer open (the claim is then spent)."""
+        self._spend("commit")
+        return self._client.offer(bytes(self._data), self._now_ns, request_id=self.request_id)
+
+    def abort(self) -> None:
+        """Drop the claim: nothing is sent. Raises ClientError if it was already committed or aborted."""
+        self._spend("abort")
+
+    def _spend(self, operation: str) -> None:
+        if not self._open:
+            raise ClientError(
+                f"client {self._client.client_id}: cannot {operation} a BufferClaim that was already "
+                "committed or aborted; call try_claim() again for another message"
+            )
+        self._open = False
+
+    def __enter__(self) -> BufferClaim:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._open:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
 class ClusterClient:
     """One client session with the cluster (Aeron: ``AeronCluster``), driven by the caller.
 
@@ -153,6 +304,12 @@ class ClusterClient:
     (Aeron: ``CredentialsSupplier.onChallenge``) answers a Challenge, defaulting to ``credentials``.
     ``keepalive_interval_ns=None`` turns automatic keep-alives off (then call :meth:`send_keep_alive`,
     as a Java application calls ``sendKeepAlive()``).
+
+    ``send(member_id, bytes)`` may return False to say the transport has no connection to that member
+    (Aeron: ``Publication.NOT_CONNECTED``); None or True count as sent. ``new_leader_timeout_ns``
+    (Aeron: ``AeronCluster.Context.newLeaderTimeoutNs``, default :data:`NEW_LEADER_TIMEOUT_DEFAULT_NS`,
+    2 x the default leader heartbeat timeout) is how long an open session waits for a NewLeaderEvent
+    after losing its leader before the client closes (see :class:`LeaderLink`).
     """
 
     def __init__(
@@ -160,7 +317,7 @@ class ClusterClient:
         client_id: int,
         response_channel: str,
         ingress_endpoints: Mapping[int, str],
-        send: Callable[[int, bytes], None],
+        send: Callable[[int, bytes], bool | None],
         credentials: bytes = b"",
         message_timeout_ns: int = MESSAGE_TIMEOUT_DEFAULT_NS,
         keepalive_interval_ns: int | None = KEEPALIVE_INTERVAL_DEFAULT_NS,
@@ -168,6 +325,7 @@ class ClusterClient:
         connect_retry_interval_ns: int = CONNECT_RETRY_INTERVAL_DEFAULT_NS,
         response_stream_id: int = EGRESS_STREAM_ID_DEFAULT,
         on_challenge: Callable[[bytes], bytes] | None = None,
+        new_leader_timeout_ns: int = NEW_LEADER_TIMEOUT_DEFAULT_NS,
     ) -> None:
         if not 0 <= client_id < 1 << 31:
             raise ValueError(f"client_id={client_id} must be in [0, 2**31)")
@@ -179,6 +337,7 @@ class ClusterClient:
             ("message_timeout_ns", message_timeout_ns),
             ("connect_retry_interval_ns", connect_retry_interval_ns),
             ("keepalive_interval_ns", keepalive_interval_ns),
+            ("new_leader_timeout_ns", new_leader_timeout_ns),
         ):
             if value is not None and value <= 0:
                 raise ValueError(f"{name}={value} must be > 0")
@@ -192,6 +351,7 @@ class ClusterClient:
         self.message_timeout_ns = message_timeout_ns
         self.keepalive_interval_ns = keepalive_interval_ns
         self.connect_retry_interval_ns = connect_retry_interval_ns
+        self.new_leader_timeout_ns = new_leader_timeout_ns
         self._send = send
         self._answer_challenge = on_challenge  # Aeron: CredentialsSupplier.onChallenge
         self._endpoints: dict[int, str] = dict(ingress_endpoints)
@@ -217,6 +377,8 @@ class ClusterClient:
         self._cluster_session_id = NULL_VALUE
         self._leadership_term_id = NULL_VALUE
         self._leader_member_id = NULL_VALUE
+        self._leader_link = LeaderLink.CONNECTED
+        self._state_deadline_ns = 0  # AeronCluster.stateDeadline: when an AWAIT_* link gives up
         self.cluster_protocol_version = 0  # SessionEvent OK's version (0 = not sent)
         self._next_keepalive_ns: int | None = None
         self._egress: list[EgressMessage] = []
@@ -255,6 +417,18 @@ class ClusterClient:
         """Where ingress goes (NULL_VALUE until CONNECTED)."""
         return self._leader_member_id
 
+    @property
+    def leader_link(self) -> LeaderLink:
+        """How the open session reaches its leader (meaningful while CONNECTED; see :class:`LeaderLink`)."""
+        return self._leader_link
+
+    @property
+    def state_deadline_ns(self) -> int | None:
+        """When the client closes unless the leader link recovers (None while the link is CONNECTED)."""
+        if self._state is ClientState.CONNECTED and self._leader_link is not LeaderLink.CONNECTED:
+            return self._state_deadline_ns
+        return None
+
     def ingress_endpoint(self, member_id: int) -> str | None:
         """The ingress address of ``member_id`` as currently known, None if unknown (what ``send``'s
         member id resolves to; :attr:`ingress_endpoints` without building a view per message)."""
@@ -281,7 +455,7 @@ class ClusterClient:
         return (
             f"ClusterClient(client={self.client_id} state={self._state.value} "
             f"session={self._cluster_session_id} term={self._leadership_term_id} "
-            f"leader={self._leader_member_id} ignored={self.ignored_count})"
+            f"leader={self._leader_member_id} link={self._leader_link.value} ignored={self.ignored_count})"
         )
 
     def next_deadline_ns(self) -> int | None:
@@ -289,7 +463,11 @@ class ClusterClient:
         if self._state is ClientState.CONNECTING:
             return min(self._connect_deadline_ns, self._attempt_deadline_ns)
         if self._state is ClientState.CONNECTED:
-            return self._next_keepalive_ns
+            keepalive = self._next_keepalive_ns
+            if self._leader_link is LeaderLink.CONNECTED:
+                return keepalive
+            deadline = self._state_deadline_ns
+            return deadline if keepalive is None else min(keepalive, deadline)
         return None
 
     # ------------------------------------------------------------------ caller API
@@ -322,7 +500,9 @@ class ClusterClient:
         body = payload if type(payload) is bytes else bytes(payload)
         if request_id is not None:
             self._outstanding[request_id] = body
-        self._send(self._leader_member_id, self._ingress_header + body)
+        sent = self._send(self._leader_member_id, self._ingress_header + body) is not False
+        if not sent or self._leader_link is not LeaderLink.CONNECTED:
+            self.track_ingress_result(sent, now_ns)
         if self.keepalive_interval_ns is not None:  # _refresh_keepalive, inlined: once per request
             self._next_keepalive_ns = now_ns + self.keepalive_interval_ns
         return self._offer_seq
@@ -336,14 +516,73 @@ class ClusterClient:
         """Requests offered with a ``request_id`` and not yet acknowledged (read-only view)."""
         return MappingProxyType(self._outstanding)
 
-    def send_keep_alive(self, now_ns: int) -> None:
-        """Send SessionKeepAlive now (Aeron: ``sendKeepAlive()``); :meth:`do_work` does this on the interval."""
+    def try_claim(self, length: int, now_ns: int, *, request_id: int | None = None) -> BufferClaim:
+        """Reserve an application message of ``length`` bytes for the caller to fill, then
+        :meth:`BufferClaim.commit` (sent as :meth:`offer` sends, with ``request_id`` kept outstanding
+        the same way) or :meth:`BufferClaim.abort` (nothing sent). Aeron: ``tryClaim(length, bufferClaim)``.
+        Raises as :meth:`offer` does when the session is not open, ValueError for a negative length."""
+        self._require_open("try_claim")
+        if length < 0:
+            raise ValueError(f"try_claim length={length} must be >= 0")
+        return BufferClaim(self, length, now_ns, request_id)
+
+    def send_keep_alive(self, now_ns: int) -> bool:
+        """Send SessionKeepAlive now (Aeron: ``sendKeepAlive()``); :meth:`do_work` does this on the interval.
+        Returns False when ``send`` said the leader is not connected (the session then awaits a new leader)."""
         self._require_open("send a keep-alive")
-        self._send(
-            self._leader_member_id,
-            SessionKeepAlive(self._leadership_term_id, self._cluster_session_id).encode(),
+        sent = self._send_to_leader(
+            SessionKeepAlive(self._leadership_term_id, self._cluster_session_id).encode(), now_ns
         )
         self._refresh_keepalive(now_ns)
+        return sent
+
+    def track_ingress_result(self, sent: bool, now_ns: int) -> None:
+        """What the transport did with ingress to the leader (Aeron: ``trackIngressPublicationResult``):
+        not connected (``sent`` False) while CONNECTED loses the leader (:meth:`on_leader_disconnected`);
+        sent while AWAIT_NEW_LEADER_CONNECTION means the new leader is reached (CONNECTED). The client's
+        own sends call this; a runtime that learns a result later (a batched send) calls it then."""
+        if self._state is not ClientState.CONNECTED:
+            return
+        link = self._leader_link
+        if link is LeaderLink.CONNECTED:
+            if not sent:
+                self.on_leader_disconnected(now_ns)
+        elif link is LeaderLink.AWAIT_NEW_LEADER_CONNECTION and sent:
+            self._link(LeaderLink.CONNECTED, 0)
+
+    def on_leader_disconnected(self, now_ns: int) -> None:
+        """The transport lost the leader: ingress to it is not connected, or its egress is gone (Aeron:
+        ``onDisconnected`` on ``Publication.NOT_CONNECTED`` or a closed egress image). The open session
+        waits AWAIT_NEW_LEADER for a NewLeaderEvent until ``now_ns + new_leader_timeout_ns``; past that
+        :meth:`do_work` closes the client. No-op unless CONNECTED, or when already awaiting a new leader."""
+        if self._state is not ClientState.CONNECTED or self._leader_link is LeaderLink.AWAIT_NEW_LEADER:
+            return
+        self._link(LeaderLink.AWAIT_NEW_LEADER, now_ns + self.new_leader_timeout_ns)
+
+    def poll_state_changes(self, now_ns: int) -> int:
+        """Close the client if its leader link gave up (Aeron: ``pollStateChanges``): no NewLeaderEvent
+        within ``new_leader_timeout_ns`` of losing the leader, or no ingress through to the new leader
+        within ``message_timeout_ns`` of its NewLeaderEvent. Returns 1 if it closed, else 0; no error is
+        raised (Aeron's ``isClosed()`` becomes true): :attr:`close_detail` says why.
+        :meth:`do_work` calls this."""
+        if (
+            self._state is not ClientState.CONNECTED
+            or self._leader_link is LeaderLink.CONNECTED
+            or now_ns < self._state_deadline_ns
+        ):
+            return 0
+        if self._leader_link is LeaderLink.AWAIT_NEW_LEADER:
+            detail = (
+                f"cluster unavailable: no new leader within new_leader_timeout_ns={self.new_leader_timeout_ns} "
+                f"of losing leader {self._leader_member_id} (term {self._leadership_term_id})"
+            )
+        else:
+            detail = (
+                f"cluster unavailable: ingress to new leader {self._leader_member_id} (term "
+                f"{self._leadership_term_id}) not connected within message_timeout_ns={self.message_timeout_ns}"
+            )
+        self._closed(None, detail)
+        return 1
 
     def send_admin_request(self, request_type: AdminRequestType, now_ns: int, payload: bytes = b"") -> int:
         """Send an AdminRequest (e.g. SNAPSHOT) to the leader; returns its correlation id. The answer
@@ -354,17 +593,31 @@ class ClusterClient:
             self._leadership_term_id, self._cluster_session_id, correlation_id, request_type, payload
         )
         self._admin_pending.add(correlation_id)
-        self._send(self._leader_member_id, request.encode())
+        self._send_to_leader(request.encode(), now_ns)
         return correlation_id
 
     def take_admin_response(self, correlation_id: int) -> AdminResponse | None:
         """Remove and return the AdminResponse for ``correlation_id``, if it has arrived."""
         return self._admin_responses.pop(correlation_id, None)
 
+    @property
+    def egress_pending(self) -> int:
+        """Application messages received and not yet taken by :meth:`poll` or :meth:`controlled_poll`."""
+        return len(self._egress)
+
     def poll(self) -> list[EgressMessage]:
         """Application messages received since the last poll, in arrival order."""
         messages, self._egress = self._egress, []
         return messages
+
+    def controlled_poll(
+        self, handler: Callable[[EgressMessage], ControlledPollAction], fragment_limit: int = FRAGMENT_LIMIT
+    ) -> int:
+        """Hand received application messages, oldest first and at most ``fragment_limit``, to ``handler``,
+        whose :class:`ControlledPollAction` decides what is consumed: ABORT leaves that message to be handed
+        out again by the next poll, BREAK stops after it (Aeron: ``controlledPollEgress`` with a
+        ``ControlledEgressListener``). Returns how many were consumed. See :func:`controlled_poll`."""
+        return controlled_poll(self._egress, handler, fragment_limit)
 
     def close(self, now_ns: int) -> None:
         """Close the session: SessionCloseRequest to the leader if it is open. Idempotent."""
@@ -380,7 +633,8 @@ class ClusterClient:
             self._closed(CloseReason.CLIENT_ACTION, "closed by the client before the session opened")
 
     def do_work(self, now_ns: int) -> int:
-        """Timed work: connect resend / timeout, keep-alive. Returns the amount of work done (0 or 1).
+        """Timed work: connect resend / timeout, keep-alive, closing when the leader link gave up
+        (:meth:`poll_state_changes`). Returns the amount of work done (0 or 1).
 
         Raises ClusterTimeoutError when no OK arrived within ``message_timeout_ns`` of :meth:`connect`."""
         if self._state is ClientState.CONNECTING:
@@ -405,13 +659,12 @@ class ClusterClient:
                 self._leader_hint = None
                 self._send_connect_request(target, now_ns)
                 return 1
-        elif (
-            self._state is ClientState.CONNECTED
-            and self._next_keepalive_ns is not None
-            and now_ns >= self._next_keepalive_ns
-        ):
-            self.send_keep_alive(now_ns)
-            return 1
+        elif self._state is ClientState.CONNECTED:
+            if self._leader_link is not LeaderLink.CONNECTED and self.poll_state_changes(now_ns):
+                return 1
+            if self._next_keepalive_ns is not None and now_ns >= self._next_keepalive_ns:
+                self.send_keep_alive(now_ns)
+                return 1
         return 0
 
     # ------------------------------------------------------------------ egress
@@ -453,7 +706,7 @@ class ClusterClient:
         if isinstance(msg, SessionEvent):
             self._on_session_event(msg, now_ns)
         elif isinstance(msg, NewLeaderEvent):
-            self._on_new_leader_event(msg)
+            self._on_new_leader_event(msg, now_ns)
         elif isinstance(msg, Challenge):
             self._on_challenge(msg, now_ns)
         elif isinstance(msg, AdminResponse):
@@ -547,7 +800,7 @@ class ClusterClient:
         response = ChallengeResponse(correlation_id, msg.cluster_session_id, credentials)
         self._send(self._attempt_member_id, response.encode())
 
-    def _on_new_leader_event(self, msg: NewLeaderEvent) -> None:
+    def _on_new_leader_event(self, msg: NewLeaderEvent, now_ns: int) -> None:
         if self._state is not ClientState.CONNECTED:
             self._ignore("NewLeaderEvent", f"client is {self._state.value}")
             return
@@ -574,12 +827,14 @@ class ClusterClient:
         self._leadership_term_id = msg.leadership_term_id
         self._leader_member_id = msg.leader_member_id
         self._stamp()
+        # As Aeron's onNewLeader: wait for ingress to the new leader to go through, at most a message timeout.
+        self._link(LeaderLink.AWAIT_NEW_LEADER_CONNECTION, now_ns + self.message_timeout_ns)
         if moved:
             self.leader_changes += 1
             # What the old leader did not answer may not be in the log: send it to the new one now
             # (stamped with the new term) rather than when the caller's timer fires.
             for body in self._outstanding.values():
-                self._send(self._leader_member_id, self._ingress_header + body)
+                self._send_to_leader(self._ingress_header + body, now_ns)
             self.resent_on_new_leader += len(self._outstanding)
 
     def _on_admin_response(self, msg: AdminResponse) -> None:
@@ -594,6 +849,12 @@ class ClusterClient:
             self._admin_responses[msg.correlation_id] = msg
 
     # ------------------------------------------------------------------ internals
+    def _send_to_leader(self, data: bytes, now_ns: int) -> bool:
+        sent = self._send(self._leader_member_id, data) is not False
+        if not sent or self._leader_link is not LeaderLink.CONNECTED:
+            self.track_ingress_result(sent, now_ns)
+        return sent
+
     def _send_connect_request(self, member_id: int, now_ns: int) -> None:
         # Fresh correlation id per attempt (Aeron's prepareConnectRequest): answers to an earlier
         # attempt, e.g. a slow OK from a member we gave up on, are then told apart and ignored.
@@ -645,6 +906,7 @@ class ClusterClient:
         self._cluster_session_id = NULL_VALUE
         self._leadership_term_id = NULL_VALUE
         self._leader_member_id = NULL_VALUE
+        self._link(LeaderLink.CONNECTED, 0)
         self._stamp()
         self._next_keepalive_ns = None
         self._admin_pending.clear()
@@ -662,6 +924,11 @@ class ClusterClient:
         # Every offer carries the same SessionMessageHeader until the term or the session changes
         # (the leader stamps the timestamp, 0 here): encoded once, prepended to each payload.
         self._ingress_header = encode_session_message(self._leadership_term_id, self._cluster_session_id, 0, b"")
+
+    def _link(self, to: LeaderLink, deadline_ns: int) -> None:
+        # The one place the leader link changes (Aeron's AeronCluster.state(newState, newStateDeadline)).
+        self._leader_link = to
+        self._state_deadline_ns = deadline_ns
 
     def _transition(self, to: ClientState) -> None:
         # The one place the state changes (STYLE.md); a hook for traces belongs here.

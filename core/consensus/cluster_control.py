@@ -4,9 +4,18 @@ The leader turns an accepted toggle into a ClusterActionRequest in the log (or i
 and changes its module state when it appends it; followers change state when they meet the action
 in the committed log (``on_log_cluster_action``). AdminRequest(SNAPSHOT) from a client is a toggle
 request too.
+
+The leader changes state before the action is committed, so it remembers the state each uncommitted
+action left (Aeron's ``uncommittedPreviousState``: the action's position and the state before it).
+Committed actions are forgotten (``sweep_uncommitted``); a leader that steps down with actions still
+uncommitted goes back to the state before the first of them (``restore_uncommitted``), the state of
+its committed log. If the next leader's log has those actions after all, this member meets them in
+the committed log and changes state again then.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 from clusterlab.core.archive.recording import RecordingStore
 from clusterlab.core.codec.enums import AdminRequestType, AdminResponseCode, ClusterAction, ToggleState
@@ -39,6 +48,8 @@ class ClusterControl:
         self._snapshots = snapshots
         self._termination = termination
         self.toggle = ToggleState.INACTIVE
+        # (position of an appended, uncommitted action, the module state before it), in log order.
+        self.uncommitted_previous_states: deque[tuple[int, ConsensusModuleState]] = deque()
 
     def toggle_control(self, target: ToggleState) -> bool:
         """ClusterControl compare-and-set: from NEUTRAL to ``target``; RESUME only from SUSPEND.
@@ -124,31 +135,36 @@ class ClusterControl:
             return 0
         state = st.state
         if t == ToggleState.SUSPEND and state == ConsensusModuleState.ACTIVE:
-            self.append_cluster_action(ClusterAction.SUSPEND, now_ns)
-            st.state = ConsensusModuleState.SUSPENDED
+            self._append_state_change(ClusterAction.SUSPEND, ConsensusModuleState.SUSPENDED, now_ns)
         elif t == ToggleState.RESUME and state == ConsensusModuleState.SUSPENDED:
-            self.append_cluster_action(ClusterAction.RESUME, now_ns)
-            st.state = ConsensusModuleState.ACTIVE
+            self._append_state_change(ClusterAction.RESUME, ConsensusModuleState.ACTIVE, now_ns)
             self.toggle = ToggleState.NEUTRAL
             self._sessions.release_held_ingress(now_ns)
         elif t == ToggleState.SNAPSHOT and state == ConsensusModuleState.ACTIVE:
-            term = st.leadership_term_id
-            self._snapshots.begin(self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns), term)
-            st.state = ConsensusModuleState.SNAPSHOT
+            position = self._append_state_change(ClusterAction.SNAPSHOT, ConsensusModuleState.SNAPSHOT, now_ns)
+            self._snapshots.begin(position, st.leadership_term_id)
         elif t == ToggleState.STANDBY_SNAPSHOT and state == ConsensusModuleState.ACTIVE:
             self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns, flags=1)
             self.toggle = ToggleState.NEUTRAL
         elif t == ToggleState.SHUTDOWN and state == ConsensusModuleState.ACTIVE:
-            position = self.append_cluster_action(ClusterAction.SNAPSHOT, now_ns)
+            position = self._append_state_change(ClusterAction.SNAPSHOT, ConsensusModuleState.SNAPSHOT, now_ns)
             self._snapshots.begin(position, st.leadership_term_id)
             self._termination.begin(position, now_ns, shutdown=True)
-            st.state = ConsensusModuleState.SNAPSHOT
         elif t == ToggleState.ABORT and state in (ConsensusModuleState.ACTIVE, ConsensusModuleState.SUSPENDED):
             self._termination.begin(self._archive.stop_position, now_ns, shutdown=False)
             st.state = ConsensusModuleState.TERMINATING
         else:
             return 0
         return 1
+
+    def _append_state_change(self, action: ClusterAction, new_state: ConsensusModuleState, now_ns: int) -> int:
+        """Append ``action`` and enter ``new_state``, remembering the state it leaves until the action
+        commits (Aeron ``offerPositionAndPreviousState``). Returns the action's position."""
+        st = self._s
+        position = self.append_cluster_action(action, now_ns)
+        self.uncommitted_previous_states.append((position, st.state))
+        st.state = new_state
+        return position
 
     def resume_after_snapshot(self, now_ns: int) -> None:
         """The snapshot is done and the leader is ACTIVE again: take held ingress."""
@@ -158,9 +174,29 @@ class ClusterControl:
     def on_leader_election_complete(self) -> None:
         self.toggle = ToggleState.NEUTRAL
 
-    def restore_uncommitted(self) -> None:
-        """Leaving leadership: no toggle until the next leader's election completes."""
+    def sweep_uncommitted(self, commit_position: int) -> None:
+        """Leader: forget the previous states of actions now committed (Aeron ``sweepUncommittedEntriesTo``)."""
+        previous = self.uncommitted_previous_states
+        while previous and previous[0][0] <= commit_position:
+            previous.popleft()
+
+    def restore_uncommitted(self, log_position: int) -> None:
+        """Leaving leadership: no toggle until the next leader's election completes, and the module
+        state goes back to the state before the first action past ``log_position`` (the committed
+        log's state; Aeron ``restoreUncommittedEntries``)."""
+        st = self._s
         self.toggle = ToggleState.INACTIVE
+        self.sweep_uncommitted(log_position)
+        if self.uncommitted_previous_states and st.state != ConsensusModuleState.CLOSED:
+            position, committed_state = self.uncommitted_previous_states[0]
+            st.event(
+                "state_rollback",
+                {"from": st.state.name, "to": committed_state.name},
+                term=st.leadership_term_id,
+                pos=position,
+            )
+            st.state = committed_state
+        self.uncommitted_previous_states.clear()
 
     # ------------------------------------------------------------------ committed log
     def on_log_cluster_action(self, payload: bytes) -> bool:
@@ -183,7 +219,15 @@ class ClusterControl:
         return True
 
     def check_invariants(self) -> None:
-        """Only a leader out of an election holds a live toggle."""
+        """Only a leader out of an election holds a live toggle or uncommitted actions; those are in
+        log order."""
         st = self._s
         if st.election is None and st.role == Role.FOLLOWER:
             assert self.toggle == ToggleState.INACTIVE, f"member {st.member_id}: follower toggle {self.toggle.name}"
+            assert not self.uncommitted_previous_states, (
+                f"member {st.member_id}: follower holds uncommitted actions {list(self.uncommitted_previous_states)}"
+            )
+        last = -1
+        for position, _ in self.uncommitted_previous_states:
+            assert position > last, f"member {st.member_id}: uncommitted actions out of log order"
+            last = position

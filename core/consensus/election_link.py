@@ -319,9 +319,16 @@ class ElectionLink:
             # Leader side of e.9: keep sessions (NewLeaderEvent) or, after a whole-cluster restart, close them.
             self._control.on_leader_election_complete()
             self._client_sessions.on_leader_election_complete(election.is_node_startup, now_ns)
+        # The module state, and how far the log adapter has applied the committed log that decides it
+        # (the trace check module_state_follows_committed_log compares the two).
         st.event(
             "election_complete",
-            {"leader": election.leader_member_id, "role": st.role.name},
+            {
+                "leader": election.leader_member_id,
+                "role": st.role.name,
+                "module_state": st.state.name,
+                "consumed_position": st.consumed_position,
+            },
             term=election.leadership_term_id,
             pos=election.log_position,
         )
@@ -347,7 +354,7 @@ class ElectionLink:
         self._services.restore_uncommitted(position)
         self._snapshots.restore_uncommitted(position)
         self._termination.restore_uncommitted(position)
-        self._control.restore_uncommitted()
+        self._control.restore_uncommitted(position)
         return self._archive.stop_position
 
     def create_log_publication(self, leadership_term_id: int, position: int) -> int:

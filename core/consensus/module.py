@@ -393,7 +393,7 @@ class ConsensusModule:
         )
         st.election = None
         st.set_leader(NULL_VALUE)
-        self.control.restore_uncommitted()  # a fenced member holds no control toggle
+        self.control.restore_uncommitted(st.commit_position)  # a fenced member holds no control toggle
         self.services.end_log_on_step_down()  # its service learns it is no longer leading
         self.election_link.set_role(Role.FOLLOWER, now_ns)
 
@@ -598,7 +598,9 @@ class ConsensusModule:
     def on_service_message(self, msg: Any, now_ns: int) -> None:
         services = self.services
         if isinstance(msg, ServiceAck):
-            services.on_service_ack(msg)
+            failed_start = services.on_service_ack(msg)
+            if failed_start is not None:  # Aeron: "failed to start clustered service(s)", the module closes
+                self.on_service_closed(failed_start, now_ns)
         elif isinstance(msg, ScheduleTimer):
             services.timer_service.on_schedule_timer(msg.correlation_id, msg.deadline)
         elif isinstance(msg, CancelTimer):
@@ -671,6 +673,7 @@ class ConsensusModule:
             work += self.client_sessions.check_sessions(now_ns)
         work += self.control.check_toggle(now_ns)
         work += self.replication.update_leader_position(now_ns, self.archive.stop_position, st.leadership_term_id)
+        self.control.sweep_uncommitted(st.commit_position)
         self.services.sweep_uncommitted(st.commit_position)
         self.client_sessions.sweep_uncommitted(st.commit_position)
         self.log_adapter.consume(st.commit_position, is_replay=False, now_ns=now_ns)

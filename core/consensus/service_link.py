@@ -24,7 +24,7 @@ from clusterlab.core.codec.service import (
 )
 from clusterlab.core.codec.session import SessionMessageHeader, encode_session_message
 from clusterlab.core.codec.transport import LogBlock, LogEndOfStream
-from clusterlab.core.consensus.context import NULL_POSITION, Channel, ClusterMember, Outbox, Role
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, Channel, ClusterMember, Outbox, Role
 from clusterlab.core.consensus.module_state import ModuleState
 from clusterlab.core.consensus.timers import TimerService
 
@@ -160,20 +160,26 @@ class ServiceLink:
             ).encode()
         )
 
-    def on_service_ack(self, msg: ServiceAck) -> None:
+    def on_service_ack(self, msg: ServiceAck) -> str | None:
+        """Queue a service's ack. Returns why the member must close when the ack is a service's
+        recovery ack (ack id 0) without a client id: that service failed to start (Aeron
+        ``recoverFromSnapshotAndLog``: "failed to start clustered service(s)"); else None."""
         sid = msg.service_id
         if not 0 <= sid < self.service_count:
             self._s.ignore("ServiceAck", f"unknown service {sid}")
-            return
+            return None
         if msg.ack_id != self.expected_ack_ids[sid]:
             # Aeron treats this as fatal; here the error is logged and counted, and the ack dropped.
             self._s.ignore(
                 "ServiceAck", f"ack out of sequence: expected {self.expected_ack_ids[sid]}, got {msg.ack_id}"
             )
             self._s.error("service", "ack out of sequence", pos=msg.log_position)
-            return
+            return None
         self.expected_ack_ids[sid] += 1
         self.service_acks[sid].append(msg)
+        if msg.ack_id == 0 and msg.relevant_id == NULL_VALUE:
+            return f"service={sid} failed to start clustered service"
+        return None
 
     def service_acks_at(self, position: int) -> list[ServiceAck] | None:
         """The head acks of every service if all are at ``position`` (consumed), else None."""

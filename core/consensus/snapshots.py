@@ -243,13 +243,11 @@ class Snapshots:
 
     def restore_uncommitted(self, log_position: int) -> None:
         """Our own SNAPSHOT/SHUTDOWN action was never committed: stop waiting for it. If the next
-        leader's log has it after all, we meet it again as a follower and snapshot then."""
-        st = self._s
+        leader's log has it after all, we meet it again as a follower and snapshot then. The module
+        state goes back with the other uncommitted actions (ClusterControl.restore_uncommitted)."""
         if self.snapshot_position > log_position:
             self.snapshot_position = NULL_POSITION
-            if st.state == ConsensusModuleState.SNAPSHOT:
-                st.state = ConsensusModuleState.ACTIVE
-                self.snapshot_started_ns = NULL_VALUE
+            self.snapshot_started_ns = NULL_VALUE
 
     def check_invariants(self) -> None:
         """In SNAPSHOT there is a snapshot position, and the log adapter has not passed it."""

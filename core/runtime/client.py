@@ -11,6 +11,11 @@ is still being set up is retried for a moment.
 egress up to the timeout or the client's next deadline, hand egress to the ClusterClient, run its
 timed work. Ingress is batched: messages offered between two pumps leave as one ZeroMQ message per
 member (at most ``MAX_BATCH`` each; :meth:`ClusterConnection.flush` sends them earlier).
+
+The ingress socket is this runtime's view of the leader's liveness (Aeron's publication connection):
+ingress to the leader that cannot go because no connection to it exists (its process is gone) is
+reported to the ClusterClient (``track_ingress_result``), which then waits ``new_leader_timeout_ns``
+for a NewLeaderEvent and closes the client if none comes (``client.is_closed``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import zmq
-from clusterlab.core.client.client import ClientState, ClusterClient, EgressMessage
+from clusterlab.core.client.client import (
+    FRAGMENT_LIMIT,
+    NEW_LEADER_TIMEOUT_DEFAULT_NS,
+    BufferClaim,
+    ClientState,
+    ClusterClient,
+    ControlledPollAction,
+    EgressMessage,
+    controlled_poll,
+)
 from clusterlab.core.consensus.context import SECOND, Channel
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ipc_path
@@ -65,9 +79,12 @@ class ClusterConnection:
         on_challenge: Callable[[bytes], bytes] | None = None,
         ingress_setup: Callable[[int], SocketSetup | None] | None = None,
         egress_setup: SocketSetup | None = None,
+        new_leader_timeout_ns: int = NEW_LEADER_TIMEOUT_DEFAULT_NS,
     ) -> None:
-        """``credentials`` and ``on_challenge`` go to the ClusterClient (the cluster's authenticator
-        checks them); ``ingress_setup(member_id)`` sets the options of the ingress socket to that
+        """``credentials``, ``on_challenge`` and ``new_leader_timeout_ns`` (how long a session that lost
+        its leader waits for a new one before the client closes; give 2 x the cluster's leader heartbeat
+        timeout, as Aeron's client derives it) go to the ClusterClient (the cluster's authenticator
+        checks the credentials); ``ingress_setup(member_id)`` sets the options of the ingress socket to that
         member before it connects (a secured cluster's CURVE keys, clusterlab.core.runtime.security);
         ``egress_setup`` those of the response channel before it binds (a CURVE server whose ZAP
         handler, on ``zctx``, admits the members only)."""
@@ -89,6 +106,7 @@ class ClusterConnection:
             message_timeout_ns=message_timeout_ns,
             keepalive_interval_ns=keepalive_interval_ns,
             connect_retry_interval_ns=connect_retry_interval_ns,
+            new_leader_timeout_ns=new_leader_timeout_ns,
         )
         self._ingress_setup = ingress_setup
         self._members_of: dict[str, int] = {endpoint: i for i, endpoint in ingress_endpoints.items()}
@@ -141,7 +159,7 @@ class ClusterConnection:
                 if now - created_ns < FRESH_LINK_GRACE_NS or self._pending:
                     self._pending.append((link, max(now, created_ns) + FRESH_LINK_GRACE_NS, payloads))
                 else:
-                    self.dropped += len(payloads)
+                    self._not_connected(link, len(payloads), now)
 
     def _send_now(self, link: Link, payloads: list[bytes]) -> bool:
         if len(payloads) == 1:
@@ -156,7 +174,14 @@ class ClusterConnection:
             if now_ns < give_up_ns:
                 self._pending = pending[i:]  # keep order: stop at the first that still cannot go
                 return
-            self.dropped += len(payloads)
+            self._not_connected(link, len(payloads), now_ns)
+
+    def _not_connected(self, link: Link, count: int, now_ns: int) -> None:
+        """``count`` messages to ``link`` dropped: it has no connection (its member's process is gone).
+        For the leader's link that is Aeron's ``Publication.NOT_CONNECTED``: the client awaits a new leader."""
+        self.dropped += count
+        if self._members_of.get(link.endpoint) == self.client.leader_member_id:
+            self.client.track_ingress_result(False, now_ns)
 
     # ------------------------------------------------------------------ duty cycle
     def pump(self, timeout_s: float = 0.0) -> int:
@@ -215,9 +240,23 @@ class ClusterConnection:
         until acknowledged, resent on a NewLeaderEvent (:meth:`ClusterClient.offer`)."""
         return self.client.offer(payload, self.clock.now_ns(), request_id=request_id)
 
+    def try_claim(self, length: int, *, request_id: int | None = None) -> BufferClaim:
+        """Reserve an ingress message of ``length`` bytes to fill and commit (sent on the next pump) or
+        abort (:meth:`ClusterClient.try_claim`; Aeron's ``AeronCluster.tryClaim``)."""
+        return self.client.try_claim(length, self.clock.now_ns(), request_id=request_id)
+
     def take_messages(self) -> list[EgressMessage]:
         messages, self.messages = self.messages, []
         return messages
+
+    def controlled_poll(
+        self, handler: Callable[[EgressMessage], ControlledPollAction], fragment_limit: int = FRAGMENT_LIMIT
+    ) -> int:
+        """Hand received messages (those :meth:`take_messages` would return), oldest first, to ``handler``
+        and keep what it did not consume: ABORT leaves the message for the next call, BREAK stops after
+        it (:func:`clusterlab.core.client.controlled_poll`; Aeron's ``controlledPollEgress``). Call
+        :meth:`pump` to receive; returns how many were consumed."""
+        return controlled_poll(self.messages, handler, fragment_limit)
 
     def close(self) -> None:
         """Close the session (if open) and the sockets. Idempotent."""

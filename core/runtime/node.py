@@ -4,8 +4,10 @@
 
 reads ``CLUSTER_DIR/cluster.json`` (clusterlab.core.runtime.config) and serves until SIGTERM (clean close,
 exit 0), until the cluster terminates it (SHUTDOWN/ABORT, exit 0), or until its service process
-goes away (exit 3: a member is its node and its service together, fail-stop as in Aeron, where the
-consensus module terminates when its service stops heart-beating).
+goes away or fails to start (exit 3: a member is its node and its service together, fail-stop as in
+Aeron, where the consensus module terminates when its service stops heart-beating, and closes with
+"failed to start clustered service(s)" when a service's recovery ack carries no client id; the error
+is counted in either case).
 
 Sockets (see clusterlab.core.runtime.transport for framing):
 
@@ -803,7 +805,9 @@ class Node:
                 except OSError as e:  # a full disk must not stop the node; the live counters still answer
                     self.log(f"counters file not written: {e}")
             if m.terminated:
-                self.cycle.request_stop(f"terminated: {m.terminated_reason}")
+                # Closed because a service closed or failed to start: the member's service is gone (exit 3).
+                code = EXIT_SERVICE_GONE if m.termination.unexpected else EXIT_OK
+                self.cycle.request_stop(f"terminated: {m.terminated_reason}", code)
                 return work + self.rec.poll()
         if self.service_gone_ns is not None and now_ns >= self.service_gone_ns + SERVICE_GONE_GRACE_NS:
             if m is not None:  # Aeron: "Aeron client in service closed unexpectedly", counted; the module closes

@@ -11,7 +11,8 @@ so a batch of messages is handled before ``do_work`` runs once, and an idle proc
 did nothing although its deadline has passed, the next poll waits 1 ms instead of spinning.
 
 SIGTERM and SIGINT request a stop; the signal also writes to a wake-up pipe the poller watches,
-so the loop ends at once, and the process closes cleanly (module closed, files flushed) and exits 0.
+so the loop ends at once, and the process closes cleanly (module closed, files flushed; in a service
+process the agent closed, which tells the service ``on_terminate``) and exits 0.
 """
 
 from __future__ import annotations

@@ -19,9 +19,15 @@ Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log
 snapshot it started from), and every message on the node link (``service``), egress and control.
 
 Exits 0 when the service terminated (SHUTDOWN/ABORT, or it raised ClusterTerminationException), on
-SIGTERM, or when its node went away
-(the member is down); 5 when the service failed (the agent stops after a ServiceError, as
-Aeron's container does; the node then stops too and the member recovers on restart).
+SIGTERM, or when its node went away (the member is down; also a node gone before the service
+connected: its socket refuses the connection); 5 when the service failed (the agent stops after a
+ServiceError, as Aeron's container does; the node then stops too and the member recovers on
+restart) or failed to start (its snapshot did not load, ``on_start`` raised: the recovery ack it
+sends its node carries a NULL client id, and the node closes with a counted error, as Aeron's
+consensus module does on "failed to start clustered service(s)"; with the snapshot invalidated the
+member recovers from the one before). A stop that is not a crash (SIGTERM, the node gone, a
+failure) closes the agent, which tells a service that started and was not already terminated
+``on_terminate``, once (Aeron ``ClusteredServiceAgent.onClose``).
 """
 
 from __future__ import annotations
@@ -185,7 +191,9 @@ class ServiceProcess:
             setup=security.connector(member_key_name(member_id)),
         )
         self._node_connected = False
-        self._monitor = self.to_node.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._monitor = self.to_node.sock.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+        )
         self.cycle.register(self._monitor, self._on_monitor)
 
         self.storage = FileStorage(self.member_dir)
@@ -206,14 +214,23 @@ class ServiceProcess:
             on_applied_run=self._record_run,
             log=self.log,
             callback_scope=self._callback_scope(service),
+            events=self.rec.event,  # ``start`` and ``service_terminate`` (the events table)
         )
         with RecordingLog.open(self.storage) as recording_log:
             entry = recording_log.latest_snapshot(service_id)
+        recording_id = entry.recording_id if entry is not None else None
         self.log(
             f"started pid={os.getpid()} incarnation={incarnation} service={kinds[service_id]} service_id={service_id} "
-            f"snapshot={entry.recording_id if entry is not None else None}"
+            f"snapshot={recording_id}"
         )
-        self.agent.start(entry.recording_id if entry is not None else None)
+        self.start_failure: str | None = None
+        try:
+            self.agent.start(recording_id)
+        except Exception as e:  # the agent acked with a NULL client id: the node closes (Aeron)
+            self.start_failure = (
+                f"failed to start service={service_id} snapshotRecordingId={recording_id}: {type(e).__name__}: {e}"
+            )
+            self.log(self.start_failure)
         self._flush_applied()  # a loaded snapshot's row
 
     def _callback_scope(self, service: ClusteredService) -> CallbackScope | None:
@@ -370,6 +387,10 @@ class ServiceProcess:
                 self._node_connected = True
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._node_connected:
                 self.cycle.request_stop("node process went away")
+            elif event["event"] == zmq.EVENT_CONNECT_RETRIED and not self._node_connected:
+                # Started after its node answered: a refused first connection means the node has gone
+                # since (it closed while this service started, e.g. another service failed to start).
+                self.cycle.request_stop("node process went away before the service connected")
 
     def status(self, correlation_id: int) -> ServiceStatus:
         agent = self.agent
@@ -396,7 +417,9 @@ class ServiceProcess:
         self.cycle.install_signal_handlers()
         code = EXIT_OK
         try:
-            if self.agent.is_terminated:
+            if self.start_failure is not None:
+                self.cycle.request_stop(self.start_failure, EXIT_SERVICE_FAILED)
+            elif self.agent.is_terminated:
                 self.cycle.request_stop("service terminated")
             code = self.cycle.run(lambda _now: self.rec.poll(), self._next_deadline_ns)
             self.log(
@@ -406,6 +429,7 @@ class ServiceProcess:
             )
         finally:
             try:
+                self.agent.close()  # Aeron onClose: an active service is told on_terminate (errors swallowed)
                 self.close()
             finally:
                 self._flush_applied()
@@ -420,8 +444,9 @@ class ServiceProcess:
     def close(self) -> None:
         self.to_node.sock.disable_monitor()
         self._monitor.close(0)
-        # Only a terminated service has something that must still reach its node (the last ack).
-        linger = CLOSE_LINGER_MS if self.agent.is_terminated else 0
+        # Only a terminated service, or one that failed to start, has something that must still reach
+        # its node (the last ack; the recovery ack with a NULL client id).
+        linger = CLOSE_LINGER_MS if self.agent.is_terminated or self.start_failure is not None else 0
         self.to_node.close(linger)
         self.egress.close(min(linger, 100))
         self.inbound.close(0)

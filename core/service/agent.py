@@ -12,12 +12,16 @@ Inputs (the runtime or simulator calls these; nothing here reads a clock or a so
   ``BoundedLogAdapter``; the rest wait for the commit position to advance.
 * ``on_service_termination_position``, ``on_request_service_ack``, ``on_log_end``, and
   ``on_service_message(bytes)`` which decodes any CM -> service message and dispatches it.
+* ``close()``: the service container closes without a crash (Aeron ``onClose``): a service that
+  started and was not told yet gets ``on_terminate``, once.
 
 Outputs: encoded messages to ``to_consensus_module`` (ServiceAck, ScheduleTimer, CancelTimer,
 CloseSession, SessionMessageHeader for ``Cluster.offer``), encoded egress SessionMessageHeaders to
 ``egress(response_channel, cluster_session_id, message)`` (leader only), and one ``AppliedEntry`` per
 applied entry to ``on_applied`` (the trace's ``applied`` table; with ``on_applied_run`` as well, a
-block's run of session messages arrives there as one columnar ``AppliedRun`` instead).
+block's run of session messages arrives there as one columnar ``AppliedRun`` instead). Trace events
+go to ``events`` (the node's ``EventSink`` signature): ``start`` once started, and ``service_terminate``
+each time the service is told ``on_terminate`` (docs/trace-schema.md).
 
 What a service sends while handling an entry is held back until the entry has been applied, so a
 service that raises (``ServiceError``) leaves no trace of that entry: nothing sent, no applied row,
@@ -72,7 +76,7 @@ from clusterlab.core.codec.session import (
     session_message_fields,
     unpack_session_message,
 )
-from clusterlab.core.consensus.context import APP_VERSION, Role
+from clusterlab.core.consensus.context import APP_VERSION, EventSink, Role, null_event_sink
 from clusterlab.core.service.api import (
     UNDIGESTED,
     CallbackScope,
@@ -241,6 +245,7 @@ class ClusteredServiceAgent:
         client_id: int = 0,
         log: Callable[[str], None] | None = None,
         callback_scope: CallbackScope | None = None,
+        events: EventSink | None = None,
     ) -> None:
         self._service_id = service_id
         self._member_id = member_id
@@ -257,6 +262,9 @@ class ClusteredServiceAgent:
         self.app_version = app_version
         self.client_id = client_id  # relevantId of the first ack: identifies this service incarnation
         self._log = log or _noop_log
+        # The trace's event seam (the node's EventSink signature): ``start`` once started, declaring
+        # ``service_terminate_events``, and one ``service_terminate`` when the service is told on_terminate.
+        self._events: EventSink = events or null_event_sink
         # A test harness's observer of the service's callbacks (api.CallbackScope); None in production.
         self._scope = callback_scope
 
@@ -277,6 +285,8 @@ class ClusteredServiceAgent:
         self._termination_position = NULL_POSITION
         self._requested_ack_position = NULL_POSITION
         self._terminated = False
+        # Aeron isServiceActive: started without error and not yet told on_terminate (close() tells it).
+        self._active = False
         self._failure: BaseException | None = None
 
         self._lifecycle = _NO_LIFECYCLE  # set while a callback that must not send runs
@@ -340,6 +350,11 @@ class ClusteredServiceAgent:
     @property
     def is_terminated(self) -> bool:
         return self._terminated
+
+    @property
+    def is_active(self) -> bool:
+        """Started without error and not yet told ``on_terminate`` (Aeron ``isServiceActive``)."""
+        return self._active
 
     @property
     def failure(self) -> BaseException | None:
@@ -420,7 +435,8 @@ class ClusteredServiceAgent:
 
     def start(self, snapshot_recording_id: int | None = None, *, cluster_time: int = 0) -> None:
         """Recover (Aeron ``recoverState``): load the snapshot or start empty, then ack with ackId 0 and
-        relevantId = ``client_id`` (NULL if starting failed, and the error is raised after the ack)."""
+        relevantId = ``client_id`` (NULL if starting failed, and the error is raised after the ack: the
+        consensus module then closes, Aeron "failed to start clustered service(s)")."""
         if self._started:
             raise AgentError("start() called twice")
         self._started = True
@@ -437,6 +453,29 @@ class ClusteredServiceAgent:
         if error is not None:
             self._failure = error
             raise error
+        self._active = True
+        self._events(
+            "start",
+            self._member_id,
+            None,
+            self._log_position,
+            {
+                "service_id": self._service_id,
+                "snapshot_recording_id": snapshot_recording_id,
+                "service_terminate_events": True,  # each on_terminate is a service_terminate event
+            },
+        )
+
+    def close(self) -> None:
+        """The service container closes (Aeron ``ClusteredServiceAgent.onClose``): an active service
+        is told ``on_terminate`` - once, whatever stopped it (a graceful stop of its member, its node
+        gone, a failure), errors swallowed and kept in ``errors``. A service that failed to start or
+        was already told (SHUTDOWN/ABORT, ClusterTerminationException) is not told again. A crash
+        (SIGKILL) runs no close at all."""
+        if not self._active:
+            return
+        self._active = False
+        self._notify_terminate("close")
 
     def load_snapshot(self, recording_id: int) -> SnapshotImage:
         """Restore sessions and position from a service snapshot recording, hand the application part to
@@ -809,21 +848,39 @@ class ClusteredServiceAgent:
         return failure
 
     def _terminate_on_request(self, end: int, entry_type: str, e: ClusterTerminationException) -> ServiceTerminated:
-        """The service raised ClusterTerminationException: ``on_terminate`` (errors swallowed, as Aeron's
-        onClose does), then the agent is stopped with a ServiceTerminated failure."""
+        """The service raised ClusterTerminationException: ``on_terminate`` if it is active (errors
+        swallowed, as Aeron's onClose does; not from ``on_start``, as Aeron's service is active only
+        once started), then the agent is stopped with a ServiceTerminated failure."""
         failure = ServiceTerminated(end, entry_type, e)
         self._failure = failure
         self._frames.clear()
-        if not self._terminated:
-            self._terminated = True
-            self._lifecycle = "on_terminate"
-            try:
-                self.service.on_terminate(self)
-            except Exception as close_error:
-                self.errors.append(close_error)
-            finally:
-                self._lifecycle = _NO_LIFECYCLE
+        self._terminated = True
+        if self._active:  # Aeron: the container closes, and onClose tells an active service
+            self._active = False
+            self._notify_terminate("termination_exception")
         return failure
+
+    def _notify_terminate(self, reason: str) -> None:
+        """``service.on_terminate`` (no sending from it); an error it raises is counted in ``errors``
+        and logged, never raised (Aeron's counted error handler). Records a ``service_terminate``
+        event first, with ``reason``: ``close`` (the container closed), ``termination_position`` (the
+        position a SHUTDOWN or ABORT terminates at; the service is not told which) or
+        ``termination_exception`` (the service raised ClusterTerminationException)."""
+        self._events(
+            "service_terminate",
+            self._member_id,
+            None if self._leadership_term_id == NULL_VALUE else self._leadership_term_id,
+            self._log_position,
+            {"service_id": self._service_id, "reason": reason},
+        )
+        self._lifecycle = "on_terminate"
+        try:
+            self.service.on_terminate(self)
+        except Exception as e:
+            self.errors.append(e)
+            self._log(f"service {self._service_id}: on_terminate raised {type(e).__name__}: {e}")
+        finally:
+            self._lifecycle = _NO_LIFECYCLE
 
     def _apply_session_message(self, f: Frame, replay: bool, session_id: int, timestamp: int, body: bytes) -> None:
         """The common entry, without the generic path's per-entry closures (same semantics)."""
@@ -1064,15 +1121,9 @@ class ClusteredServiceAgent:
                 f"service {self._service_id}: terminate: logPosition={self._log_position} "
                 f"> terminationPosition={self._termination_position}"
             )
-        self._lifecycle = "on_terminate"
-        try:
-            self.service.on_terminate(self)
-        except Exception as e:
-            # Aeron counts the error and still acks: termination must not hang on a broken service.
-            self.errors.append(e)
-            self._log(f"service {self._service_id}: on_terminate raised {type(e).__name__}: {e}")
-        finally:
-            self._lifecycle = _NO_LIFECYCLE
+        self._active = False
+        # Aeron counts an error of on_terminate and still acks: termination must not hang on a broken service.
+        self._notify_terminate("termination_position")
         self._ack(self._log_position, NULL_VALUE)
         self._termination_position = NULL_POSITION
         self._terminated = True

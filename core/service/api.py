@@ -198,7 +198,11 @@ class ClusteredService(ABC):
 
     @abstractmethod
     def on_terminate(self, cluster: Cluster) -> None:
-        """The service is stopping (shutdown, abort); no sending from here."""
+        """The service is stopping: the cluster terminates (SHUTDOWN, ABORT), the service raised
+        ``ClusterTerminationException``, or its container closes without a crash (its member stopped
+        gracefully, SIGTERM, its node gone; Aeron ``ClusteredServiceAgent.onClose``). Called at most
+        once per start, and never for a service whose ``on_start`` failed or whose process was killed;
+        what it raises is counted and swallowed. No sending from here."""
 
     def on_new_leadership_term_event(  # noqa: B027 - optional hook, a no-op by default as in Aeron
         self,

@@ -184,7 +184,7 @@ def start(
     try:
         port = wait_until(started, timeout_s, "the Spark Connect server's start", interval_s=0.2)
     except (LocalTimeout, SparkServerError):
-        _end(proc.pid)
+        end_pid(proc.pid)
         raise
     info = ServerInfo(proc.pid, port, master, str(log))
     (home / "server.json").write_text(json.dumps(asdict(info)))
@@ -212,7 +212,8 @@ def warm(info: ServerInfo, rounds: int) -> float:
     return time.monotonic() - started
 
 
-def _end(pid: int) -> None:
+def end_pid(pid: int) -> None:
+    """End the Spark JVM ``pid`` (SIGTERM, then SIGKILL after STOP_TIMEOUT_S) and reap it if it is a child."""
     from clusterlab.harness.local import LocalTimeout, pid_alive, wait_until
 
     try:
@@ -220,7 +221,7 @@ def _end(pid: int) -> None:
     except ProcessLookupError:
         return
     try:
-        wait_until(lambda: not pid_alive(pid), STOP_TIMEOUT_S, f"the end of the Spark Connect server (pid {pid})")
+        wait_until(lambda: not pid_alive(pid), STOP_TIMEOUT_S, f"the end of the Spark JVM {pid}")
     except LocalTimeout:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -240,6 +241,6 @@ def stop(directory: str | Path | None = None) -> ServerInfo | None:
     from clusterlab.harness.local import pid_alive
 
     if pid_alive(info.pid):
-        _end(info.pid)
+        end_pid(info.pid)
     path.unlink(missing_ok=True)
     return info

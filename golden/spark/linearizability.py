@@ -8,8 +8,6 @@ violation the minimal sub-history as JSON.
 from __future__ import annotations
 
 import json
-import tempfile
-import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from clusterlab.chaos.linearizability import (
     operations_from_rows,
 )
 from clusterlab.chaos.workload_api import WorkloadSpecError, load_workload
+from clusterlab.golden.spark.ship import ship_package
 from clusterlab.harness.services import import_roots
 from clusterlab.harness.trace import TraceError
 from pyspark.sql import DataFrame
@@ -77,24 +76,12 @@ def run_workloads(run_dirs: Sequence[str]) -> dict[str, str]:
 def ship_packages(spark: Any, specs: Iterable[str]) -> None:
     """Send the packages the workloads ``specs`` come from (a user's, outside any installed package:
     clusterlab.harness.services.import_roots) to the executors as zips on their import path, so
-    nothing is installed or copied by hand. Once per package and process."""
+    nothing is installed or copied by hand (:mod:`clusterlab.golden.spark.ship`)."""
     for spec in specs:
         roots = import_roots([spec])
         top = spec.partition(":")[0].split(".")[0]
-        if not roots or not (package := Path(roots[0]) / top).is_dir() or str(package) in _SHIPPED:
-            continue  # installed (the executors have it), a lone module, or sent already
-        zipped = Path(tempfile.mkdtemp(prefix="clusterlab-pyfiles-")) / f"{top}.zip"
-        with zipfile.ZipFile(zipped, "w") as z:
-            for f in sorted(package.rglob("*.py")):
-                z.write(f, f.relative_to(roots[0]))
-        if type(spark).__module__.startswith("pyspark.sql.connect"):  # a Spark Connect session
-            spark.addArtifacts(str(zipped), pyfile=True)
-        else:
-            spark.sparkContext.addPyFile(str(zipped))
-        _SHIPPED[str(package)] = zipped
-
-
-_SHIPPED: dict[str, Path] = {}  # package directory -> the zip this process sent
+        if roots and (package := Path(roots[0]) / top).is_dir():
+            ship_package(spark, package, top)  # else installed (the executors have it) or a lone module
 
 
 def _models(workloads: dict[str, str]) -> Callable[[str], tuple[bool, Model | None]]:

@@ -9,6 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from clusterlab.golden.spark.ship import ship_clusterlab
 from clusterlab.golden.spark.source import ClusterTraceDataSource
 from pyspark.sql import SparkSession
 
@@ -35,12 +36,14 @@ def spark_session(
     remote = remote or (None if master else os.environ.get("CLUSTERLAB_SPARK_REMOTE"))
     if remote:
         spark = SparkSession.builder.remote(remote).getOrCreate()
+        ship_clusterlab(spark)  # when the server's executors are a cluster's (before the source's pickle)
         spark.dataSource.register(ClusterTraceDataSource)
         return spark
     master = master or os.environ.get("CLUSTERLAB_SPARK_MASTER")
     if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit: the JVM exists with the submitted master and settings; use them as given.
         spark = SparkSession.builder.appName(app_name).getOrCreate()
+        ship_clusterlab(spark)
         spark.dataSource.register(ClusterTraceDataSource)
         return spark
     master = master or DEFAULT_MASTER
@@ -69,5 +72,8 @@ def spark_session(
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    # A cluster's executors import clusterlab from the zip this sends; it must be on the path before the
+    # source is registered (its pickle carries the Python includes of that moment).
+    ship_clusterlab(spark)
     spark.dataSource.register(ClusterTraceDataSource)
     return spark

@@ -299,7 +299,88 @@ class AeronCluster:
             timeout_ns,
         )
 
+    # --- the control toggle of one node (Aeron TestCluster.suspendCluster(node), resumeCluster(node),
+    # takeSnapshot(node)), and findLeader(skipIndex)
+    def toggle_node(self, member_id: int, target: str) -> None:
+        """Set the control toggle of ``member_id`` (not of whoever leads now) to ``target``
+        (``suspend``, ``resume``, ``snapshot`` ...) and assert it took, as Aeron's
+        ``assertTrue(ClusterControl.ToggleState.X.toggle(getClusterControlToggle(node)))``."""
+        from clusterlab.core.codec.enums import ToggleState
+
+        accepted = bool(self.c.member(member_id).toggle_control(ToggleState[target.upper()]))  # type: ignore[attr-defined]
+        self.c.event("control", member_id, action=target, accepted=accepted)
+        assert accepted, f"member {member_id} refused the {target} toggle: {self.c.status_line()}"
+
+    def suspend_cluster(self, member_id: int) -> None:
+        self.toggle_node(member_id, "suspend")
+
+    def resume_cluster(self, member_id: int) -> None:
+        self.toggle_node(member_id, "resume")
+
+    def take_snapshot_on(self, member_id: int) -> None:
+        """Aeron ``TestCluster.takeSnapshot(node)``."""
+        self.toggle_node(member_id, "snapshot")
+
+    def find_leader(self, skip_member_id: int = -1) -> int | None:
+        """Aeron ``TestCluster.findLeader(skipIndex)``: the first live member other than
+        ``skip_member_id`` that is LEADER with its election closed, else None."""
+        for m in self.c.members_alive():
+            member = self.c.member(m)
+            if m != skip_member_id and member.role == Role.LEADER and member.election_state is None:
+                return m
+        return None
+
 
 def aeron_cluster(sim: Any, members: int = 3, seed: int = 0, **kwargs: Any) -> AeronCluster:
     """A SimCluster from the ``sim`` kit with the Aeron test service on every member."""
     return AeronCluster(sim.cluster(members=members, seed=seed, service=SERVICE_NAME, **kwargs))
+
+
+# --- service-container lifecycle (tests/aeron/test_cluster_lifecycle.py, test_real_process_lifecycle.py)
+from pathlib import Path  # noqa: E402 - this block's own imports
+
+from clusterlab.harness.services.kv import KeyValueService  # noqa: E402
+
+EXCEPTION_ON_LOAD_SERVICE = "tests.aeron.support:ExceptionOnLoadService"
+TERMINATE_COUNTING_SERVICE = "tests.aeron.support:TerminateCountingService"
+EXCEPTION_ON_LOAD_KV = "tests.aeron.support:ExceptionOnLoadKv"
+TERMINATE_MARKING_KV = "tests.aeron.support:TerminateMarkingKv"
+TERMINATE_MARKER = "on-terminate-member-{member_id}.txt"
+
+
+class ExceptionOnLoadService(AeronTestService):
+    """Aeron ClusterTest ``ExceptionOnLoadService``: ``on_start`` raises when given a snapshot."""
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        if snapshot is not None:
+            raise RuntimeError("this snapshot failed to load")
+        super().on_start(cluster, snapshot)
+
+
+class TerminateCountingService(AeronTestService):
+    """The Aeron test service counting its ``on_terminate`` calls (``terminate_count``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.terminate_count = 0
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        self.terminate_count += 1
+
+
+class ExceptionOnLoadKv(KeyValueService):
+    """The kv service failing as Aeron's ``ExceptionOnLoadService`` does (the real-process ports)."""
+
+    def on_start(self, cluster: Cluster, snapshot: SnapshotImage | None) -> None:
+        if snapshot is not None:
+            raise RuntimeError("this snapshot failed to load")
+        super().on_start(cluster, snapshot)
+
+
+class TerminateMarkingKv(KeyValueService):
+    """The kv service appending a line to ``TERMINATE_MARKER`` in its process's working directory
+    (the cluster directory under LocalCluster) at each ``on_terminate``."""
+
+    def on_terminate(self, cluster: Cluster) -> None:
+        with (Path.cwd() / TERMINATE_MARKER.format(member_id=cluster.member_id)).open("a") as f:
+            f.write("on_terminate\n")

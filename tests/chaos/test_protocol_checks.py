@@ -85,6 +85,8 @@ def test_check_names_are_the_catalogue() -> None:
         "snapshots_agree",
         "snapshot_restores_module_state",
         "open_sessions_agree",
+        "module_state_follows_committed_log",
+        "services_terminate_once",
     )
 
 

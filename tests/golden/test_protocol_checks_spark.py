@@ -22,6 +22,7 @@ from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.spark.check import check_runs
 from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
+from clusterlab.harness.sim_parts import SimServiceHost
 from clusterlab.harness.trace import open_run
 
 from clusterlab.testing.mutants import (
@@ -113,6 +114,9 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     promise = run_scenario(
         "stalled-candidate", seed=1, sim=True, directory=base / "promise", clients=1, mutants=[VOTE_PROMISE_BROKEN]
     )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SimServiceHost, "close", lambda self: None)  # a graceful stop never tells the service
+        untold = run_scenario("shutdown-restart", seed=1, sim=True, directory=base / "untold", clients=1)
     return {
         "clean": clean.trace_dir,
         "promise": promise.trace_dir,
@@ -120,6 +124,7 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "counted": counted.trace_dir,
         "forgotten": forgotten.trace_dir,
         "kept": kept.trace_dir,
+        "untold": untold.trace_dir,
         "double-vote": _double_vote(voted.trace_dir, base / "double-vote"),
         "extra-session": _extra_session(restored.trace_dir, base / "extra-session"),
         "other-sessions": _other_sessions(restored.trace_dir, base / "other-sessions"),
@@ -132,7 +137,7 @@ def _duckdb_rows(run_dir: Path) -> dict[str, set[str]]:
     return {c.name: {r["detail"] for r in evaluate_duckdb(c, run.tables, run_id)} for c in CHECKS}
 
 
-@pytest.mark.timeout(1200)  # eight simulator runs and one Spark job on a loaded 2-core machine
+@pytest.mark.timeout(1200)  # nine simulator runs and one Spark job on a loaded 2-core machine
 def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]) -> None:
     expected = {name: _duckdb_rows(d) for name, d in traces.items()}
     assert not any(expected["clean"].values())
@@ -142,6 +147,7 @@ def test_spark_and_duckdb_give_the_same_rows(spark: Any, traces: dict[str, Path]
     assert expected["promise"]["vote_promise_kept"]
     assert expected["forgotten"]["snapshot_restores_module_state"]
     assert expected["kept"]["cancelled_timers_stay_cancelled"]
+    assert expected["untold"]["services_terminate_once"]
     assert not expected["forgotten"]["open_sessions_agree"]
     assert expected["extra-session"]["open_sessions_agree"]
     assert any("not the same ids" in d for d in expected["other-sessions"]["open_sessions_agree"])

@@ -246,8 +246,10 @@ def test_events_and_ops(recorded: tuple[Run, dict[str, Any]]) -> None:
     run, facts = recorded
     events = run.events.to_pylist()
     sources = {e["source"] for e in events}
-    assert sources == {"harness", "node-0", "node-1", "node-2"}
-    kinds = Counter(e["kind"] for e in events if e["source"] != "harness")
+    assert sources == {"harness", "node-0", "node-1", "node-2", "service-0", "service-1", "service-2"}
+    # A service records its start and each on_terminate (the run stops every member gracefully).
+    assert {e["kind"] for e in events if e["source"].startswith("service-")} <= {"start", "service_terminate"}
+    kinds = Counter(e["kind"] for e in events if e["source"].startswith("node-"))
     assert kinds["election_state"] > 0 and kinds["role"] > 0 and kinds["leader"] >= 3 and kinds["commit"] > 0
     for e in events:
         assert isinstance(json.loads(e["detail"]), dict)
