@@ -8,11 +8,13 @@ changes the state any other check reads.
 
 The check reads each service incarnation's ``start`` event that declares ``service_terminate_events``
 (the agent records it once started; a service that failed to start declares nothing), its
-``service_terminate`` events, and the harness's ``stop`` and ``kill`` events of its member. An
-incarnation whose first harness ``stop`` or ``kill`` after its start is a ``stop`` (graceful; no ``kill``
-at that instant, such as one for a stop timeout) must hold exactly one ``service_terminate``; no
-incarnation may hold more than one. Incarnations ended by a kill, or still running when the trace
-ends, are judged by the second rule only."""
+``service_terminate`` events, and the harness's events of its member, in the order the harness wrote
+them (``seq``: the simulator's clock gives a restart, the kill before it and a kill right after it the
+same time). The incarnation's launch is the member's last harness ``start`` or ``restart`` at or before
+its start; the first harness ``stop`` or ``kill`` written after that launch, no later than the next
+incarnation's start, ends it. An incarnation ended by a ``stop`` (graceful; a stop timeout writes its
+``kill`` first) must hold exactly one ``service_terminate``; no incarnation may hold more than one.
+Incarnations ended by a kill, or still running when the trace ends, are judged by the second rule only."""
 
 from __future__ import annotations
 
@@ -40,22 +42,33 @@ told AS (
   GROUP BY run_id, source, incarnation
 ),
 ends AS (
-  SELECT run_id, member_id, wall_ns, kind FROM events WHERE source = 'harness' AND kind IN ('stop', 'kill')
+  SELECT run_id, member_id, seq, wall_ns, kind FROM events WHERE source = 'harness' AND kind IN ('stop', 'kill')
+),
+launched AS (
+  SELECT d.run_id, d.source, d.incarnation, d.member_id, d.started, max(l.seq) AS launch_seq
+  FROM declared d
+  JOIN events l ON l.run_id = d.run_id AND l.source = 'harness' AND l.kind IN ('start', 'restart')
+               AND l.member_id = d.member_id AND l.wall_ns <= d.started
+  GROUP BY d.run_id, d.source, d.incarnation, d.member_id, d.started
+),
+bounded AS (
+  SELECT b.run_id, b.source, b.incarnation, b.member_id, b.launch_seq, min(n.started) AS next_start
+  FROM launched b
+  LEFT JOIN declared n ON n.run_id = b.run_id AND n.source = b.source AND n.incarnation > b.incarnation
+  GROUP BY b.run_id, b.source, b.incarnation, b.member_id, b.launch_seq
 ),
 first_end AS (
-  SELECT d.run_id, d.source, d.incarnation, d.member_id, min(e.wall_ns) AS ended
-  FROM declared d
-  JOIN ends e ON e.run_id = d.run_id AND e.member_id = d.member_id AND e.wall_ns > d.started
-  GROUP BY d.run_id, d.source, d.incarnation, d.member_id
-),
-kills AS (
-  SELECT DISTINCT run_id, member_id, wall_ns FROM ends WHERE kind = 'kill'
+  SELECT b.run_id, b.source, b.incarnation, min(e.seq) AS end_seq
+  FROM bounded b
+  JOIN ends e ON e.run_id = b.run_id AND e.member_id = b.member_id AND e.seq > b.launch_seq
+             AND (b.next_start IS NULL OR e.wall_ns <= b.next_start)
+  GROUP BY b.run_id, b.source, b.incarnation
 ),
 graceful AS (
-  SELECT f.run_id, f.source, f.incarnation, f.ended
+  SELECT f.run_id, f.source, f.incarnation, e.wall_ns AS ended
   FROM first_end f
-  LEFT JOIN kills k ON k.run_id = f.run_id AND k.member_id = f.member_id AND k.wall_ns = f.ended
-  WHERE k.run_id IS NULL
+  JOIN ends e ON e.run_id = f.run_id AND e.seq = f.end_seq
+  WHERE e.kind = 'stop'
 )
 SELECT d.run_id,
        concat('member ', CAST(d.member_id AS STRING), ' service ', CAST(d.service_id AS STRING), ' (',
