@@ -851,13 +851,15 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ faults
     def kill(self, member_id: int) -> None:
-        """Crash the member: SIGKILL its node and service processes (files stay). Every process gets its
-        signal before any is waited for: a service left running while its node dies would see the node
-        go and stop on its own, gracefully (telling its service ``on_terminate``), which no crash does."""
+        """Crash the member: SIGKILL its node and service processes (files stay). All of them are frozen
+        (SIGSTOP) before any is killed: a service still running while its node dies (this process may be
+        descheduled between two signals) would see the node go and stop on its own, gracefully, telling
+        its service ``on_terminate``, which no crash does."""
         victims = [p for kind in self._member_kinds if (p := self._process(member_id, kind)) is not None]
-        for p in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for p in victims:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, sig)
         for p in victims:
             p.popen.wait()
         self._paused.discard(member_id)

@@ -388,9 +388,10 @@ class ServiceProcess:
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._node_connected:
                 self.cycle.request_stop("node process went away")
             elif event["event"] == zmq.EVENT_CONNECT_RETRIED and not self._node_connected:
-                # Started after its node answered: a refused first connection means the node has gone
-                # since (it closed while this service started, e.g. another service failed to start).
-                self.cycle.request_stop("node process went away before the service connected")
+                # A refused connection before any was seen: the node has gone (it closed while this
+                # service started, e.g. another service failed to start; or the monitor missed the
+                # connection and sees only the node's socket refusing it now).
+                self.cycle.request_stop("node process went away (its socket refuses connections)")
 
     def status(self, correlation_id: int) -> ServiceStatus:
         agent = self.agent

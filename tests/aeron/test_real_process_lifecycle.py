@@ -201,4 +201,4 @@ def test_a_service_started_after_its_node_is_gone_stops(tmp_path: Path) -> None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
         assert proc.returncode == EXIT_OK, out.decode(errors="replace")
-        assert b"node process went away before the service connected" in out
+        assert b"node process went away (its socket refuses connections)" in out

@@ -73,9 +73,23 @@ def test_real_members_refuse_the_older_leader(tmp_path: Path) -> None:
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_real_members_that_break_the_promise_are_caught(tmp_path: Path) -> None:
-    r = _real_run_offering_the_older_leader(tmp_path, [VOTE_PROMISE_BROKEN])
-    assert not r.ok
-    assert r.verdict is not None and "vote_promise_kept" in r.verdict.failed(), r.failure_message()
+    """Of seeds 1-3, a real run that offered a voter the older leader fails by ``vote_promise_kept``
+    (real timing decides whether the voter that broke its promise gets to follow it in a given run)."""
+    offered: list[RunResult] = []
+    for seed in (1, 2, 3):
+        r = run_scenario(
+            "stalled-candidate", seed=seed, members=3, directory=tmp_path / f"s{seed}", mutants=[VOTE_PROMISE_BROKEN]
+        )
+        reach = run_reach(r.trace_dir)
+        if reach is not None and reach.get(OFFERED, 0) > 0:
+            offered.append(r)
+            if r.verdict is not None and "vote_promise_kept" in r.verdict.failed():
+                assert not r.ok
+                return
+    assert offered, "no real run of seeds 1-3 offered a voter the older leader"
+    pytest.fail(
+        "no real run that offered the older leader was caught: " + "; ".join(r.failure_message() for r in offered)
+    )
 
 
 def test_a_share_of_random_schedules_stall_a_candidate_while_the_leader_lives() -> None:
