@@ -98,6 +98,7 @@ PLANS: dict[str, list[Attempt]] = {
     m.STALE_READ: [Attempt("leader-isolation", s) for s in (1, 2)],
     m.RESEND_APPLIED_TWICE: [Attempt("client-resends", s) for s in (1, 2)],
     m.ALARM_COUNTED_TWICE: [Attempt(s, 1, service="timers") for s in ("leader-kill", "snapshot-election")],
+    m.BACKUP_SKIPS_SNAPSHOT: [Attempt("backup-restore", s) for s in (1, 2)],
 }
 
 

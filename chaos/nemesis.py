@@ -15,6 +15,7 @@ from typing import Any
 
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.client.client import NEW_LEADER_TIMEOUT_DEFAULT_NS
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import ConsensusModuleState, ElectionState
 from clusterlab.core.consensus.recording_log import RecordingLog
@@ -1074,3 +1075,111 @@ def _closed_by_itself(t: Target, member_id: int) -> bool:
 
 NEMESES["snapshot-corrupt"] = SnapshotCorrupt
 __all__ += ["SnapshotCorrupt"]
+
+
+@dataclass
+class BackupStart(Nemesis):
+    """Start a ClusterBackup of the cluster (``replay_start``: ``beginning`` or ``latest-snapshot``; a query
+    every ``query_interval_s``, besides the one a log entry of a term it does not know triggers); it runs on
+    through the faults that follow, until :class:`BackupRestore` restores from it."""
+
+    name: str = "backup-start"
+    replay_start: str = "beginning"
+    query_interval_s: float = 1.0
+
+    def detail(self) -> dict[str, Any]:
+        return {"replay_start": self.replay_start, "query_interval_s": self.query_interval_s}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = []
+        t.start_backup(self.replay_start, self.query_interval_s)
+
+
+@dataclass
+class BackupRestore(Nemesis):
+    """Destroy the cluster and restore it from the running ClusterBackup: wait (up to ``catch_up_wait_s``,
+    the workload running) until the backup holds the committed log up to every live member's commit
+    position, then at that instant kill every member, replace each disk by a copy of the backup and
+    start them all. Every write acknowledged before then must survive, and every member's state must
+    match the destroyed cluster's at every log position."""
+
+    name: str = "backup-restore"
+    catch_up_wait_s: float = 20.0
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"catch_up_wait_s": self.catch_up_wait_s}
+
+    def _apply(self, t: Target) -> None:
+        self.victims = list(t.members)
+        end = t.now_s() + self.catch_up_wait_s
+        while not t.backup_caught_up():
+            if t.now_s() > end:
+                raise ChaosTimeout(
+                    f"the backup did not reach the cluster's commit position within {self.catch_up_wait_s} s"
+                )
+            t.advance(0.01, t.work)
+        t.restore_from_backup()
+
+
+NEMESES["backup-start"] = BackupStart
+NEMESES["backup-restore"] = BackupRestore
+__all__ += ["BackupRestore", "BackupStart"]
+
+
+@dataclass
+class ClusterDown(Kill):
+    """Kill every member and keep the whole cluster down for the step (longer than the clients'
+    new-leader timeout in the ``cluster-down`` scenario): each client must notice and close by itself
+    (``clients_close_when_cluster_gone``); heal restarts every member from disk."""
+
+    name: str = "cluster-down"
+    who: str = "all"
+    new_leader_timeout_ns: int = 0  # the longest of the clients' (read at apply)
+
+    def detail(self) -> dict[str, Any]:
+        return {"who": self.who, "new_leader_timeout_ns": self.new_leader_timeout_ns}
+
+    def _apply(self, t: Target) -> None:
+        if not isinstance(t, SimTarget):
+            raise Unsupported("cluster-down reads the simulator clients' new-leader timeout")
+        timeouts = [int(c.client.new_leader_timeout_ns) for c in t.cluster.clients]
+        self.new_leader_timeout_ns = max(timeouts, default=NEW_LEADER_TIMEOUT_DEFAULT_NS)
+        super()._apply(t)
+
+
+NEMESES["cluster-down"] = ClusterDown
+__all__ += ["ClusterDown"]
+
+
+@dataclass
+class LogRecordingStop(Nemesis):
+    """The leader's archive stops recording the log where it ends (simulator; Aeron's
+    ``tryStopRecordingByIdentity``): the leader must enter an election and the cluster go on under a
+    leader whose recording runs (the run's final progress bound fails a leader that keeps leading with
+    a stopped recording, since nothing it takes in is appended)."""
+
+    name: str = "log-recording-stop"
+    position: int | None = None
+
+    @property
+    def leader_fault(self) -> bool:
+        return True
+
+    def detail(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def _apply(self, t: Target) -> None:
+        if not isinstance(t, SimTarget):
+            raise Unsupported("stopping a log recording is wired for the simulator only")
+        leader = t.leader()
+        self.victims = [] if leader is None else [leader]
+        if leader is not None:
+            self.position = t.cluster.stop_log_recording(leader)
+
+
+NEMESES["log-recording-stop"] = LogRecordingStop
+__all__ += ["LogRecordingStop"]

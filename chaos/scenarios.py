@@ -10,8 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterlab.chaos.nemesis import (
+    BackupRestore,
+    BackupStart,
     ClientSilence,
     ClockSkew,
+    ClusterDown,
     Control,
     Deaf,
     DiskFault,
@@ -23,6 +26,7 @@ from clusterlab.chaos.nemesis import (
     KillService,
     KillVoter,
     LateMessages,
+    LogRecordingStop,
     LostReplies,
     Mute,
     OlderTermTail,
@@ -81,6 +85,20 @@ def _full_restart(d: float, n: int) -> list[Step]:
         quiet(d * 0.2),
         fault(Kill(who="all"), d * 0.1),
         quiet(d * 0.35),
+    ]
+
+
+def _backup_restore(d: float, n: int) -> list[Step]:
+    return [
+        quiet(d * 0.1),
+        fault(Snapshot(), d * 0.05),
+        fault(BackupStart(replay_start="latest-snapshot", query_interval_s=30.0), d * 0.1),
+        fault(Snapshot(), d * 0.05),
+        fault(Kill(who="leader"), d * 0.25),
+        fault(Snapshot(), d * 0.05),
+        quiet(d * 0.1),
+        fault(BackupRestore(), d * 0.1),
+        quiet(d * 0.2),
     ]
 
 
@@ -269,6 +287,26 @@ SCENARIOS: dict[str, Scenario] = {
             ],
         ),
         Scenario("full-restart", "snapshot, then every member is killed and restarted from disk", _full_restart),
+        Scenario(
+            "cluster-down",
+            "every member is killed and stays down 25 s, longer than the clients' new-leader timeout (20 s): each "
+            "client must close by itself; then the members restart from disk and new clients carry on",
+            lambda d, n: [quiet(d * 0.3), fault(ClusterDown(), 25.0), quiet(d * 0.7)],
+            sim_only=True,
+        ),
+        Scenario(
+            "log-recording-stop",
+            "the leader's log recording stops where it ends: the leader enters an election, resumes its "
+            "recording there, and the cluster goes on",
+            lambda d, n: [quiet(d * 0.3), fault(LogRecordingStop(), d * 0.3), quiet(d * 0.4)],
+            sim_only=True,
+        ),
+        Scenario(
+            "backup-restore",
+            "a ClusterBackup follows the cluster through snapshots and a leader kill; then the cluster is "
+            "destroyed and every member restored from the backup: nothing acknowledged may be lost",
+            _backup_restore,
+        ),
         # Schedules that reach the protocol checks (chaos/checks/protocol.py).
         Scenario(
             "kill-voter",

@@ -16,10 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from clusterlab.core.archive.storage import Storage
+from clusterlab.core.consensus.cluster_backup import BackupState, ReplayStart
 from clusterlab.core.consensus.context import SECOND, ElectionState
 from clusterlab.harness.cluster_api import Cluster
 from clusterlab.harness.local import LocalClientTimeout, LocalCluster, LocalTimeout
 from clusterlab.harness.sim import SimCluster, SimTimeout
+from clusterlab.harness.sim_backup import SimBackup, restore_from_backup, start_backup
+
+from clusterlab.testing.mutants import backup_snapshot_filter
 
 
 class Unsupported(Exception):
@@ -116,6 +120,28 @@ class Target(ABC):
     def clock_skew(self, member_id: int, offset_s: float) -> None:
         raise Unsupported(f"{self.kind}: clock skew")
 
+    # --- ClusterBackup (nemeses backup-start / backup-restore)
+    def start_backup(self, replay_start: str, query_interval_s: float) -> None:
+        """Start a ClusterBackup of the cluster (``replay_start``: ``beginning`` or ``latest-snapshot``;
+        it asks a member what there is to back up every ``query_interval_s``)."""
+        raise Unsupported(f"{self.kind}: ClusterBackup")
+
+    def backup_caught_up(self) -> bool:
+        """The running backup holds the committed log up to every live member's commit position."""
+        raise Unsupported(f"{self.kind}: ClusterBackup")
+
+    def await_backup_caught_up(self, timeout_s: float) -> None:
+        """Let the run go on (the workload too) until :meth:`backup_caught_up`; ChaosTimeout past ``timeout_s``."""
+        end = self.now_s() + timeout_s
+        while not self.backup_caught_up():
+            if self.now_s() > end:
+                raise ChaosTimeout(f"the backup did not reach the cluster's commit position within {timeout_s} s")
+            self.advance(0.01, self.work)
+
+    def restore_from_backup(self) -> None:
+        """Destroy every member's disk and start each member on a copy of the backup."""
+        raise Unsupported(f"{self.kind}: ClusterBackup")
+
     @abstractmethod
     def election_state(self, member_id: int) -> ElectionState | None:
         """The member's election state (None: not in an election, down or not answering)."""
@@ -209,6 +235,40 @@ class LocalTarget(Target):
         status = self.cluster.status(member_id, timeout_s=0.5)
         return None if status is None else status.election_state
 
+    def start_backup(self, replay_start: str, query_interval_s: float) -> None:
+        self.cluster.start_backup(replay_start=replay_start, query_interval_s=query_interval_s)
+
+    def backup_caught_up(self) -> bool:
+        status = self.cluster.backup_status()
+        if status is None or status.get("state") != "BACKING_UP" or self.leader() is None:
+            return False
+        commits = [s.commit_position for m in self.alive() if (s := self.cluster.status(m)) is not None]
+        return bool(commits) and int(status["live_log_position"]) >= max(commits)
+
+    def await_backup_caught_up(self, timeout_s: float) -> None:
+        """Wait, the workload's clients sending nothing new, until the backup has held every live member's
+        commit position at two checks 0.2 s apart: requests sent before the wait have committed by then, so
+        no write is acknowledged that the backup lacks."""
+        since: list[float] = []
+
+        def steady() -> bool:
+            if not self.backup_caught_up():
+                since.clear()
+                return False
+            since.append(time.monotonic())
+            return since[-1] - since[0] >= 0.2
+
+        try:
+            self.cluster.await_condition(steady, timeout_s, "the backup at every member's commit position")
+        except LocalTimeout as e:
+            raise ChaosTimeout(str(e)) from None
+
+    def restore_from_backup(self) -> None:
+        for m in self.alive():
+            self.kill(m)
+        self.cluster.restore_from_backup()
+        self.paused.clear()
+
     def now_s(self) -> float:
         return time.monotonic()
 
@@ -245,6 +305,7 @@ class SimTarget(Target):
 
     kind = "sim"
     cluster: SimCluster
+    backup: SimBackup | None = None
 
     def now_s(self) -> float:
         return self.cluster.now_ns / SECOND
@@ -309,6 +370,29 @@ class SimTarget(Target):
 
     def converged(self) -> bool:
         return converged(self.cluster)
+
+    def start_backup(self, replay_start: str, query_interval_s: float) -> None:
+        if self.backup is not None:
+            raise Unsupported("a ClusterBackup already runs")
+        self.backup = start_backup(
+            self.cluster,
+            replay_start=ReplayStart(replay_start),
+            backup_query_interval_ns=int(query_interval_s * SECOND),
+            snapshot_filter=backup_snapshot_filter(self.cluster.mutants),
+        )
+
+    def backup_caught_up(self) -> bool:
+        if self.backup is None or self.backup.state is not BackupState.BACKING_UP or self.leader() is None:
+            return False
+        commits = [self.cluster.member(m).commit_position for m in self.alive()]
+        return bool(commits) and self.backup.live_log_position >= max(commits)
+
+    def restore_from_backup(self) -> None:
+        if self.backup is None:
+            raise Unsupported("no ClusterBackup runs to restore from")
+        restore_from_backup(self.cluster, self.backup)
+        self.paused.clear()
+        self.backup = None
 
     def commit_positions(self) -> dict[int, int]:
         members = (self.cluster.member(m) for m in self.alive())

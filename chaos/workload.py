@@ -39,6 +39,7 @@ from typing import Any
 from clusterlab.chaos.linearizability import COUNTER_KEY, VIOLATION, Operation, check_key
 from clusterlab.chaos.sample_workloads import COUNTER_MIX, KV_MIX, TIMERS_MIX, WORKLOADS
 from clusterlab.chaos.workload_api import Op, ServiceWorkload, load_workload
+from clusterlab.core.client.client import CLUSTER_UNAVAILABLE
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout, tag_client
@@ -483,10 +484,24 @@ class SimWorkload(Workload):
         if self.resends and n >= self.silent_limit and not c.errors:
             c.errors.append(TimeoutError(f"no reply to {n} requests in a row: reconnecting"))
 
+    def _note_closed(self, c: Any) -> None:
+        """A client that closed by itself because the cluster was gone (its new-leader timeout ran out:
+        ``close_detail`` "cluster unavailable: ...") is recorded as a ``client_closed`` harness event (read by
+        the check ``clients_close_when_cluster_gone``); a session the cluster closed is not recorded."""
+        if c.client.is_closed and not c.errors and c.client.close_detail.startswith(CLUSTER_UNAVAILABLE):
+            self.cluster.event(
+                "client_closed",
+                -1,
+                client_id=int(c.client_id),
+                reason=c.client.close_detail,
+                new_leader_timeout_ns=int(c.client.new_leader_timeout_ns),
+            )
+
     def _ensure_client(self, now: float) -> Any:
         c = self._client
         if c is None or c.client.is_closed or c.errors:
             if c is not None:
+                self._note_closed(c)
                 self._drain(now)
                 for op in sorted(self._open.values(), key=lambda o: o.op_id):  # the session is gone
                     self._record(op, "info")
@@ -521,6 +536,7 @@ class SimWorkload(Workload):
             c = self._sim_clients.get(i)
             if c is None or c.client.is_closed or c.errors:
                 if c is not None:
+                    self._note_closed(c)
                     self.reconnects += 1
                 c = self.cluster.add_client(first_member=i % self.cluster.member_count)
                 c.client.connect(self.cluster.now_ns)

@@ -9,7 +9,9 @@ the CLI so tests and ``clusterlab tool DIR <command>`` share them.
   snapshots (``describe-latest-snapshot``);
 * :func:`describe_errors` - the member's distinct error log (``errors``), live or as last written;
 * :func:`stopped_member_health` - why a stopped member's node stopped, as it wrote on its way out;
-* :func:`read_member_counters` - its counters, live from a running node or as last persisted (``counters``).
+* :func:`read_member_counters` - its counters, live from a running node or as last persisted (``counters``);
+* :func:`describe_backup_query` - a ClusterBackup's state from its directory's status file (``backup-query``);
+* :func:`restore_member_directory` - replace a stopped member's durable state with a copy of a backup.
 
 A member directory is ``<cluster dir>/member-<i>``. Reading commands work on a running member (they
 copy what they read and never write); the rewriting ones refuse while the member's node runs, since
@@ -39,6 +41,8 @@ from clusterlab.core.consensus.recording_log import (
     encode_entries,
     is_valid_snapshot,
 )
+from clusterlab.core.runtime.backup import LOCK_FILE_NAME as BACKUP_LOCK_FILE_NAME
+from clusterlab.core.runtime.backup import PROCESS_FILES, BackupStatusError, read_backup_status
 from clusterlab.core.runtime.config import CONFIG_FILE_NAME, ClusterConfig, ConfigError
 from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
 
@@ -76,7 +80,11 @@ def member_directory(directory: Path, member_id: int | None) -> Path:
 
 def is_node_running(member_dir: Path) -> bool:
     """Whether a node process holds the member's lock (``node.lock``)."""
-    path = member_dir / NODE_LOCK_FILE_NAME
+    return is_lock_held(member_dir / NODE_LOCK_FILE_NAME)
+
+
+def is_lock_held(path: Path) -> bool:
+    """Whether a live process holds the flock on ``path`` (a node's, service's or backup's lock file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -280,3 +288,65 @@ def describe_errors(member_dir: Path, live: tuple[ClusterCounters, dict[str, int
     for message, count in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"  {count} observations: {message}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- ClusterBackup
+def backup_status(backup_dir: Path) -> dict[str, object]:
+    """The backup's status file (clusterlab.core.runtime.backup); ClusterToolError if there is none."""
+    if not backup_dir.is_dir():
+        raise ClusterToolError(f"no backup directory {backup_dir}")
+    try:
+        return read_backup_status(backup_dir)
+    except BackupStatusError as e:
+        raise ClusterToolError(str(e)) from None
+
+
+def describe_backup_query(backup_dir: Path) -> str:
+    """Aeron ``ClusterTool backup-query``: the backup's state, positions and next query time, and
+    whether its process still runs."""
+    status = backup_status(backup_dir)
+    running = is_lock_held(backup_dir / BACKUP_LOCK_FILE_NAME)
+    rows = [
+        ("state", status["state"]),
+        ("live log position", status["live_log_position"]),
+        ("snapshots retrieved", status["snapshots_retrieved_count"]),
+        ("leader member id", status["leader_member_id"]),
+        ("source member id", status["source_member_id"]),
+        ("cluster commit position", status["cluster_commit_position"]),
+        ("errors", status["errors"]),
+        ("next backup query (ns)", status["time_of_next_backup_query_ns"]),
+        ("pid", f"{status['pid']} ({'running' if running else 'stopped'})"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join([f"backup {backup_dir}:", *(f"  {label:<{width}}  {value}" for label, value in rows)])
+
+
+def restore_member_directory(backup_dir: Path, member_dir: Path) -> None:
+    """Replace the durable state of a stopped member (its archive, snapshots and recording log) with a
+    copy of ``backup_dir``, a ClusterBackup's directory (Aeron: a member started on the backup's
+    directory). Lock files stay; the backup process's own files (status, log, lock) are not copied.
+    Refuses while a process of the member or the backup runs, or if ``backup_dir`` holds no backup."""
+    backup_status(backup_dir)
+    if is_lock_held(backup_dir / BACKUP_LOCK_FILE_NAME):
+        raise ClusterToolError(f"the backup in {backup_dir} is still running; stop it before restoring from it")
+    if not (backup_dir / RECORDING_LOG_FILE_NAME).is_file():
+        raise ClusterToolError(f"{backup_dir} holds no recording log yet: nothing to restore")
+    if member_dir.is_dir():
+        held = [p.name for p in member_dir.glob("*.lock") if is_lock_held(p)]
+        if held:
+            raise ClusterToolError(f"{member_dir} is in use ({', '.join(held)} held): stop the member first")
+        for entry in member_dir.iterdir():
+            if entry.suffix == ".lock":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    member_dir.mkdir(parents=True, exist_ok=True)
+    for entry in backup_dir.iterdir():
+        if entry.name in PROCESS_FILES or entry.name.endswith(".tmp"):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, member_dir / entry.name)
+        else:
+            shutil.copy2(entry, member_dir / entry.name)

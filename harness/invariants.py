@@ -330,15 +330,18 @@ class SafetyChecker:
         self._report(contiguity.observe(who, kind, entry.log_position, entry.length), prefix + "contiguity: ")
         self._report(agreement.observe(entry.log_position, who, kind, entry.entry_digest, entry.state_digest), prefix)
 
-    def check_member(self, member_id: int, commit_position: int, read: Any, incarnation: int | None = None) -> None:
-        """Check one live member's committed prefix [0, commit_position) against what we know. With
+    def check_member(
+        self, member_id: int, commit_position: int, read: Any, incarnation: int | None = None, log_start: int = 0
+    ) -> None:
+        """Check one live member's committed prefix [log_start, commit_position) against what we know
+        (``log_start``: where its recording begins, above 0 when it starts at a snapshot). With
         ``incarnation`` only the bytes past what this incarnation already matched are read."""
-        if commit_position <= 0:
+        if commit_position <= log_start:
             return
         key = (member_id, incarnation) if incarnation is not None else None
-        start = self.matched.get(key, 0) if key is not None else 0
+        start = self.matched.get(key, log_start) if key is not None else log_start
         if start > commit_position:
-            start = 0  # the member's log fell back below what it held: judge it whole
+            start = log_start  # the member's log fell back below what it held: judge it whole
         elif start == commit_position:
             return
         common = min(commit_position, len(self.committed))
@@ -380,7 +383,8 @@ class SafetyChecker:
             # A member restored from a snapshot may hold less log than its commit position when a
             # fault truncated its recording below the snapshot; compare what it does hold.
             incarnation = incarnation_of(member_id) if incarnation_of is not None else None
-            self.check_member(member_id, min(m.commit_position, m.archive.stop_position), m.archive.read, incarnation)
+            commit = min(m.commit_position, m.archive.stop_position)
+            self.check_member(member_id, commit, m.archive.read, incarnation, m.archive.start_position)
 
     def check_durable(self, cluster: Any) -> None:
         """At the end, with every member up and converged: the committed log is a prefix of each log."""
@@ -391,7 +395,7 @@ class SafetyChecker:
                 raise SafetyViolation(
                     f"durability: member {member_id} holds {have} bytes, committed log is {len(self.committed)}"
                 )
-            self.check_member(member_id, len(self.committed), m.archive.read)
+            self.check_member(member_id, len(self.committed), m.archive.read, log_start=m.archive.start_position)
 
 
 @dataclass(frozen=True)

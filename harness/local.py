@@ -24,6 +24,12 @@ finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused)
 SIGKILLs what is still running after ``stop_timeout_s``. Nothing waits by sleeping: waits are
 bounded polls of a condition (``wait_until``, tenacity).
 
+A ClusterBackup (``start_backup``: ``python -m clusterlab.core.runtime.backup``, member id -1 in
+processes.json, log ``<dir>/logs/backup-<n>.log``) copies the committed log and snapshots into
+``<dir>/backup``; ``backup_status``/``await_backup`` read its status file, ``stop_backup`` and
+``close()`` stop it by PID, ``restore_from_backup`` gives every stopped member a copy of it and
+starts them again.
+
 Recording (clusterlab.harness.recorder, docs/trace-schema.md) is on by default (``record=False`` turns it off): the
 run directory is ``trace_dir`` (default ``<dir>/trace``; ``<dir>/trace-<run id>`` when that already
 holds a run), with run.json written at start and at ``close()`` (with the committed ``log`` table),
@@ -50,6 +56,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import tenacity
+from clusterlab.core.archive.layout import log_dir
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.client.errors import ClientError, ClusterTimeoutError, ConnectError, SessionClosedError
 from clusterlab.core.codec.control import (
@@ -80,6 +87,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
+from clusterlab.core.runtime.backup import BackupStatusError, read_backup_status
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
     TRIPWIRE_ENV,
@@ -107,6 +115,7 @@ from clusterlab.core.runtime.security import (
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV
 from clusterlab.core.runtime.transport import new_context
+from clusterlab.harness.cluster_tool import ClusterToolError, restore_member_directory
 from clusterlab.harness.recorder import RunRecorder, new_run_id, process_recorder
 from clusterlab.harness.services import import_roots, kv
 from clusterlab.harness.tripwire import watchable
@@ -119,6 +128,7 @@ from clusterlab.testing.node import environment as node_environment
 T = TypeVar("T")
 PPM = 1_000_000
 NODE, SERVICE = "node", "service"
+BACKUP = "backup"  # the kind of the ClusterBackup process (member id -1)
 
 
 def service_kind(service_id: int) -> str:
@@ -381,6 +391,9 @@ class LocalCluster:
         self._gate_rules: dict[tuple[int, int], tuple[int, int]] = {}  # (src, dst) -> (loss_ppm, delay_ns)
         self._gate_dirty: set[int] = set()
         self.clients: list[LocalClient] = []
+        self._backup: _Process | None = None  # the ClusterBackup process (start_backup), member id -1
+        self.backup_dir: Path | None = None
+        self.retired_dirs: list[Path] = []  # member logs copied aside before a restore (_keep_log_before_restore)
         self.events: list[dict[str, Any]] = []  # harness events: start, kill, stop, partition, ...
         self.failed = False
         self._started = False
@@ -509,7 +522,8 @@ class LocalCluster:
             for client in self.clients:
                 with contextlib.suppress(Exception):
                     client.close()
-            killed = _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
+            killed = _stop_processes([self._backup] if self._backup is not None else [], self.stop_timeout_s)
+            killed += _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
             killed += _stop_processes(list(self._current.values()), self.stop_timeout_s)
             for p in killed:  # explains the torn trace file to readers (docs/trace-schema.md, "Completeness")
                 self._event("kill", p.member_id, process=p.kind, at="stop timeout")
@@ -520,6 +534,7 @@ class LocalCluster:
                 self.recorder.finish(
                     "failed" if self.failed else "ok",
                     member_dirs={i: self.member_dir(i) for i in range(self.member_count)},
+                    earlier_dirs=self.retired_dirs,
                 )
         finally:
             for control in self._controls.values():
@@ -570,18 +585,8 @@ class LocalCluster:
             cmd += ["--service-id", str(service_id_of_kind(kind))]
         if self.trace_dir is not None:
             cmd += ["--trace-dir", str(self.trace_dir), "--run-id", self.run_id]
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                env=env,
-                start_new_session=True,
-                # The directory lock, shared: it stays held while any member process runs.
-                pass_fds=(self._lock.fd,),
-            )
+        # The directory lock, shared: it stays held while any member process runs.
+        popen = self._spawn(cmd, log_path, env, pass_fds=(self._lock.fd,))
         process = _Process(member_id, kind, incarnation, popen, log_path)
         self._all.append(process)
         self._current[(member_id, kind)] = process
@@ -591,6 +596,22 @@ class LocalCluster:
         self._write_processes()
         self._event("start" if incarnation == 0 else "restart", member_id, process=kind, pid=process.pid)
         return process
+
+    def _spawn(
+        self, cmd: list[str], log_path: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Start ``cmd`` in its own session in the cluster directory, its output appended to ``log_path``."""
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                env=env,
+                start_new_session=True,
+                pass_fds=pass_fds,
+            )
 
     def _write_processes(self) -> None:
         rows = [
@@ -1114,6 +1135,149 @@ class LocalCluster:
                 starts[member_id] = int(reply.message.removeprefix("start_position="))
         self._event("purge_segments", -1, starts=starts)
         return starts
+
+    # ------------------------------------------------------------------ ClusterBackup
+    def start_backup(
+        self,
+        backup_dir: Path | str | None = None,
+        *,
+        replay_start: str = "beginning",
+        query_interval_s: float = 1.0,
+        progress_timeout_s: float = 10.0,
+    ) -> int:
+        """Start a ClusterBackup process (clusterlab.core.runtime.backup) into ``backup_dir`` (default
+        ``<dir>/backup``); its PID. ``replay_start``: ``beginning`` or ``latest-snapshot``. It is
+        stopped by PID in :meth:`stop_backup` and :meth:`close`."""
+        if self._closed:
+            raise LocalClusterError("the cluster is closed")
+        if self._backup is not None and self._backup.running():
+            raise LocalClusterError(f"a backup is running already (pid {self._backup.pid})")
+        directory = Path(backup_dir) if backup_dir is not None else self.directory / "backup"
+        directory.mkdir(parents=True, exist_ok=True)
+        incarnation = sum(1 for p in self._all if p.kind == BACKUP)
+        log_path = self.config.log_dir / f"backup-{incarnation}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "clusterlab.core.runtime.backup",
+            "--dir",
+            str(self.directory),
+            "--backup-dir",
+            str(directory.resolve()),
+            "--replay-start",
+            replay_start,
+            "--query-interval",
+            repr(query_interval_s),
+            "--progress-timeout",
+            repr(progress_timeout_s),
+            "--exit-with-parent",
+            str(os.getpid()),
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop(TEST_CONTEXT_ENV, None)
+        popen = self._spawn(cmd, log_path, env)
+        process = _Process(-1, BACKUP, incarnation, popen, log_path)
+        self._all.append(process)
+        self._backup = process
+        self.backup_dir = directory
+        self._write_processes()
+        self._event("backup_start", -1, pid=popen.pid, replay_start=replay_start, backup_dir=str(directory))
+        return popen.pid
+
+    def backup_status(self) -> dict[str, Any] | None:
+        """The backup's status file (clusterlab.core.runtime.backup), or None if there is none (yet)."""
+        if self.backup_dir is None:
+            return None
+        try:
+            return read_backup_status(self.backup_dir)
+        except BackupStatusError:
+            return None
+
+    def await_backup(
+        self,
+        *,
+        state: str = "BACKING_UP",
+        live_log_position: int = 0,
+        snapshots_retrieved: int = 0,
+        timeout_s: float = 20.0,
+    ) -> dict[str, Any]:
+        """Wait until the backup is in ``state`` with at least this live log position and this many
+        snapshot retrievals; its status. Raises at once if the backup process exits."""
+
+        def reached() -> dict[str, Any] | None:
+            p = self._backup
+            if p is None:
+                raise LocalClusterError("no backup started")
+            if not p.running():
+                raise LocalClusterError(f"the backup exited with {p.popen.returncode} (log {p.log_path})")
+            s = self.backup_status()
+            if (
+                s is not None
+                and s["state"] == state
+                and s["live_log_position"] >= live_log_position
+                and s["snapshots_retrieved_count"] >= snapshots_retrieved
+            ):
+                return s
+            return None
+
+        what = f"backup {state} at >= {live_log_position} with >= {snapshots_retrieved} snapshot retrievals"
+        return wait_until(reached, timeout_s, what, context=lambda: str(self.backup_status()))
+
+    def stop_backup(self) -> int | None:
+        """SIGTERM the backup process (SIGKILL after ``stop_timeout_s``); its exit code, None if none ran."""
+        p = self._backup
+        if p is None:
+            return None
+        for k in _stop_processes([p], self.stop_timeout_s):
+            self._event("kill", -1, process=k.kind, at="stop timeout")
+        self._write_processes()
+        self._event("backup_stop", -1, exit_code=p.popen.returncode)
+        return p.popen.returncode
+
+    def restore_from_backup(self, backup_dir: Path | str | None = None) -> None:
+        """Aeron's restore: every member (stopped first: LocalClusterError if one runs) gets a copy of the
+        backup as its directory, then all start again as new incarnations. A running backup is stopped."""
+        source = Path(backup_dir) if backup_dir is not None else self.backup_dir
+        if source is None:
+            raise LocalClusterError("no backup directory to restore from")
+        running = [i for i in range(self.member_count) if self.is_alive(i) or self._any_service_running(i)]
+        if running:
+            raise LocalClusterError(f"members {running} are running: stop every member before a restore")
+        if self._backup is not None and self._backup.running():
+            self.stop_backup()
+        self._keep_log_before_restore()
+        try:
+            for i in range(self.member_count):
+                restore_member_directory(source, self.member_dir(i))
+        except ClusterToolError as e:
+            raise LocalClusterError(str(e)) from None
+        status = self.backup_status() if backup_dir is None else None
+        self._event(
+            "restore_from_backup",
+            -1,
+            backup_dir=str(source),
+            live_log_position=status["live_log_position"] if status is not None else None,
+        )
+        for i in range(self.member_count):
+            self._launch(i, NODE)
+        self._await_nodes_started(range(self.member_count))
+        for i in range(self.member_count):
+            for kind in self.service_kinds:
+                self._launch(i, kind)
+
+    def _keep_log_before_restore(self) -> None:
+        """Copy each member's log recording aside (``before-restore-<n>/member-<i>``) before a restore replaces
+        it: a backup's log may start at a snapshot, and the recorder reads the committed log's start here."""
+        base = self.directory / f"before-restore-{len(self.retired_dirs)}"
+        for i in range(self.member_count):
+            log = log_dir(self.member_dir(i))
+            if log.is_dir():
+                kept = base / f"member-{i}"
+                shutil.copytree(log, log_dir(kept))
+                self.retired_dirs.append(kept)
+
+    def _any_service_running(self, member_id: int) -> bool:
+        return any(self._process(member_id, k) is not None for k in self.service_kinds)
 
     # ------------------------------------------------------------------ cluster control and clients
     def control(self, target: str) -> bool:

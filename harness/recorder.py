@@ -84,7 +84,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -1179,21 +1179,42 @@ def read_recording(member_dir: Path | str | Storage, up_to_position: int) -> tup
 
 
 def committed_log(
-    member_dirs: Mapping[int, Path | str | Storage], commit_position: int
+    member_dirs: Mapping[int, Path | str | Storage],
+    commit_position: int,
+    earlier: Sequence[Path | str | Storage] = (),
 ) -> tuple[list[LogRow], int | None]:
     """The committed log up to ``commit_position`` from the first member (in id order) whose recording
-    holds all of it from position 0, else the longest prefix found. Returns (rows, member used)."""
-    best: tuple[list[LogRow], int | None, int] = ([], None, -1)
+    holds all of it from position 0, else the longest log found. A member's recording that starts above 0
+    (a cluster restored from a backup whose log starts at a snapshot) counts with the start of another
+    recording, a member's or one of ``earlier`` (copies of the members' disks taken before the restore),
+    that has a frame ending exactly where it begins. Returns (rows, member whose recording it ends with)."""
+    recordings: list[tuple[int, list[LogRow], int]] = []
     for member_id in sorted(member_dirs):
         rows, end = read_recording(member_dirs[member_id], commit_position)
-        starts_at_zero = not rows or rows[0].log_position - len(rows[0].entry) == 0
-        if not starts_at_zero:
-            continue  # a purged recording (after a snapshot) does not hold the whole log
-        if end == commit_position:
+        recordings.append((member_id, rows, end))
+        if _start_of(rows) == 0 and end == commit_position:
             return rows, member_id
-        if end > best[2]:
-            best = (rows, member_id, end)
+    starts = [rows for _m, rows, _e in recordings] + [read_recording(d, commit_position)[0] for d in earlier]
+    best: tuple[list[LogRow], int | None, int] = ([], None, -1)
+    for member_id, rows, end in recordings:
+        whole = rows if _start_of(rows) == 0 else _with_start(rows, starts)
+        if whole is not None and end > best[2]:
+            best = (whole, member_id, end)
     return best[0], best[1]
+
+
+def _start_of(rows: list[LogRow]) -> int:
+    return rows[0].log_position - len(rows[0].entry) if rows else 0
+
+
+def _with_start(rows: list[LogRow], starts: list[list[LogRow]]) -> list[LogRow] | None:
+    """``rows`` (a recording that starts above 0) after the frames of one of ``starts`` that starts at 0 and
+    has a frame ending exactly where ``rows`` begins; None if none has."""
+    begin = _start_of(rows)
+    for other in starts:
+        if other and _start_of(other) == 0 and any(r.log_position == begin for r in other):
+            return [r for r in other if r.log_position <= begin] + rows
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- run
@@ -1375,10 +1396,11 @@ class RunRecorder:
         member_dirs: Mapping[int, Path | str | Storage] | None = None,
         commit_position: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        earlier_dirs: Sequence[Path | str | Storage] = (),
     ) -> dict[str, Any]:
         """Close every in-process recorder, write the committed log (from ``member_dirs`` up to
-        ``commit_position``, or the highest commit the trace's events show) and the final run.json.
-        Returns the metadata."""
+        ``commit_position``, or the highest commit the trace's events show; ``earlier_dirs``: copies of
+        member disks a restore replaced, for the log's start) and the final run.json. Returns the metadata."""
         if self.finished:
             return self.meta
         self.finished = True
@@ -1393,7 +1415,7 @@ class RunRecorder:
             if commit_position is None:
                 commit_position = highest_commit_in_trace(self.run_dir)
             existing = {m: d for m, d in member_dirs.items() if not isinstance(d, Path | str) or Path(d).is_dir()}
-            rows, source = committed_log(existing, commit_position) if existing else ([], None)
+            rows, source = committed_log(existing, commit_position, earlier_dirs) if existing else ([], None)
             end = rows[-1].log_position if rows else 0
             log_meta = {
                 "written": True,

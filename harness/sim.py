@@ -100,6 +100,9 @@ class ArchiveLike(Protocol):
     """What the simulator needs from a member's archive (core/archive RecordingStore)."""
 
     @property
+    def start_position(self) -> int: ...
+
+    @property
     def stop_position(self) -> int: ...
 
     def close(self) -> None: ...
@@ -136,6 +139,13 @@ class Member(Protocol):
 
 
 MemberFactory = Callable[[ConsensusModuleContext], Member]
+
+
+class SimActor(Protocol):
+    """A process the run loop drives beside members and clients: work at its deadline, nothing else."""
+
+    def next_deadline_ns(self) -> int: ...
+    def do_work(self, now_ns: int) -> bool: ...
 
 
 def consensus_module_factory(ctx: ConsensusModuleContext) -> Member:
@@ -261,6 +271,11 @@ class SimCluster:
         # Paused members (a SIGSTOPped node and its services): member -> what arrived for it meanwhile.
         self._paused: dict[int, list[Delivery]] = {}
         self._client_deadlines: list[int] = []  # cached like _deadlines; _UNKNOWN: ask the client
+        # Other processes the run loop drives beside members and clients (a ClusterBackup: sim_backup).
+        self.actors: list[SimActor] = []
+        # Copies of member storages taken before a restore from a backup replaced them: the recorder reads
+        # the committed log's start from them when the restored log starts at a snapshot.
+        self.retired_storages: list[MemoryStorage] = []
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
         self.on_member_start: list[Callable[[int], None]] = []  # and here: a member (re)started, services up
@@ -374,6 +389,10 @@ class SimCluster:
                 d = client_deadlines[k] = _deadline_or_never(c)
             if d < t:
                 t = d
+        for a in self.actors:
+            d = a.next_deadline_ns()
+            if d < t:
+                t = d
         return t
 
     def _forget_deadlines(self) -> None:
@@ -445,6 +464,9 @@ class SimCluster:
                     c.do_work(now)
                     d = client_deadlines[k] = _deadline_or_never(c)
                     busy = busy or d <= now
+            for a in self.actors:
+                if a.next_deadline_ns() <= now and a.do_work(now):
+                    busy = True
             if not busy:
                 return
         self._raise_livelock(now)
@@ -878,6 +900,18 @@ class SimCluster:
             duplicate=duplicate,
         )
 
+    def stop_log_recording(self, member_id: int) -> int:
+        """Test fault: the member's archive stops its log recording where it ends (Aeron's test calls
+        ``tryStopRecordingByIdentity`` on the leader's archive); its consensus module takes the stop as
+        an input at once. Returns the position the recording stopped at."""
+        m = self.member(member_id)
+        assert isinstance(m, ConsensusModule)
+        position = m.archive.stop_position
+        m.on_log_recording_stopped(position, self.clock.now_ns)
+        self._forget_deadlines()
+        self._harness_event("test_hook", member_id, hook="stop_log_recording", log_position=position)
+        return position
+
     def stop_service(self, member_id: int) -> None:
         """Close the member's service container (Aeron ``TestNode.container().close()``): an active
         service is told ``on_terminate``, its consensus module closes with a counted error and the
@@ -957,6 +991,10 @@ class SimCluster:
         self._stall_ends.pop(member_id, None)  # a pause asked for now outlasts a BUGGIFY stall
         self._paused.setdefault(member_id, [])
         self._harness_event("pause", member_id)
+
+    def is_paused(self, member_id: int) -> bool:
+        """The member is stopped (:meth:`pause`, or a BUGGIFY stall): it answers nothing until resumed."""
+        return member_id in self._paused
 
     def resume(self, member_id: int) -> None:
         """Let a paused member run again: first what arrived for it meanwhile, then its overdue work."""

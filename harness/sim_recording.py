@@ -431,7 +431,14 @@ class SimRecording:
         }
         sim_meta.update(extra or {})
         storages = {i: c.storage(i) for i in range(c.member_count)}
-        return self.run.finish(outcome, member_dirs=storages, commit_position=highest, extra=sim_meta)
+        # Copies of the members' disks taken before a restore from a backup hold the log's start.
+        return self.run.finish(
+            outcome,
+            member_dirs=storages,
+            commit_position=highest,
+            extra=sim_meta,
+            earlier_dirs=list(c.retired_storages),
+        )
 
 
 class _WorkloadRecorder:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 from clusterlab.chaos.checks.base import SqlCheck
+from clusterlab.chaos.checks.client_close import CLIENTS_CLOSE_WHEN_CLUSTER_GONE
 from clusterlab.chaos.checks.module_state import MODULE_STATE_FOLLOWS_COMMITTED_LOG
 from clusterlab.chaos.checks.service_terminate import SERVICES_TERMINATE_ONCE
 from clusterlab.chaos.checks.sql import to_duckdb
@@ -691,6 +692,7 @@ CHECKS: tuple[SqlCheck, ...] = (
     OPEN_SESSIONS_AGREE,
     MODULE_STATE_FOLLOWS_COMMITTED_LOG,
     SERVICES_TERMINATE_ONCE,
+    CLIENTS_CLOSE_WHEN_CLUSTER_GONE,
 )
 NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 

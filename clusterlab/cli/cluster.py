@@ -1,4 +1,4 @@
-"""The real-cluster commands of ``clusterlab``: ``cluster start``, ``client`` and ``tool``.
+"""The real-cluster commands of ``clusterlab``: ``cluster start|backup|restore``, ``client`` and ``tool``.
 
 ``register(subparsers)`` adds them to the ``clusterlab`` parser (clusterlab/cli/__init__.py).
 
@@ -7,12 +7,21 @@
         run a local cluster in the foreground with a live status table; Ctrl-C stops it cleanly
         (an existing D with a cluster.json is restarted from disk; a D in use is refused).
         --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
+    clusterlab cluster backup --dir D --backup-dir B [--replay-start beginning|latest-snapshot]
+                              [--query-interval S] [--progress-timeout S]
+        ClusterBackup of the running cluster D into B in the foreground, until Ctrl-C or SIGTERM
+        (a backup process: clusterlab.core.runtime.backup; B/backup-status.json, B/backup.log)
+    clusterlab cluster restore --dir D --from B
+        every member of the stopped cluster D gets a copy of backup B as its state (refused while a
+        member or the backup runs); then ``cluster start --dir D`` starts it from there
     clusterlab client --dir D [--credentials FILE] put KEY VALUE | get KEY | cas ... | delete KEY
         one KV request through a client session; prints the reply as JSON. A secured cluster
         needs credentials (a ``user:password`` file; default: the cluster's own D/keys/client.credentials)
     clusterlab tool D list-members | snapshot | suspend | resume | shutdown | abort
         ClusterTool: member status, or cluster control through the leader's toggle (the parser and
         the member-directory actions are in clusterlab/cli/tool.py)
+    clusterlab tool B backup-query
+        ClusterTool backup-query: the state of the backup in B (its status file)
 
 Wrong arguments, a missing directory or an unreachable cluster print one line on stderr and exit
 non-zero (2 for usage, 1 for everything else).
@@ -21,6 +30,7 @@ non-zero (2 for usage, 1 for everything else).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -33,7 +43,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from clusterlab.chaos.limits import MEMBERS, REFRESH_S, SEED, TIMEOUT_S
+from clusterlab.chaos.limits import MEMBERS, REFRESH_S, SEED, TIMEOUT_S, Limit
 from clusterlab.cli.paths import bounded, ranged
 from clusterlab.core.codec.control import (
     ClusterControlRequest,
@@ -62,6 +72,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 CONTROL_ACTIONS = ("snapshot", "suspend", "resume", "shutdown", "abort")
+BACKUP_QUERY_INTERVAL_S = Limit(0.01, 3600.0, "seconds")  # as clusterlab.core.runtime.backup checks them
+BACKUP_PROGRESS_TIMEOUT_S = Limit(0.1, 3600.0, "seconds")
 
 
 class CommandError(Exception):
@@ -121,6 +133,47 @@ def register(subparsers: Any) -> None:
         "from 64k to 1g, suffix k/m/g allowed (default 128m; a restarted DIR keeps its own)",
     )
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
+
+    backup = _one_line_errors(
+        actions.add_parser(
+            "backup",
+            help="back a running local cluster up into a directory (ClusterBackup) until Ctrl-C or SIGTERM",
+        )
+    )
+    backup.add_argument("--dir", type=Path, required=True, help="the running cluster's directory (holds cluster.json)")
+    backup.add_argument(
+        "--backup-dir", type=Path, required=True, help="where the backup goes (created if missing; resumed if a backup)"
+    )
+    backup.add_argument(
+        "--replay-start",
+        choices=("beginning", "latest-snapshot"),
+        default="beginning",
+        help="where an empty backup's log starts: the cluster's log start or its latest snapshot (default beginning)",
+    )
+    backup.add_argument(
+        "--query-interval",
+        type=bounded(BACKUP_QUERY_INTERVAL_S),
+        default=1.0,
+        metavar="S",
+        help=ranged("seconds between backup queries (default 1)", BACKUP_QUERY_INTERVAL_S),
+    )
+    backup.add_argument(
+        "--progress-timeout",
+        type=bounded(BACKUP_PROGRESS_TIMEOUT_S),
+        default=10.0,
+        metavar="S",
+        help=ranged("seconds without progress before asking the next member (default 10)", BACKUP_PROGRESS_TIMEOUT_S),
+    )
+    backup.set_defaults(func=_guarded(cmd_cluster_backup, "cluster backup"))
+
+    restore = _one_line_errors(
+        actions.add_parser("restore", help="replace every stopped member's state with a copy of a backup")
+    )
+    restore.add_argument("--dir", type=Path, required=True, help="the cluster's directory (holds cluster.json)")
+    restore.add_argument(
+        "--from", dest="source", type=Path, required=True, metavar="BACKUP_DIR", help="a `cluster backup` directory"
+    )
+    restore.set_defaults(func=_guarded(cmd_cluster_restore, "cluster restore"))
 
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
     client.add_argument("--dir", type=Path, required=True, help="the cluster directory (holds cluster.json)")
@@ -440,6 +493,79 @@ def _why_down(cluster: Any, member_id: int) -> str:
     if cluster.is_alive(member_id):
         return ""
     return stopped_member_health(cluster.member_dir(member_id))
+
+
+# ---------------------------------------------------------------------------------- backup, restore
+def cmd_cluster_backup(args: argparse.Namespace) -> int:
+    """Run a ClusterBackup (clusterlab.core.runtime.backup) in the foreground until Ctrl-C or SIGTERM."""
+    from clusterlab.cli.paths import writable_directory_error
+    from clusterlab.core.runtime import backup
+
+    config = _load(args.dir)
+    if not config.sockets_present:
+        raise CommandError(f"the cluster at {config.directory} is not running (no control sockets)")
+    if (error := writable_directory_error("--backup-dir", args.backup_dir)) is not None:
+        raise CommandError(error)
+    if args.backup_dir.resolve() == config.directory.resolve() or args.backup_dir.resolve() in [
+        config.member_dir(m.member_id).resolve() for m in config.members
+    ]:
+        raise CommandError(f"--backup-dir {args.backup_dir} is the cluster's (or a member's) own directory")
+    print(
+        f"backing up the cluster at {config.directory} into {args.backup_dir} (replay start {args.replay_start}; "
+        f"log {args.backup_dir / backup.LOG_FILE_NAME}); Ctrl-C or SIGTERM stops it",
+        flush=True,
+    )
+
+    def refuse(message: str) -> None:
+        raise CommandError(f"the backup did not start: {message}")
+
+    with contextlib.suppress(KeyboardInterrupt):  # a Ctrl-C before the backup's own signal handlers
+        backup.run_backup(args, refuse)
+    status = read_status_line(args.backup_dir)
+    print(f"stopped; the backup is in {args.backup_dir} ({status})")
+    return EXIT_OK
+
+
+def read_status_line(backup_dir: Path) -> str:
+    """``state=... live_log_position=...`` from the backup's status file, or why it is unreadable."""
+    from clusterlab.core.runtime.backup import BackupStatusError, read_backup_status
+
+    try:
+        s = read_backup_status(backup_dir)
+    except BackupStatusError as e:
+        return str(e)
+    return f"state={s['state']} live_log_position={s['live_log_position']} snapshots={s['snapshots_retrieved_count']}"
+
+
+def cmd_cluster_restore(args: argparse.Namespace) -> int:
+    """Replace every member's durable state with a copy of ``--from`` (the cluster must be stopped)."""
+    from clusterlab.core.runtime.dirlock import DirectoryLockError, lock_cluster_directory
+    from clusterlab.harness.cluster_tool import ClusterToolError, is_node_running, restore_member_directory
+
+    config = _load(args.dir)
+    if not args.source.is_dir():
+        raise CommandError(f"--from {args.source}: no such backup directory")
+    running = [m.member_id for m in config.members if is_node_running(config.member_dir(m.member_id))]
+    if running:
+        raise CommandError(
+            f"members {running} of the cluster at {config.directory} are running: stop the cluster first"
+        )
+    try:
+        lock = lock_cluster_directory(config.directory)
+    except DirectoryLockError as e:
+        raise CommandError(str(e)) from None
+    try:
+        for m in config.members:
+            restore_member_directory(args.source, config.member_dir(m.member_id))
+    except (ClusterToolError, OSError) as e:
+        raise CommandError(str(e)) from None
+    finally:
+        lock.release()
+    print(
+        f"restored {len(config.members)} members of {config.directory} from {args.source} "
+        f"({read_status_line(args.source)}); start it with: clusterlab cluster start --dir {config.directory}"
+    )
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------- client

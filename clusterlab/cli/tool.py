@@ -14,6 +14,11 @@ One member (DIR = its directory ``<cluster>/member-<i>``, or the cluster directo
     errors                             the member's distinct error log: live from a running node, else as last written
     counters                           its counters: live from a running node, else as it last wrote them
 
+A ClusterBackup (DIR = the backup's directory, from ``clusterlab cluster backup``):
+
+    backup-query                       the backup's state, live log position, snapshots retrieved, leader,
+                                       errors and next query time (its status file), and whether it runs
+
 Wrong directories and arguments print one line on stderr and exit 1 (2 for usage).
 """
 
@@ -37,6 +42,7 @@ from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
 from clusterlab.core.runtime.transport import new_context
 from clusterlab.harness.cluster_tool import (
     ClusterToolError,
+    describe_backup_query,
     describe_errors,
     describe_latest_snapshot,
     describe_recording_log,
@@ -55,13 +61,18 @@ MEMBER_ACTIONS = (
     "errors",
     "counters",
 )
+BACKUP_QUERY = "backup-query"
 
 
 def register(subparsers: Any) -> None:
     """Add ``tool`` to a ``clusterlab`` subparsers object."""
-    tool = subparsers.add_parser("tool", help="ClusterTool: members, cluster control, recording log, counters")
-    tool.add_argument("dir", type=Path, help="a cluster directory (holds cluster.json) or a member directory")
-    tool.add_argument("action", choices=("list-members", *cluster.CONTROL_ACTIONS, *MEMBER_ACTIONS))
+    tool = subparsers.add_parser(
+        "tool", help="ClusterTool: members, cluster control, recording log, counters, backup-query"
+    )
+    tool.add_argument(
+        "dir", type=Path, help="a cluster directory (holds cluster.json), a member directory or a backup directory"
+    )
+    tool.add_argument("action", choices=("list-members", *cluster.CONTROL_ACTIONS, *MEMBER_ACTIONS, BACKUP_QUERY))
     tool.add_argument(
         "--member",
         type=bounded(MEMBER_ID),
@@ -79,6 +90,14 @@ def register(subparsers: Any) -> None:
 
 def cmd_tool(args: argparse.Namespace) -> int:
     """Run one ClusterTool action (see the module docstring)."""
+    if args.action == BACKUP_QUERY:
+        if args.member is not None:
+            return _fail(f"--member is for the member actions ({', '.join(MEMBER_ACTIONS)}), not {args.action}")
+        try:
+            print(describe_backup_query(args.dir))
+        except ClusterToolError as e:
+            return _fail(str(e))
+        return cluster.EXIT_OK
     if args.action not in MEMBER_ACTIONS:
         if args.member is not None:
             return _fail(f"--member is for the member actions ({', '.join(MEMBER_ACTIONS)}), not {args.action}")

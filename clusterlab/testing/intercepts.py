@@ -14,6 +14,9 @@ system tests use ConsensusModule intercepts; off until armed.
   the module sends is held ``delay_ns`` (later messages overtake it: a vote that arrives in a later
   ballot, an AppendPosition from an older term), or with ``duplicate`` sent at once and its copy again
   ``delay_ns`` later. Removing a rule leaves the held messages to go when due, as a network would.
+* ``stop_log_recording``: at its next duty cycle the member's archive stops the log recording where it
+  ends, once (Aeron's test calls ``tryStopRecordingByIdentity`` on the leader's archive); the module
+  takes it as the input "the log recording stopped at P".
 
 The simulator arms the fields directly (``SimCluster.stall_election`` ...); a member process through
 the ``TestHook`` control message, which its test context answers (:func:`apply_test_hook`).
@@ -59,6 +62,8 @@ class TestHooks(Intercepts):
         self.member_messages_held = 0  # how many member messages the delay rules held (tests assert it)
         self.catchup_failures = 0  # how many catch-ups the hook failed (tests assert it fired)
         self.stalls_started = 0  # how many stalls began (tests assert the hook fired)
+        self.stop_log_recording = False
+        self.log_recording_stops = 0  # how many times the hook stopped the log recording
         self._outbox: HookedOutbox | None = None
 
     def outbox(self, outbox: Outbox) -> Outbox:
@@ -78,7 +83,15 @@ class TestHooks(Intercepts):
     def fails_request_vote(self, candidate_term_id: int) -> bool:
         return candidate_term_id == self.fail_request_vote_term
 
+    def stops_log_recording(self) -> bool:
+        if not self.stop_log_recording:
+            return False
+        self.stop_log_recording = False  # once
+        self.log_recording_stops += 1
+        return True
+
     def clear(self) -> None:
+        self.stop_log_recording = False
         self.stall_election_state = None
         self.stall_duration_ns = 0
         self.stall_leadership_term_id = None
@@ -127,7 +140,8 @@ class TestHooks(Intercepts):
             f"TestHooks(stall={stall} stall_duration_ns={self.stall_duration_ns} fail_catchup={self.fail_catchup} "
             f"fail_request_vote_term={self.fail_request_vote_term} "
             f"delay_service_message_ns={self.delay_service_message_ns} "
-            f"member_message_delays={dict(sorted(self.member_message_delays.items()))})"
+            f"member_message_delays={dict(sorted(self.member_message_delays.items()))} "
+            f"stop_log_recording={self.stop_log_recording})"
         )
 
 
@@ -230,4 +244,6 @@ def apply_test_hook(hooks: TestHooks, msg: TestHook) -> ControlResponse:
         else:
             duplicate = msg.kind == TestHookKind.DUPLICATE_MEMBER_MESSAGE
             hooks.member_message_delays[msg.value] = (msg.delay_ns, duplicate)
+    elif msg.kind == TestHookKind.STOP_LOG_RECORDING:
+        hooks.stop_log_recording = True
     return answer(ControlResponseCode.OK, hooks.describe())

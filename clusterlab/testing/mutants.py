@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from clusterlab.core.codec.control import BackupSnapshot
 from clusterlab.core.codec.transport import LogBlock
+from clusterlab.core.consensus.cluster_backup import SnapshotFilter, retrieve_all
 from clusterlab.core.consensus.context import NULL_POSITION
 from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NodeState
+from clusterlab.core.consensus.recording_log import SERVICE_ID_CONSENSUS_MODULE
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.consensus.sessions import ClusterSession
 from clusterlab.core.consensus.timers import TimerService
@@ -55,6 +58,8 @@ SERVICE_WALL_CLOCK = "service-wall-clock"
 STALE_READ = "stale-read"
 RESEND_APPLIED_TWICE = "resend-applied-twice"
 ALARM_COUNTED_TWICE = "alarm-counted-twice"
+# ClusterBackup (in the backup: core/consensus/cluster_backup.py BackupContext.snapshot_filter)
+BACKUP_SKIPS_SNAPSHOT = "backup-skips-snapshot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class Mutant:
     where: str
     bug: str
     in_service: bool = False  # planted in the clustered service, not the consensus module
+    in_backup: bool = False  # planted in the ClusterBackup, not in any member
     services: tuple[str, ...] = ("kv",)  # the sample services whose runs a planted service bug replaces
 
     def plants_in(self, service: str) -> bool:
@@ -230,6 +236,15 @@ MUTANTS: dict[str, Mutant] = {
             in_service=True,
             services=("counter", "timers"),
         ),
+        Mutant(
+            BACKUP_SKIPS_SNAPSHOT,
+            "backup",
+            "clusterlab/testing/mutants.py backup_snapshot_filter (core/consensus/cluster_backup.py "
+            "BackupContext.snapshot_filter)",
+            "a ClusterBackup retrieves only the consensus module's snapshot of a set and skips the services' "
+            "snapshots: a cluster restored from it cannot load the set it records",
+            in_backup=True,
+        ),
     )
 }
 
@@ -364,5 +379,16 @@ class PlantedRules(ConsensusRules):
 def rules_for(names: Iterable[str]) -> ConsensusRules:
     """The rules of a member with the consensus-module bugs of ``names`` (service bugs live in the
     service); the protocol's own when none is."""
-    planted = mutant_set(names) - {n for n, m in MUTANTS.items() if m.in_service}
+    planted = mutant_set(names) - {n for n, m in MUTANTS.items() if m.in_service or m.in_backup}
     return PlantedRules(planted) if planted else PROTOCOL_RULES
+
+
+def _skip_service_snapshots(snapshots: Sequence[BackupSnapshot]) -> list[BackupSnapshot]:
+    """backup-skips-snapshot: only the consensus module's snapshot of each set is retrieved."""
+    return [sn for sn in snapshots if sn.service_id == SERVICE_ID_CONSENSUS_MODULE]
+
+
+def backup_snapshot_filter(names: Iterable[str]) -> SnapshotFilter:
+    """The snapshot choice of a ClusterBackup with the planted bugs ``names``: every snapshot it lacks,
+    unless backup-skips-snapshot is planted."""
+    return _skip_service_snapshots if BACKUP_SKIPS_SNAPSHOT in mutant_set(names) else retrieve_all

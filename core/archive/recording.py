@@ -277,8 +277,9 @@ class RecordingStore:
 
     @property
     def start_position(self) -> int:
-        """Position of the first byte still recorded (0 unless segments were purged)."""
-        return self._segments[0].base_position if self._segments else 0
+        """Position of the first byte still recorded (0 unless segments were purged or the recording was
+        started later with :meth:`start_at`)."""
+        return self._segments[0].base_position if self._segments else self._stop
 
     @property
     def stop_position(self) -> int:
@@ -294,6 +295,15 @@ class RecordingStore:
         return self._closed
 
     # ------------------------------------------------------------------ append
+
+    def start_at(self, position: int) -> None:
+        """Begin an empty recording at ``position`` instead of 0 (a ClusterBackup whose log starts at a
+        snapshot): the first append creates the first segment there. ArchiveError unless it is empty."""
+        self._check_open()
+        if self._segments or position < 0:
+            raise ArchiveError(f"recording {self.recording_id}: cannot start at {position}: not an empty recording")
+        self._stop = position
+        self._clear_tail_cache()
 
     def append(self, framed: bytes, start_position: int) -> int:
         """Append a block of whole frames whose first frame starts at ``start_position``.

@@ -231,6 +231,14 @@ class MemoryStorage:
 
     # ------------------------------------------------------------------ for the simulator and faults
 
+    def copy_from(self, other: MemoryStorage) -> None:
+        """Replace everything with a copy of ``other``'s files and directories (a restore from a backup);
+        the copies are durable."""
+        self.wipe()
+        self._dirs = set(other._dirs)
+        for path, node in other._files.items():
+            self._files[path] = _MemNode(bytearray(node.data), bytes(node.data))
+
     def wipe(self) -> None:
         """Remove everything (a replaced disk)."""
         self._files.clear()

@@ -115,6 +115,8 @@ LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS = 10 * SECOND  # ConsensusModule.Configurati
 # SessionEvent OK when the cluster sends it, which ours does not: give the cluster's own value as
 # new_leader_timeout_ns=2 * leader_heartbeat_timeout_ns when it is not the default).
 NEW_LEADER_TIMEOUT_DEFAULT_NS = 2 * LEADER_HEARTBEAT_TIMEOUT_DEFAULT_NS
+# How ``close_detail`` begins when a client closed by itself because the cluster went away.
+CLUSTER_UNAVAILABLE = "cluster unavailable"
 FRAGMENT_LIMIT = 10  # AeronCluster.FRAGMENT_LIMIT: messages one controlled_poll hands out at most
 
 _CORRELATION_SEQ_LIMIT = 1 << 32
@@ -573,12 +575,12 @@ class ClusterClient:
             return 0
         if self._leader_link is LeaderLink.AWAIT_NEW_LEADER:
             detail = (
-                f"cluster unavailable: no new leader within new_leader_timeout_ns={self.new_leader_timeout_ns} "
+                f"{CLUSTER_UNAVAILABLE}: no new leader within new_leader_timeout_ns={self.new_leader_timeout_ns} "
                 f"of losing leader {self._leader_member_id} (term {self._leadership_term_id})"
             )
         else:
             detail = (
-                f"cluster unavailable: ingress to new leader {self._leader_member_id} (term "
+                f"{CLUSTER_UNAVAILABLE}: ingress to new leader {self._leader_member_id} (term "
                 f"{self._leadership_term_id}) not connected within message_timeout_ns={self.message_timeout_ns}"
             )
         self._closed(None, detail)

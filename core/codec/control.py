@@ -7,7 +7,10 @@ control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages i
 * ``StatusRequest`` -> ``NodeStatus`` (from a node) or ``ServiceStatus`` (from a service process);
 * ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault``,
   ``TestHook``, ``PurgeSegments`` -> ``ControlResponse``;
-* ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters and the distinct error log, read by ClusterTool).
+* ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters and the distinct error log, read by ClusterTool);
+* ``BackupQuery`` -> ``BackupResponse`` (Aeron's backup query, asked by ClusterBackup), and the backup's
+  reads: ``ReplayRequest`` (the committed log) and ``SnapshotReplayRequest`` (one snapshot recording)
+  -> ``ReplayBlock`` or ``ArchiveError`` (clusterlab.core.codec.transport).
 
 They travel only on the control channel; a consensus module never sees them.
 """
@@ -248,12 +251,15 @@ class TestHookKind(IntEnum):
     FAIL_REQUEST_VOTE = 4  # other candidates' RequestVote for candidate term ``value`` fails (-1: clear)
     DELAY_MEMBER_MESSAGE = 5  # every member message of template ``value`` is sent ``delay_ns`` late (0: clear)
     DUPLICATE_MEMBER_MESSAGE = 6  # every member message of template ``value`` is sent now and again ``delay_ns`` later
+    STOP_LOG_RECORDING = 7  # the member's archive stops its log recording where it ends (tryStopRecordingByIdentity)
 
 
 @codec
 @dataclass(frozen=True, slots=True)
 class TestHook(Message):
-    """Arm (or clear) a test hook on a running node (off unless armed; answered with ``ControlResponse``)."""
+    """Arm (or clear) a test hook on a running node (off unless armed; answered with ``ControlResponse``);
+    ``STOP_LOG_RECORDING`` is a fault the test injects once (the archive inside the node stops the log
+    recording, as Aeron's test stops it through the archive's control channel)."""
 
     __test__: ClassVar[bool] = False  # not a pytest test class
     TEMPLATE_ID: ClassVar[int] = 227
@@ -277,6 +283,87 @@ class PurgeSegments(Message):
     correlation_id: Int64
 
 
+@codec
+@dataclass(frozen=True, slots=True)
+class BackupQuery(Message):
+    """ClusterBackup asks a member what to back up (Aeron's ``BackupQuery``); answered with
+    ``BackupResponse``, or ``ControlResponse`` REFUSED while the member is in an election or not running."""
+
+    TEMPLATE_ID: ClassVar[int] = 219
+    BLOCK_LENGTH: ClassVar[int] = 8
+
+    correlation_id: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class BackupTerm(GroupEntry):
+    """One TERM entry of the member's recording log (``log_position`` -1 while the term is open)."""
+
+    BLOCK_LENGTH: ClassVar[int] = 32
+
+    leadership_term_id: Int64
+    term_base_log_position: Int64
+    log_position: Int64
+    timestamp: Int64
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class BackupSnapshot(GroupEntry):
+    """One snapshot of the member's latest valid snapshot set (service -1 is the consensus module's)."""
+
+    BLOCK_LENGTH: ClassVar[int] = 44
+
+    recording_id: Int64
+    leadership_term_id: Int64
+    term_base_log_position: Int64
+    log_position: Int64
+    timestamp: Int64
+    service_id: Int32
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class BackupResponse(Message):
+    """What a member holds (Aeron's ``BackupResponse``): its log recording's extent, the position it has
+    committed (a backup copies the log only up to here), the leader it follows, its recording log's terms
+    and its latest snapshot set (consensus module first, then services 0..n-1)."""
+
+    TEMPLATE_ID: ClassVar[int] = 220
+    BLOCK_LENGTH: ClassVar[int] = 56
+
+    correlation_id: Int64
+    log_recording_id: Int64
+    log_start_position: Int64
+    log_stop_position: Int64
+    commit_position: Int64
+    leadership_term_id: Int64
+    leader_member_id: Int32
+    member_id: Int32
+    terms: Annotated[tuple[BackupTerm, ...], Group(BackupTerm)]
+    snapshots: Annotated[tuple[BackupSnapshot, ...], Group(BackupSnapshot)]
+    cluster_members: AsciiVar
+
+
+@codec
+@dataclass(frozen=True, slots=True)
+class SnapshotReplayRequest(Message):
+    """Read ``[from_position, ...)`` of snapshot recording ``recording_id`` of service ``service_id``
+    (-1: the consensus module), at most ``max_bytes``: Aeron's archive replay of a snapshot recording as
+    ClusterBackup's snapshot retrieval uses it. Answered with a ``ReplayBlock`` (purpose SNAPSHOT,
+    ``recording_stop_position`` = the recording's length) or an ``ArchiveError``."""
+
+    TEMPLATE_ID: ClassVar[int] = 221
+    BLOCK_LENGTH: ClassVar[int] = 32
+
+    correlation_id: Int64
+    recording_id: Int64
+    from_position: Int64
+    service_id: Int32
+    max_bytes: Int32
+
+
 MESSAGES: tuple[type[Message], ...] = (
     StatusRequest,
     NodeStatus,
@@ -291,12 +378,19 @@ MESSAGES: tuple[type[Message], ...] = (
     Counters,
     TestHook,
     PurgeSegments,
+    BackupQuery,
+    BackupResponse,
+    SnapshotReplayRequest,
 )
 
 __all__ = [
     "MESSAGES",
     "NOT_STARTED",
     "NO_ELECTION",
+    "BackupQuery",
+    "BackupResponse",
+    "BackupSnapshot",
+    "BackupTerm",
     "ClockOffset",
     "ClusterControlRequest",
     "ControlResponse",
@@ -308,6 +402,7 @@ __all__ = [
     "NodeStatus",
     "PurgeSegments",
     "ServiceStatus",
+    "SnapshotReplayRequest",
     "StatusRequest",
     "StorageFault",
     "TestHook",

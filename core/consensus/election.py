@@ -91,7 +91,13 @@ class ElectionHost(Protocol):
 
     # the log, both sides
     def ensure_term_entry(
-        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+        self,
+        initial_log_leadership_term_id: int,
+        initial_term_base_log_position: int,
+        leadership_term_id: int,
+        term_base_log_position: int,
+        log_position: int,
+        now_ns: int,
     ) -> None: ...
     def truncate_log_entry(self, leadership_term_id: int, log_position: int, now_ns: int) -> None: ...
     def start_log_replay(self, from_position: int, to_position: int, now_ns: int) -> None: ...
@@ -206,6 +212,10 @@ class Election:
         self.log_leadership_term_id = leadership_term_id
         self.candidate_term_id = leadership_term_id
         self.term_base_log_position = term_base_log_position
+        # Aeron ``initialTermBaseLogPosition``: the base of the term our log ended in when the election
+        # began, for a term the recording log has no entry for (it holds only a snapshot).
+        self.initial_term_base_log_position = term_base_log_position
+        self.initial_log_leadership_term_id = leadership_term_id  # Aeron ``initialLogLeadershipTermId``
         self.log_position = log_position
         self.append_position = append_position
         self.leader_member_id = NULL_VALUE
@@ -268,8 +278,10 @@ class Election:
         return self._status_by_id.get(member_id)
 
     def _term_base_of(self, leadership_term_id: int) -> int:
+        """The term's base from the recording log; without an entry, the election's initial term base
+        (Aeron: a NULL replication term base stands for ``initialTermBaseLogPosition``)."""
         entry = self.recording_log.find_term_entry(leadership_term_id)
-        return entry.term_base_log_position if entry is not None else 0
+        return entry.term_base_log_position if entry is not None else self.initial_term_base_log_position
 
     def describe(self) -> str:
         """One canonical line for logs and reports."""
@@ -540,7 +552,7 @@ class Election:
         self.host.join_log_as_leader(
             self.leadership_term_id, self.log_position, self.log_session_id, self.is_node_startup, now_ns
         )
-        self.host.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+        self._ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
         self.term_base_log_position = self.log_position
         self.log_leadership_term_id = self.leadership_term_id
         self._transition(ElectionState.LEADER_READY, now_ns)
@@ -600,8 +612,22 @@ class Election:
                 raise ElectionError("timeout waiting for leader commit of replicated log")
         return work
 
-    def _update_recording_log_for_replication(self, now_ns: int) -> None:
+    def _ensure_term_entry(
+        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+    ) -> None:
+        """Aeron ``Election.ensureRecordingLogCoherent``: a TERM entry for ``leadership_term_id``; an empty
+        recording log is back-filled from the term and base the election started from."""
         self.host.ensure_term_entry(
+            self.initial_log_leadership_term_id,
+            self.initial_term_base_log_position,
+            leadership_term_id,
+            term_base_log_position,
+            log_position,
+            now_ns,
+        )
+
+    def _update_recording_log_for_replication(self, now_ns: int) -> None:
+        self._ensure_term_entry(
             self.replication_leadership_term_id,
             self.replication_term_base_log_position,
             self.replication_stop_position,
@@ -680,7 +706,7 @@ class Election:
         if self.host.has_log_subscription():
             self.host.try_join_log_as_follower(self.log_position, self.is_leader_startup, now_ns)
             self.append_position = self.log_position
-            self.host.ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
+            self._ensure_term_entry(self.leadership_term_id, self.log_position, NULL_POSITION, now_ns)
             self.log_leadership_term_id = self.leadership_term_id
             self._transition(ElectionState.FOLLOWER_READY, now_ns)
             return 1
@@ -962,7 +988,7 @@ class Election:
         self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
     ) -> None:
         """A NewLeadershipTermEvent met while replaying the local log (FOLLOWER_REPLAY / LEADER_REPLAY)."""
-        self.host.ensure_term_entry(leadership_term_id, term_base_log_position, NULL_POSITION, now_ns)
+        self._ensure_term_entry(leadership_term_id, term_base_log_position, NULL_POSITION, now_ns)
         if self.state in (ElectionState.FOLLOWER_REPLAY, ElectionState.FOLLOWER_CATCHUP):
             # Our log now ends in this term: canvass and NLT matching must say so, or a later NLT
             # for the older term would ask us to truncate what we just committed.

@@ -25,6 +25,7 @@ from clusterlab.core.consensus.context import (
     NULL_POSITION,
     NULL_VALUE,
     ConsensusModuleContext,
+    ConsensusModuleState,
     ElectionState,
     Role,
 )
@@ -82,6 +83,9 @@ class ElectionLink:
         self._termination = termination
         self._control = control
         self.election_count = 0
+        # Where the log recording stopped unexpectedly (Aeron logRecordingStopPosition after a STOP
+        # signal); None while it records. Nothing is appended while it is set.
+        self.log_recording_stop_position: int | None = None
 
     # ------------------------------------------------------------------ state the election reads
     @property
@@ -183,6 +187,48 @@ class ElectionLink:
             graceful_closed_leader_id=graceful_closed_leader_id,
             reason=reason,
         )
+
+    # ------------------------------------------------------------------ the log recording stops
+    @property
+    def is_log_recording_stopped(self) -> bool:
+        return self.log_recording_stop_position is not None
+
+    def on_log_recording_stopped(self, position: int, now_ns: int) -> None:
+        """Aeron ``pollArchiveEvents`` on the log recording's STOP signal: remember where it stopped and,
+        ACTIVE outside an election, enter one (any role). An election whose INIT is still to come resumes
+        the recording; one past INIT closes first, then the member elects again. A stop at a position the
+        recording does not end at is not this recording's and is ignored."""
+        st = self._s
+        if st.terminated or st.state == ConsensusModuleState.CLOSED:
+            return
+        if position != self._archive.stop_position:
+            st.ignore(
+                "log recording stopped", f"at {position}, but the recording ends at {self._archive.stop_position}"
+            )
+            return
+        self.log_recording_stop_position = position
+        st.log(f"member {st.member_id} log recording stopped at {position} ({st.role.name} {st.state.name})")
+        self.enter_election_if_log_recording_stopped(now_ns)
+
+    def enter_election_if_log_recording_stopped(self, now_ns: int) -> int:
+        """Aeron ``enterElection(isEos, "log recording stopped: eos=" + isEos)``, counted as a ClusterEvent
+        error, when the recording is stopped and the module is ACTIVE with no election (a stop met while
+        SUSPENDED or snapshotting waits for ACTIVE: the member appends nothing meanwhile). Returns 1 if it
+        entered the election. ``eos`` is false: a follower whose leader's stream ended has entered its
+        election on the LogEndOfStream already, and a leader has no log image."""
+        st = self._s
+        if (
+            self.log_recording_stop_position is None
+            or st.election is not None
+            or st.state != ConsensusModuleState.ACTIVE
+            or st.terminated
+            or self._termination.is_pending
+        ):
+            return 0
+        reason = "log recording stopped: eos=false"
+        st.error("election", reason, st.leadership_term_id, self.log_recording_stop_position)
+        self.enter_election(now_ns, reason)
+        return 1
 
     def term_base_of(self, leadership_term_id: int) -> int:
         entry = self._recording_log.find_term_entry(leadership_term_id)
@@ -337,8 +383,13 @@ class ElectionLink:
     def prepare_for_new_leadership(self, log_position: int, now_ns: int) -> int:
         """Aeron ``prepareForNewLeadership``: drop the log stream, go back to the commit point.
 
-        Returns the append position (the local recording's stop position)."""
+        Returns the append position (the local recording's stop position). A log recording that
+        stopped unexpectedly resumes from where it stopped (Aeron's election restarts it with
+        ``startLogRecording``, which extends the last term's recording)."""
         st = self._s
+        if self.log_recording_stop_position is not None:
+            st.log(f"member {st.member_id} log recording resumed at {self.log_recording_stop_position}")
+            self.log_recording_stop_position = None
         self._services.end_log_on_step_down()
         st.role = Role.FOLLOWER
         self._replication.reset()
@@ -402,12 +453,18 @@ class ElectionLink:
 
     # ------------------------------------------------------------------ the log, both sides
     def ensure_term_entry(
-        self, leadership_term_id: int, term_base_log_position: int, log_position: int, now_ns: int
+        self,
+        initial_log_leadership_term_id: int,
+        initial_term_base_log_position: int,
+        leadership_term_id: int,
+        term_base_log_position: int,
+        log_position: int,
+        now_ns: int,
     ) -> None:
         self._recording_log.ensure_coherent(
             LOG_RECORDING_ID,
-            NULL_VALUE,
-            0,
+            initial_log_leadership_term_id,
+            initial_term_base_log_position,
             leadership_term_id,
             term_base_log_position,
             log_position,
@@ -497,4 +554,6 @@ class ElectionLink:
                 ev.leadership_term_id, ev.term_base_log_position, ev.log_position, now_ns
             )
         else:
-            self.ensure_term_entry(ev.leadership_term_id, ev.term_base_log_position, NULL_POSITION, now_ns)
+            self.ensure_term_entry(
+                NULL_VALUE, 0, ev.leadership_term_id, ev.term_base_log_position, NULL_POSITION, now_ns
+            )

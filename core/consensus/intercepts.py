@@ -1,6 +1,6 @@
 """The points where a test intercepts a running member, as Aeron's system tests do through their
 ConsensusModule intercepts (StallLeaderLogReplicationIntercept, FailFirstElectionIntercept, a catch-up
-that fails, a service slow to take one message).
+that fails, a service slow to take one message) or through the archive (a log recording stopped).
 
 The consensus module asks its context's ``intercepts`` at each point; :class:`Intercepts` intercepts
 nothing, and every production member runs it. The test apparatus (``clusterlab.testing.intercepts``)
@@ -47,6 +47,11 @@ class Intercepts:
 
     def fails_request_vote(self, candidate_term_id: int) -> bool:
         """Whether another candidate's RequestVote for ``candidate_term_id`` fails in its handler."""
+        return False
+
+    def stops_log_recording(self) -> bool:
+        """Whether the test stops the member's log recording now (asked once per duty cycle; the module
+        then takes it as the input "the log recording stopped where it ends")."""
         return False
 
     def describe(self) -> str:

@@ -154,7 +154,7 @@ class ConsensusModule:
             self.client_sessions,
             self.services,
             self.termination,
-            on_resumed=lambda now_ns: self.control.resume_after_snapshot(now_ns),
+            on_resumed=self._on_resumed_after_snapshot,
         )
         self.control = ClusterControl(st, ctx, self.archive, self.client_sessions, self.snapshots, self.termination)
         self.log_adapter = LogAdapter(
@@ -408,6 +408,25 @@ class ConsensusModule:
         st.error("service", f"service closed unexpectedly: {reason}", st.leadership_term_id, st.commit_position)
         self.termination.terminate_now(f"service closed: {reason}", now_ns)
 
+    def on_log_recording_stopped(self, position: int, now_ns: int) -> None:
+        """The archive stopped the log recording at ``position`` (Aeron: the RecordingSignal STOP of the
+        log recording). ACTIVE outside an election the member enters one with the counted error "log
+        recording stopped: eos=false", whatever its role; until an election resumes the recording it
+        appends nothing: no ingress, toggles or service closes, no LogBlocks (ElectionLink)."""
+        self._now_ns = now_ns
+        self.intercepts.on_input(now_ns)
+        if self.storage_failure is not None:
+            return
+        self.election_link.on_log_recording_stopped(position, now_ns)
+        self._after_input()
+
+    def _on_resumed_after_snapshot(self, now_ns: int) -> None:
+        """The leader is ACTIVE again after its snapshot: it takes the ingress held meanwhile, or, when its
+        log recording stopped during the snapshot, enters the election instead (the held ingress is
+        dropped with the leadership: the clients retry)."""
+        if self.election_link.enter_election_if_log_recording_stopped(now_ns) == 0:
+            self.control.resume_after_snapshot(now_ns)
+
     def _start(self, now_ns: int) -> None:
         self._now_ns = now_ns
         self.intercepts.on_input(now_ns)
@@ -540,6 +559,9 @@ class ConsensusModule:
         if handler is None:
             self.s.ignore(f"{channel} from {src_member_id}", f"unexpected {type(msg).__name__}")
             return
+        if isinstance(msg, LogBlock) and self.election_link.is_log_recording_stopped:
+            self.s.ignore(f"LogBlock from {src_member_id}", "log recording stopped")
+            return
         claimed = body_sender(msg)
         if claimed is not None and claimed != src_member_id and self.s.rules.rejects_body_member_id():
             self.s.reject_body_member(type(msg).__name__, claimed, src_member_id)
@@ -575,6 +597,9 @@ class ConsensusModule:
         if st.election is not None or st.state in (ConsensusModuleState.CLOSED, ConsensusModuleState.INIT):
             st.ignore(type(msg).__name__, "ingress during an election")
             return
+        if self.election_link.is_log_recording_stopped:
+            st.ignore(type(msg).__name__, "log recording stopped")
+            return
         if isinstance(msg, SessionConnectRequest):
             sessions.on_session_connect_request(msg, now_ns)
             return
@@ -606,6 +631,9 @@ class ConsensusModule:
         elif isinstance(msg, CancelTimer):
             services.on_cancel_timer(msg.correlation_id)
         elif isinstance(msg, CloseSession):
+            if self.election_link.is_log_recording_stopped:
+                self.s.ignore("CloseSession", "log recording stopped")
+                return
             self.client_sessions.on_service_close_session(msg.cluster_session_id, now_ns)
         elif isinstance(msg, SessionMessageHeader):
             services.on_service_offer(msg)
@@ -639,6 +667,9 @@ class ConsensusModule:
         if st.state == ConsensusModuleState.CLOSED or st.terminated:
             return 0
         work = self.intercepts.release_due(now_ns)
+        if self.intercepts.stops_log_recording():  # test hook: the archive stops the log recording
+            self.election_link.on_log_recording_stopped(self.archive.stop_position, now_ns)
+        work += self.election_link.enter_election_if_log_recording_stopped(now_ns)
         if st.election is not None:
             # A snapshot action met while catching up or replaying is taken during the election too
             # (Aeron pauses the replay until the snapshot is done).
@@ -671,7 +702,8 @@ class ConsensusModule:
             work += self.services.append_pending_service_messages(now_ms)
             work += self.client_sessions.process_pending_sessions(now_ns)
             work += self.client_sessions.check_sessions(now_ns)
-        work += self.control.check_toggle(now_ns)
+        if not self.election_link.is_log_recording_stopped:  # a toggle appends its action
+            work += self.control.check_toggle(now_ns)
         work += self.replication.update_leader_position(now_ns, self.archive.stop_position, st.leadership_term_id)
         self.control.sweep_uncommitted(st.commit_position)
         self.services.sweep_uncommitted(st.commit_position)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from clusterlab.core.archive.archive import Archive
 from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.recording_log import EntryType, RecordingLog, RecoveryPlan
+from clusterlab.core.consensus.recording_log import EntryType, RecordingLog, RecordingLogError, RecoveryPlan
 from clusterlab.core.consensus.snapshots import Snapshots
 
 
@@ -70,6 +70,14 @@ def recover(
             {"recording_id": cm_snapshot.recording_id, "module_state": snapshots.module_state()},
             term=cm_snapshot.leadership_term_id,
             pos=st.commit_position,
+        )
+    if st.commit_position < archive.start_position:
+        # A recording that starts above where recovery resumes (a log purged, or copied from a backup from
+        # a snapshot, without that snapshot) holds no log to replay from there: Aeron's archive refuses
+        # the replay; refuse here, at start, naming both positions.
+        raise RecordingLogError(
+            f"cannot recover: the log recording starts at {archive.start_position}, above position "
+            f"{st.commit_position} where recovery resumes (no valid snapshot at or after the log's start)"
         )
     st.consumed_position = st.commit_position
     st.notified_commit_position = st.commit_position

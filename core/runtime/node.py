@@ -14,7 +14,8 @@ Sockets (see clusterlab.core.runtime.transport for framing):
     bound    ingress (PULL)       clients -> leader: connect, messages, keep-alives, admin
              consensus, log, catchup, archive (ROUTER)   peers -> this member, one socket per channel
              from-service (ROUTER)  this member's service -> its consensus module (lossless)
-             control (ROUTER)     harness/tools: status, gate rules, clock offset, cluster control
+             control (ROUTER)     harness/tools: status, gate rules, clock offset, cluster control,
+                                  a ClusterBackup's queries and reads (clusterlab.core.runtime.backup)
     connect  per peer and channel (DEALER ``node-<i>``, immediate: a down peer drops, like UDP)
              to-service (DEALER ``node-<i>``, unbounded: the service must see the committed log)
              egress (PUSH per client response channel, lazily, LRU-cached)
@@ -47,6 +48,7 @@ import zmq
 from clusterlab.core.codec.control import (
     NO_ELECTION,
     NOT_STARTED,
+    BackupQuery,
     ClockOffset,
     ClusterControlRequest,
     ControlResponse,
@@ -56,6 +58,7 @@ from clusterlab.core.codec.control import (
     MembersConfig,
     NodeStatus,
     PurgeSegments,
+    SnapshotReplayRequest,
     StatusRequest,
     StorageFault,
     TestHook,
@@ -64,6 +67,13 @@ from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.codec.transport import ArchiveError, ReplayRequest
+from clusterlab.core.consensus.backup_source import (
+    ARCHIVE_ERROR_GENERIC,
+    backup_response,
+    log_replay,
+    snapshot_replay,
+)
 from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.intercepts import NO_INTERCEPTS
 from clusterlab.core.consensus.module import ConsensusModule
@@ -616,7 +626,22 @@ class Node:
             reply = self._on_test_hook(msg)
             self.log(f"test hook {msg.kind.name}: {reply.message}")
             return reply
+        if isinstance(msg, BackupQuery | ReplayRequest | SnapshotReplayRequest):
+            return self._on_backup_request(msg)
         return None
+
+    def _on_backup_request(self, msg: BackupQuery | ReplayRequest | SnapshotReplayRequest) -> Message:
+        """A ClusterBackup's query or read (clusterlab.core.consensus.backup_source); REFUSED until the
+        module has started (Aeron's consensus module answers a backup query only once it runs)."""
+        if self.module is None:
+            if isinstance(msg, BackupQuery):
+                return ControlResponse(msg.correlation_id, ControlResponseCode.REFUSED, "not started")
+            return ArchiveError(msg.correlation_id, ARCHIVE_ERROR_GENERIC, "not started")
+        if isinstance(msg, BackupQuery):
+            return backup_response(self.module, msg.correlation_id)
+        if isinstance(msg, ReplayRequest):
+            return log_replay(self.module, msg)
+        return snapshot_replay(self.storage, msg)
 
     def _on_test_hook(self, msg: TestHook) -> ControlResponse:
         if self.test_context is None:

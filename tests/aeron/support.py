@@ -384,3 +384,77 @@ class TerminateMarkingKv(KeyValueService):
     def on_terminate(self, cluster: Cluster) -> None:
         with (Path.cwd() / TERMINATE_MARKER.format(member_id=cluster.member_id)).open("a") as f:
             f.write("on_terminate\n")
+
+
+# --- ClusterBackup (tests/aeron/test_cluster_backup.py): Aeron TestCluster's backup-node helpers
+from clusterlab.core.consensus.cluster_backup import BackupState  # noqa: E402 - this block's own imports
+from clusterlab.harness.sim_backup import SimBackup, restore_from_backup, start_backup  # noqa: E402
+
+
+class AeronBackupCluster(AeronCluster):
+    """:class:`AeronCluster` with Aeron ``TestCluster``'s backup node (``startClusterBackupNode``,
+    ``awaitBackupState``, ``awaitBackupLiveLogPosition``, ``awaitBackupSnapshotRetrievedCount``,
+    ``startStaticNodeFromBackup``) and ``TestBackupNode.nextBackupQueryDeadlineMs``."""
+
+    def __init__(self, c: SimCluster) -> None:
+        super().__init__(c)
+        self.backup: SimBackup | None = None
+
+    def log_position(self, member_id: int) -> int:
+        """Aeron ``node.service().cluster().logPosition()``: the position the member's service applied."""
+        return int(self.c.service(member_id).log_position)
+
+    def start_cluster_backup_node(self, clean_start: bool = True, **options: Any) -> SimBackup:
+        """Aeron ``startClusterBackupNode(cleanStart, ...)``: a backup of this cluster; without a clean
+        start it runs on the storage of the backup before it (closed first), as Aeron reuses its directory."""
+        previous = self.backup
+        if previous is not None and previous.state is not BackupState.CLOSED:
+            previous.close()
+        if not clean_start and previous is not None:
+            options.setdefault("storage", previous.storage)
+        self.backup = start_backup(self.c, **options)
+        return self.backup
+
+    def _backup(self) -> SimBackup:
+        assert self.backup is not None, "no backup node present"
+        return self.backup
+
+    def await_backup_state(self, state: BackupState, timeout_ns: int = 10 * SECOND) -> None:
+        """Aeron ``awaitBackupState``: the backup's agent is in ``state``."""
+        backup = self._backup()
+        self.await_condition(lambda: backup.state is state, f"backup in {state.name}", timeout_ns)
+
+    def await_backup_live_log_position(self, position: int, timeout_ns: int = 10 * SECOND) -> None:
+        """Aeron ``awaitBackupLiveLogPosition``: the backup's log reaches ``position`` (fails if it closes)."""
+        backup = self._backup()
+
+        def reached() -> bool:
+            assert backup.state is not BackupState.CLOSED, "backup live log position is closed"
+            return backup.live_log_position >= position
+
+        self.await_condition(reached, f"backup live log position {position}", timeout_ns)
+
+    def await_backup_snapshot_retrieved_count(self, count: int, timeout_ns: int = 10 * SECOND) -> None:
+        """Aeron ``awaitBackupSnapshotRetrievedCount``: snapshot retrieval rounds completed."""
+        backup = self._backup()
+        self.await_condition(
+            lambda: backup.snapshots_retrieved_count >= count, f"backup retrieved {count} snapshot sets", timeout_ns
+        )
+
+    def next_backup_query_deadline_ns(self) -> int:
+        """Aeron ``TestBackupNode.nextBackupQueryDeadlineMs()``: when the backup next queries a member."""
+        return self._backup().agent.time_of_next_backup_query_ns
+
+    def set_next_backup_query_deadline_ns(self, deadline_ns: int) -> None:
+        """Aeron ``TestBackupNode.nextBackupQueryDeadlineMs(deadline)``: move the next query (0: now)."""
+        self._backup().agent.time_of_next_backup_query_ns = deadline_ns
+
+    def start_static_node_from_backup(self) -> None:
+        """Aeron ``startStaticNodeFromBackup``: the backup closes and every member restarts from a copy of
+        its directory (``restore_from_backup``), their own storage gone."""
+        restore_from_backup(self.c, self._backup())
+
+
+def aeron_backup_cluster(sim: Any, members: int = 3, seed: int = 0, **kwargs: Any) -> AeronBackupCluster:
+    """A SimCluster from the ``sim`` kit with the Aeron test service, ready for a backup node."""
+    return AeronBackupCluster(sim.cluster(members=members, seed=seed, service=SERVICE_NAME, **kwargs))

@@ -87,6 +87,7 @@ def test_check_names_are_the_catalogue() -> None:
         "open_sessions_agree",
         "module_state_follows_committed_log",
         "services_terminate_once",
+        "clients_close_when_cluster_gone",
     )
 
 

@@ -359,6 +359,24 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("correlation_id", I64), ("delay_ns", I64), ("kind", Enum32(control.TestHookKind)), ("value", I32),
     ),
     control.PurgeSegments: (("correlation_id", I64),),
+    control.BackupQuery: (("correlation_id", I64),),
+    control.BackupResponse: (
+        ("correlation_id", I64), ("log_recording_id", I64), ("log_start_position", I64),
+        ("log_stop_position", I64), ("commit_position", I64), ("leadership_term_id", I64),
+        ("leader_member_id", I32), ("member_id", I32),
+        ("terms", GroupOf(control.BackupTerm, (
+            ("leadership_term_id", I64), ("term_base_log_position", I64), ("log_position", I64), ("timestamp", I64),
+        ))),
+        ("snapshots", GroupOf(control.BackupSnapshot, (
+            ("recording_id", I64), ("leadership_term_id", I64), ("term_base_log_position", I64),
+            ("log_position", I64), ("timestamp", I64), ("service_id", I32),
+        ))),
+        ("cluster_members", ASCII),
+    ),
+    control.SnapshotReplayRequest: (
+        ("correlation_id", I64), ("recording_id", I64), ("from_position", I64), ("service_id", I32),
+        ("max_bytes", I32),
+    ),
 }  # fmt: skip
 
 CLASSES = sorted(TABLE, key=lambda cls: cls.TEMPLATE_ID)

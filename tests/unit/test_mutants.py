@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from clusterlab.chaos.runner import MUTANT_SERVICES, RunResult, run_scenario
 from clusterlab.core.archive.storage import MemoryStorage
+from clusterlab.core.consensus.cluster_backup import retrieve_all
 from clusterlab.core.consensus.context import ClusterMember, ConsensusModuleContext
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.runtime.test_context import TEST_CONTEXT_ENV, DiskFaults, load_test_context
@@ -25,6 +26,7 @@ from clusterlab.testing.mutants import (
     MUTANTS_ENV,
     PlantedRules,
     UnknownMutant,
+    backup_snapshot_filter,
     format_mutants,
     mutant_set,
     parse_mutants,
@@ -51,6 +53,11 @@ def test_every_mutant_changes_a_rule_the_core_asks() -> None:
     for name, mutant in MUTANTS.items():
         if mutant.in_service:
             assert name in MUTANT_SERVICES, name
+            continue
+        if mutant.in_backup:  # a ClusterBackup's snapshot choice, which its agent asks
+            assert backup_snapshot_filter([name]) is not retrieve_all, name
+            assert "self.ctx.snapshot_filter(" in (ROOT / "core/consensus/cluster_backup.py").read_text()
+            assert rules_for([name]) is PROTOCOL_RULES, name
             continue
         rule, where = re.fullmatch(r"rules ([a-z_, ]+) \((\S+).*\)", mutant.where).groups()  # type: ignore[union-attr]
         assert (ROOT / where).is_file(), mutant.where
