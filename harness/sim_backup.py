@@ -10,13 +10,15 @@ so a run with a backup keeps every other seeded choice of the run it extends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from clusterlab.core.archive.storage import MemoryStorage
 from clusterlab.core.codec.control import BackupQuery, SnapshotReplayRequest
 from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.session import ChallengeResponse
 from clusterlab.core.codec.transport import ReplayRequest
-from clusterlab.core.consensus.backup_source import backup_response, log_replay, snapshot_replay
+from clusterlab.core.consensus.backup_source import BackupSessions, log_replay, snapshot_replay
 from clusterlab.core.consensus.cluster_backup import (
     BackupContext,
     BackupState,
@@ -24,6 +26,7 @@ from clusterlab.core.consensus.cluster_backup import (
     ReplayStart,
     SnapshotFilter,
     SourceType,
+    no_answer,
     retrieve_all,
 )
 from clusterlab.core.consensus.module import ConsensusModule
@@ -45,6 +48,8 @@ class SimBackup:
         backup_query_interval_ns: int = 1_000_000_000,
         snapshot_filter: SnapshotFilter = retrieve_all,
         storage: MemoryStorage | None = None,
+        credentials: bytes = b"",
+        on_challenge: Callable[[bytes], bytes] = no_answer,
     ) -> None:
         self.cluster = cluster
         self.storage = MemoryStorage("sim-backup") if storage is None else storage  # given: resume a stopped backup
@@ -57,11 +62,15 @@ class SimBackup:
                 source_type=source_type,
                 backup_query_interval_ns=backup_query_interval_ns,
                 snapshot_filter=snapshot_filter,
+                credentials=credentials,
+                on_challenge=on_challenge,
                 log=self._log,
                 events=self._event,
             )
         )
         self._reply: tuple[int, Message, int] | None = None  # (member, answer, when it arrives)
+        # Each member incarnation's backup sessions (the node process keeps them in its memory).
+        self._sessions: dict[tuple[int, int], BackupSessions] = {}
 
     # ------------------------------------------------------------------ SimActor
 
@@ -96,8 +105,11 @@ class SimBackup:
         module = c.member(member_id)
         if not isinstance(module, ConsensusModule):
             return None
-        if isinstance(msg, BackupQuery):
-            return backup_response(module, msg.correlation_id)
+        if isinstance(msg, BackupQuery | ChallengeResponse):
+            sessions = self._sessions.setdefault((member_id, c.incarnation(member_id)), BackupSessions())
+            if isinstance(msg, BackupQuery):
+                return sessions.on_backup_query(module, msg, self.cluster.now_ns)
+            return sessions.on_challenge_response(module, msg, self.cluster.now_ns)
         if isinstance(msg, ReplayRequest):
             return log_replay(module, msg)
         if isinstance(msg, SnapshotReplayRequest):

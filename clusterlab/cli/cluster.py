@@ -8,7 +8,7 @@
         (an existing D with a cluster.json is restarted from disk; a D in use is refused).
         --secure (the default with --tcp): CURVE keys and ZAP on every socket, client credentials
     clusterlab cluster backup --dir D --backup-dir B [--replay-start beginning|latest-snapshot]
-                              [--query-interval S] [--progress-timeout S]
+                              [--query-interval S] [--progress-timeout S] [--credentials FILE]
         ClusterBackup of the running cluster D into B in the foreground, until Ctrl-C or SIGTERM
         (a backup process: clusterlab.core.runtime.backup; B/backup-status.json, B/backup.log)
     clusterlab cluster restore --dir D --from B
@@ -163,6 +163,14 @@ def register(subparsers: Any) -> None:
         default=10.0,
         metavar="S",
         help=ranged("seconds without progress before asking the next member (default 10)", BACKUP_PROGRESS_TIMEOUT_S),
+    )
+    backup.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a 'user:password' file answering the members' authenticator (default: a secured cluster's client "
+        "credentials; an open cluster asks none)",
     )
     backup.set_defaults(func=_guarded(cmd_cluster_backup, "cluster backup"))
 

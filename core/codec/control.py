@@ -8,7 +8,8 @@ control socket (ZeroMQ ROUTER, see ``core/runtime``) and answer these messages i
 * ``GateRule``, ``ClockOffset``, ``ClusterControlRequest``, ``MembersConfig``, ``StorageFault``,
   ``TestHook``, ``PurgeSegments`` -> ``ControlResponse``;
 * ``CountersRequest`` -> ``Counters`` (Aeron's CnC counters and the distinct error log, read by ClusterTool);
-* ``BackupQuery`` -> ``BackupResponse`` (Aeron's backup query, asked by ClusterBackup), and the backup's
+* ``BackupQuery`` -> ``BackupResponse`` (Aeron's backup query, asked by ClusterBackup; a ``Challenge`` /
+  ``ChallengeResponse`` round first when the member's authenticator asks for one), and the backup's
   reads: ``ReplayRequest`` (the committed log) and ``SnapshotReplayRequest`` (one snapshot recording)
   -> ``ReplayBlock`` or ``ArchiveError`` (clusterlab.core.codec.transport).
 
@@ -286,13 +287,16 @@ class PurgeSegments(Message):
 @codec
 @dataclass(frozen=True, slots=True)
 class BackupQuery(Message):
-    """ClusterBackup asks a member what to back up (Aeron's ``BackupQuery``); answered with
-    ``BackupResponse``, or ``ControlResponse`` REFUSED while the member is in an election or not running."""
+    """ClusterBackup asks a member what to back up (Aeron's ``BackupQuery``), with its credentials for the
+    member's authenticator; answered with ``BackupResponse``, a ``Challenge`` (the backup answers with a
+    ``ChallengeResponse``, answered in turn like the query), or ``ControlResponse`` REFUSED while the member
+    is in an election or not running, or with the message AUTHENTICATION_REJECTED."""
 
     TEMPLATE_ID: ClassVar[int] = 219
     BLOCK_LENGTH: ClassVar[int] = 8
 
     correlation_id: Int64
+    encoded_credentials: DataVar
 
 
 @codec

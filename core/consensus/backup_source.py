@@ -1,6 +1,7 @@
 """A member as the source of a ClusterBackup: its answer to ``BackupQuery`` (Aeron's
-``ConsensusModuleAgent.onBackupQuery``) and the archive replays a backup reads through (the committed
-log, and each snapshot recording of the latest set).
+``ConsensusModuleAgent.onBackupQuery``: the query's credentials judged by the member's authenticator,
+:class:`BackupSessions`) and the archive replays a backup reads through (the committed log, and each
+snapshot recording of the latest set).
 
 A backup copies the log only up to the answering member's commit position: everything it holds is
 committed, so a cluster restored from it never replays an entry the original cluster lost. The node
@@ -15,6 +16,7 @@ from clusterlab.core.archive.layout import SNAPSHOT_DIR, service_snapshot_store_
 from clusterlab.core.archive.snapshots import SNAPSHOT_SUFFIX
 from clusterlab.core.archive.storage import Storage, join
 from clusterlab.core.codec.control import (
+    BackupQuery,
     BackupResponse,
     BackupSnapshot,
     BackupTerm,
@@ -23,6 +25,8 @@ from clusterlab.core.codec.control import (
     SnapshotReplayRequest,
 )
 from clusterlab.core.codec.enums import ReplayPurpose
+from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.session import Challenge, ChallengeResponse
 from clusterlab.core.codec.transport import ArchiveError, ReplayBlock, ReplayRequest
 from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
 from clusterlab.core.consensus.log_replication import MAX_BLOCK_BYTES
@@ -33,15 +37,106 @@ ARCHIVE_ERROR_GENERIC = 0  # ArchiveError.code: the request cannot be served (Ae
 ARCHIVE_ERROR_UNKNOWN_RECORDING = 5  # Aeron's ArchiveException.UNKNOWN_RECORDING
 
 
-def backup_response(module: ConsensusModule, correlation_id: int) -> BackupResponse | ControlResponse:
-    """The member's ``BackupResponse``; REFUSED during an election, before start, after a storage failure
-    or outside ACTIVE/SUSPENDED (Aeron answers a backup query only then)."""
+AUTHENTICATION_REJECTED = "AUTHENTICATION_REJECTED"  # the REFUSED message of a rejected backup (Aeron's EventCode)
+BACKUP_SESSION_ID_BASE = -(1 << 40)  # backup sessions' ids, counting down: never a client session's
+MAX_CHALLENGED_BACKUP_SESSIONS = 64  # challenges awaiting an answer; the oldest is forgotten beyond
+
+
+class _BackupSessionProxy:
+    """The authenticator's handle on one backup session (a ``SessionProxy``): its verdict."""
+
+    def __init__(self, cluster_session_id: int) -> None:
+        self._id = cluster_session_id
+        self.verdict = ""  # "", "challenged", "authenticated" or "rejected"
+        self.encoded_challenge = b""
+
+    @property
+    def cluster_session_id(self) -> int:
+        return self._id
+
+    def challenge(self, encoded_challenge: bytes) -> bool:
+        self.verdict, self.encoded_challenge = "challenged", bytes(encoded_challenge)
+        return True
+
+    def authenticate(self, encoded_principal: bytes) -> bool:
+        self.verdict = "authenticated"
+        return True
+
+    def reject(self) -> None:
+        self.verdict = "rejected"
+
+
+class BackupSessions:
+    """A member's backup sessions (Aeron's ``pendingBackupSessions``): each ``BackupQuery`` is a session that
+    the member's authenticator (the one client sessions meet) authenticates, challenges or rejects, as it
+    does a client's connect. The node and the simulator each keep one per running member; nothing of it is
+    replicated. An authenticator that has not decided when asked gets the query REFUSED (the backup asks
+    again after its retry interval)."""
+
+    def __init__(self) -> None:
+        self._next_session_id = BACKUP_SESSION_ID_BASE
+        self._challenged: dict[int, int] = {}  # session id -> correlation id of the query it answers
+
+    def on_backup_query(self, module: ConsensusModule, msg: BackupQuery, now_ns: int) -> Message:
+        """A BackupQuery: refused unless the member can answer, then judged by the authenticator."""
+        refused = _refusal(module, msg.correlation_id)
+        if refused is not None:
+            return refused
+        session_id = self._next_session_id
+        self._next_session_id -= 1
+        authenticator = module.client_sessions.authenticator
+        now_ms = module.s.cluster_time_ms(now_ns)
+        authenticator.on_connect_request(session_id, bytes(msg.encoded_credentials), now_ms)
+        proxy = _BackupSessionProxy(session_id)
+        authenticator.on_connected_session(proxy, now_ms)
+        return self._answer(module, proxy, msg.correlation_id)
+
+    def on_challenge_response(self, module: ConsensusModule, msg: ChallengeResponse, now_ns: int) -> Message:
+        """A backup's answer to the challenge of one of its queries."""
+        if self._challenged.pop(msg.cluster_session_id, None) is None:
+            reason = f"no challenged backup session {msg.cluster_session_id}"
+            return ControlResponse(msg.correlation_id, ControlResponseCode.ERROR, reason)
+        refused = _refusal(module, msg.correlation_id)
+        if refused is not None:
+            return refused
+        authenticator = module.client_sessions.authenticator
+        now_ms = module.s.cluster_time_ms(now_ns)
+        authenticator.on_challenge_response(msg.cluster_session_id, bytes(msg.encoded_credentials), now_ms)
+        proxy = _BackupSessionProxy(msg.cluster_session_id)
+        authenticator.on_challenged_session(proxy, now_ms)
+        return self._answer(module, proxy, msg.correlation_id)
+
+    def _answer(self, module: ConsensusModule, proxy: _BackupSessionProxy, correlation_id: int) -> Message:
+        if proxy.verdict == "authenticated":
+            return backup_response(module, correlation_id)
+        if proxy.verdict == "challenged":
+            if len(self._challenged) >= MAX_CHALLENGED_BACKUP_SESSIONS:
+                del self._challenged[next(iter(self._challenged))]
+            self._challenged[proxy.cluster_session_id] = correlation_id
+            return Challenge(correlation_id, proxy.cluster_session_id, proxy.encoded_challenge)
+        if proxy.verdict == "rejected":
+            return ControlResponse(correlation_id, ControlResponseCode.REFUSED, AUTHENTICATION_REJECTED)
+        return ControlResponse(correlation_id, ControlResponseCode.REFUSED, "authentication pending")
+
+
+def _refusal(module: ConsensusModule, correlation_id: int) -> ControlResponse | None:
+    """REFUSED during an election, before start, after a storage failure or outside ACTIVE/SUSPENDED
+    (Aeron answers a backup query only then); None when the member can answer."""
     s = module.s
     if s.election is not None or s.state not in (ConsensusModuleState.ACTIVE, ConsensusModuleState.SUSPENDED):
         state = "an election" if s.election is not None else s.state.name
         return ControlResponse(correlation_id, ControlResponseCode.REFUSED, f"member {s.member_id} is in {state}")
     if module.storage_failure is not None:
         return ControlResponse(correlation_id, ControlResponseCode.REFUSED, "storage failed")
+    return None
+
+
+def backup_response(module: ConsensusModule, correlation_id: int) -> BackupResponse | ControlResponse:
+    """The member's ``BackupResponse`` to an authenticated query (REFUSED as :func:`_refusal` says)."""
+    refused = _refusal(module, correlation_id)
+    if refused is not None:
+        return refused
+    s = module.s
     terms = tuple(
         BackupTerm(e.leadership_term_id, e.term_base_log_position, e.log_position, e.timestamp)
         for e in module.recording_log.entries()

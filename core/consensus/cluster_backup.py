@@ -11,7 +11,9 @@ outstanding at a time.
 States follow ``ClusterBackup.State``:
 
 * ``BACKUP_QUERY``: ask a member for a ``BackupResponse``: its log's extent, commit position, terms and
-  latest snapshot set. Snapshots the backup does not hold yet are retrieved first.
+  latest snapshot set. Snapshots the backup does not hold yet are retrieved first. The query carries the
+  backup's credentials; the member's authenticator judges them as it does a client's connect: it may
+  challenge (the agent answers with ``ctx.on_challenge``) or reject (AUTHENTICATION_REJECTED: a reset).
 * ``SNAPSHOT_RETRIEVE``: copy each snapshot recording in blocks (``SnapshotReplayRequest``); each is
   checked frame by frame and written into the backup's own snapshot store (consensus module's or the
   service's, as on a member).
@@ -37,7 +39,7 @@ log is always a prefix of the cluster's committed log.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 from typing import Any
 
@@ -58,6 +60,7 @@ from clusterlab.core.codec.enums import ReplayPurpose
 from clusterlab.core.codec.framewalk import Frame
 from clusterlab.core.codec.framing import walk_frames
 from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.session import Challenge, ChallengeResponse
 from clusterlab.core.codec.transport import ArchiveError, ReplayBlock, ReplayRequest
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE
 from clusterlab.core.consensus.log_replication import MAX_BLOCK_BYTES
@@ -130,6 +133,11 @@ def retrieve_all(snapshots: Sequence[BackupSnapshot]) -> list[BackupSnapshot]:
     return list(snapshots)
 
 
+def no_answer(encoded_challenge: bytes) -> bytes:
+    """The default answer to a challenge: no credentials (Aeron's ``NullCredentialsSupplier``)."""
+    return b""
+
+
 def _noop_log(line: str) -> None:
     """Default log sink: drop the line."""
 
@@ -154,6 +162,9 @@ class BackupContext:
     retry_interval_ns: int = 100_000_000
     file_sync: bool = False
     snapshot_filter: SnapshotFilter = field(default=retrieve_all)  # a test seam: planted backup bugs
+    # Aeron's ``CredentialsSupplier``: what a BackupQuery carries, and the answer to a member's challenge.
+    credentials: bytes = b""
+    on_challenge: Callable[[bytes], bytes] = field(default=no_answer)
     log: Callable[[str], None] = field(default=_noop_log)
     events: Callable[[str, dict[str, Any]], None] = field(default=_noop_event)
 
@@ -190,6 +201,7 @@ class ClusterBackupAgent:
         self._pending_sets: list[list[tuple[BackupSnapshot, int]]] = []  # retrieved, not yet in the recording log
         self._correlation_id = 0
         self._outstanding: Message | None = None
+        self._challenge_response: ChallengeResponse | None = None  # due next: the answer to a challenge
         self._request_deadline_ns = 0
         self._time_of_last_progress_ns = 0
         self._next_request_ns = 0
@@ -240,16 +252,19 @@ class ClusterBackupAgent:
     def _request(self, now_ns: int) -> Message | None:
         self._correlation_id += 1
         cid = self._correlation_id
+        if self._challenge_response is not None:
+            answer, self._challenge_response = self._challenge_response, None
+            return replace(answer, correlation_id=cid)
         if self.state in (BackupState.BACKUP_QUERY, BackupState.RESET_BACKUP):
             self.state = BackupState.BACKUP_QUERY
-            return BackupQuery(cid)
+            return BackupQuery(cid, self.ctx.credentials)
         if self.state is BackupState.SNAPSHOT_RETRIEVE:
             r = self._to_retrieve[0]
             sn = r.snapshot
             return SnapshotReplayRequest(cid, sn.recording_id, len(r.data), sn.service_id, MAX_BLOCK_BYTES)
         if self.state is BackupState.BACKING_UP and now_ns >= self.time_of_next_backup_query_ns:
             self.state = BackupState.BACKUP_QUERY
-            return BackupQuery(cid)
+            return BackupQuery(cid, self.ctx.credentials)
         return ReplayRequest(
             correlation_id=cid,
             recording_id=0,
@@ -280,11 +295,14 @@ class ClusterBackupAgent:
             self.ctx.log(f"backup: dropped a stale or unexpected {type(reply).__name__} from member {member_id}")
             return
         self._outstanding = None
+        query = isinstance(request, BackupQuery | ChallengeResponse)
         if isinstance(reply, ControlResponse | ArchiveError):
             text = reply.message if isinstance(reply, ControlResponse) else reply.error_message
             self._reset(now_ns, f"member {member_id} answered {type(request).__name__} with: {text}")
-        elif isinstance(reply, BackupResponse) and isinstance(request, BackupQuery):
+        elif isinstance(reply, BackupResponse) and query:
             self._on_backup_response(reply, now_ns)
+        elif isinstance(reply, Challenge) and isinstance(request, BackupQuery):
+            self._on_challenge(reply, now_ns)
         elif isinstance(reply, ReplayBlock) and isinstance(request, SnapshotReplayRequest):
             self._on_snapshot_block(reply, now_ns)
         elif isinstance(reply, ReplayBlock) and isinstance(request, ReplayRequest):
@@ -292,12 +310,21 @@ class ClusterBackupAgent:
         else:
             self._reset(now_ns, f"member {member_id} answered {type(request).__name__} with {type(reply).__name__}")
 
+    def _on_challenge(self, msg: Challenge, now_ns: int) -> None:
+        """The member's authenticator challenges the query: the answer goes to it next (Aeron
+        ``ClusterBackupAgent.onChallenge``); its verdict arrives as a BackupResponse or a rejection."""
+        self._progress(now_ns)
+        self._challenge_response = ChallengeResponse(
+            0, msg.cluster_session_id, self.ctx.on_challenge(bytes(msg.encoded_challenge))
+        )
+
     def _reset(self, now_ns: int, reason: str) -> None:
         """RESET_BACKUP: count the error, drop a half-copied snapshot, ask the next member after a pause."""
         self.errors += 1
         self.ctx.log(f"backup: member {self.source_member_id}: {reason}; asking the next member")
         self.ctx.events("backup_reset", {"source": self.source_member_id, "reason": reason})
         self.state = BackupState.RESET_BACKUP
+        self._challenge_response = None
         self._to_retrieve.clear()
         self.source_index = (self.source_index + 1) % len(self.ctx.source_member_ids)
         self.source_member_id = self.ctx.source_member_ids[self.source_index]

@@ -39,13 +39,14 @@ from clusterlab.core.consensus.cluster_backup import (
     BackupState,
     ClusterBackupAgent,
     ReplayStart,
+    no_answer,
 )
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.dirlock import DirectoryLock
 from clusterlab.core.runtime.runner import DutyCycle, ProcessLog, exit_with_parent
-from clusterlab.core.runtime.security import ADMIN, ProcessSecurity
+from clusterlab.core.runtime.security import ADMIN, ClientCredentials, ProcessSecurity, credentials_path
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import new_context
 
@@ -104,7 +105,10 @@ class BackupProcess:
         query_interval_s: float = DEFAULT_QUERY_INTERVAL_S,
         progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
         log: ProcessLog | None = None,
+        credentials: ClientCredentials | None = None,
     ) -> None:
+        """``credentials`` answer the members' authenticator (default: a secured cluster's client
+        credentials file; an open cluster asks none)."""
         self.config = config
         self.backup_dir = backup_dir
         self.log = log if log is not None else ProcessLog("backup")
@@ -120,9 +124,13 @@ class BackupProcess:
             m.member_id: ControlClient(self.zctx, m.control, self.security.connector_for_member(m.member_id))
             for m in config.members
         }
+        if credentials is None and config.secure:
+            credentials = ClientCredentials.from_file(credentials_path(config.directory))
         self.agent = ClusterBackupAgent(
             BackupContext(
                 storage=FileStorage(backup_dir),
+                credentials=credentials.connect_credentials if credentials is not None else b"",
+                on_challenge=credentials.on_challenge if credentials is not None else no_answer,
                 source_member_ids=tuple(m.member_id for m in config.members),
                 service_count=config.service_count,
                 replay_start=replay_start,
@@ -250,6 +258,14 @@ def argument_parser() -> argparse.ArgumentParser:
         help=f"seconds without progress before asking the next member (default {DEFAULT_PROGRESS_TIMEOUT_S:g})",
     )
     parser.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a 'user:password' file answering the members' authenticator (default: a secured cluster's "
+        "client credentials; an open cluster asks none)",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         type=int,
         default=None,
@@ -292,8 +308,9 @@ def run_backup(args: argparse.Namespace, report: Callable[[str], None] = _print_
                     query_interval_s=args.query_interval,
                     progress_timeout_s=args.progress_timeout,
                     log=ProcessLog("backup", stream),
+                    credentials=ClientCredentials.from_file(args.credentials) if args.credentials else None,
                 )
-            except ConfigError as e:  # a secured cluster's admin key missing or unreadable
+            except ConfigError as e:  # a secured cluster's admin key or a credentials file missing or unreadable
                 report(str(e))
                 return EXIT_CONFIG
             return process.run()

@@ -67,10 +67,11 @@ from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode, message_name
+from clusterlab.core.codec.session import ChallengeResponse
 from clusterlab.core.codec.transport import ArchiveError, ReplayRequest
 from clusterlab.core.consensus.backup_source import (
     ARCHIVE_ERROR_GENERIC,
-    backup_response,
+    BackupSessions,
     log_replay,
     snapshot_replay,
 )
@@ -210,6 +211,7 @@ class Node:
         # Egress goes to clients' response channels: CURVE servers with the client key when secured.
         self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.module: ConsensusModule | None = None
+        self._backup_sessions = BackupSessions()  # ClusterBackup queries this member's authenticator judged
         self.ignored: dict[str, int] = {}
         self.received = 0
         self.undeliverable = 0
@@ -626,19 +628,24 @@ class Node:
             reply = self._on_test_hook(msg)
             self.log(f"test hook {msg.kind.name}: {reply.message}")
             return reply
-        if isinstance(msg, BackupQuery | ReplayRequest | SnapshotReplayRequest):
-            return self._on_backup_request(msg)
+        if isinstance(msg, BackupQuery | ChallengeResponse | ReplayRequest | SnapshotReplayRequest):
+            return self._on_backup_request(msg, now_ns)
         return None
 
-    def _on_backup_request(self, msg: BackupQuery | ReplayRequest | SnapshotReplayRequest) -> Message:
-        """A ClusterBackup's query or read (clusterlab.core.consensus.backup_source); REFUSED until the
-        module has started (Aeron's consensus module answers a backup query only once it runs)."""
+    def _on_backup_request(
+        self, msg: BackupQuery | ChallengeResponse | ReplayRequest | SnapshotReplayRequest, now_ns: int
+    ) -> Message:
+        """A ClusterBackup's query, its answer to a challenge, or a read (clusterlab.core.consensus.
+        backup_source); REFUSED until the module has started (Aeron's consensus module answers a backup
+        query only once it runs)."""
         if self.module is None:
-            if isinstance(msg, BackupQuery):
+            if isinstance(msg, BackupQuery | ChallengeResponse):
                 return ControlResponse(msg.correlation_id, ControlResponseCode.REFUSED, "not started")
             return ArchiveError(msg.correlation_id, ARCHIVE_ERROR_GENERIC, "not started")
         if isinstance(msg, BackupQuery):
-            return backup_response(self.module, msg.correlation_id)
+            return self._backup_sessions.on_backup_query(self.module, msg, now_ns)
+        if isinstance(msg, ChallengeResponse):
+            return self._backup_sessions.on_challenge_response(self.module, msg, now_ns)
         if isinstance(msg, ReplayRequest):
             return log_replay(self.module, msg)
         return snapshot_replay(self.storage, msg)

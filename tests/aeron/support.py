@@ -458,3 +458,92 @@ class AeronBackupCluster(AeronCluster):
 def aeron_backup_cluster(sim: Any, members: int = 3, seed: int = 0, **kwargs: Any) -> AeronBackupCluster:
     """A SimCluster from the ``sim`` kit with the Aeron test service, ready for a backup node."""
     return AeronBackupCluster(sim.cluster(members=members, seed=seed, service=SERVICE_NAME, **kwargs))
+
+
+# --- backup authentication (tests/aeron/test_cluster_backup.py: Aeron's SampleAuthenticator suppliers)
+from dataclasses import dataclass  # noqa: E402 - this block's own imports
+
+from clusterlab.core.client.client import ClusterClient  # noqa: E402
+from clusterlab.core.consensus.authenticator import SessionProxy  # noqa: E402
+from clusterlab.core.consensus.context import Channel  # noqa: E402
+from clusterlab.harness.sim_parts import client_response_channel  # noqa: E402
+
+SAMPLE_PRINCIPAL = b"admin"
+SAMPLE_CHALLENGE = b"challenge!"
+
+
+@dataclass(frozen=True)
+class CredentialsSupplier:
+    """Aeron's ``CredentialsSupplier``: the connect credentials and the answer to a challenge."""
+
+    encoded_credentials: bytes
+    challenge_answer: bytes = b""
+
+    def on_challenge(self, encoded_challenge: bytes) -> bytes:
+        return self.challenge_answer
+
+
+# Aeron TestCluster's suppliers (SampleAuthenticator accepts admin:admin, challenges admin:adminC).
+SIMPLE_CREDENTIALS_SUPPLIER = CredentialsSupplier(b"admin:admin")
+CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER = CredentialsSupplier(b"admin:adminC", b"admin:CSadmin")
+INVALID_SIMPLE_CREDENTIALS_SUPPLIER = CredentialsSupplier(b"admin:invalid")
+INVALID_CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER = CredentialsSupplier(b"admin:adminC", b"admin:invalid")
+
+
+class SampleAuthenticator:
+    """Aeron ``io.aeron.samples.archive.SampleAuthenticator``: ``admin:admin`` is authenticated,
+    ``admin:adminC`` challenged with ``challenge!`` and authenticated by the answer ``admin:CSadmin``,
+    anything else rejected; the principal is ``admin``."""
+
+    def __init__(self) -> None:
+        self._state: dict[int, str] = {}  # session id -> CHALLENGE, AUTHENTICATED or REJECT
+
+    def on_connect_request(self, cluster_session_id: int, encoded_credentials: bytes, now_ms: int) -> None:
+        text = bytes(encoded_credentials)
+        self._state[cluster_session_id] = (
+            "AUTHENTICATED" if text == b"admin:admin" else "CHALLENGE" if text == b"admin:adminC" else "REJECT"
+        )
+
+    def on_challenge_response(self, cluster_session_id: int, encoded_credentials: bytes, now_ms: int) -> None:
+        ok = bytes(encoded_credentials) == b"admin:CSadmin"
+        if self._state.get(cluster_session_id) == "CHALLENGE" and ok:
+            self._state[cluster_session_id] = "AUTHENTICATED"
+        elif not ok:
+            self._state[cluster_session_id] = "REJECT"
+
+    def on_connected_session(self, session: SessionProxy, now_ms: int) -> None:
+        state = self._state.get(session.cluster_session_id)
+        if state == "CHALLENGE":
+            session.challenge(SAMPLE_CHALLENGE)
+        else:
+            self._decide(session, state)
+
+    def on_challenged_session(self, session: SessionProxy, now_ms: int) -> None:
+        self._decide(session, self._state.get(session.cluster_session_id))
+
+    def _decide(self, session: SessionProxy, state: str | None) -> None:
+        if state == "AUTHENTICATED" and session.authenticate(SAMPLE_PRINCIPAL):
+            del self._state[session.cluster_session_id]
+        elif state == "REJECT":
+            session.reject()
+            del self._state[session.cluster_session_id]
+
+
+def connect_client_with(a: AeronCluster, supplier: CredentialsSupplier) -> SimClient:
+    """Aeron ``TestCluster.connectClient(credentialsSupplier)``: a client whose connect carries the
+    supplier's credentials and whose challenges it answers."""
+    c = a.c
+    client = c.add_client(credentials=supplier.encoded_credentials)
+    client.client = ClusterClient(
+        client.client_id,
+        client_response_channel(client.client_id),
+        {m: f"sim-member:{m}" for m in range(c.member_count)},
+        lambda member_id, payload: c.network.send(c.now_ns, client.network_id, member_id, Channel.INGRESS, payload),
+        credentials=supplier.encoded_credentials,
+        on_challenge=supplier.on_challenge,
+    )
+    client.client.connect(c.now_ns)
+    a.await_condition(lambda: client.client.is_connected or bool(client.errors), "client connected")
+    assert client.client.is_connected, client.errors
+    a.client = client
+    return client

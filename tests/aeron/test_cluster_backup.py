@@ -15,17 +15,37 @@ from typing import Any
 import pytest
 from clusterlab.core.archive.layout import SNAPSHOT_DIR, service_snapshot_store_dirs
 from clusterlab.core.archive.snapshots import SNAPSHOT_SUFFIX
-from clusterlab.core.codec.control import BackupQuery, SnapshotReplayRequest
+from clusterlab.core.codec.control import (
+    BackupQuery,
+    BackupResponse,
+    ControlResponse,
+    ControlResponseCode,
+    SnapshotReplayRequest,
+)
 from clusterlab.core.codec.enums import ReplayPurpose
 from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, walk_frames
 from clusterlab.core.codec.message import Message
+from clusterlab.core.codec.session import Challenge, ChallengeResponse
 from clusterlab.core.codec.transport import ReplayBlock, ReplayRequest
+from clusterlab.core.consensus.backup_source import AUTHENTICATION_REJECTED, BackupSessions
 from clusterlab.core.consensus.cluster_backup import BackupState, ReplayStart, SourceType
 from clusterlab.core.consensus.context import SECOND, SERVICE_ID_CONSENSUS_MODULE
+from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLog
 from clusterlab.harness.sim_backup import SimBackup
 
-from tests.aeron.support import AeronBackupCluster, aeron_backup_cluster
+from tests.aeron.support import (
+    CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER,
+    INVALID_CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER,
+    INVALID_SIMPLE_CREDENTIALS_SUPPLIER,
+    SAMPLE_CHALLENGE,
+    SIMPLE_CREDENTIALS_SUPPLIER,
+    AeronBackupCluster,
+    CredentialsSupplier,
+    SampleAuthenticator,
+    aeron_backup_cluster,
+    connect_client_with,
+)
 from tests.sim.conftest import SimKit
 
 pytestmark = pytest.mark.sim
@@ -712,3 +732,77 @@ def test_incomplete_snapshot_set_is_never_recorded(sim: SimKit) -> None:
     assert [e["detail"]["services"] for e in a.c.events if e.get("kind") == "backup_snapshot_dropped"] != []
     _restore_and_await(a, 20)
     assert all(a.service(m).was_snapshot_loaded for m in range(3))
+
+
+# --- authentication: the members' authenticator judges a backup's query as it does a client's connect
+
+
+def _authenticated_cluster_with_snapshot(sim: SimKit, supplier: CredentialsSupplier) -> tuple[AeronBackupCluster, int]:
+    """Aeron's common start of the authentication tests: three members with SampleAuthenticator, a client
+    with ``supplier``'s credentials, 10 messages, a snapshot, 7 more; (the cluster, the leader's log position)."""
+    a = aeron_backup_cluster(sim, authenticator_factory=SampleAuthenticator)
+    leader = a.await_leader()
+    connect_client_with(a, supplier)
+    a.send_and_await_messages(10)
+    a.take_snapshot_on(leader)
+    a.await_snapshot_count_everywhere(1)
+    a.send_messages(7)
+    a.await_response_message_count(17)
+    a.await_service_message_count(leader, 17)
+    return a, a.log_position(leader)
+
+
+@pytest.mark.parametrize(
+    "supplier", [SIMPLE_CREDENTIALS_SUPPLIER, CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER], ids=["simple", "challenge"]
+)
+def test_should_backup_cluster_with_snapshot_and_non_empty_log_with_authentication(
+    sim: SimKit, supplier: CredentialsSupplier
+) -> None:
+    """ClusterBackupTest.shouldBackupClusterWithSnapshotAndNonEmptyLogWithSimpleAuthentication and
+    ClusterBackupTest.shouldBackupClusterWithSnapshotAndNonEmptyLogWithChallengeResponseAuthentication"""
+    a, log_position = _authenticated_cluster_with_snapshot(sim, supplier)
+    a.start_cluster_backup_node(True, credentials=supplier.encoded_credentials, on_challenge=supplier.on_challenge)
+    a.await_backup_state(BackupState.BACKING_UP)
+    a.await_backup_live_log_position(log_position)
+    _restore_and_await(a, 17)
+    assert all(a.service(m).was_snapshot_loaded for m in range(3))
+
+
+@pytest.mark.parametrize(
+    "supplier",
+    [INVALID_SIMPLE_CREDENTIALS_SUPPLIER, INVALID_CHALLENGE_RESPONSE_CREDENTIALS_SUPPLIER],
+    ids=["credentials", "challenge-response"],
+)
+def test_should_log_error_with_invalid_credentials(sim: SimKit, supplier: CredentialsSupplier) -> None:
+    """ClusterBackupTest.shouldLogErrorWithInvalidCredentials and
+    ClusterBackupTest.shouldLogErrorWithInvalidChallengeResponse"""
+    a = aeron_backup_cluster(sim, authenticator_factory=SampleAuthenticator)
+    a.await_leader()
+    lines = len(a.c.log_lines)
+    backup = a.start_cluster_backup_node(
+        True, credentials=supplier.encoded_credentials, on_challenge=supplier.on_challenge
+    )
+    a.await_backup_state(BackupState.RESET_BACKUP)
+    a.await_condition(
+        lambda: any("AUTHENTICATION_REJECTED" in line for _t, _m, line in list(a.c.log_lines)[lines:]),
+        "the backup logs AUTHENTICATION_REJECTED",
+    )
+    assert backup.agent.errors >= 1 and backup.live_log_position == 0
+
+
+def test_a_challenged_backup_answers_once_and_a_stale_answer_is_refused(sim: SimKit) -> None:
+    """The member keeps a challenged backup session until its answer: a second answer to the same session,
+    or an answer to a session it never challenged, is an error, not a BackupResponse."""
+    a = aeron_backup_cluster(sim, authenticator_factory=SampleAuthenticator)
+    leader = a.await_leader()
+    module = a.c.member(leader)
+    assert isinstance(module, ConsensusModule)
+    sessions = BackupSessions()
+    challenge = sessions.on_backup_query(module, BackupQuery(1, b"admin:adminC"), a.c.now_ns)
+    assert isinstance(challenge, Challenge) and challenge.encoded_challenge == SAMPLE_CHALLENGE
+    answer = ChallengeResponse(2, challenge.cluster_session_id, b"admin:CSadmin")
+    assert isinstance(sessions.on_challenge_response(module, answer, a.c.now_ns), BackupResponse)
+    again = sessions.on_challenge_response(module, dataclasses.replace(answer, correlation_id=3), a.c.now_ns)
+    assert isinstance(again, ControlResponse) and again.code is ControlResponseCode.ERROR
+    rejected = sessions.on_backup_query(module, BackupQuery(4, b"admin:nope"), a.c.now_ns)
+    assert isinstance(rejected, ControlResponse) and rejected.message == AUTHENTICATION_REJECTED

@@ -359,7 +359,7 @@ TABLE: dict[type, tuple[tuple[str, Any], ...]] = {
         ("correlation_id", I64), ("delay_ns", I64), ("kind", Enum32(control.TestHookKind)), ("value", I32),
     ),
     control.PurgeSegments: (("correlation_id", I64),),
-    control.BackupQuery: (("correlation_id", I64),),
+    control.BackupQuery: (("correlation_id", I64), ("encoded_credentials", DATA)),
     control.BackupResponse: (
         ("correlation_id", I64), ("log_recording_id", I64), ("log_start_position", I64),
         ("log_stop_position", I64), ("commit_position", I64), ("leadership_term_id", I64),
