@@ -380,13 +380,25 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - t
 
 
-def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None) -> dict[str, Any]:
+def _started(master: str | None) -> Any:
+    """A session whose Python workers are up: one trivial task per slot runs first, so no timed job pays
+    for starting them (as no DuckDB timing pays for importing DuckDB)."""
+    from clusterlab.golden.spark.session import spark_session
+
+    spark = spark_session(master, app_name="clusterlab-bench")
+    slots = spark.sparkContext.defaultParallelism
+    spark.range(slots, numPartitions=slots).mapInArrow(lambda batches: batches, "id long").collect()
+    return spark
+
+
+def run(
+    scale: str, workdir: Path, master: str | None = None, spark: Any = None, plans: tuple[str, ...] = ("auto",)
+) -> dict[str, Any]:
     """Generate the data sets in ``workdir``, time every job, return the results (also printed).
     ``spark``: a session to use (kept open); by default one is started and stopped."""
     from clusterlab.chaos.checks.embedded import check_runs as embedded_check
     from clusterlab.golden.spark.check import check_runs
     from clusterlab.golden.spark.diff import Comparison, diff_positions
-    from clusterlab.golden.spark.session import spark_session
 
     p = SCALES[scale]
     big, golden, many = workdir / "big", workdir / "golden", workdir / "many"
@@ -410,7 +422,7 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     load_at_start = [round(x, 2) for x in os.getloadavg()]  # the machine may be shared
     own_spark = spark is None
     if own_spark:
-        spark, start_s = _timed(lambda: spark_session(master, app_name="clusterlab-bench"))
+        spark, start_s = _timed(lambda: _started(master))
     else:
         start_s = 0.0
     cores = spark.sparkContext.defaultParallelism
@@ -435,42 +447,36 @@ def run(scale: str, workdir: Path, master: str | None = None, spark: Any = None)
     plant_position = (plant_entry + 1) * ENTRY
     golden_position = (golden_entry + 1) * ENTRY
     read_rows = sum(big_rows[t] for t in ("applied", "events", "ops", "log"))
-    report, s = _timed(lambda: check_runs([big], spark=spark, write_json=False))
-    agreement = report.checks["agreement"]
-    found = [v["log_position"] for v in agreement.violations]
-    assert (
-        found == [plant_position]
-        and report.checks["agreement"].count == 1
-        and [c for c, r in report.checks.items() if not r.ok] == ["agreement"]
-    ), report.to_json()
-    record("check big", f"Spark {master or 'local[*]'}", read_rows, s, f"agreement at {found}")
+    many_read = sum(many_rows[t] for t in ("applied", "events", "ops", "log"))
+    diff_rows = golden_rows + big_rows["applied"]
+    comparison = Comparison("bench", "replay", str(golden.resolve()), str(big.resolve()))
+    for plan in plans:
+        engine = f"Spark {master or 'local[*]'}" + ("" if plan == "auto" else f", {plan} plan")
+        report, s = _timed(lambda plan=plan: check_runs([big], spark=spark, write_json=False, plan=plan))
+        found = [v["log_position"] for v in report.checks["agreement"].violations]
+        assert (
+            found == [plant_position]
+            and report.checks["agreement"].count == 1
+            and [c for c, r in report.checks.items() if not r.ok] == ["agreement"]
+        ), report.to_json()
+        record("check big", engine, read_rows, s, f"agreement at {found}")
+        report, s = _timed(lambda plan=plan: check_runs([many], spark=spark, write_json=False, plan=plan))
+        assert report.ok and len(report.run_ids) == p["runs"], report.to_json()
+        record(f"check {p['runs']} runs", engine, many_read, s, "pass")
+        diff_plan = {"auto": "tasks"}.get(plan, plan)
+        diffs, s = _timed(lambda plan=diff_plan: diff_positions(spark, [comparison], plan=plan))
+        d = diffs[("bench", "replay")]
+        assert d.first is not None and d.first["log_position"] == min(plant_position, golden_position), d
+        assert d.divergent == 2, d
+        record("golden diff big", engine, diff_rows, s, f"{d.divergent} divergent, first {d.first['log_position']}")
     # The embedded engine: the same SQL checks (and linearizability), DuckDB on one thread.
     duck, s = _timed(lambda: embedded_check([big], write_json=False, threads=1))
     found = [v["log_position"] for v in duck.checks["agreement"].violations]
     assert found == [plant_position] and [c for c, r in duck.checks.items() if not r.ok] == ["agreement"], found
     record("check big", "DuckDB 1 thread", read_rows, s, f"agreement at {found}")
-
-    many_read = sum(many_rows[t] for t in ("applied", "events", "ops", "log"))
-    report, s = _timed(lambda: check_runs([many], spark=spark, write_json=False))
-    assert report.ok and len(report.run_ids) == p["runs"], report.to_json()
-    record(f"check {p['runs']} runs", f"Spark {master or 'local[*]'}", many_read, s, "pass")
     duck, s = _timed(lambda: embedded_check(sorted(many.iterdir()), write_json=False, threads=1))
     assert duck.ok and len(duck.run_ids) == p["runs"], duck.to_json()
     record(f"check {p['runs']} runs", "DuckDB 1 thread", many_read, s, "pass")
-
-    diff_rows = golden_rows + big_rows["applied"]
-    comparison = Comparison("bench", "replay", str(golden.resolve()), str(big.resolve()))
-    diffs, s = _timed(lambda: diff_positions(spark, [comparison]))
-    d = diffs[("bench", "replay")]
-    assert d.first is not None and sorted([d.first["log_position"]]) == [min(plant_position, golden_position)]
-    assert d.divergent == 2, d
-    record(
-        "golden diff big",
-        f"Spark {master or 'local[*]'}",
-        diff_rows,
-        s,
-        f"{d.divergent} divergent, first {d.first['log_position']}",
-    )
     (positions, rows), s = _timed(lambda: duckdb_diff(golden, big))
     assert positions == sorted([plant_position, golden_position]), positions
     record("golden diff big", "DuckDB 1 thread", rows, s, f"{len(positions)} divergent, first {positions[0]}")
@@ -499,11 +505,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="where to generate the data (default a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the generated data")
     parser.add_argument("--out", default="benchmarks/results/spark.json")
+    parser.add_argument(
+        "--plans",
+        default="auto",
+        help="comma-separated Spark plans to time: auto (the default plan), tasks, sql (each check a SQL job)",
+    )
     args = parser.parse_args(argv)
+    plans = tuple(args.plans.split(","))
+    if not set(plans) <= {"auto", "tasks", "sql"}:
+        parser.error(f"--plans: each of auto, tasks, sql, not {args.plans!r}")
     os.environ.setdefault("CLUSTERLAB_SPARK_DRIVER_MEMORY", "6g")
     workdir = Path(tempfile.mkdtemp(prefix="clusterlab-spark-bench-", dir=args.dir))
     try:
-        doc = run(args.scale, workdir, args.master)
+        doc = run(args.scale, workdir, args.master, plans=plans)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -192,3 +192,34 @@ def plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {k: plain(x) for k, x in v.items()}
     return v
+
+
+def merge_reports(parts: Sequence[CheckReport], run_dirs: Sequence[str], limit: int, *, engine: str) -> CheckReport:
+    """One report of ``run_dirs`` from ``parts``, reports of disjoint subsets of them given in the order
+    of ``run_dirs`` (each judged on its own: every check is per run): counts and per-run counts add
+    up, each check keeps the first ``limit`` violations in that order, rows and torn files add up."""
+    checks: dict[str, CheckResult] = {}
+    rows: dict[str, int] = {}
+    merged = CheckReport(
+        run_ids=sorted({i for p in parts for i in p.run_ids}),
+        run_dirs=list(run_dirs),
+        master="",
+        checks=checks,
+        rows=rows,
+        torn=sum(p.torn for p in parts),
+        elapsed_s=0.0,
+        engine=engine,
+    )
+    for part in parts:
+        for name, c in part.checks.items():
+            into = checks.setdefault(name, CheckResult(name, 0))
+            into.count += c.count
+            into.per_run.update(c.per_run)
+            into.violations += c.violations[: max(0, limit - len(into.violations))]
+            into.unknown += c.unknown
+        for table, n in part.rows.items():
+            rows[table] = rows.get(table, 0) + n
+        merged.run_rows.update(part.run_rows)
+        merged.run_torn.update(part.run_torn)
+        merged.completeness.update(part.completeness)
+    return merged

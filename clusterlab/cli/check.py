@@ -21,6 +21,7 @@ from clusterlab.chaos.limits import VIOLATIONS_KEPT
 from clusterlab.cli.paths import bounded, ranged
 
 ENGINES = ("auto", "duckdb", "spark")
+PLANS = ("auto", "tasks", "sql")  # clusterlab.golden.spark.run_tasks.PLANS (not imported: pyspark)
 SPARK_RUNS = 64  # more runs than this: Spark (auto)
 SPARK_BYTES = 1 << 30  # more trace bytes than this (all runs): Spark (auto)
 
@@ -97,6 +98,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.engine == "duckdb" and (args.master or args.remote):
         print("clusterlab check: --master/--remote need --engine spark (or auto), not duckdb", file=sys.stderr)
         return 2
+    if args.engine == "duckdb" and args.plan != "auto":
+        print("clusterlab check: --plan chooses how Spark plans the checks; it needs --engine spark", file=sys.stderr)
+        return 2
     engine, why = choose_engine(args.engine, runs, master=args.master, remote=args.remote)
     console = Console()
     try:
@@ -120,7 +124,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             spark = spark_session(args.master, remote=remote)
             try:
                 with SparkProgress(spark):  # jobs, stages and tasks on stderr while the checks run
-                    report = check_runs(runs, spark=spark, limit=args.limit)
+                    report = check_runs(runs, spark=spark, limit=args.limit, plan=args.plan)
             except TraceError as e:  # a run's workload (its model) cannot be imported here: not judged
                 print(f"clusterlab check: {e}", file=sys.stderr)
                 return 2
@@ -166,6 +170,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Spark Connect URL sc://HOST:PORT (implies --engine spark; default: clusterlab spark start's server)",
     )
     p.add_argument("--json", default=None, help="also write the whole report here (each RUN gets its check.json)")
+    p.add_argument(
+        "--plan",
+        choices=PLANS,
+        default="auto",
+        help="Spark only: tasks (each run judged in one Spark task by the embedded engine, the runs spread over "
+        "the executors), sql (each check one Spark SQL job over all runs), auto (default: tasks unless a run "
+        "is larger than one task may hold)",
+    )
     p.add_argument(
         "--limit",
         type=bounded(VIOLATIONS_KEPT),

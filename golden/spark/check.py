@@ -170,19 +170,45 @@ def check_runs(
     limit: int = DEFAULT_LIMIT,
     checks: Sequence[SqlCheck] = SQL_CHECKS,
     upload: bool | None = None,
+    plan: str = "auto",
 ) -> CheckReport:
     """Run every check over ``run_dirs`` (run directories, or parents of runs) on Spark (``spark``, or a
     session for ``master``). With ``write_json``, each run directory gets ``check.json``.
 
-    ``upload``: read the runs here and send their views to Spark as Arrow tables, instead of the
-    ``clustertrace`` source reading them on the executors. None: on a Spark Connect session when the
-    traces are at most :data:`UPLOAD_BYTES` (the server then starts no Python worker to plan or read
-    a source, which dominates a small run's check); the source otherwise (large input, a cluster)."""
+    ``plan``: ``tasks`` judges each run (or a chunk of small runs) inside one Spark task with the
+    embedded engine, the runs spread over every task slot (:mod:`clusterlab.golden.spark.run_tasks`);
+    ``sql`` runs each check as Spark SQL over views of all runs together; ``auto`` (default) is
+    ``tasks`` unless a run is larger than one task may hold (:data:`clusterlab.golden.spark.tasks.UNIT_BYTES`).
+    Both plans run the same SQL text and give the same verdicts (tests/golden/test_check.py).
 
-    started = time.monotonic()
+    ``upload`` (plan ``sql``): read the runs here and send their views to Spark as Arrow tables, instead
+    of the ``clustertrace`` source reading them on the executors. None: on a Spark Connect session when
+    the traces are at most :data:`UPLOAD_BYTES`; the source otherwise (large input, a cluster)."""
+    from clusterlab.golden.spark.run_tasks import check_in_tasks, choose_plan
+
     # Absolute: a Spark Connect server (or a cluster) resolves paths in its own working directory.
     all_runs = find_runs(",".join(os.path.abspath(p) for p in run_dirs))
     spark = spark or spark_session(master)
+    if choose_plan(plan, all_runs) == "tasks":
+        report = check_in_tasks(spark, all_runs, limit=limit, checks=checks)
+        report.master = _master(spark)
+        if write_json:
+            report.write_json()
+        return report
+    return _check_sql(spark, all_runs, write_json=write_json, limit=limit, checks=checks, upload=upload)
+
+
+def _check_sql(
+    spark: SparkSession,
+    all_runs: list[str],
+    *,
+    write_json: bool,
+    limit: int,
+    checks: Sequence[SqlCheck],
+    upload: bool | None,
+) -> CheckReport:
+    """:func:`check_runs` with plan ``sql``: every check one Spark SQL query over all runs' views."""
+    started = time.monotonic()
     run_ids = sorted({run_id_of(r) for r in all_runs})
     if upload is None:
         upload = is_connect(spark) and trace_bytes(all_runs) <= UPLOAD_BYTES

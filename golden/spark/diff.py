@@ -2,10 +2,16 @@
 simulator goldens) every message.
 
 Each :class:`Comparison` pairs a golden directory with an "actual" run directory (the golden's log
-replayed through today's code, or a simulator re-run from the golden's seed). All comparisons go
-through one set of Spark jobs: the ``applied`` tables of every golden and every actual run are read
-with the ``clustertrace`` source, joined on (comparison, log_position), and only per-comparison
-summaries and the first divergent row of each reach the driver.
+replayed through today's code, or a simulator re-run from the golden's seed). Two plans compute the
+same per-comparison result (the same fields, the same first divergent row):
+
+- ``tasks`` (the default): Spark distributes whole comparisons over its task slots
+  (:func:`clusterlab.golden.spark.tasks.map_in_tasks`), and inside each task the embedded diff
+  (:mod:`clusterlab.golden.diff_embedded`: DuckDB on one thread) diffs one comparison. A comparison
+  larger than :data:`clusterlab.golden.spark.tasks.UNIT_BYTES` is planned as ``sql`` instead.
+- ``sql``: one set of Spark SQL jobs over all comparisons: the ``applied`` tables of every golden and
+  every actual run are read with the ``clustertrace`` source, joined on (comparison, log_position),
+  and only per-comparison summaries and the first divergent row of each reach the driver.
 
 Position kinds: ``entry`` (the entry bytes differ), ``state`` (same entry, different state digest),
 ``missing`` (the golden has the position, the actual run never applied it), ``extra`` (the other way).
@@ -13,64 +19,71 @@ Position kinds: ``entry`` (the entry bytes differ), ``state`` (same entry, diffe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from clusterlab.golden.diff_embedded import (
+    APPLIED_COLUMNS,
+    KINDS,
+    Comparison,
+    MessageDiff,
+    PositionDiff,
+    message_diff,
+    position_diff,
+    trace_bytes,
+)
+from clusterlab.golden.diff_embedded import MESSAGE_IGNORED as _MESSAGE_IGNORED
+from clusterlab.golden.diff_embedded import MESSAGE_KEY as _MESSAGE_KEY
 from clusterlab.golden.spark.check import load
 from clusterlab.golden.spark.source import find_runs, trace_files
+from clusterlab.golden.spark.tasks import UNIT_BYTES, map_in_tasks
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-KINDS = ("entry", "state", "missing", "extra")
-_MESSAGE_KEY = ("process", "incarnation", "seq")
-# Every message column but these is compared (run_id names the run; file is where the row came from).
-_MESSAGE_IGNORED = ("run_id", "file")
+__all__ = ["KINDS", "Comparison", "MessageDiff", "PositionDiff", "diff_messages", "diff_positions"]
+PLANS = ("tasks", "sql")
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Golden ``name`` against the run in ``actual_dir`` (``mode``: replay or rerun)."""
-
-    name: str
-    mode: str
-    golden_dir: str
-    actual_dir: str
-    messages: bool = False  # also diff the message tables (simulator re-runs)
+def _sizes(comparisons: list[Comparison], table: str) -> list[int]:
+    return [trace_bytes(c.golden_dir, table) + trace_bytes(c.actual_dir, table) for c in comparisons]
 
 
-@dataclass
-class PositionDiff:
-    """How one actual run's states compare with its golden's, position by position."""
-
-    name: str
-    mode: str
-    golden_positions: int = 0
-    actual_positions: int = 0
-    divergent: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
-    first: dict[str, Any] | None = None  # the first divergent position's row
-    from_first: int = 0  # positions at or after the first divergent one
-    divergent_from_first: int = 0  # of those, divergent
-    next_agreeing: int | None = None  # first position after the first divergence where they agree again
-
-    @property
-    def ok(self) -> bool:
-        return self.divergent == 0
+def _split(
+    comparisons: list[Comparison], table: str, plan: str
+) -> tuple[list[Comparison], list[int], list[Comparison]]:
+    """(comparisons for tasks, their sizes, comparisons for Spark SQL) under ``plan``: with ``tasks``,
+    a comparison too large for one executor (over ``UNIT_BYTES``) goes to Spark SQL."""
+    if plan not in PLANS:
+        raise ValueError(f"plan must be one of {', '.join(PLANS)}, not {plan!r}")
+    if plan == "sql":
+        return [], [], comparisons
+    sizes = _sizes(comparisons, table)
+    small = [i for i, n in enumerate(sizes) if n <= UNIT_BYTES]
+    large = [c for c, n in zip(comparisons, sizes, strict=True) if n > UNIT_BYTES]
+    return [comparisons[i] for i in small], [sizes[i] for i in small], large
 
 
-@dataclass
-class MessageDiff:
-    """How one re-run's messages compare with its golden's, row by row (process, incarnation, seq)."""
+def diff_positions(
+    spark: SparkSession, comparisons: list[Comparison], *, plan: str = "tasks"
+) -> dict[tuple[str, str], PositionDiff]:
+    """Per comparison, the position diff. ``plan``: ``tasks`` (each comparison diffed by
+    :func:`clusterlab.golden.diff_embedded.position_diff` inside a Spark task) or ``sql`` (one Spark
+    SQL job set for all of them); both compute the same :class:`PositionDiff`."""
+    tasks, sizes, sql = _split(comparisons, "applied", plan)
+    out = dict(_diff_positions_sql(spark, sql)) if sql else {}
+    done = map_in_tasks(spark, position_diff, tasks, sizes, description="golden position diff")
+    out.update(((c.name, c.mode), d) for c, d in zip(tasks, done, strict=True))
+    return out
 
-    name: str
-    golden_rows: int = 0
-    actual_rows: int = 0
-    divergent: int = 0
-    first: dict[str, Any] | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.divergent == 0
+def diff_messages(spark: SparkSession, comparisons: list[Comparison], *, plan: str = "tasks") -> dict[str, MessageDiff]:
+    """Per comparison with ``messages``, the row-by-row message diff, keyed by golden name. ``plan``:
+    ``tasks`` (:func:`clusterlab.golden.diff_embedded.message_diff` inside Spark tasks) or ``sql``;
+    both compute the same :class:`MessageDiff`."""
+    tasks, sizes, sql = _split([c for c in comparisons if c.messages], "messages", plan)
+    out = dict(_diff_messages_sql(spark, sql)) if sql else {}
+    done = map_in_tasks(spark, message_diff, tasks, sizes, description="golden message diff")
+    out.update((c.name, d) for c, d in zip(tasks, done, strict=True))
+    return out
 
 
 def _in_dir(column: str, directory_column: str) -> Any:
@@ -90,7 +103,7 @@ def _paths(dirs: list[str]) -> str:
     return ",".join(dict.fromkeys(d.rstrip("/") for d in dirs))
 
 
-_APPLIED_COLUMNS = ("log_position", "entry_type", "entry_digest", "state_digest")
+_APPLIED_COLUMNS = APPLIED_COLUMNS
 _APPLIED_TYPES = {
     "log_position": "bigint",
     "entry_type": "string",
@@ -122,8 +135,10 @@ def _applied(spark: SparkSession, comparisons: list[Comparison], side: str, colu
     return out
 
 
-def diff_positions(spark: SparkSession, comparisons: list[Comparison]) -> dict[tuple[str, str], PositionDiff]:
-    """Per comparison, the position diff (one Spark job set for all of them).
+def _diff_positions_sql(spark: SparkSession, comparisons: list[Comparison]) -> dict[tuple[str, str], PositionDiff]:
+    """Per comparison, the position diff as one Spark SQL job set for all of them (``plan="sql"``). A
+    position's kind is defined as in :mod:`clusterlab.golden.diff_embedded` (its ``_POSITIONS``), here
+    in Spark's terms; tests/golden/test_diff_plans.py holds the two plans equal.
 
     Positions are compared by aggregates that hash-aggregate cheaply (min/max of the actual digests
     against the golden's, counts); the actual members' digests are gathered for the first divergent
@@ -270,8 +285,10 @@ def _hex(b: Any) -> str | None:
     return None if b is None else bytes(b).hex()
 
 
-def diff_messages(spark: SparkSession, comparisons: list[Comparison]) -> dict[str, MessageDiff]:
-    """Per comparison with ``messages``, the row-by-row message diff, keyed by golden name."""
+def _diff_messages_sql(spark: SparkSession, comparisons: list[Comparison]) -> dict[str, MessageDiff]:
+    """Per comparison with ``messages``, the row-by-row message diff, keyed by golden name, as Spark
+    SQL jobs over all of them (``plan="sql"``). Rows are compared by a hash of the compared columns;
+    :func:`clusterlab.golden.diff_embedded.message_diff` compares the columns themselves."""
     comparisons = [c for c in comparisons if c.messages]
     if not comparisons:
         return {}

@@ -18,8 +18,38 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
-def report(spark, planted: dict[str, Any]) -> Any:
-    return check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False)
+def reports(spark, planted: dict[str, Any]) -> dict[str, Any]:
+    """The planted runs checked on each plan: each run judged in its own task, and Spark SQL over all."""
+    return {
+        plan: check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False, plan=plan)
+        for plan in ("tasks", "sql")
+    }
+
+
+@pytest.fixture(params=["tasks", "sql"])
+def report(request: pytest.FixtureRequest, reports: dict[str, Any]) -> Any:
+    return reports[request.param]
+
+
+def test_both_plans_give_the_same_verdicts_and_violations(reports: dict[str, Any]) -> None:
+    """One definition of each check: the run-task plan (the embedded engine in Spark tasks) and the
+    Spark SQL plan find the same violations (counts per run, rows, first of each) on every planted run."""
+    runs, sql = reports["tasks"], reports["sql"]
+    assert (runs.status, runs.run_dirs, runs.rows, runs.run_rows) == (sql.status, sql.run_dirs, sql.rows, sql.run_rows)
+    for name in CHECKS:
+        a, b = runs.checks[name], sql.checks[name]
+        assert (a.count, a.per_run) == (b.count, b.per_run), name
+        shown = [
+            json.dumps({k: v for k, v in x.items() if k != "messages"}, sort_keys=True, default=str)
+            for x in a.violations
+        ]
+        other = [
+            json.dumps({k: v for k, v in x.items() if k != "messages"}, sort_keys=True, default=str)
+            for x in b.violations
+        ]
+        assert sorted(shown) == sorted(other), name
+        if a.violations:
+            assert shown[0] in other, name  # the first violation shown by one plan is one the other shows
 
 
 def _of(report: Any, check: str, run_id: str) -> list[dict[str, Any]]:
@@ -93,17 +123,18 @@ def test_spark_and_duckdb_find_the_same_violations(report: Any, planted: dict[st
 
 
 def test_small_and_large_input_plans_agree(
-    spark: Any, report: Any, planted: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    spark: Any, reports: dict[str, Any], planted: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The planted runs are a small input (every check evaluated interpreted, the jobs submitted from
     threads); checked as a large input is (generated code, one job after another) they give the same
     counts and rows, and the small checks' settings do not outlive the check."""
     import clusterlab.golden.spark.check as spark_check
 
+    report = reports["sql"]
     assert sum(report.rows.values()) <= spark_check.SMALL_ROWS
     before = {k: spark.conf.get(k, None) for k in spark_check.SMALL_CONF}
     monkeypatch.setattr(spark_check, "SMALL_ROWS", -1)
-    large = check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False)
+    large = check_runs([r["dir"] for r in planted.values()], spark=spark, write_json=False, plan="sql")
     assert {k: spark.conf.get(k, None) for k in spark_check.SMALL_CONF} == before
     assert before["spark.sql.codegen.wholeStage"] in (None, "true")
     for name in CHECKS:
@@ -157,3 +188,16 @@ def test_a_run_without_events_or_ops_is_checked(spark, tmp_path: Path) -> None:
     shutil.copytree(TRACES / sim, run)
     report = check_runs([run], spark=spark, write_json=False)
     assert report.ok and report.rows.get("events", 0) == 0 and report.rows["applied"] > 0, report.to_json()
+
+
+def test_the_cli_offers_the_plans_spark_knows(capsys: pytest.CaptureFixture[str], planted: dict[str, Any]) -> None:
+    """``--plan`` takes what check_runs takes, and is refused with the embedded engine (it plans Spark jobs)."""
+    from clusterlab.golden.spark import run_tasks
+
+    from clusterlab.cli.check import PLANS
+
+    assert PLANS == run_tasks.PLANS
+    assert main(["check", str(planted["clean"]["dir"]), "--engine", "duckdb", "--plan", "sql"]) == 2
+    assert "--plan" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="plan must be one of"):
+        run_tasks.choose_plan("fast", [])

@@ -151,9 +151,10 @@ def test_sidecar_names_the_process_and_reason(damaged) -> None:
     assert "service-1" in finding.problem and "ENOSPC" in finding.problem and "applied" in finding.problem
 
 
-def test_spark_check_agrees_and_exits_3_or_4(spark, damaged) -> None:
+@pytest.mark.parametrize("plan", ["tasks", "sql"])
+def test_spark_check_agrees_and_exits_3_or_4(spark, damaged, plan: str) -> None:
     for name, (run, file, status) in damaged.items():
-        report = check_runs([run], spark=spark, write_json=False)
+        report = check_runs([run], spark=spark, write_json=False, plan=plan)
         assert report.status == str(status), name
         assert report.exit_code == {Status.INCOMPLETE: EXIT_INCOMPLETE, Status.CORRUPT: EXIT_CORRUPT}[status]
         [c] = report.completeness.values()
@@ -162,10 +163,13 @@ def test_spark_check_agrees_and_exits_3_or_4(spark, damaged) -> None:
         assert all(r.count == 0 for r in report.checks.values()), "not judged"
 
 
-def test_spark_check_of_several_runs_checks_the_complete_ones(spark, sim_run: Path, damaged, tmp_path: Path) -> None:
+@pytest.mark.parametrize("plan", ["tasks", "sql"])
+def test_spark_check_of_several_runs_checks_the_complete_ones(
+    spark, sim_run: Path, damaged, tmp_path: Path, plan: str
+) -> None:
     clean = copy_run(sim_run, tmp_path / "clean", "run-clean")
     broken, _, _ = damaged["delete-applied"]
-    report = check_runs([clean, broken], spark=spark, write_json=False)
+    report = check_runs([clean, broken], spark=spark, write_json=False, plan=plan)
     assert report.run_status(str(clean)) == "PASS"
     assert report.run_status(str(broken)) == "INCOMPLETE"
     assert report.exit_code == EXIT_INCOMPLETE
