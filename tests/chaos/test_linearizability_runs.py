@@ -79,7 +79,10 @@ def test_real_stale_read_is_caught(tmp_path: Path) -> None:
     lin = r.verdict.linearizability
     assert lin is not None and lin.verdict == VIOLATION
     assert len(_clients_in_trace(r)) >= 3
-    assert all(len(k.minimal) <= 6 for k in lin.violations())
+    # Shrunk to a few ops; on a loaded machine the shrinking budget (seconds) may run out first, and the
+    # sub-history then says it is not minimal and why.
+    for k in lin.violations():
+        assert len(k.minimal) <= 6 if k.minimal_complete else bool(k.reason), (len(k.minimal), k.reason)
     assert assert_docs_model_agrees(r.trace_dir).verdict == VIOLATION
 
 
