@@ -339,6 +339,7 @@ class LocalCluster:
         archive_segment_length: int | None = None,
         mutants: frozenset[str] = frozenset(),
         tripwire: bool = False,
+        test_context: bool = True,
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -353,7 +354,16 @@ class LocalCluster:
         1, each its own process with its own snapshots; see clusterlab.core.service.addressed).
 
         ``tripwire``: the service processes watch their services' callbacks (clusterlab.harness.tripwire;
-        findings are ``tripwire`` events in the trace)."""
+        findings are ``tripwire`` events in the trace).
+
+        ``test_context`` (on by default: the harness's tests and chaos runs) gives every node the test
+        context (clusterlab.testing.node: planted ``mutants``, its disk behind a FaultyStorage for
+        :meth:`storage_fault`, the intercepts :meth:`stall_election` and the other test hooks arm).
+        Off, the nodes run as production nodes do: plain storage, the protocol's rules, storage faults
+        and test hooks refused (``clusterlab cluster start``). Planted bugs need it on."""
+        if not test_context and (mutants or fault_ack_before_append):
+            raise LocalClusterError("planted bugs (mutants, fault_ack_before_append) need test_context=True")
+        self.test_context = test_context
         self._owns_directory = directory is None
         self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
@@ -561,7 +571,10 @@ class LocalCluster:
         env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
         for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):
             env.pop(name, None)  # only this cluster's own test context reaches its members
-        env.update(node_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set())))
+        if self.test_context:
+            env.update(
+                node_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set()))
+            )
         if self._import_roots:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
         env.pop(TRIPWIRE_ENV, None)

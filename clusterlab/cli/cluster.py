@@ -324,6 +324,7 @@ def cmd_cluster_start(args: argparse.Namespace) -> int:
             keep_directory=True,
             record=not args.no_record,
             archive_segment_length=args.segment_length_bytes,
+            test_context=False,  # a cluster to try things on runs as production does: plain disks, no test hooks
         )
     except (ConfigError, LocalClusterError) as e:
         raise CommandError(str(e)) from None

@@ -55,3 +55,45 @@ def test_storage_fault_request_with_a_bad_code_is_refused(tmp_path: Path) -> Non
         assert leader is not None
         assert not c.storage_fault(leader, 99999)
         assert c.leader_id() == leader
+
+
+def test_a_cluster_without_the_test_context_runs_plain_storage_and_refuses_test_faults(tmp_path: Path) -> None:
+    """``test_context=False`` (``clusterlab cluster start``): the nodes run as production nodes do; a
+    storage fault or a test hook is refused, and the cluster serves as before."""
+    with running_cluster(tmp_path, test_context=False) as c:
+        leader = c.leader_id()
+        assert leader is not None
+        client = c.client()
+        assert client.put("k", "v")["ok"]
+        assert not c.storage_fault(leader, errno.ENOSPC, "archive/")
+        assert not c.fail_catchup(leader)
+        assert client.put("k2", "v2")["ok"], "nothing was injected"
+        assert c.leader_id() == leader
+        assert "RULES CHANGED" not in node_log(c, leader)
+
+
+def test_planted_bugs_need_the_test_context(tmp_path: Path) -> None:
+    from clusterlab.harness.local import LocalCluster, LocalClusterError
+
+    with pytest.raises(LocalClusterError, match="need test_context=True"):
+        LocalCluster(directory=tmp_path / "c", test_context=False, fault_ack_before_append=True)
+    assert not (tmp_path / "c").exists(), "refused before anything is made"
+
+
+def test_cluster_start_asks_for_production_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``clusterlab cluster start`` builds its LocalCluster without the test context."""
+    from clusterlab.harness.local import LocalClusterError
+
+    import clusterlab.cli.cluster as cli_cluster
+
+    seen: dict[str, object] = {}
+
+    def refuse(**kwargs: object) -> None:
+        seen.update(kwargs)
+        raise LocalClusterError("stop here")
+
+    monkeypatch.setattr(cli_cluster, "LocalCluster", refuse)
+    from clusterlab.cli import main
+
+    assert main(["cluster", "start", "--dir", str(tmp_path / "c"), "--members", "3"]) != 0
+    assert seen.get("test_context") is False
