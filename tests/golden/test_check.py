@@ -201,3 +201,24 @@ def test_the_cli_offers_the_plans_spark_knows(capsys: pytest.CaptureFixture[str]
     assert "--plan" in capsys.readouterr().err
     with pytest.raises(ValueError, match="plan must be one of"):
         run_tasks.choose_plan("fast", [])
+
+
+@pytest.mark.parametrize("plan", ["tasks", "sql"])
+def test_a_run_of_a_newer_trace_schema_is_refused_on_the_driver(
+    spark: Any, planted: dict[str, Any], tmp_path: Path, plan: str
+) -> None:
+    """A run declaring a trace schema this clusterlab cannot read is refused with that reason on both
+    plans (the task plan meets it in an executor and raises it again on the driver), never judged."""
+    from clusterlab.harness.completeness import SEAL, SchemaVersionError, sealed_json
+    from clusterlab.harness.trace import TraceError
+
+    from tests.golden import plant
+
+    run = plant.copy_run(planted["clean"]["dir"], tmp_path / "newer", "run-newer")
+    plant.reseal(run)
+    meta = json.loads((run / "run.json").read_text())
+    meta.pop(SEAL)
+    meta["schema_version"] = 999
+    (run / "run.json").write_bytes(sealed_json(meta))  # sealed as written: only the version is wrong
+    with pytest.raises((TraceError, SchemaVersionError), match="newer than this clusterlab reads"):
+        check_runs([run], spark=spark, write_json=False, plan=plan)
