@@ -1,10 +1,11 @@
 """A single-member probe for rule tests: one real ConsensusModule, its peers played by the test.
 
 The module under test is member ``member_id`` of a ``members``-member cluster (``ClusterMember(0..n-1)``)
-living in a test's ``tmp_path``. Its outbox decodes and records every send (time, destination, channel,
-message); the test plays the other members by handing it message objects with :meth:`Probe.deliver`
-and moves time with :meth:`Probe.work` / :meth:`Probe.run_until`. Nothing else runs: no network, no
-other members, so a test states exactly what the member saw and checks exactly what it did.
+living in a test's ``tmp_path``, driven as a :class:`SteppedModule`: each input returns the step's
+effects as values, which the probe keeps in order (the sends with the probe time, the events). The
+test plays the other members by handing it message objects with :meth:`Probe.deliver` and moves time
+with :meth:`Probe.work` / :meth:`Probe.run_until`. Nothing else runs: no network, no other members,
+so a test states exactly what the member saw and checks exactly what it did.
 
 The ``to_*`` helpers walk the member into an election state the way peers would, by feeding it
 CanvassPosition, Vote, NewLeadershipTerm and AppendPosition messages::
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,7 +36,6 @@ from clusterlab.core.codec.consensus import (
 )
 from clusterlab.core.codec.enums import BooleanType
 from clusterlab.core.codec.message import Message
-from clusterlab.core.codec.registry import decode
 from clusterlab.core.codec.session import encode_session_message
 from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.context import (
@@ -47,9 +47,12 @@ from clusterlab.core.consensus.context import (
     ClusterMember,
     ConsensusModuleContext,
     ElectionState,
+    EventSink,
+    Outbox,
     Role,
     Timeouts,
 )
+from clusterlab.core.consensus.effects import Effects, MemberSend, Received, SteppedModule
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NODE_STATE_FILE_NAME, _decode
 from clusterlab.core.runtime.storage import FileStorage
@@ -62,7 +65,7 @@ MAX_CYCLES_PER_INSTANT = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Sent:
-    """One message the module sent, decoded."""
+    """One message the module sent, with the probe time of the step that sent it."""
 
     time_ns: int
     dst: int
@@ -70,24 +73,17 @@ class Sent:
     msg: Message
 
 
-class CapturingOutbox:
-    """The module's Outbox: decodes every send, records it and calls the ``on_send`` hooks at once
-    (so a hook sees the world exactly as it was when the message left)."""
+@dataclass(slots=True)
+class SendLog:
+    """Every message the module sent, and ``on_send`` hooks called the moment each leaves (so a hook
+    sees the world, the disk included, exactly as it was then)."""
 
-    def __init__(self, clock: Callable[[], int]) -> None:
-        self._clock = clock
-        self.sent: list[Sent] = []
-        self.on_send: list[Callable[[Sent], None]] = []
-
-    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
-        record = Sent(self._clock(), member_id, channel, decode(payload))
-        self.sent.append(record)
-        for hook in self.on_send:
-            hook(record)
+    sent: list[Sent] = field(default_factory=list)
+    on_send: list[Callable[[Sent], None]] = field(default_factory=list)
 
 
 class Probe:
-    """One ConsensusModule driven by hand. See the module docstring."""
+    """One ConsensusModule driven by hand through :class:`SteppedModule`. See the module docstring."""
 
     def __init__(
         self,
@@ -109,53 +105,82 @@ class Probe:
         self.service_count = service_count  # 0: the consensus rules alone, no service to wait for
         self.rng = rng if rng is not None else random.Random(f"probe:{member_id}")
         self.now_ns = 0
-        self.outbox = CapturingOutbox(lambda: self.now_ns)
-        self.events: list[dict[str, Any]] = []
+        self._sends = SendLog()
+        self._events: list[dict[str, Any]] = []
         self.log_lines: list[str] = []
         self.incarnation = 0
-        self.cm = self._build()
+        self.stepped = self._build()
         if start:
-            self.cm.on_start(self.now_ns)
+            self._record(self.stepped.start(self.now_ns))
 
     # ------------------------------------------------------------------ construction
-    def _build(self) -> ConsensusModule:
-        incarnation = self.incarnation
-
-        def sink(kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
-            self.events.append(
-                {
-                    "time_ns": self.now_ns,
-                    "incarnation": incarnation,
-                    "member_id": member_id,
-                    "kind": kind,
-                    "leadership_term_id": term,
-                    "log_position": pos,
-                    "detail": detail,
-                }
+    def _build(self) -> SteppedModule:
+        def context(outbox: Outbox, events: EventSink) -> ConsensusModuleContext:
+            return ConsensusModuleContext(
+                member_id=self.member_id,
+                members=list(self.members),
+                cluster_dir=self.directory,
+                storage=FileStorage(self.directory),  # on disk: tests read the node-state file behind its back
+                outbox=outbox,
+                rng=self.rng,
+                timeouts=self.timeouts,
+                appointed_leader_id=self.appointed_leader_id,
+                service_count=self.service_count,
+                events=events,
+                log=self.log_lines.append,
+                check_invariants=True,
             )
 
-        ctx = ConsensusModuleContext(
-            member_id=self.member_id,
-            members=list(self.members),
-            cluster_dir=self.directory,
-            storage=FileStorage(self.directory),  # on disk: tests read the node-state file behind its back
-            outbox=self.outbox,
-            rng=self.rng,
-            timeouts=self.timeouts,
-            appointed_leader_id=self.appointed_leader_id,
-            service_count=self.service_count,
-            events=sink,
-            log=self.log_lines.append,
-            check_invariants=True,
+        return SteppedModule(context, observe_send=self._observe_send)
+
+    def _observe_send(self, send: MemberSend) -> None:
+        if self._sends.on_send:
+            sent = Sent(self.now_ns, send.member_id, send.channel, send.message)
+            for hook in self._sends.on_send:
+                hook(sent)
+
+    def _record(self, effects: Effects) -> Effects:
+        """Append one step's effects to the send log and the event list, at the probe's time."""
+        self._sends.sent.extend(Sent(self.now_ns, s.member_id, s.channel, s.message) for s in effects.sends)
+        self._events.extend(
+            {
+                "time_ns": self.now_ns,
+                "incarnation": self.incarnation,
+                "member_id": e.member_id,
+                "kind": e.kind,
+                "leadership_term_id": e.leadership_term_id,
+                "log_position": e.log_position,
+                "detail": e.detail,
+            }
+            for e in effects.events
         )
-        return ConsensusModule(ctx)
+        return effects
+
+    def _drain(self) -> Effects:
+        """Record what calls made on ``cm`` directly did, at the time they were made."""
+        return self._record(self.stepped.drain())
+
+    @property
+    def cm(self) -> ConsensusModule:
+        return self.stepped.module
+
+    @property
+    def outbox(self) -> SendLog:
+        self._drain()
+        return self._sends
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        self._drain()
+        return self._events
 
     def restart(self) -> None:
         """Close the module cleanly and start a new one on the same directory (a process restart)."""
-        self.cm.close()
+        self._drain()
+        self._record(self.stepped.close())
         self.incarnation += 1
-        self.cm = self._build()
-        self.cm.on_start(self.now_ns)
+        self.stepped = self._build()
+        self._record(self.stepped.start(self.now_ns))
 
     @property
     def peers(self) -> list[int]:
@@ -163,6 +188,7 @@ class Probe:
 
     # ------------------------------------------------------------------ driving
     def _at(self, now_ns: int | None) -> int:
+        self._drain()
         if now_ns is not None:
             if now_ns < self.now_ns:
                 raise ValueError(f"probe time cannot go back: {now_ns} < {self.now_ns}")
@@ -170,17 +196,19 @@ class Probe:
         return self.now_ns
 
     def deliver(self, src: int, msg: Message, now_ns: int | None = None, channel: Channel = Channel.CONSENSUS) -> None:
-        """Encode ``msg`` and hand it to the module as if ``src`` had sent it (no duty cycle runs)."""
-        self.cm.on_message(src, channel, msg.encode(), self._at(now_ns))
+        """Hand the module ``msg`` as if ``src`` had sent it (no duty cycle runs)."""
+        self.deliver_bytes(src, msg.encode(), now_ns, channel)
 
     def deliver_bytes(
         self, src: int, payload: bytes, now_ns: int | None = None, channel: Channel = Channel.CONSENSUS
     ) -> None:
-        self.cm.on_message(src, channel, payload, self._at(now_ns))
+        now = self._at(now_ns)
+        self._record(self.stepped.receive(now, Received(src, channel, payload)))
 
     def work(self, now_ns: int | None = None) -> int:
         """One duty cycle at ``now_ns`` (default: the current probe time)."""
-        return self.cm.do_work(self._at(now_ns))
+        now = self._at(now_ns)
+        return self._record(self.stepped.tick(now)).work_count
 
     def run_until(self, end_ns: int, until: Callable[[], bool] | None = None) -> bool:
         """Run every duty cycle the module asks for (its ``next_deadline_ns``) up to and including
@@ -190,7 +218,7 @@ class Probe:
             return True
         cycles_at_instant = 0
         while True:
-            deadline = max(self.cm.next_deadline_ns(), self.now_ns)
+            deadline = max(self._drain().next_deadline_ns, self.now_ns)
             if deadline > end_ns:
                 break
             cycles_at_instant = cycles_at_instant + 1 if deadline == self.now_ns else 0
