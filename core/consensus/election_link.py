@@ -357,7 +357,7 @@ class ElectionLink:
     def election_complete(self, election: Election, now_ns: int) -> None:
         """Aeron ``electionComplete``: adopt the term, reset timers, open for business."""
         st = self._s
-        st.leadership_term_id = election.leadership_term_id
+        st.set_leadership_term_id(election.leadership_term_id)
         st.set_leader(election.leader_member_id)
         st.time_of_last_leader_update_ns = now_ns
         self._replication.on_election_complete(now_ns)
@@ -418,7 +418,7 @@ class ElectionLink:
         self, leadership_term_id: int, log_position: int, log_session_id: int, is_startup: bool, now_ns: int
     ) -> None:
         st = self._s
-        st.leadership_term_id = leadership_term_id
+        st.set_leadership_term_id(leadership_term_id)
         st.advance_commit_position(log_position)
         st.event("leader", {"log_session_id": log_session_id}, term=leadership_term_id, pos=log_position)
         self._services.send_join_log(st.consumed_position, MAX_LONG, is_startup)

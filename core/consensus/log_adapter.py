@@ -101,7 +101,7 @@ class LogAdapter:
                     for listener in listeners:
                         listener(f, is_replay)
                     more = True
-                st.consumed_position = f.end_position
+                st.set_consumed_position(f.end_position)
                 consumed += 1
                 if not more:
                     break
@@ -118,7 +118,7 @@ class LogAdapter:
                 more = True
             else:
                 more = self.on_log_entry(f, is_replay, now_ns)
-            st.consumed_position = f.end_position
+            st.set_consumed_position(f.end_position)
             consumed += 1
             if not more:
                 break

@@ -273,7 +273,7 @@ class LogReplication:
             or msg.leader_member_id != st.leader_member_id
         ):
             return False
-        st.notified_commit_position = msg.log_position
+        st.set_notified_commit_position(msg.log_position)
         self._s.time_of_last_log_update_ns = now_ns
         return True
 
@@ -326,7 +326,7 @@ class LogReplication:
             catchup.catchup_log_joined = True
         self._s.time_of_last_log_update_ns = now_ns
         if e is None and st.role == Role.FOLLOWER:
-            st.notified_commit_position = max(st.notified_commit_position, msg.commit_position)
+            st.advance_notified_commit_position(msg.commit_position)
 
     def leader_heartbeat_expired(self, now_ns: int) -> bool:
         """Follower: nothing from the leader for the heartbeat timeout."""

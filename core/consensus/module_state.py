@@ -157,7 +157,58 @@ class ModuleState:
     def restore_commit_position(self, position: int) -> None:
         """At start, before any input: the commit position the recovered state holds (the latest
         snapshot's, or 0). Every later change goes through :meth:`set_commit_position`."""
+        assert self.state == ConsensusModuleState.INIT, f"commit position restored in state {self.state.name}"
         self.commit_position = position
+
+    def set_leadership_term_id(self, leadership_term_id: int) -> None:
+        """Adopt the term an election ends in: ElectionLink's ``join_log_as_leader`` (the new leader's
+        term) and ``election_complete`` (the elected term), as Aeron's ``leadershipTermId(long)`` does
+        for ``joinLogAsLeader`` and ``electionComplete``. The term comes from the election (a peer's
+        NewLeadershipTerm for a follower), so no assert here; ``check_invariants`` asserts it never
+        goes back where invariant checking is on."""
+        self.leadership_term_id = leadership_term_id
+
+    def restore_leadership_term_id(self, leadership_term_id: int) -> None:
+        """At start, before any input: the term the recovered state holds. Recovery sets the recording
+        log's last term, then the consensus-module snapshot it loads raises it to the snapshot's term
+        (Aeron's ``loadSnapshot``). Every later change goes through :meth:`set_leadership_term_id`."""
+        assert self.state == ConsensusModuleState.INIT, f"term restored in state {self.state.name}"
+        self.leadership_term_id = leadership_term_id
+
+    def set_consumed_position(self, position: int) -> None:
+        """The log adapter has processed the log entry ending at ``position`` (LogAdapter ``consume``,
+        once per entry, so the listeners and ``on_log_entry`` of the next entry read it). Consumption
+        reads the log forward from the consumed position, so it never moves back outside recovery."""
+        assert position >= self.consumed_position, (
+            f"member {self.member_id}: consumed position moved back {self.consumed_position} -> {position}"
+        )
+        self.consumed_position = position
+
+    def restore_consumed_position(self, position: int) -> None:
+        """At start, before any input: recovery resumes consuming the log at the recovered commit
+        position. Every later change goes through :meth:`set_consumed_position`."""
+        assert self.state == ConsensusModuleState.INIT, f"consumed position restored in state {self.state.name}"
+        self.consumed_position = position
+
+    def set_notified_commit_position(self, position: int) -> None:
+        """A follower's leader, in our term, sent its commit position (LogReplication
+        ``on_commit_position``): taken as sent, as Aeron's ``onCommitPosition`` does. It is peer input,
+        so it may be lower than the last one heard; no assert."""
+        self.notified_commit_position = position
+
+    def advance_notified_commit_position(self, position: int) -> None:
+        """A follower outside an election appended a log block carrying its leader's commit position
+        (LogReplication ``append_log_block``): raise the notified commit position to it if that is
+        higher, never lower it (a resent block may carry an older commit position than the last heard)."""
+        if position > self.notified_commit_position:
+            self.notified_commit_position = position
+
+    def restore_notified_commit_position(self, position: int) -> None:
+        """At start, before any input: recovery knows no leader's commit yet; it holds the recovered
+        commit position. Every later change goes through :meth:`set_notified_commit_position` or
+        :meth:`advance_notified_commit_position`."""
+        assert self.state == ConsensusModuleState.INIT, f"notified commit position restored in state {self.state.name}"
+        self.notified_commit_position = position
 
     def set_role(self, role: Role) -> None:
         if role != self.role:

@@ -58,7 +58,7 @@ def recover(
             {"repair": "torn tail", "from": r.from_position, "to": r.to_position, "reason": r.reason},
             pos=r.to_position,
         )
-    st.leadership_term_id = plan.last_leadership_term_id
+    st.restore_leadership_term_id(plan.last_leadership_term_id)
     st.restore_commit_position(0)
     if plan.snapshots:
         # Recovery = latest valid snapshot + replay of the log after it (c.10). The service loads
@@ -79,8 +79,8 @@ def recover(
             f"cannot recover: the log recording starts at {archive.start_position}, above position "
             f"{st.commit_position} where recovery resumes (no valid snapshot at or after the log's start)"
         )
-    st.consumed_position = st.commit_position
-    st.notified_commit_position = st.commit_position
+    st.restore_consumed_position(st.commit_position)
+    st.restore_notified_commit_position(st.commit_position)
     st.state = ConsensusModuleState.ACTIVE
     st.event(
         "start",

@@ -213,7 +213,7 @@ class Snapshots:
                 if msg.type_id != SnapshotTypeId.CONSENSUS_MODULE or (msg.app_version >> 16) != (APP_VERSION >> 16):
                     raise ValueError(f"snapshot {recording_id} is not a compatible consensus-module snapshot")
                 position = msg.log_position
-                st.leadership_term_id = max(st.leadership_term_id, msg.leadership_term_id)
+                st.restore_leadership_term_id(max(st.leadership_term_id, msg.leadership_term_id))
             elif isinstance(msg, ConsensusModuleSnapshot):
                 sessions.next_session_id = msg.next_session_id
                 sessions.log_next_session_id = msg.next_session_id

@@ -6,14 +6,24 @@ naming it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from clusterlab.core.codec.enums import ToggleState
 from clusterlab.core.consensus.context import ConsensusModuleContext, ElectionState, Role
+from clusterlab.core.consensus.module_state import ModuleState
 from clusterlab.core.consensus.sessions import ClusterSession, ClusterSessionState
 
 from tests.sim.conftest import SimKit
 from tests.sim.probe import Probe
+
+GuardedField = Literal["commit_position", "leadership_term_id", "consumed_position", "notified_commit_position"]
+
+
+def plant(state: ModuleState, field: GuardedField, value: int) -> None:
+    """Write one of ModuleState's guarded fields behind its writer method's back, as a bug would
+    (the writers assert what a bug breaks; tests/unit/test_single_writer.py scans no tests)."""
+    setattr(state, field, value)
 
 
 def test_checking_is_on_in_the_simulator_and_off_by_default(sim: SimKit, tmp_path: Path) -> None:
@@ -39,7 +49,7 @@ def test_commit_position_moving_back_is_caught(tmp_path: Path) -> None:
     probe.work()
     assert probe.cm.commit_position == end
     probe.cm.check_invariants()  # the baseline: this commit position
-    probe.cm.s.commit_position -= 1  # (a leader's next duty cycle would raise it again)
+    plant(probe.cm.s, "commit_position", end - 1)  # (a leader's next duty cycle would raise it again)
     with pytest.raises(AssertionError, match="commit position went back"):
         probe.cm.check_invariants()
 
@@ -47,15 +57,40 @@ def test_commit_position_moving_back_is_caught(tmp_path: Path) -> None:
 def test_leadership_term_going_back_is_caught(tmp_path: Path) -> None:
     probe = Probe(tmp_path)
     probe.to_follower(leader=1, leadership_term_id=3)
-    probe.cm.s.leadership_term_id = 2
+    plant(probe.cm.s, "leadership_term_id", 2)
     with pytest.raises(AssertionError, match="leadership_term_id went back"):
         probe.work()
+
+
+def test_the_consumed_position_moving_back_is_refused_by_its_writer(tmp_path: Path) -> None:
+    probe = Probe(tmp_path)
+    term = probe.to_leader()
+    end = probe.cm.offer(b"entry", probe.now_ns)
+    probe.deliver(1, probe.append_position(1, term, end))
+    probe.work()
+    assert probe.cm.consumed_position == end
+    with pytest.raises(AssertionError, match=f"consumed position moved back {end} -> {end - 1}"):
+        probe.cm.s.set_consumed_position(end - 1)
+
+
+def test_recovered_state_is_restored_only_at_start(tmp_path: Path) -> None:
+    probe = Probe(tmp_path)
+    probe.to_follower(leader=1, leadership_term_id=0)
+    st = probe.cm.s
+    for restore in (
+        st.restore_commit_position,
+        st.restore_leadership_term_id,
+        st.restore_consumed_position,
+        st.restore_notified_commit_position,
+    ):
+        with pytest.raises(AssertionError, match="restored in state ACTIVE"):
+            restore(0)
 
 
 def test_commit_beyond_the_local_log_is_caught(tmp_path: Path) -> None:
     probe = Probe(tmp_path)
     probe.to_follower(leader=1, leadership_term_id=0)
-    probe.cm.s.commit_position = probe.cm.append_position + 64
+    plant(probe.cm.s, "commit_position", probe.cm.append_position + 64)
     with pytest.raises(AssertionError, match="beyond append position"):
         probe.work()
 
