@@ -178,26 +178,33 @@ class VoteSafety:
     def observe(
         self, voter: int, incarnation: int, candidate_term_id: int, log_position: int, detail: Mapping[str, Any]
     ) -> str | None:
+        """The first violation this vote reveals (None: none); :meth:`observe_all` gives each."""
+        problems = self.observe_all(voter, incarnation, candidate_term_id, log_position, detail)
+        return problems[0] if problems else None
+
+    def observe_all(
+        self, voter: int, incarnation: int, candidate_term_id: int, log_position: int, detail: Mapping[str, Any]
+    ) -> list[str]:
+        """Every violation this vote reveals: a second YES vote in a term may also go to a less recent log."""
         if not detail.get("vote"):
-            return None
+            return []
         candidate = int(detail["candidate"])
         mine = (int(detail["log_leadership_term_id"]), log_position)
         theirs = (int(detail["candidate_log_leadership_term_id"]), int(detail["candidate_log_position"]))
-        problem = None
+        problems = []
         if mine > theirs:
-            problem = (
+            problems.append(
                 f"vote_log_recency: member {voter} (incarnation {incarnation}) voted YES for member {candidate} in "
                 f"term {candidate_term_id} with a more recent log {mine} than the candidate's {theirs}"
             )
         first = self.yes.setdefault((voter, candidate_term_id), (candidate, incarnation))
-        if first[0] != candidate and problem is None:
-            problem = (
+        if first[0] != candidate:
+            problems.append(
                 f"one_vote_per_term: member {voter} voted YES in term {candidate_term_id} for member {first[0]} "
                 f"(incarnation {first[1]}) and for member {candidate} (incarnation {incarnation})"
             )
-        if problem is not None:
-            self._violations.append(problem)
-        return problem
+        self._violations.extend(problems)
+        return problems
 
     def violations(self) -> list[str]:
         return list(self._violations)
@@ -262,7 +269,8 @@ def _raise(problem: str | None, prefix: str = "") -> None:
 @dataclass
 class SafetyChecker:
     """The online checker of a SimCluster: feeds events and applied rows to the properties above,
-    checks log matching and durability on the live members; raises SafetyViolation at once."""
+    checks log matching and that each committed prefix is recorded on the live members; raises
+    SafetyViolation at once."""
 
     election: ElectionSafety = field(default_factory=ElectionSafety)
     commit: MonotonicCommit = field(default_factory=MonotonicCommit)
@@ -310,20 +318,21 @@ class SafetyChecker:
         elif kind == "vote":
             who, incarnation = event["member_id"], event.get("incarnation", 0)
             pos = event["log_position"]
-            self._report(self.votes.observe(who, incarnation, event["leadership_term_id"], pos, event["detail"]))
+            for problem in self.votes.observe_all(who, incarnation, event["leadership_term_id"], pos, event["detail"]):
+                self._report(problem)
         elif kind == "commit":
             member = f"member {event['member_id']}"
             self._report(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
 
     def on_applied(self, member_id: int, incarnation: int, entry: Any, service_id: int = 0) -> None:
-        """Feed every ``applied`` row: agreement and contiguity, among the rows of one service id."""
+        """Feed every ``applied`` row: agreement and contiguity among the rows of one service id; Timer and
+        SessionClose entries (the log's, the same for every service) among the rows of every service."""
         self.applied_rows_checked += 1
         who = (member_id, incarnation)
         kind = str(getattr(entry.entry_type, "value", entry.entry_type))
+        self._report(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
         if service_id == 0:
             agreement, contiguity, prefix = self.agreement, self.contiguity, ""
-            # Timer and SessionClose entries are the log's, the same for every service: judged on service 0.
-            self._report(self.timers.observe(entry.log_position, who, kind, entry.entry_digest))
         else:
             agreement, contiguity = self.services.setdefault(service_id, (Agreement(), Contiguity()))
             prefix = f"service {service_id}: "
@@ -386,14 +395,15 @@ class SafetyChecker:
             commit = min(m.commit_position, m.archive.stop_position)
             self.check_member(member_id, commit, m.archive.read, incarnation, m.archive.start_position)
 
-    def check_durable(self, cluster: Any) -> None:
-        """At the end, with every member up and converged: the committed log is a prefix of each log."""
+    def check_committed_prefix_at_end(self, cluster: Any) -> None:
+        """At the end, with every member up and converged: the longest committed log seen is a prefix of
+        each live member's recorded log (it holds at least as many bytes, and the same ones)."""
         for member_id in cluster.members_alive():
             m = cluster.member(member_id)
             have = m.archive.stop_position
             if have < len(self.committed):
                 raise SafetyViolation(
-                    f"durability: member {member_id} holds {have} bytes, committed log is {len(self.committed)}"
+                    f"committed prefix: member {member_id} holds {have} bytes, committed log is {len(self.committed)}"
                 )
             self.check_member(member_id, len(self.committed), m.archive.read, log_start=m.archive.start_position)
 
@@ -401,7 +411,8 @@ class SafetyChecker:
 @dataclass(frozen=True)
 class FoldViolation:
     """The first violation a fold finds in a recorded run: the trace check of the same property, where
-    (the log position of the row that showed it; the term for election safety) and the fold's words."""
+    (the term of the event that showed it, for the properties judged per term; else the log position of
+    the row that showed it) and the fold's words."""
 
     check: str
     at: int | None
@@ -421,6 +432,10 @@ FOLD_CHECKS = {
 }
 
 
+# The trace checks that judge a term (who led it, who voted in it): a fold's violation is placed at the term.
+_BY_TERM = frozenset({"election_safety", "one_leader_per_term", "one_vote_per_term"})
+
+
 def _check_of(problem: str) -> str:
     if problem.startswith("service "):  # "service 1: contiguity: ...": another service's agreement or contiguity
         problem = problem.split(": ", 1)[1]
@@ -435,10 +450,11 @@ def fold_recorded_run(events: Iterable[Mapping[str, Any]], applied: Iterable[Map
     checker = SafetyChecker(raise_at_once=False)
     first: dict[str, FoldViolation] = {}
 
-    def feed(observe: Any, at: int | None) -> None:
+    def feed(observe: Any, row: Mapping[str, Any]) -> None:
         observe()
         for problem in checker.found:
             check = _check_of(problem)
+            at = row["leadership_term_id"] if check in _BY_TERM else row["log_position"]
             first.setdefault(check, FoldViolation(check, at, problem))
         checker.found.clear()
 
@@ -446,13 +462,11 @@ def fold_recorded_run(events: Iterable[Mapping[str, Any]], applied: Iterable[Map
         if not str(e.get("source") or "").startswith("node-"):
             continue
         event = dict(e, detail=json.loads(e["detail"] or "{}"))
-        at = event["leadership_term_id"] if event["kind"] == "leader" else event["log_position"]
-        feed(lambda event=event: checker.on_event(event), at)
+        feed(lambda event=event: checker.on_event(event), event)
     for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
         entry = SimpleNamespace(**r)
         service_id = r["service_id"]
         feed(
-            lambda r=r, entry=entry, sid=service_id: checker.on_applied(r["member_id"], r["incarnation"], entry, sid),
-            r["log_position"],
+            lambda r=r, entry=entry, sid=service_id: checker.on_applied(r["member_id"], r["incarnation"], entry, sid), r
         )
     return sorted(first.values(), key=lambda v: v.check)

@@ -48,7 +48,7 @@ SELECT run_id,
        concat('member ', CAST(member_id AS STRING), ' (incarnation ', CAST(incarnation AS STRING),
               ') voted YES for member ', CAST(candidate AS STRING), ' in term ', CAST(candidate_term_id AS STRING),
               ' with a more recent log (term ', CAST(log_term AS STRING), ', position ',
-              CAST(log_position AS STRING), ') than the candidate''s (term ', CAST(candidate_log_term AS STRING),
+              CAST(log_position AS STRING), ') than the candidate (term ', CAST(candidate_log_term AS STRING),
               ', position ', CAST(candidate_log_position AS STRING), ')') AS detail
 FROM votes
 WHERE yes AND (log_term > candidate_log_term

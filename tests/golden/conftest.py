@@ -75,4 +75,14 @@ def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     runs["lost"] = {"dir": d, "fails": {"committed_prefix", "durability"}, "position": p}
     d = copy("commit-back")
     runs["commit-back"] = {"dir": d, "fails": {"committed_prefix"}, "position": plant.plant_commit_back(d, 1)}
+    d = copy("stale-vote")
+    term, p = plant.plant_stale_vote(d, 1)
+    runs["stale-vote"] = {"dir": d, "fails": {"vote_log_recency"}, "term": term, "position": p}
+    d = copy("double-vote")
+    runs["double-vote"] = {"dir": d, "fails": {"one_vote_per_term"}, "term": plant.plant_second_vote(d, 1)}
+    d = copy("local-timer")
+    p = plant.middle_entry(d, 1)["log_position"]
+    plant.plant_local_timer(d, 1, p)
+    runs["local-timer"] = {"dir": d, "fails": {"timers_and_closes_agree"}, "position": p}
+    assert tuple(runs) == plant.PLANTED_RUNS
     return runs

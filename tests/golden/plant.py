@@ -20,10 +20,25 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from clusterlab.core.codec.framing import FRAME_ALIGNMENT
 from clusterlab.harness.completeness import SEAL, manifest, sealed_json
 from clusterlab.harness.recorder import TABLES, RunRecorder
 
 Rows = list[dict[str, Any]]
+
+# The run ids of the ``planted`` fixture (tests/golden/conftest.py): the clean copy, then one per planted violation.
+PLANTED_RUNS = (
+    "clean",
+    "state",
+    "gap",
+    "leaders",
+    "acked",
+    "lost",
+    "commit-back",
+    "stale-vote",
+    "double-vote",
+    "local-timer",
+)
 
 
 def read_file(path: Path) -> pa.Table:
@@ -146,6 +161,76 @@ def plant_commit_back(run: Path, member: int) -> int:
 
     rewrite(path, change)
     return low
+
+
+def node_events_file(run: Path, member: int, incarnation: int = 0) -> Path:
+    return run / "events" / f"node-{member}-i{incarnation}.arrow"
+
+
+def _last_yes_vote(rows: Rows, voter: int) -> int:
+    """The index of the voter's last YES vote for another member."""
+    return max(
+        i
+        for i, r in enumerate(rows)
+        if r["kind"] == "vote" and json.loads(r["detail"]).get("vote") and json.loads(r["detail"])["candidate"] != voter
+    )
+
+
+def plant_stale_vote(run: Path, voter: int) -> tuple[int, int]:
+    """Member ``voter``'s last YES vote for another member went to a candidate whose log ends one frame before
+    the voter's (same log term): a vote granted to a less recent log. Returns the vote's (term, voter's log
+    position)."""
+    rows = read_file(node_events_file(run, voter)).to_pylist()
+    vote = rows[_last_yes_vote(rows, voter)]
+    assert vote["log_position"] >= FRAME_ALIGNMENT, vote
+
+    def change(rows: Rows) -> Rows:
+        r = rows[_last_yes_vote(rows, voter)]
+        detail = json.loads(r["detail"])
+        detail.update(
+            candidate_log_leadership_term_id=detail["log_leadership_term_id"],
+            candidate_log_position=r["log_position"] - FRAME_ALIGNMENT,
+        )
+        r["detail"] = json.dumps(detail, separators=(",", ":"), sort_keys=True)
+        return rows
+
+    rewrite(node_events_file(run, voter), change)
+    return vote["leadership_term_id"], vote["log_position"]
+
+
+def plant_second_vote(run: Path, voter: int, members: int = 3) -> int:
+    """Member ``voter`` also votes YES, in the term of its last YES vote for another member, for a third
+    member (one with the same log: only the second ballot is wrong). Returns that term."""
+    rows = read_file(node_events_file(run, voter)).to_pylist()
+    vote = rows[_last_yes_vote(rows, voter)]
+    first = json.loads(vote["detail"])["candidate"]
+    other = next(m for m in range(members) if m not in (voter, first))
+
+    def change(rows: Rows) -> Rows:
+        detail = dict(json.loads(vote["detail"]), candidate=other)
+        extra = dict(
+            vote,
+            detail=json.dumps(detail, separators=(",", ":"), sort_keys=True),
+            wall_ns=vote["wall_ns"] + 1,
+            seq=rows[-1]["seq"] + 1,
+        )
+        return [*rows, extra]
+
+    rewrite(node_events_file(run, voter), change)
+    return int(vote["leadership_term_id"])
+
+
+def plant_local_timer(run: Path, member: int, position: int) -> None:
+    """Member ``member`` applies a Timer entry at ``position``, where the committed log and every other member
+    have the entry it replaced (its bytes kept: only the kind differs, as a timer fired locally in its place)."""
+
+    def change(rows: Rows) -> Rows:
+        for r in rows:
+            if r["log_position"] == position:
+                r["entry_type"] = "Timer"
+        return rows
+
+    rewrite(applied_file(run, member), change)
 
 
 def tear(path: Path, keep_fraction: float = 0.6) -> int:

@@ -59,7 +59,7 @@ class SimKit:
         the leader's id."""
         c.await_condition(lambda: converged(c), timeout_ns, "every live member committed the leader's log")
         self.check(c)
-        self.safety(c).check_durable(c)
+        self.safety(c).check_committed_prefix_at_end(c)
         leader = c.leader_id()
         assert leader is not None
         return leader

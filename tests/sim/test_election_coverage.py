@@ -28,7 +28,7 @@ def _converge(c: SimCluster) -> None:
     for e in c.events:
         checker.on_event(e)
     checker.check_cluster(c)
-    checker.check_durable(c)
+    checker.check_committed_prefix_at_end(c)
 
 
 def _new_leader(c: SimCluster, old: int) -> int:
