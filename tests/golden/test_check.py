@@ -13,7 +13,7 @@ from clusterlab.golden.spark.check import CHECKS, check_runs
 
 from clusterlab.cli import main
 
-# The report fixture checks every planted run (tests/golden/plant.py, PLANTED_RUNS) on both plans on a loaded 2-core machine.
+# The report fixture checks every planted run (plant.py, PLANTED_RUNS) on both plans on a loaded 2-core machine.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
