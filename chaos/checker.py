@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from clusterlab.chaos.target import LocalTarget, SimTarget, Target
 from clusterlab.core.consensus.context import Role
 from clusterlab.harness.invariants import Agreement, ElectionSafety, SafetyChecker, SafetyViolation
 
@@ -19,7 +19,7 @@ from clusterlab.harness.invariants import Agreement, ElectionSafety, SafetyCheck
 class OnlineChecker:
     """``poll()`` after every workload step; raises SafetyViolation on a broken invariant."""
 
-    target: Any
+    target: Target
     interval_s: float = 0.25
     election: ElectionSafety = field(default_factory=ElectionSafety)
     agreement: Agreement = field(default_factory=Agreement)
@@ -34,22 +34,24 @@ class OnlineChecker:
             return
         self._last = now
         self.polls += 1
-        if self.target.kind == "sim":
-            self._poll_sim(full=force)
+        if isinstance(self.target, SimTarget):
+            self._poll_sim(self.target, full=force)
+        elif isinstance(self.target, LocalTarget):
+            self._poll_local(self.target)
         else:
-            self._poll_local()
+            raise TypeError(f"no online checks for a {type(self.target).__name__}")
 
-    def _poll_sim(self, full: bool = False) -> None:
-        cluster = self.target.cluster
+    def _poll_sim(self, target: SimTarget, full: bool = False) -> None:
+        cluster = target.cluster
         if self.sim is None:
             self.sim = SafetyChecker()
         self.sim.check(cluster, full)  # a forced (final) poll re-reads every member's whole committed log
         self.election = self.sim.election
 
-    def _poll_local(self) -> None:
-        cluster = self.target.cluster
+    def _poll_local(self, target: LocalTarget) -> None:
+        cluster = target.cluster
         for member_id in cluster.members_alive():
-            if member_id in self.target.paused:
+            if member_id in target.paused:
                 continue
             status = cluster.status(member_id, timeout_s=0.5)
             if status is not None and status.role == Role.LEADER and status.election_state is None:

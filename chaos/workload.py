@@ -38,6 +38,7 @@ from typing import Any
 
 from clusterlab.chaos.linearizability import COUNTER_KEY, VIOLATION, Operation, check_key
 from clusterlab.chaos.sample_workloads import COUNTER_MIX, KV_MIX, TIMERS_MIX, WORKLOADS
+from clusterlab.chaos.target import LocalTarget, SimTarget, Target
 from clusterlab.chaos.workload_api import Op, ServiceWorkload, load_workload
 from clusterlab.core.client.client import CLUSTER_UNAVAILABLE
 from clusterlab.core.consensus.context import SECOND
@@ -616,7 +617,7 @@ class SimWorkload(Workload):
 
 
 def make_workload(
-    target: Any,
+    target: Target,
     service: str,
     seed: int,
     rate: float | None = None,
@@ -630,7 +631,7 @@ def make_workload(
     by ``service``), a sample's name or ``package.module:factory``. ``resends``: simulator clients
     resend unanswered requests of a deduplicating service (real clients always do)."""
     name = workload or service
-    if target.kind == "sim":
+    if isinstance(target, SimTarget):
         return SimWorkload(
             service=name,
             seed=seed,
@@ -640,7 +641,9 @@ def make_workload(
             clients=clients,
             resends=resends,
         )
-    return LocalWorkload(service=name, seed=seed, rate=rate or 200.0, cluster=target.cluster, clients=clients)
+    if isinstance(target, LocalTarget):
+        return LocalWorkload(service=name, seed=seed, rate=rate or 200.0, cluster=target.cluster, clients=clients)
+    raise TypeError(f"no workload driver for a {type(target).__name__}")
 
 
 __all__ = [

@@ -47,7 +47,7 @@ from clusterlab.harness.completeness import manifest as trace_manifest  # `manif
 from clusterlab.harness.recorder import SCHEMAS, TABLES, git_commit
 from clusterlab.harness.replay import Replay, replay_log
 from clusterlab.harness.services import SERVICES, service_factory
-from clusterlab.harness.trace import TraceError, open_run
+from clusterlab.harness.trace import Run, TraceError, open_run
 
 ROOT = Path(__file__).resolve().parent
 TRACES = ROOT / "traces"
@@ -279,11 +279,48 @@ def bless(
 
     if not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise GoldenError(f"golden name {name!r}: use letters, digits, '-' and '_'")
+    run = _passing_run(run_dir)
+    meta = run.meta
+    config = meta.get("config") or {}
+    service = str(config.get("service", "kv"))
+    workload = (meta.get("workload") or {}).get("workload")
+    replay = _deterministic_replay(run, run_dir, service, workload)
+    recipe = Recipe(
+        name,
+        "sim" if config.get("runtime") == "sim" else "real",
+        str(meta.get("scenario") or "unknown"),
+        int(meta.get("seed") or 0),
+        len(meta.get("members") or []) or 3,
+        _run_duration(Path(run_dir)) if duration_s is None else duration_s,
+        summary,
+        service,
+        workload,
+    )
+    target = traces / name
+    if target.exists() and not force:
+        raise GoldenError(f"golden {name} exists at {target}; pass --force to replace it")
+    traces.mkdir(parents=True, exist_ok=True)  # a project's own goldens directory, made at its first golden
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=traces))
+    try:
+        _write_golden(tmp, run, replay, recipe)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    if manifest is not None or traces == TRACES:
+        upsert_recipe(recipe, manifest or traces / MANIFEST.name)
+    return load_golden(name, traces)
+
+
+def _passing_run(run_dir: Path | str) -> Run:
+    """The run at ``run_dir`` opened, if it may be blessed: complete, with an untorn committed log, and
+    passing its checks. Raises GoldenError saying why not."""
     try:
         run = open_run(run_dir)
     except TraceError as e:
         raise GoldenError(str(e)) from e
-    meta = run.meta
     if run.completeness is not None and not run.completeness.ok:
         c = run.completeness
         raise GoldenError(
@@ -302,9 +339,11 @@ def bless(
             "not PASS; a golden must be a correct run",
             verdict.status,
         )
-    config = meta.get("config") or {}
-    service = str(config.get("service", "kv"))
-    workload = (meta.get("workload") or {}).get("workload")
+    return run
+
+
+def _deterministic_replay(run: Run, run_dir: Path | str, service: str, workload: str | None) -> Replay:
+    """Today's replay of the run's committed log, which must give the states the members recorded."""
     replay = replay_log(run.log.to_pylist(), golden_service(service, workload, str(run_dir)))
     if replay.error is not None:
         raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
@@ -317,75 +356,51 @@ def bless(
                 f"{entry.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
                 f"the service is not deterministic, or the log is not the one the members applied"
             )
-    driver = "sim" if config.get("runtime") == "sim" else "real"
-    if duration_s is None:
-        duration_s = _run_duration(Path(run_dir))
-    recipe = Recipe(
-        name,
-        driver,
-        str(meta.get("scenario") or "unknown"),
-        int(meta.get("seed") or 0),
-        len(meta.get("members") or []) or 3,
-        duration_s,
-        summary,
-        service,
-        workload,
-    )
+    return replay
 
-    target = traces / name
-    if target.exists() and not force:
-        raise GoldenError(f"golden {name} exists at {target}; pass --force to replace it")
-    traces.mkdir(parents=True, exist_ok=True)  # a project's own goldens directory, made at its first golden
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=traces))
-    try:
-        run_id = golden_run_id(name)
-        write_stream(tmp / "log" / "committed.arrow", run.log)
-        write_stream(tmp / "applied" / "golden.arrow", applied_table(run_id, replay))
-        messages_rows = 0
-        if driver == "sim":
-            messages = with_run_id(messages_in_order(run.messages), run_id)
-            messages_rows = messages.num_rows
-            write_stream(tmp / "messages" / "golden.arrow", messages)
-        golden_meta = {
-            "format": GOLDEN_FORMAT,
-            **recipe_json(recipe),
-            "service": service,
-            "clients": int((meta.get("workload") or {}).get("clients", 1)),  # the re-run's concurrent clients
-            "clusterlab_version": __version__,
-            "git_commit": git_commit(),
-            "blessed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "source_run_id": meta.get("run_id"),
-            "source_git_commit": meta.get("git_commit"),
-            "positions": len(replay.entries),
-            "end_position": replay.end_position,
-            "log_entries": run.log.num_rows,
-            "messages": messages_rows,
-            "final_state_digest": replay.entries[-1].state_digest.hex() if replay.entries else None,
-        }
-        doc = {
-            "run_id": run_id,
-            "scenario": recipe.scenario,
-            "seed": recipe.seed,
-            "members": meta.get("members"),
-            "config": config,
-            "clusterlab_version": __version__,
-            "git_commit": golden_meta["git_commit"],
-            "golden": golden_meta,
-            "source": {k: meta.get(k) for k in ("run_id", "outcome", "committed_log", "sim") if k in meta},
-            "trace_format": meta.get("trace_format"),
-            "outcome": "ok",  # a golden is a finished run that passed
-            **trace_manifest(tmp, TABLES),
-        }
-        (tmp / "run.json").write_bytes(sealed_json(json.loads(json.dumps(doc, default=str))))
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    if manifest is not None or traces == TRACES:
-        upsert_recipe(recipe, manifest or traces / MANIFEST.name)
-    return load_golden(name, traces)
+
+def _write_golden(tmp: Path, run: Run, replay: Replay, recipe: Recipe) -> None:
+    """Write the golden's tables and its sealed run.json into the directory ``tmp``."""
+    meta = run.meta
+    run_id = golden_run_id(recipe.name)
+    write_stream(tmp / "log" / "committed.arrow", run.log)
+    write_stream(tmp / "applied" / "golden.arrow", applied_table(run_id, replay))
+    messages_rows = 0
+    if recipe.driver == "sim":
+        messages = with_run_id(messages_in_order(run.messages), run_id)
+        messages_rows = messages.num_rows
+        write_stream(tmp / "messages" / "golden.arrow", messages)
+    golden_meta = {
+        "format": GOLDEN_FORMAT,
+        **recipe_json(recipe),
+        "service": recipe.service,
+        "clients": int((meta.get("workload") or {}).get("clients", 1)),  # the re-run's concurrent clients
+        "clusterlab_version": __version__,
+        "git_commit": git_commit(),
+        "blessed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source_run_id": meta.get("run_id"),
+        "source_git_commit": meta.get("git_commit"),
+        "positions": len(replay.entries),
+        "end_position": replay.end_position,
+        "log_entries": run.log.num_rows,
+        "messages": messages_rows,
+        "final_state_digest": replay.entries[-1].state_digest.hex() if replay.entries else None,
+    }
+    doc = {
+        "run_id": run_id,
+        "scenario": recipe.scenario,
+        "seed": recipe.seed,
+        "members": meta.get("members"),
+        "config": meta.get("config") or {},
+        "clusterlab_version": __version__,
+        "git_commit": golden_meta["git_commit"],
+        "golden": golden_meta,
+        "source": {k: meta.get(k) for k in ("run_id", "outcome", "committed_log", "sim") if k in meta},
+        "trace_format": meta.get("trace_format"),
+        "outcome": "ok",  # a golden is a finished run that passed
+        **trace_manifest(tmp, TABLES),
+    }
+    (tmp / "run.json").write_bytes(sealed_json(json.loads(json.dumps(doc, default=str))))
 
 
 # --------------------------------------------------------------------------------------------- read

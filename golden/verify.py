@@ -295,6 +295,20 @@ def _write_replay(directory: Path, run_id: str, table: pa.Table) -> None:
     write_stream(directory / "applied" / "replay.arrow", table, compression=None)
 
 
+@dataclass
+class _Verification:
+    """What one ``verify_goldens`` call collects while it replays and re-runs its goldens."""
+
+    work: Path  # scratch directory for the replays and re-runs
+    say: Callable[[str], None]
+    coverage: bool
+    inline: bool  # coverage measured on this interpreter's own runs (the sources run here)
+    rerun: bool
+    mutants: Sequence[str]
+    comparisons: list[Comparison] = field(default_factory=list)
+    measured: list[Measurement] = field(default_factory=list)
+
+
 def verify_goldens(
     names: Sequence[str] | None = None,
     *,
@@ -317,20 +331,19 @@ def verify_goldens(
     anyway, a simulator golden's re-run and a real golden's replay, under coverage.py: the report's
     ``coverage`` is what ``golden coverage`` reports, without running every golden a second time."""
     started = time.monotonic()
-    say = on_progress or (lambda _line: None)
     wanted = list(names) if names else golden_names(traces)
     if not wanted:
         raise GoldenError(f"no goldens in {traces}")
     for n in wanted:
         if not (traces / n).is_dir():
             raise GoldenError(f"no golden named {n!r} in {traces} (known: {', '.join(golden_names(traces)) or 'none'})")
-    own_scratch = scratch is None
     work = Path(tempfile.mkdtemp(prefix="clusterlab-golden-")) if scratch is None else scratch
+    # The mypyc-compiled modules are invisible to coverage.py: then each golden is measured apart,
+    # in a child interpreter running their sources (golden/coverage.py), not on verify's own runs.
+    inline = coverage and sources_run_here()
+    job = _Verification(work, on_progress or (lambda _line: None), coverage, inline, rerun, mutants)
     verdicts: list[GoldenVerdict] = []
-    comparisons: list[Comparison] = []
     goldens: dict[str, Golden] = {}
-    measured: list[Measurement] = []
-    own_spark = False
     try:
         for n in wanted:
             try:
@@ -342,96 +355,117 @@ def verify_goldens(
             goldens[n] = g
             v = GoldenVerdict(n, g.driver, g.info.get("git_commit"), g.applied.num_rows)
             verdicts.append(v)
-            # A service or workload that cannot be imported here is not a divergence: GoldenError, one line.
-            factory = service_factory or golden_service(str(g.info["service"]), g.info.get("workload"), f"golden {n}")
-            say(f"{n}: replaying {g.log.num_rows} log entries")
-            m = Measurement(n, recipe=recipe_of(g) if coverage else None)  # filled in only with ``coverage``
-            cov_started = time.monotonic()
-            # The mypyc-compiled modules are invisible to coverage.py: then the golden is measured apart,
-            # in a child interpreter running their sources (golden/coverage.py), not on verify's own runs.
-            inline = coverage and sources_run_here()
             if coverage and not inline:
-                measured.append(measure_golden(n, traces, work / f"coverage-{n}"))
-            measure_replay = inline and (g.driver != "sim" or not rerun)  # else the re-run is measured
-            with Covered() if measure_replay else contextlib.nullcontext() as covered:
-                replay = replay_log(g.log.to_pylist(), factory)
-            if covered is not None:
-                covered.record(m)
-                measure_log(m, g)
-                if replay.error:
-                    m.error = f"replay stopped: {replay.error}"
-                m.elapsed_s = time.monotonic() - cov_started
-                measured.append(m)
-            if replay.error:
-                v.errors.append(f"replay stopped: {replay.error}")
-            v.session_mismatches = replay.session_mismatches
-            replay_dir = (work / f"replay-{n}").resolve()
-            _write_replay(replay_dir, f"replay-{n}", applied_table(f"replay-{n}", replay))
-            comparisons.append(Comparison(n, REPLAY, str(g.directory.resolve()), str(replay_dir)))
+                job.measured.append(measure_golden(n, traces, work / f"coverage-{n}"))
+            _replay_golden(job, g, v, service_factory)
             if rerun and g.driver == "sim":
-                info = g.info
-                say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
-                cov_started = time.monotonic()
-                try:
-                    with Covered() if inline else contextlib.nullcontext() as covered:
-                        r = run_scenario(
-                            info["scenario"],
-                            seed=int(info["seed"]),
-                            members=int(info["members"]),
-                            duration_s=info.get("duration_s"),
-                            sim=True,
-                            directory=work / f"rerun-{n}",
-                            clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
-                            service=str(info.get("service", "kv")),
-                            workload=info.get("workload"),
-                            mutants=mutants,
-                        )
-                except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
-                    v.errors.append(f"cannot re-run {info['scenario']}: {e}")
-                    if inline:
-                        m.error = f"cannot run {info['scenario']}: {e}"
-                        measured.append(m)
-                    continue
-                if covered is not None:
-                    covered.record(m)
-                    if not r.ok:
-                        m.error = r.failure_message()
-                    if r.trace_dir.is_dir():
-                        measure_trace(m, r.trace_dir)
-                    m.elapsed_s = time.monotonic() - cov_started
-                    measured.append(m)
-                if r.error:
-                    v.errors.append(f"re-run failed: {r.error}")
-                if r.trace_dir.is_dir():
-                    comparisons.append(
-                        Comparison(n, RERUN, str(g.directory.resolve()), str(r.trace_dir.resolve()), messages=True)
-                    )
-        if comparisons:
-            say(f"diffing {len(comparisons)} runs against their goldens with Spark")
-            # getOrCreate hands back a session already running in this process: not ours to stop.
-            own_spark = spark is None and not spark_session_is_running()
-            spark = spark or spark_session(master)
-            positions = diff_positions(spark, comparisons)
-            messages = diff_messages(spark, comparisons)
-            for v in verdicts:
-                if v.name not in goldens:
-                    continue
-                v.replay = positions.get((v.name, REPLAY))
-                v.rerun = positions.get((v.name, RERUN))
-                v.messages = messages.get(v.name)
-                describe = _entry_describer(goldens[v.name])
-                for d in (v.replay, v.rerun):
-                    if d is not None and d.first is not None:
-                        d.first["entry"] = describe(d.first["log_position"])
-        master_used = spark.sparkContext.master if spark is not None else ""
-        if own_spark and spark is not None:
-            spark.stop()  # before the scratch runs go: no straggling task may still read them
+                _rerun_golden(job, g, v)
+        master_used = _diff_against_goldens(job, verdicts, goldens, spark, master)
     finally:
-        if own_scratch:
+        if scratch is None:
             shutil.rmtree(work, ignore_errors=True)
     elapsed = time.monotonic() - started
+    measured = job.measured
     covered_report = CoverageReport(measured, sum(m.elapsed_s for m in measured)) if coverage else None
     return VerifyReport(verdicts, current_commit(), elapsed, master_used, covered_report)
+
+
+def _replay_golden(job: _Verification, g: Golden, v: GoldenVerdict, service_factory: Callable[[], Any] | None) -> None:
+    """Replay the golden's committed log through today's service and queue the replay's comparison."""
+    n = v.name
+    # A service or workload that cannot be imported here is not a divergence: GoldenError, one line.
+    factory = service_factory or golden_service(str(g.info["service"]), g.info.get("workload"), f"golden {n}")
+    job.say(f"{n}: replaying {g.log.num_rows} log entries")
+    m = Measurement(n, recipe=recipe_of(g) if job.coverage else None)  # filled in only with ``coverage``
+    cov_started = time.monotonic()
+    measure_replay = job.inline and (g.driver != "sim" or not job.rerun)  # else the re-run is measured
+    with Covered() if measure_replay else contextlib.nullcontext() as covered:
+        replay = replay_log(g.log.to_pylist(), factory)
+    if covered is not None:
+        covered.record(m)
+        measure_log(m, g)
+        if replay.error:
+            m.error = f"replay stopped: {replay.error}"
+        m.elapsed_s = time.monotonic() - cov_started
+        job.measured.append(m)
+    if replay.error:
+        v.errors.append(f"replay stopped: {replay.error}")
+    v.session_mismatches = replay.session_mismatches
+    replay_dir = (job.work / f"replay-{n}").resolve()
+    _write_replay(replay_dir, f"replay-{n}", applied_table(f"replay-{n}", replay))
+    job.comparisons.append(Comparison(n, REPLAY, str(g.directory.resolve()), str(replay_dir)))
+
+
+def _rerun_golden(job: _Verification, g: Golden, v: GoldenVerdict) -> None:
+    """Re-run a simulator golden's scenario from its seed and queue the re-run's comparison."""
+    n, info = v.name, g.info
+    job.say(f"{n}: re-running {info['scenario']} seed {info['seed']} in the simulator")
+    m = Measurement(n, recipe=recipe_of(g) if job.coverage else None)
+    cov_started = time.monotonic()
+    try:
+        with Covered() if job.inline else contextlib.nullcontext() as covered:
+            r = run_scenario(
+                info["scenario"],
+                seed=int(info["seed"]),
+                members=int(info["members"]),
+                duration_s=info.get("duration_s"),
+                sim=True,
+                directory=job.work / f"rerun-{n}",
+                clients=int(info.get("clients", 1)),  # goldens from before concurrent clients: one
+                service=str(info.get("service", "kv")),
+                workload=info.get("workload"),
+                mutants=job.mutants,
+            )
+    except (KeyError, ValueError) as e:  # the scenario is gone or no longer runs in the simulator
+        v.errors.append(f"cannot re-run {info['scenario']}: {e}")
+        if job.inline:
+            m.error = f"cannot run {info['scenario']}: {e}"
+            job.measured.append(m)
+        return
+    if covered is not None:
+        covered.record(m)
+        if not r.ok:
+            m.error = r.failure_message()
+        if r.trace_dir.is_dir():
+            measure_trace(m, r.trace_dir)
+        m.elapsed_s = time.monotonic() - cov_started
+        job.measured.append(m)
+    if r.error:
+        v.errors.append(f"re-run failed: {r.error}")
+    if r.trace_dir.is_dir():
+        job.comparisons.append(
+            Comparison(n, RERUN, str(g.directory.resolve()), str(r.trace_dir.resolve()), messages=True)
+        )
+
+
+def _diff_against_goldens(
+    job: _Verification, verdicts: list[GoldenVerdict], goldens: dict[str, Golden], spark: Any, master: str | None
+) -> str:
+    """Diff every queued replay and re-run against its golden with Spark, fill in the verdicts and return
+    the Spark master used ("" when nothing was compared)."""
+    if not job.comparisons:
+        return str(spark.sparkContext.master) if spark is not None else ""
+    job.say(f"diffing {len(job.comparisons)} runs against their goldens with Spark")
+    # getOrCreate hands back a session already running in this process: not ours to stop.
+    own_spark = spark is None and not spark_session_is_running()
+    spark = spark or spark_session(master)
+    try:
+        positions = diff_positions(spark, job.comparisons)
+        messages = diff_messages(spark, job.comparisons)
+        for v in verdicts:
+            if v.name not in goldens:
+                continue
+            v.replay = positions.get((v.name, REPLAY))
+            v.rerun = positions.get((v.name, RERUN))
+            v.messages = messages.get(v.name)
+            describe = _entry_describer(goldens[v.name])
+            for d in (v.replay, v.rerun):
+                if d is not None and d.first is not None:
+                    d.first["entry"] = describe(d.first["log_position"])
+        return str(spark.sparkContext.master)
+    finally:
+        if own_spark:
+            spark.stop()  # before the scratch runs go: no straggling task may still read them
 
 
 def print_report(report: VerifyReport, console: Console | None = None) -> None:

@@ -1,15 +1,25 @@
 """The operations both cluster drivers share, as one typed protocol: :class:`~clusterlab.harness.local.LocalCluster`
 (real processes, wall time) and :class:`~clusterlab.harness.sim.SimCluster` (the simulator, virtual time)
 each implement :class:`Cluster`, and code written against it (``clusterlab.chaos.target.Target``) runs on
-either. What only one driver has (SIGSTOP, clock skew, link latency in virtual nanoseconds) stays on
-that driver's class."""
+either. What only one driver has (SIGSTOP, clock skew, a client silenced in virtual time) stays on
+that driver's class. Three operations both drivers have stay outside the protocol because their time
+units differ with the driver's clock: ``await_condition`` (``timeout_s`` on the wall clock,
+``timeout_ns`` in virtual time), ``set_link`` (``delay_s`` / ``delay_ns``) and
+``delay_member_messages``; ``chaos.target`` converts seconds to each driver's unit.
+
+mypy holds both drivers to the protocol (``_conforms`` below), and tests/unit/test_cluster_api.py holds
+their method signatures to it at run time."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from clusterlab.core.archive.storage import Storage
+
+if TYPE_CHECKING:
+    from clusterlab.harness.local import LocalCluster
+    from clusterlab.harness.sim import SimCluster
 
 
 class Cluster(Protocol):
@@ -76,3 +86,8 @@ class Cluster(Protocol):
     def control(self, target: str) -> bool:
         """A cluster-control request (``snapshot``, ``suspend``, ...) to the leader; True if accepted."""
         ...
+
+
+def _conforms(local: LocalCluster, sim: SimCluster) -> tuple[Cluster, Cluster]:
+    """Never called: mypy checks here that both drivers implement :class:`Cluster`."""
+    return local, sim

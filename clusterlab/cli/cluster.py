@@ -96,6 +96,15 @@ def register(subparsers: Any) -> None:
     cluster = _one_line_errors(subparsers.add_parser("cluster", help="run a local multi-process cluster"))
     actions = cluster.add_subparsers(dest="cluster_action", metavar="ACTION")
     actions.required = True
+    _register_start(actions)
+    _register_backup(actions)
+    _register_restore(actions)
+    _register_client(subparsers)
+    # ``tool`` is registered by clusterlab/cli/tool.py (it runs cmd_tool for the cluster-wide actions).
+
+
+def _register_start(actions: Any) -> None:
+    """``cluster start``: a local cluster in the foreground."""
     start = _one_line_errors(
         actions.add_parser("start", help="start a local cluster in the foreground (Ctrl-C stops it)")
     )
@@ -134,6 +143,9 @@ def register(subparsers: Any) -> None:
     )
     start.set_defaults(func=_guarded(cmd_cluster_start, "cluster start"))
 
+
+def _register_backup(actions: Any) -> None:
+    """``cluster backup``: a ClusterBackup of a running local cluster."""
     backup = _one_line_errors(
         actions.add_parser(
             "backup",
@@ -174,6 +186,9 @@ def register(subparsers: Any) -> None:
     )
     backup.set_defaults(func=_guarded(cmd_cluster_backup, "cluster backup"))
 
+
+def _register_restore(actions: Any) -> None:
+    """``cluster restore``: every stopped member's state from a backup."""
     restore = _one_line_errors(
         actions.add_parser("restore", help="replace every stopped member's state with a copy of a backup")
     )
@@ -183,6 +198,9 @@ def register(subparsers: Any) -> None:
     )
     restore.set_defaults(func=_guarded(cmd_cluster_restore, "cluster restore"))
 
+
+def _register_client(subparsers: Any) -> None:
+    """``client``: one KV command to a running cluster."""
     client = _one_line_errors(subparsers.add_parser("client", help="send a KV command to a running cluster"))
     client.add_argument("--dir", type=Path, required=True, help="the cluster directory (holds cluster.json)")
     client.add_argument(
@@ -211,7 +229,6 @@ def register(subparsers: Any) -> None:
     delete = _one_line_errors(ops.add_parser("delete", help="delete KEY"))
     delete.add_argument("key")
     client.set_defaults(func=_guarded(cmd_client, "client"))
-    # ``tool`` is registered by clusterlab/cli/tool.py (it runs cmd_tool for the cluster-wide actions).
 
 
 # ---------------------------------------------------------------------------------- helpers

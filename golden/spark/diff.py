@@ -145,6 +145,42 @@ def _diff_positions_sql(spark: SparkSession, comparisons: list[Comparison]) -> d
     position of each comparison only."""
     if not comparisons:
         return {}
+    diffs = _position_kinds(spark, comparisons).cache()
+    try:
+        agg = [
+            F.count("golden_state").alias("golden_positions"),
+            F.count("actual_rows").alias("actual_positions"),
+            F.count("kind").alias("divergent"),
+            F.min(F.when(F.col("kind").isNotNull(), F.col("log_position"))).alias("first_position"),
+            *[F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(f"n_{k}") for k in KINDS],
+        ]
+        summary = diffs.groupBy("name", "mode").agg(*agg).cache()
+        out: dict[tuple[str, str], PositionDiff] = {}
+        for r in summary.collect():
+            out[(r["name"], r["mode"])] = PositionDiff(
+                r["name"],
+                r["mode"],
+                r["golden_positions"],
+                r["actual_positions"],
+                r["divergent"],
+                {k: r[f"n_{k}"] for k in KINDS if r[f"n_{k}"]},
+            )
+        if out and any(d.divergent for d in out.values()):
+            firsts = F.broadcast(
+                summary.where(F.col("first_position").isNotNull()).select("name", "mode", "first_position")
+            )
+            _fill_first_divergence(spark, comparisons, diffs, firsts, out)
+        summary.unpersist()
+        for c in comparisons:  # a comparison with no rows on either side
+            out.setdefault((c.name, c.mode), PositionDiff(c.name, c.mode))
+        return out
+    finally:
+        diffs.unpersist()
+
+
+def _position_kinds(spark: SparkSession, comparisons: list[Comparison]) -> DataFrame:
+    """One row per compared position: the golden's entry and state, the actual rows' count and the kind
+    of divergence (``extra``, ``missing``, ``entry``, ``state``; null where the position agrees)."""
     golden = (
         _applied(spark, comparisons, "golden_dir", _APPLIED_COLUMNS)
         .where(F.col("entry_type") != "Snapshot")
@@ -184,7 +220,7 @@ def _diff_positions_sql(spark: SparkSession, comparisons: list[Comparison]) -> d
             F.lit("state"),
         )
     )
-    diffs = joined.select(
+    return joined.select(
         "name",
         "mode",
         "log_position",
@@ -193,68 +229,50 @@ def _diff_positions_sql(spark: SparkSession, comparisons: list[Comparison]) -> d
         "golden_state",
         "actual_rows",
         kind.alias("kind"),
-    ).cache()
-    try:
-        agg = [
-            F.count("golden_state").alias("golden_positions"),
-            F.count("actual_rows").alias("actual_positions"),
-            F.count("kind").alias("divergent"),
-            F.min(F.when(F.col("kind").isNotNull(), F.col("log_position"))).alias("first_position"),
-            *[F.sum(F.when(F.col("kind") == k, 1).otherwise(0)).alias(f"n_{k}") for k in KINDS],
-        ]
-        summary = diffs.groupBy("name", "mode").agg(*agg).cache()
-        out: dict[tuple[str, str], PositionDiff] = {}
-        for r in summary.collect():
-            out[(r["name"], r["mode"])] = PositionDiff(
-                r["name"],
-                r["mode"],
-                r["golden_positions"],
-                r["actual_positions"],
-                r["divergent"],
-                {k: r[f"n_{k}"] for k in KINDS if r[f"n_{k}"]},
-            )
-        firsts = F.broadcast(
-            summary.where(F.col("first_position").isNotNull()).select("name", "mode", "first_position")
+    )
+
+
+def _fill_first_divergence(
+    spark: SparkSession,
+    comparisons: list[Comparison],
+    diffs: DataFrame,
+    firsts: DataFrame,
+    out: dict[tuple[str, str], PositionDiff],
+) -> None:
+    """For each divergent comparison (``firsts``: its first divergent position), how far the divergence
+    runs from there, and every actual member's entry and state at the first divergent position."""
+    tail = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") >= F.col("first_position"))
+    for r in (
+        tail.groupBy("name", "mode")
+        .agg(
+            F.count("*").alias("from_first"),
+            F.count("kind").alias("divergent_from_first"),
+            F.min(F.when(F.col("kind").isNull(), F.col("log_position"))).alias("next_agreeing"),
         )
-        if out and any(d.divergent for d in out.values()):
-            tail = diffs.join(firsts, ["name", "mode"]).where(F.col("log_position") >= F.col("first_position"))
-            for r in (
-                tail.groupBy("name", "mode")
-                .agg(
-                    F.count("*").alias("from_first"),
-                    F.count("kind").alias("divergent_from_first"),
-                    F.min(F.when(F.col("kind").isNull(), F.col("log_position"))).alias("next_agreeing"),
-                )
-                .collect()
-            ):
-                d = out[(r["name"], r["mode"])]
-                d.from_first, d.divergent_from_first, d.next_agreeing = (
-                    r["from_first"],
-                    r["divergent_from_first"],
-                    r["next_agreeing"],
-                )
-            at_first: list[Column | str] = ["name", "mode", F.col("first_position").alias("log_position")]
-            first_rows = diffs.join(firsts.select(*at_first), ["name", "mode", "log_position"])
-            # Every actual member's entry and state at each first divergent position (a few rows).
-            who = _members_at(spark, comparisons, firsts.select(*at_first))
-            first_rows = first_rows.join(who, ["name", "mode", "log_position"], "left")
-            for r in first_rows.collect():
-                out[(r["name"], r["mode"])].first = {
-                    "log_position": r["log_position"],
-                    "kind": r["kind"],
-                    "entry_type": r["golden_entry_type"] or r["entry_type"],
-                    "golden_entry_digest": _hex(r["golden_entry"]),
-                    "golden_state_digest": _hex(r["golden_state"]),
-                    "actual_entry_digests": [_hex(x) for x in (r["entries"] or [])],
-                    "actual_state_digests": [_hex(x) for x in (r["states"] or [])],
-                    "members": [m.asDict() for m in (r["members"] or [])],
-                }
-        summary.unpersist()
-        for c in comparisons:  # a comparison with no rows on either side
-            out.setdefault((c.name, c.mode), PositionDiff(c.name, c.mode))
-        return out
-    finally:
-        diffs.unpersist()
+        .collect()
+    ):
+        d = out[(r["name"], r["mode"])]
+        d.from_first, d.divergent_from_first, d.next_agreeing = (
+            r["from_first"],
+            r["divergent_from_first"],
+            r["next_agreeing"],
+        )
+    at_first: list[Column | str] = ["name", "mode", F.col("first_position").alias("log_position")]
+    first_rows = diffs.join(firsts.select(*at_first), ["name", "mode", "log_position"])
+    # Every actual member's entry and state at each first divergent position (a few rows).
+    who = _members_at(spark, comparisons, firsts.select(*at_first))
+    first_rows = first_rows.join(who, ["name", "mode", "log_position"], "left")
+    for r in first_rows.collect():
+        out[(r["name"], r["mode"])].first = {
+            "log_position": r["log_position"],
+            "kind": r["kind"],
+            "entry_type": r["golden_entry_type"] or r["entry_type"],
+            "golden_entry_digest": _hex(r["golden_entry"]),
+            "golden_state_digest": _hex(r["golden_state"]),
+            "actual_entry_digests": [_hex(x) for x in (r["entries"] or [])],
+            "actual_state_digests": [_hex(x) for x in (r["states"] or [])],
+            "members": [m.asDict() for m in (r["members"] or [])],
+        }
 
 
 def _members_at(spark: SparkSession, comparisons: list[Comparison], at: DataFrame) -> DataFrame:
