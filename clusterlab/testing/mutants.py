@@ -209,14 +209,14 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             SERVICE_WALL_CLOCK,
             "service determinism",
-            "harness/services/kv.py KeyValueService (wall_clock_service)",
+            "harness/services/planted.py WallClockStamp (wall_clock_service)",
             "the kv service stamps values with the member's wall clock instead of the log's cluster time",
             in_service=True,
         ),
         Mutant(
             STALE_READ,
             "service determinism",
-            "harness/services/kv.py KeyValueService (stale_read_service)",
+            "harness/services/planted.py StaleRead (stale_read_service)",
             "gets are answered from a per-session cache blind to other sessions' writes",
             in_service=True,
         ),

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from functools import lru_cache
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -163,7 +162,8 @@ def _field(command: dict[str, Any], name: str, kind: type, nullable: bool = Fals
     return value
 
 
-# mypyc compiles this module (setup.py COMPILED): tests and golden variants subclass the service.
+# mypyc compiles this module (setup.py COMPILED): tests, golden variants and the planted bugs
+# (planted.py) subclass the service.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class KeyValueService(ClusteredService):
     """The key-value store; state = {key: (value, mod_revision)} and the store revision."""
@@ -183,19 +183,12 @@ class KeyValueService(ClusteredService):
         self._digests = KeyDigests(_ENTRY_HEAD, _REVISION_CONSTANT, xxhash.xxh3_128_intdigest)
         # client -> {request id: reply}, insertion-ordered: the oldest is evicted first.
         self.replies: dict[int, dict[int, dict[str, Any]]] = {}
-        # The planted stale read (stale_read_service, tests only): session -> key -> the value that
-        # session last saw; its gets are answered from there, blind to other sessions' writes.
-        self.fault_stale_read = False
-        # The planted wall-clock stamp (wall_clock_service, tests only): writes stamped with this
-        # member's wall clock instead of the log's cluster time, so members' states diverge.
-        self.fault_wall_clock = False
-        self._session_view: dict[int, dict[str, str | None]] = {}
 
     # --- state ---------------------------------------------------------------------------------------
 
     def _set(self, key: str, value: str) -> None:
         self.revision += 1
-        self.entries[key] = (value, time.time_ns() if self.fault_wall_clock else self.revision)
+        self.entries[key] = (value, self.revision)
         self._digests.written(key)
 
     def _delete(self, key: str) -> None:
@@ -332,23 +325,20 @@ class KeyValueService(ClusteredService):
         pass
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
-        if self.fault_stale_read and session is not None:
-            reply = self._stale_read_execute(session.id, payload)
+        # execute(payload), with the common command (a put without a client) answered without
+        # building its reply dict (every member applies every entry).
+        try:
+            command: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError as e:
+            reply = _not_json(e)
         else:
-            # execute(payload), with the common command (a put without a client) answered without
-            # building its reply dict (every member applies every entry).
-            try:
-                command: Any = orjson.loads(payload)
-            except orjson.JSONDecodeError as e:
-                reply = _not_json(e)
-            else:
-                if type(command) is dict and command.get("op") == "put" and command.get("client") is None:
-                    put = self._put_plain(command)
-                    if put is not None:
-                        if session is not None and self._answers():
-                            session.offer(_answer(put[0], True, put[1], self.revision))
-                        return
-                reply = self._execute_command(command)
+            if type(command) is dict and command.get("op") == "put" and command.get("client") is None:
+                put = self._put_plain(command)
+                if put is not None:
+                    if session is not None and self._answers():
+                        session.offer(_answer(put[0], True, put[1], self.revision))
+                    return
+            reply = self._execute_command(command)
         if session is not None and self._answers():
             session.offer(encode_reply(reply))
 
@@ -359,28 +349,6 @@ class KeyValueService(ClusteredService):
 
     def on_timer_event(self, correlation_id: int, timestamp: int) -> None:
         pass
-
-    def _stale_read_execute(self, session_id: int, payload: bytes) -> dict[str, Any]:
-        """The planted bug: a get answered from what this session saw last (a per-session read cache
-        never invalidated by other sessions' writes). Deterministic (every member keeps the same
-        cache from the log), invisible to one client, a stale read between clients."""
-        view = self._session_view.setdefault(session_id, {})
-        try:
-            command = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            command = None
-        key = command.get("key") if type(command) is dict else None
-        request_id = command.get("id") if type(command) is dict else None
-        # A request without an int id falls through: execute() answers it as malformed.
-        is_get = type(command) is dict and command.get("op") == "get"
-        if is_get and isinstance(key, str) and key in view and isinstance(request_id, int):
-            value = view[key]
-            return self._reply(request_id, value is not None, value)
-        reply = self.execute(payload)
-        if isinstance(key, str) and "error" not in reply:
-            op = command.get("op") if type(command) is dict else None
-            view[key] = None if op == "delete" else command.get("value") if op == "put" else reply.get("value")
-        return reply
 
     def on_take_snapshot(self, writer: SnapshotWriter) -> None:
         replies = [[c, rid, r] for c, remembered in sorted(self.replies.items()) for rid, r in remembered.items()]
@@ -395,18 +363,3 @@ class KeyValueService(ClusteredService):
 
     def on_terminate(self, cluster: Cluster) -> None:
         pass
-
-
-def stale_read_service() -> KeyValueService:
-    """The kv store with the planted stale read switched on (``--fault-stale-read``; tests only)."""
-    service = KeyValueService()
-    service.fault_stale_read = True
-    return service
-
-
-def wall_clock_service() -> KeyValueService:
-    """The kv store with the planted non-determinism switched on (mutant ``service-wall-clock``; tests
-    only): each write is stamped with the member's wall clock instead of the log's cluster time."""
-    service = KeyValueService()
-    service.fault_wall_clock = True
-    return service

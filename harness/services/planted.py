@@ -8,10 +8,19 @@ Everything else is the kv store's own behaviour, and every member runs the same 
 states still agree: only a client-side check (linearizability, durability) can see it.
 
 ``double_fire_service`` is the counter that counts each alarm that fires twice in ``fired``. Every member
-counts alike, so their states agree: only the timers workload's model of the alarms sees it."""
+counts alike, so their states agree: only the timers workload's model of the alarms sees it.
+
+``stale_read_service`` is the kv store that answers a session's get from what that session last saw of
+the key (a per-session read cache never invalidated by other sessions' writes). Every member keeps the
+same cache from the log, so agreement and the state digests see nothing, and one client never sees it
+(its own writes are in its cache): only a linearizability check of concurrent clients does.
+
+``wall_clock_service`` is the kv store that stamps each write with the member's wall clock instead of
+the store's revision, so the members' states (and digests) diverge: an agreement check sees it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -20,7 +29,7 @@ from clusterlab.core.consensus.context import Role
 from clusterlab.core.service.api import ClientSession, Cluster, ClusteredService
 from clusterlab.core.service.snapshot import SnapshotImage, SnapshotWriter
 from clusterlab.harness.services.counter import CounterService
-from clusterlab.harness.services.kv import KeyValueService
+from clusterlab.harness.services.kv import KeyValueService, encode_reply
 
 
 def without_client(payload: bytes) -> bytes:
@@ -90,3 +99,60 @@ class DoubleFire(CounterService):
 def double_fire_service() -> DoubleFire:
     """The counter that counts a fired alarm twice (mutant ``alarm-counted-twice``; tests only)."""
     return DoubleFire()
+
+
+class StaleRead(KeyValueService):
+    """The kv store, except that a session's get is answered from what that session saw last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._session_view: dict[int, dict[str, str | None]] = {}  # session -> key -> value it last saw
+
+    def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
+        if session is None:  # a service-originated message: applied as the store applies it
+            super().on_session_message(session, timestamp, payload)
+            return
+        reply = self._stale_read_execute(session.id, payload)
+        if self._answers():
+            session.offer(encode_reply(reply))
+
+    def _stale_read_execute(self, session_id: int, payload: bytes) -> dict[str, Any]:
+        """A get answered from this session's view when the view holds the key; any other command
+        executed, and the key's value after it kept in the view."""
+        view = self._session_view.setdefault(session_id, {})
+        try:
+            command = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            command = None
+        key = command.get("key") if type(command) is dict else None
+        request_id = command.get("id") if type(command) is dict else None
+        # A request without an int id falls through: execute() answers it as malformed.
+        is_get = type(command) is dict and command.get("op") == "get"
+        if is_get and isinstance(key, str) and key in view and isinstance(request_id, int):
+            value = view[key]
+            return self._reply(request_id, value is not None, value)
+        reply = self.execute(payload)
+        if isinstance(key, str) and "error" not in reply:
+            op = command.get("op") if type(command) is dict else None
+            view[key] = None if op == "delete" else command.get("value") if op == "put" else reply.get("value")
+        return reply
+
+
+def stale_read_service() -> StaleRead:
+    """The kv store with the planted stale read (mutant ``stale-read``, ``--fault-stale-read``; tests only)."""
+    return StaleRead()
+
+
+class WallClockStamp(KeyValueService):
+    """The kv store, except that a write is stamped with the member's wall clock instead of the store's
+    revision."""
+
+    def _set(self, key: str, value: str) -> None:
+        self.revision += 1
+        self.entries[key] = (value, time.time_ns())
+        self._digests.written(key)
+
+
+def wall_clock_service() -> WallClockStamp:
+    """The kv store with the planted non-determinism (mutant ``service-wall-clock``; tests only)."""
+    return WallClockStamp()

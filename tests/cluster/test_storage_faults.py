@@ -75,8 +75,10 @@ def test_a_cluster_without_the_test_context_runs_plain_storage_and_refuses_test_
 def test_planted_bugs_need_the_test_context(tmp_path: Path) -> None:
     from clusterlab.harness.local import LocalCluster, LocalClusterError
 
+    from clusterlab.testing.mutants import ACK_BEFORE_APPEND
+
     with pytest.raises(LocalClusterError, match="need test_context=True"):
-        LocalCluster(directory=tmp_path / "c", test_context=False, fault_ack_before_append=True)
+        LocalCluster(directory=tmp_path / "c", test_context=False, mutants=frozenset({ACK_BEFORE_APPEND}))
     assert not (tmp_path / "c").exists(), "refused before anything is made"
 
 

@@ -75,7 +75,7 @@ def test_the_history_is_judged_with_the_runs_own_model(ledger: Any) -> None:
 
 def test_members_find_a_users_package_where_this_process_found_it(ledger: Any) -> None:
     assert import_roots(["ledger.service:make"]) == [str(LEDGER)]
-    assert import_roots(["kv", "clusterlab.harness.services.kv:stale_read_service"]) == []
+    assert import_roots(["kv", "clusterlab.harness.services.planted:stale_read_service"]) == []
 
 
 @pytest.mark.parametrize(
