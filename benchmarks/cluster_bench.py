@@ -1,6 +1,10 @@
 """Cluster benchmark: clusterlab against a 3-node PySyncObj cluster and the raw ZeroMQ replication bound.
 
-Run: ``python -m benchmarks.cluster_bench [--quick] [--out FILE] [--systems a,b,...]``
+Run: ``python -m benchmarks.cluster_bench [--quick] [--out FILE] [--systems a,b,...] [--member-process MODE]``
+
+``--member-process split|single|both``: clusterlab's members as a node process plus a service process
+each (``split``, the default), as one process each (``single``: ``clusterlab.core.runtime.member``, keys
+``...-single``), or both, with the ratio single ÷ split (``ratios[<key>-single]["vs_<key>"]``).
 (``make bench`` runs it after the other benchmarks; PySyncObj comes from the ``bench`` extra).
 Prints tables and writes JSON (default ``benchmarks/results/cluster.json``). ``--quick`` is a smoke
 run of well under a minute; the default run takes a few minutes. Nothing is asserted: the figures
@@ -459,12 +463,19 @@ class ClusterlabSubject(Subject):
         "election_status_interval_ns": 10_000_000,
     }
 
-    def __init__(self, recording: bool, secure: bool = False) -> None:
+    def __init__(self, recording: bool, secure: bool = False, member_process: str = "split") -> None:
         super().__init__()
         self.recording = recording
         self.secure = secure  # CURVE + ZAP on every socket and client credentials (runtime.security)
-        self.key = f"clusterlab-rec-{'on' if recording else 'off'}{'-auth' if secure else ''}"
-        self.label = f"clusterlab (recording {'on' if recording else 'off'}{', auth on' if secure else ''})"
+        self.member_process = member_process  # LocalCluster's: "split" (node + service processes) or "single"
+        single = member_process == "single"
+        self.key = (
+            f"clusterlab-rec-{'on' if recording else 'off'}{'-auth' if secure else ''}{'-single' if single else ''}"
+        )
+        self.label = (
+            f"clusterlab (recording {'on' if recording else 'off'}{', auth on' if secure else ''}"
+            f"{', one process per member' if single else ''})"
+        )
         self.cluster: Any = None
         self._client: _ClusterlabClient | None = None
 
@@ -488,6 +499,8 @@ class ClusterlabSubject(Subject):
         kwargs: dict[str, Any] = {"members": 3, "service": "kv", "timeouts": self._timeouts(profile)}
         if self.secure:
             kwargs["secure"] = True
+        if self.member_process != "split":
+            kwargs["member_process"] = self.member_process
         if "record" in inspect.signature(LocalCluster).parameters:
             kwargs["record"] = self.recording
         elif not self.recording:
@@ -1025,6 +1038,15 @@ def ratios(systems: dict[str, dict]) -> dict[str, dict[str, dict[str, float | No
             a, b = get(on), get(off)
             row[header] = round(a / b, 2) if a is not None and b else None
         out.setdefault(REC_ON, {})[f"vs_{REC_OFF}"] = row
+    for key, single in systems.items():  # a member in one process ÷ the same system split in two
+        split = systems.get(key.removesuffix("-single"))
+        if not key.endswith("-single") or not split or single.get("status") != "ok" or split.get("status") != "ok":
+            continue
+        row = {}
+        for header, get, _higher in METRICS:
+            a, b = get(single), get(split)
+            row[header] = round(a / b, 2) if a is not None and b else None
+        out.setdefault(key, {})[f"vs_{key.removesuffix('-single')}"] = row
     return out
 
 
@@ -1084,7 +1106,11 @@ def print_tables(doc: dict) -> None:
     console.print(rt)
 
 
-def build_subjects(names: list[str]) -> list[Subject]:
+MEMBER_PROCESS_CHOICES = {"split": ("split",), "single": ("single",), "both": ("split", "single")}
+
+
+def build_subjects(names: list[str], member_processes: tuple[str, ...] = ("split",)) -> list[Subject]:
+    """The subjects of ``names``; clusterlab's once per member-process mode (``split``, ``single``)."""
     out: list[Subject] = []
     for n in names:
         if n == "pysyncobj":
@@ -1094,9 +1120,21 @@ def build_subjects(names: list[str]) -> list[Subject]:
         elif n == "raw":
             out.append(RawZmqSubject())
         elif n == "clusterlab":
-            out.extend([ClusterlabSubject(recording=False), ClusterlabSubject(recording=True)])
+            for mode in member_processes:
+                out.extend(
+                    [
+                        ClusterlabSubject(recording=False, member_process=mode),
+                        ClusterlabSubject(recording=True, member_process=mode),
+                    ]
+                )
         elif n == "clusterlab-auth":  # authentication off and on, recording off: the cost of security
-            out.extend([ClusterlabSubject(recording=False), ClusterlabSubject(recording=False, secure=True)])
+            for mode in member_processes:
+                out.extend(
+                    [
+                        ClusterlabSubject(recording=False, member_process=mode),
+                        ClusterlabSubject(recording=False, secure=True, member_process=mode),
+                    ]
+                )
         else:
             raise SystemExit(f"unknown system {n!r} (pysyncobj, pysyncobj-nobatch, raw, clusterlab, clusterlab-auth)")
     unique: dict[str, Subject] = {}
@@ -1117,6 +1155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=None, help="outstanding requests at saturation (20000)")
     parser.add_argument("--kills", type=int, default=None, help="leader kills per timeout profile (10; quick 1)")
     parser.add_argument("--duration", type=float, default=None, help="seconds per measurement (5; quick 1)")
+    parser.add_argument(
+        "--member-process",
+        choices=sorted(MEMBER_PROCESS_CHOICES),
+        default="split",
+        help="clusterlab members as node + service processes (split), one process each (single), or both",
+    )
     args = parser.parse_args(argv)
     s = Settings.make(args.quick, args.window, args.kills, args.duration)
 
@@ -1151,7 +1195,8 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     said: set[str] = set()
     try:
-        for subject in build_subjects([n.strip() for n in args.systems.split(",") if n.strip()]):
+        names = [n.strip() for n in args.systems.split(",") if n.strip()]
+        for subject in build_subjects(names, MEMBER_PROCESS_CHOICES[args.member_process]):
             reason = subject.availability()
             if reason is not None:
                 line = f"{subject.key.split('-rec')[0]}: {reason}"

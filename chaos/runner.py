@@ -22,7 +22,7 @@ from clusterlab.chaos.nemesis import DuplicateIngress
 from clusterlab.chaos.sample_workloads import WORKLOADS
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
-from clusterlab.chaos.schedule import Schedule, loses_replies, schedule_from_spec, schedule_spec
+from clusterlab.chaos.schedule import Schedule, kills_a_service, loses_replies, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.chaos.verify import Verdict, verify_run
 from clusterlab.chaos.workload import Workload, make_workload
@@ -31,7 +31,7 @@ from clusterlab.core.runtime import node as node_process
 from clusterlab.core.runtime import service as service_process
 from clusterlab.core.runtime.config import parse_services
 from clusterlab.harness.invariants import SafetyViolation
-from clusterlab.harness.local import NODE, LocalCluster
+from clusterlab.harness.local import MEMBER, MEMBER_PROCESS_MODES, NODE, LocalCluster
 from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 from clusterlab.harness.sim import SimCluster, consensus_module_factory
 from clusterlab.harness.sim_recording import record_sim
@@ -55,12 +55,12 @@ DEFAULT_SETTLE_S = 30.0  # the default bound on a run's final healed phase
 # A run directory's description of its run (RunResult.summary): what clusterlab shrink replays.
 CHAOS_JSON = "chaos.json"
 # The kv service with the planted stale read (a test-only switch, like --fault-ack-before-append).
-STALE_READ_SERVICE = "clusterlab.harness.services.kv:stale_read_service"
+STALE_READ_SERVICE = "clusterlab.harness.services.planted:stale_read_service"
 # The service of the planted bugs that live in the service (clusterlab.testing.mutants): a variant of
 # the sample services the mutant's ``services`` names.
 MUTANT_SERVICES = {
     STALE_READ: STALE_READ_SERVICE,
-    SERVICE_WALL_CLOCK: "clusterlab.harness.services.kv:wall_clock_service",
+    SERVICE_WALL_CLOCK: "clusterlab.harness.services.planted:wall_clock_service",
     RESEND_APPLIED_TWICE: "clusterlab.harness.services.planted:forgetful_dedupe_service",
     ALARM_COUNTED_TWICE: "clusterlab.harness.services.planted:double_fire_service",
 }
@@ -75,7 +75,8 @@ class ChaosFailure(AssertionError):
 
 
 class UnexpectedExit(AssertionError):
-    """A member process (node or service) exited by itself with a code its program does not document."""
+    """A member process (node, service, or a one-process member) exited by itself with a code its program
+    does not document."""
 
 
 # The exit codes a member's processes document (clusterlab.core.runtime.node and .service); the
@@ -99,7 +100,8 @@ def unexpected_exits(exited: Iterable[tuple[int, str, int, int, Path]]) -> list[
     that ended with a code outside its program's documented set and was not killed by the harness."""
     lines = []
     for member_id, kind, pid, code, log in exited:
-        documented = NODE_EXIT_CODES if kind == NODE else SERVICE_EXIT_CODES
+        # A one-process member (clusterlab.core.runtime.member) exits with its node's codes.
+        documented = NODE_EXIT_CODES if kind in (NODE, MEMBER) else SERVICE_EXIT_CODES
         if code != KILLED_BY_HARNESS and code not in documented:
             lines.append(
                 f"member {member_id} {kind} process (pid {pid}) exited with {code}, not one of its documented "
@@ -115,6 +117,11 @@ def check_exits(cluster: LocalCluster, after: BaseException | None = None) -> No
     if lines:
         then = f"; then {type(after).__name__}: {after}" if after is not None else ""
         raise UnexpectedExit("; ".join(lines) + then) from after
+
+
+class RunArgumentError(ValueError):
+    """An argument that only the scenario's schedule shows wrong (e.g. ``member_process="single"`` with a
+    schedule that kills a service alone): raised by :func:`run_scenario` before anything starts."""
 
 
 @dataclass
@@ -155,6 +162,7 @@ class RunResult:
     tripwire: bool = True  # the services' callbacks are watched (clusterlab.harness.tripwire)
     buggify: bool = False  # the simulator's fault points are on (clusterlab.testing.buggify)
     client_resends: bool = False  # simulator clients resend unanswered requests (Scenario.client_resends)
+    member_process: str = "split"  # real members: "split" (node + service processes) or "single" (one process)
 
     @property
     def ok(self) -> bool:
@@ -215,6 +223,8 @@ class RunResult:
             cmd.append("--no-tripwire")
         if self.buggify:
             cmd.append("--buggify")
+        if self.member_process != "split":
+            cmd += ["--member-process", self.member_process]
         if self.explicit:
             cmd += ["--schedule", json.dumps(self.steps, separators=(",", ":"))]
         return shlex.join(cmd)
@@ -256,6 +266,7 @@ class RunResult:
             "settle_s": self.settle_s,
             "tripwire": self.tripwire,
             "buggify": self.buggify,
+            "member_process": self.member_process,
             "linearizability": self.verdict.linearizability.verdict
             if self.verdict is not None and self.verdict.linearizability is not None
             else None,
@@ -390,6 +401,7 @@ def run_scenario(
     determinism: bool = False,
     tripwire: bool = False,
     buggify: bool = False,
+    member_process: str = "split",
 ) -> RunResult:
     """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
     ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
@@ -402,7 +414,8 @@ def run_scenario(
     workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
     on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
     concurrent clients (default: :func:`run_clients`; their history is checked for linearizability);
-    ``fault_stale_read``: the planted stale read (kv only; see ``clusterlab.harness.services.kv.stale_read_service``);
+    ``fault_stale_read``: the planted stale read (kv only; see
+    ``clusterlab.harness.services.planted.stale_read_service``);
     ``mutants``: planted bugs to switch on, by name (clusterlab.testing.mutants; test-only);
     ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
     service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
@@ -418,9 +431,15 @@ def run_scenario(
     ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
     role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them);
     ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs leave it off.
-    ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim`` only)."""
+    ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim`` only).
+    ``member_process``: ``"split"`` runs each real member as its node and service processes, ``"single"`` as
+    one process (``clusterlab.core.runtime.member``); a schedule that kills a service alone needs ``split``."""
     if buggify and not sim:
         raise ValueError("buggify: the fault points live in the simulator's drivers; give sim=True (--sim)")
+    if member_process not in MEMBER_PROCESS_MODES:
+        raise ValueError(f"member_process {member_process!r}: use one of {', '.join(MEMBER_PROCESS_MODES)}")
+    if member_process != "split" and sim:
+        raise ValueError("member_process: the simulator runs no processes; drop --sim or --member-process")
     checked = check_run_arguments(
         name,
         seed,
@@ -439,13 +458,10 @@ def run_scenario(
     spec, chosen, service, services = checked.spec, checked.mutants, checked.service, checked.services
     clients = checked.clients
     duration = spec.default_duration_s if duration_s is None else duration_s
-    plan = (
-        spec.schedule(seed, duration, sim=sim, members=members)
-        if schedule is None
-        else schedule_from_spec(seed, schedule)
-    )
+    plan = scenario_schedule(spec, seed, duration, sim=sim, members=members, schedule=schedule)
     if schedule is not None:
         check_dedupe(spec, service, workload, plan)
+    check_member_process(spec, plan, member_process)
     root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     trace = Path(trace_dir) if trace_dir is not None else root / "trace"
@@ -472,6 +488,7 @@ def run_scenario(
         tripwire=tripwire,
         client_resends=spec.client_resends or loses_replies(plan) or duplicates_ingress(plan),
         buggify=buggify,
+        member_process=member_process,
     )
     started = time.monotonic()
     try:
@@ -492,6 +509,25 @@ def run_scenario(
         apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
     result.elapsed_s = time.monotonic() - started
     return result
+
+
+def scenario_schedule(
+    spec: Scenario, seed: int, duration_s: float, *, sim: bool, members: int, schedule: list[dict[str, Any]] | None
+) -> Schedule:
+    """The steps a run of ``spec`` takes: the explicit ``schedule`` when given, else the seed's."""
+    if schedule is not None:
+        return schedule_from_spec(seed, schedule)
+    return spec.schedule(seed, duration_s, sim=sim, members=members)
+
+
+def check_member_process(spec: Scenario, plan: Schedule, member_process: str) -> None:
+    """RunArgumentError when ``plan`` needs what ``member_process`` lacks: a service killed alone needs
+    the member's node and service as separate processes."""
+    if member_process == "single" and kills_a_service(plan):
+        raise RunArgumentError(
+            f"scenario {spec.name}: its schedule kills a service alone, which needs the member's node and service "
+            "as separate processes; drop --member-process single"
+        )
 
 
 def check_service(service: str, workload: str | None) -> None:
@@ -760,9 +796,9 @@ def _run_local(
         scenario=result.scenario,
         keep_directory=True,
         startup_timeout_s=max(20.0, settle_s),
-        fault_ack_before_append=result.fault_ack_before_append,
-        mutants=result.mutants,
+        mutants=result.mutants | ({ACK_BEFORE_APPEND} if result.fault_ack_before_append else set()),
         tripwire=result.tripwire,
+        member_process=result.member_process,
     )
     if cluster.recorder is not None:
         cluster.recorder.meta["workload"] = _workload_meta(result)  # run.json: what drove the run

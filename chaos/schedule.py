@@ -204,6 +204,11 @@ def _with_client_resends(seed: int, steps: list[Step], *, sim: bool) -> list[Ste
     )
 
 
+def kills_a_service(schedule: Schedule) -> bool:
+    """Whether ``schedule`` kills a service process alone (a member must then run as separate processes)."""
+    return any(isinstance(s.nemesis, KillService) for s in schedule.steps)
+
+
 def loses_replies(schedule: Schedule) -> bool:
     """Whether ``schedule`` loses the clients' replies for a while (its clients must resend)."""
     return any(isinstance(s.nemesis, LostReplies) for s in schedule.steps)

@@ -17,7 +17,10 @@ forked ZeroMQ context or pytest state, the PID we signal is the member itself, a
 are exactly what a user starts by hand). They run in their own session, so a Ctrl-C in a
 terminal reaches only the harness, which then stops them. Their stdout/stderr go to
 ``<dir>/logs/member-<i>-<node|service>-<incarnation>.log`` (kept across restarts and wipes);
-``<dir>/processes.json`` lists every process started, with its PID.
+``<dir>/processes.json`` lists every process started, with its PID. With
+``member_process="single"`` each member is one process instead, ``python -m
+clusterlab.core.runtime.member`` (node and services in one process, linked by in-process queues;
+log ``member-<i>-member-<incarnation>.log``), and every per-member operation targets that PID.
 
 Every process LocalCluster starts is stopped by its PID: ``close()`` (also from ``__exit__``, and a
 finalizer at interpreter exit) sends SIGTERM (and SIGCONT, in case it is paused), waits, and
@@ -102,6 +105,7 @@ from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.control_replies import counters_of
 from clusterlab.core.runtime.counters_file import CountersFileError, read_counters_file
 from clusterlab.core.runtime.dirlock import lock_cluster_directory
+from clusterlab.core.runtime.node import EXIT_SERVICE_GONE
 from clusterlab.core.runtime.security import (
     ADMIN,
     CLIENT,
@@ -122,12 +126,14 @@ from clusterlab.harness.tripwire import watchable
 
 from clusterlab.testing.disk_faults import truncate_at
 from clusterlab.testing.intercepts import member_message_template
-from clusterlab.testing.mutants import ACK_BEFORE_APPEND, MUTANTS_ENV, mutant_set
+from clusterlab.testing.mutants import MUTANTS_ENV, mutant_set
 from clusterlab.testing.node import environment as node_environment
 
 T = TypeVar("T")
 PPM = 1_000_000
 NODE, SERVICE = "node", "service"
+MEMBER = "member"  # the kind of a member's one process (member_process="single": node and services)
+MEMBER_PROCESS_MODES = ("split", "single")
 BACKUP = "backup"  # the kind of the ClusterBackup process (member id -1)
 
 
@@ -278,7 +284,8 @@ def _stop_processes(processes: list[_Process], timeout_s: float) -> list[_Proces
     """SIGTERM (+SIGCONT) every running process, wait up to ``timeout_s``, SIGKILL the rest; reap all.
     Returns the processes it had to SIGKILL (their trace files may end torn: the caller records it)."""
     killed: list[_Process] = []
-    running = [p for p in processes if p.running()]
+    # Each once: a member's one process is listed under its node's and services' kinds too.
+    running = [p for p in {id(p): p for p in processes}.values() if p.running()]
     for p in running:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGTERM)
@@ -334,12 +341,12 @@ class LocalCluster:
         trace_dir: Path | str | None = None,
         run_id: str | None = None,
         scenario: str = "local",
-        fault_ack_before_append: bool = False,
         secure: bool | None = None,
         archive_segment_length: int | None = None,
         mutants: frozenset[str] = frozenset(),
         tripwire: bool = False,
         test_context: bool = True,
+        member_process: str = "split",
     ) -> None:
         """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
         failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
@@ -360,12 +367,21 @@ class LocalCluster:
         context (clusterlab.testing.node: planted ``mutants``, its disk behind a FaultyStorage for
         :meth:`storage_fault`, the intercepts :meth:`stall_election` and the other test hooks arm).
         Off, the nodes run as production nodes do: plain storage, the protocol's rules, storage faults
-        and test hooks refused (``clusterlab cluster start``). Planted bugs need it on."""
-        if not test_context and (mutants or fault_ack_before_append):
-            raise LocalClusterError("planted bugs (mutants, fault_ack_before_append) need test_context=True")
+        and test hooks refused (``clusterlab cluster start``). Planted bugs need it on.
+
+        ``member_process``: ``"split"`` (the default) runs each member as its node process and one
+        process per service; ``"single"`` runs each member as one process,
+        ``python -m clusterlab.core.runtime.member`` (node and services on one duty cycle, linked by
+        in-process queues). Per-member operations (kill, stop, pause, resume, restart, restart_wiped,
+        status, service_status) act on that one process (kind ``member`` in processes.json, its log
+        ``member-<i>-member-<n>.log``); :meth:`kill_service` is refused (LocalClusterError)."""
+        if member_process not in MEMBER_PROCESS_MODES:
+            raise LocalClusterError(f"member_process {member_process!r}: use one of {MEMBER_PROCESS_MODES}")
+        self.member_process = member_process
+        if not test_context and mutants:
+            raise LocalClusterError("planted bugs (mutants) need test_context=True")
         self.test_context = test_context
         self._owns_directory = directory is None
-        self.fault_ack_before_append = fault_ack_before_append  # the chaos suite's broken build
         self.mutants = mutant_set(mutants)  # planted bugs (clusterlab.testing.mutants)
         self.tripwire = tripwire
         self.directory = Path(tempfile.mkdtemp(prefix="localcluster-")) if directory is None else Path(directory)
@@ -386,6 +402,14 @@ class LocalCluster:
         self.service_kinds = [service_kind(s) for s in range(self.config.service_count)]
         self._import_roots = import_roots(self.config.service_kinds)  # a user's service, importable in members
         self._member_kinds = [NODE, *self.service_kinds]
+        # What is launched per member: its node then its services, or its one process (which answers
+        # for the node and the services: _launch files it under each of their kinds).
+        self._node_kind = NODE
+        self._service_processes = list(self.service_kinds)
+        if self.member_process == "single":
+            self._member_kinds = [NODE]
+            self._node_kind = MEMBER
+            self._service_processes = []
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
@@ -487,7 +511,10 @@ class LocalCluster:
 
     def _last_incarnation(self, member_id: int) -> int:
         last = -1
-        for path in self.config.log_dir.glob(f"member-{member_id}-node-*.log"):
+        for path in [
+            *self.config.log_dir.glob(f"member-{member_id}-{NODE}-*.log"),
+            *self.config.log_dir.glob(f"member-{member_id}-{MEMBER}-*.log"),
+        ]:
             with contextlib.suppress(ValueError):
                 last = max(last, int(path.stem.rsplit("-", 1)[1]))
         return last
@@ -517,10 +544,10 @@ class LocalCluster:
             raise LocalClusterError("start() called twice")
         self._started = True
         for i in range(self.member_count):
-            self._launch(i, NODE)
+            self._launch(i, self._node_kind)
         self._await_nodes_started(range(self.member_count))
         for i in range(self.member_count):
-            for kind in self.service_kinds:
+            for kind in self._service_processes:
                 self._launch(i, kind)
 
     def close(self) -> None:
@@ -533,7 +560,9 @@ class LocalCluster:
                 with contextlib.suppress(Exception):
                     client.close()
             killed = _stop_processes([self._backup] if self._backup is not None else [], self.stop_timeout_s)
-            killed += _stop_processes([p for p in self._current.values() if p.kind == NODE], self.stop_timeout_s)
+            killed += _stop_processes(
+                [p for p in self._current.values() if p.kind in (NODE, MEMBER)], self.stop_timeout_s
+            )
             killed += _stop_processes(list(self._current.values()), self.stop_timeout_s)
             for p in killed:  # explains the torn trace file to readers (docs/trace-schema.md, "Completeness")
                 self._event("kill", p.member_id, process=p.kind, at="stop timeout")
@@ -562,7 +591,7 @@ class LocalCluster:
     def _launch(self, member_id: int, kind: str) -> _Process:
         if self._closed:
             raise LocalClusterError("the cluster is closed")
-        if kind == NODE:
+        if kind in (NODE, MEMBER):
             self._incarnations[member_id] += 1
         incarnation = self._incarnations[member_id]
         log_path = self.config.log_dir / f"member-{member_id}-{kind}-{incarnation}.log"
@@ -572,15 +601,13 @@ class LocalCluster:
         for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):
             env.pop(name, None)  # only this cluster's own test context reaches its members
         if self.test_context:
-            env.update(
-                node_environment(self.mutants | ({ACK_BEFORE_APPEND} if self.fault_ack_before_append else set()))
-            )
+            env.update(node_environment(self.mutants))
         if self._import_roots:
             env["PYTHONPATH"] = os.pathsep.join([*self._import_roots, *filter(None, [env.get("PYTHONPATH")])])
         env.pop(TRIPWIRE_ENV, None)
-        if self.tripwire and kind != NODE and watchable(self.config.service_kinds[service_id_of_kind(kind)]):
+        if self.tripwire and kind != NODE and self._watchable(kind):
             env[TRIPWIRE_ENV] = "1"
-        module = NODE if kind == NODE else SERVICE
+        module = kind if kind in (NODE, MEMBER) else SERVICE
         cmd = [
             sys.executable,
             "-m",
@@ -594,7 +621,7 @@ class LocalCluster:
             "--exit-with-parent",
             str(os.getpid()),
         ]
-        if kind not in (NODE, SERVICE):
+        if kind not in (NODE, SERVICE, MEMBER):
             cmd += ["--service-id", str(service_id_of_kind(kind))]
         if self.trace_dir is not None:
             cmd += ["--trace-dir", str(self.trace_dir), "--run-id", self.run_id]
@@ -602,13 +629,23 @@ class LocalCluster:
         popen = self._spawn(cmd, log_path, env, pass_fds=(self._lock.fd,))
         process = _Process(member_id, kind, incarnation, popen, log_path)
         self._all.append(process)
-        self._current[(member_id, kind)] = process
-        control = self._controls.get((member_id, kind))
-        if control is not None:
-            control.reset()  # nothing queued for the previous incarnation may reach this one
+        # A member's one process answers for its node and its services too.
+        for each in [kind, NODE, *self.service_kinds] if kind == MEMBER else [kind]:
+            self._current[(member_id, each)] = process
+            control = self._controls.get((member_id, each))
+            if control is not None:
+                control.reset()  # nothing queued for the previous incarnation may reach this one
         self._write_processes()
         self._event("start" if incarnation == 0 else "restart", member_id, process=kind, pid=process.pid)
         return process
+
+    def _watchable(self, kind: str) -> bool:
+        """The tripwires apply to this process: a service process of a watchable service, or a member's
+        one process with one."""
+        kinds = self.config.service_kinds
+        if kind == MEMBER:
+            return any(watchable(k) for k in kinds)
+        return watchable(kinds[service_id_of_kind(kind)])
 
     def _spawn(
         self, cmd: list[str], log_path: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()
@@ -667,10 +704,14 @@ class LocalCluster:
         """Wait until these nodes answer; in tcp mode hand out the OS-assigned endpoints first."""
         ids = list(member_ids)
 
-        def answered() -> dict[int, MemberStatus] | None:
-            out = {}
+        def answered() -> tuple[dict[int, MemberStatus]] | None:
+            out = {}  # returned in a tuple: truthy even when every node closed by itself
             for i in ids:
                 p = self._current[(i, NODE)]
+                if not p.running() and p.popen.returncode == EXIT_SERVICE_GONE:
+                    # Started and closed by itself: its service failed to start (a one-process member may
+                    # close before its node ever answered). The caller sees the exit (wait_for_exit).
+                    continue
                 if not p.running():
                     raise LocalClusterError(
                         f"node {i} exited with {p.popen.returncode} while starting:\n{self.log_tail(i, NODE)}"
@@ -679,9 +720,9 @@ class LocalCluster:
                 if status is None:
                     return None
                 out[i] = status
-            return out
+            return (out,)
 
-        statuses = wait_until(answered, self.startup_timeout_s, f"nodes {ids} answering", context=self.status_line)
+        (statuses,) = wait_until(answered, self.startup_timeout_s, f"nodes {ids} answering", context=self.status_line)
         changed = False
         members = self.config.cluster_members()
         for i, status in statuses.items():
@@ -701,11 +742,16 @@ class LocalCluster:
                         raise LocalClusterError(f"member {i} did not take the member list: {reply!r}")
 
         def started() -> bool:
-            return all((s := self.status(i)) is not None and s.started for i in ids)
+            return all(((s := self.status(i)) is not None and s.started) or self._exited_once_up(i) for i in ids)
 
         wait_until(started, self.startup_timeout_s, f"nodes {ids} started", context=self.status_line)
         for i in ids:
             self._push_gate(i)
+
+    def _exited_once_up(self, member_id: int) -> bool:
+        """A member's one process that exited after it answered: its services start with its module,
+        so one that fails to start stops the member here (its exit code says why), not after start."""
+        return self._node_kind == MEMBER and self._process(member_id, NODE) is None
 
     # ------------------------------------------------------------------ observation
     def member_dir(self, member_id: int) -> Path:
@@ -861,6 +907,8 @@ class LocalCluster:
     def _add_logs_note(self, e: BaseException) -> None:
         notes = [f"LocalCluster directory (kept): {self.directory}"]
         for (member_id, kind), p in sorted(self._current.items()):
+            if kind != p.kind:
+                continue  # a member's one process, filed under its node's and services' kinds too
             tail = self.log_tail(member_id, kind)
             notes.append(f"--- member {member_id} {kind} (pid {p.pid}, log {p.log_path}):\n{tail}")
         with contextlib.suppress(Exception):
@@ -900,7 +948,13 @@ class LocalCluster:
         self._event("kill", member_id)
 
     def kill_service(self, member_id: int, service_id: int = 0) -> None:
-        """Crash only the member's service process ``service_id`` (SIGKILL); its node keeps running."""
+        """Crash only the member's service process ``service_id`` (SIGKILL); its node keeps running.
+        Refused (LocalClusterError) when members run as one process (``member_process="single"``)."""
+        if self.member_process == "single":
+            raise LocalClusterError(
+                f"kill_service({member_id}): member {member_id} runs its node and services in one process "
+                '(member_process="single"); kill the member with kill() instead'
+            )
         p = self._process(member_id, service_kind(service_id))
         if p is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -926,9 +980,9 @@ class LocalCluster:
         """Start a new incarnation from the member's directory; a running member is killed first."""
         if self.is_alive(member_id) or any(self._process(member_id, k) is not None for k in self.service_kinds):
             self.kill(member_id)
-        self._launch(member_id, NODE)
+        self._launch(member_id, self._node_kind)
         self._await_nodes_started([member_id])
-        for kind in self.service_kinds:
+        for kind in self._service_processes:
             self._launch(member_id, kind)
 
     def restart_wiped(self, member_id: int) -> None:
@@ -1272,10 +1326,10 @@ class LocalCluster:
             live_log_position=status["live_log_position"] if status is not None else None,
         )
         for i in range(self.member_count):
-            self._launch(i, NODE)
+            self._launch(i, self._node_kind)
         self._await_nodes_started(range(self.member_count))
         for i in range(self.member_count):
-            for kind in self.service_kinds:
+            for kind in self._service_processes:
                 self._launch(i, kind)
 
     def _keep_log_before_restore(self) -> None:

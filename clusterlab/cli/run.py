@@ -21,8 +21,17 @@ from rich.console import Console
 from rich.table import Table
 
 from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
-from clusterlab.chaos.runner import RunProgress, check_dedupe, check_service, run_clients, run_scenario
-from clusterlab.chaos.scenarios import SCENARIOS
+from clusterlab.chaos.runner import (
+    RunArgumentError,
+    RunProgress,
+    check_dedupe,
+    check_member_process,
+    check_service,
+    run_clients,
+    run_scenario,
+    scenario_schedule,
+)
+from clusterlab.chaos.scenarios import SCENARIOS, Scenario
 from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
@@ -64,60 +73,21 @@ def _metrics_table(result: Any) -> Table:
     return t
 
 
+class _BadArgument(Exception):
+    """An argument of ``clusterlab run`` that cannot run: its one-line reason (exit 2)."""
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run one scenario, verify its trace, print the verdicts; exit 0 pass / 1 violation / 2 bad arguments /
     3 INCOMPLETE trace / 4 CORRUPT trace (not judged)."""
 
     out, err = stdout_console(), Console(stderr=True, soft_wrap=True)
-    spec = SCENARIOS.get(args.scenario)
-    if spec is None:
-        return _bad(err, f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
-    if args.members not in spec.sizes:
-        sizes = " or ".join(map(str, spec.sizes))
-        return _bad(err, f"scenario {spec.name} runs on {sizes} members, not {args.members}")
-    if args.sim and spec.real_only:
-        return _bad(err, f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim")
-    if not args.sim and spec.sim_only:
-        return _bad(err, f"scenario {spec.name} runs in the simulator only; add --sim")
-    if args.buggify and not args.sim:
-        return _bad(err, "--buggify: the fault points live in the simulator's drivers; add --sim")
-    if args.services is not None:
-        error = services_error(args.services, None if args.workload else SERVICES)
-        if error is not None:
-            return _bad(err, error)
-        args.service = args.services.split(",")[0].strip()
-    import_from_cwd()
-    try:
-        check_service(args.service, args.workload)
-        check_dedupe(spec, args.service, args.workload)
-    except ValueError as e:
+    try:  # everything checked now, not after a run of minutes
+        spec = _checked_scenario(args)
+        mutants = _checked_service_and_bugs(args, spec)
+        steps = _checked_schedule_and_outputs(args, spec)
+    except _BadArgument as e:
         return _bad(err, str(e))
-    if args.fault_stale_read and args.service != "kv":
-        return _bad(err, f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
-    try:
-        mutants = mutant_set(args.mutant)
-    except UnknownMutant as e:
-        return _bad(err, f"--mutant: {e}")
-    if (problem := misplanted(mutants, args.service)) is not None:
-        return _bad(err, f"--{problem}")
-    try:
-        run_clients(args.service, args.workload, args.clients)
-    except ValueError as e:
-        return _bad(err, f"--clients: {e}")
-    if args.dir is not None:
-        if (error := writable_directory_error("--dir", args.dir)) is not None:
-            return _bad(err, error)
-        if Path(args.dir).is_dir() and any(Path(args.dir).iterdir()):
-            return _bad(err, f"--dir {args.dir} is not empty; give a new or empty directory")
-    steps = None
-    if args.schedule is not None:
-        try:
-            steps = load_schedule_option(args.schedule)
-        except ValueError as e:
-            return _bad(err, f"--schedule: {e}")
-    # Checked now, not after a run of minutes.
-    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
-        return _bad(err, error)
 
     where = "simulator" if args.sim else "local processes"
     out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")
@@ -146,6 +116,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             determinism=True,
             tripwire=args.tripwire,
             buggify=args.buggify,
+            member_process=args.member_process,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
     result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
@@ -189,6 +160,80 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _checked_scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario ``run`` names, runnable at this size on this driver."""
+    spec = SCENARIOS.get(args.scenario)
+    if spec is None:
+        raise _BadArgument(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    if args.members not in spec.sizes:
+        sizes = " or ".join(map(str, spec.sizes))
+        raise _BadArgument(f"scenario {spec.name} runs on {sizes} members, not {args.members}")
+    if args.sim and spec.real_only:
+        raise _BadArgument(
+            f"scenario {spec.name} needs real processes (it uses a fault the simulator lacks); drop --sim"
+        )
+    if not args.sim and spec.sim_only:
+        raise _BadArgument(f"scenario {spec.name} runs in the simulator only; add --sim")
+    if args.buggify and not args.sim:
+        raise _BadArgument("--buggify: the fault points live in the simulator's drivers; add --sim")
+    if args.member_process != "split" and args.sim:
+        raise _BadArgument("--member-process: the simulator runs no processes; drop --sim")
+    return spec
+
+
+def _checked_service_and_bugs(args: argparse.Namespace, spec: Scenario) -> frozenset[str]:
+    """The service, workload and clients checked (``args.service`` set from ``--services``); the mutants."""
+    if args.services is not None:
+        error = services_error(args.services, None if args.workload else SERVICES)
+        if error is not None:
+            raise _BadArgument(error)
+        args.service = args.services.split(",")[0].strip()
+    import_from_cwd()
+    try:
+        check_service(args.service, args.workload)
+        check_dedupe(spec, args.service, args.workload)
+    except ValueError as e:
+        raise _BadArgument(str(e)) from None
+    if args.fault_stale_read and args.service != "kv":
+        raise _BadArgument(f"--fault-stale-read plants a bug in the kv service, not {args.service!r}")
+    try:
+        mutants = mutant_set(args.mutant)
+    except UnknownMutant as e:
+        raise _BadArgument(f"--mutant: {e}") from None
+    if (problem := misplanted(mutants, args.service)) is not None:
+        raise _BadArgument(f"--{problem}")
+    try:
+        run_clients(args.service, args.workload, args.clients)
+    except ValueError as e:
+        raise _BadArgument(f"--clients: {e}") from None
+    return mutants
+
+
+def _checked_schedule_and_outputs(args: argparse.Namespace, spec: Scenario) -> list[dict[str, Any]] | None:
+    """The explicit schedule's steps (None: the seed's), the run's schedule fit for its member processes,
+    and the output paths writable."""
+    if args.dir is not None:
+        if (error := writable_directory_error("--dir", args.dir)) is not None:
+            raise _BadArgument(error)
+        if Path(args.dir).is_dir() and any(Path(args.dir).iterdir()):
+            raise _BadArgument(f"--dir {args.dir} is not empty; give a new or empty directory")
+    steps = None
+    if args.schedule is not None:
+        try:
+            steps = load_schedule_option(args.schedule)
+        except ValueError as e:
+            raise _BadArgument(f"--schedule: {e}") from None
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        raise _BadArgument(error)
+    try:
+        duration = spec.default_duration_s if args.duration is None else args.duration
+        plan = scenario_schedule(spec, args.seed, duration, sim=args.sim, members=args.members, schedule=steps)
+        check_member_process(spec, plan, args.member_process)
+    except RunArgumentError as e:
+        raise _BadArgument(str(e)) from None
+    return steps
+
+
 def _cmd_scenarios(args: argparse.Namespace) -> int:
     """List the named scenarios."""
 
@@ -219,6 +264,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=_cmd_run.__doc__,
     )
     p.add_argument("scenario", metavar="SCENARIO", help="a scenario name (clusterlab scenarios lists them)")
+    _add_run_shape(p)
+    _add_workload(p)
+    _add_outputs(p)
+    _add_checks_and_processes(p)
+    _add_planted_bugs(p)
+    p.set_defaults(func=_cmd_run)
+    s = sub.add_parser("scenarios", help="list the chaos scenarios", description=_cmd_scenarios.__doc__)
+    s.set_defaults(func=_cmd_scenarios)
+
+
+def _add_run_shape(p: argparse.ArgumentParser) -> None:
+    """``run``'s seed, size, length and driver."""
     p.add_argument(
         "--seed",
         type=bounded(SEED),
@@ -238,6 +295,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=ranged("seconds of faults and workload before the final heal (default: the scenario's)", DURATION_S),
     )
     p.add_argument("--sim", action="store_true", help="run in the deterministic simulator instead of processes")
+
+
+def _add_workload(p: argparse.ArgumentParser) -> None:
+    """``run``'s service, workload, clients and schedule."""
     p.add_argument(
         "--service",
         default="kv",
@@ -282,6 +343,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         '\'[{"quiet": 0.5}, {"nemesis": "kill", "seconds": 1, "who": "leader"}]\' or a file holding one '
         "(what clusterlab shrink prints)",
     )
+
+
+def _add_outputs(p: argparse.ArgumentParser) -> None:
+    """Where ``run`` writes, and which engine judges check.json."""
     p.add_argument("--dir", default=None, help="run directory (default: a fresh temp dir, kept)")
     p.add_argument(
         "--no-spark",
@@ -297,6 +362,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--master", default=None, help="Spark master (implies --engine spark)")
     p.add_argument("--remote", default=None, help="Spark Connect URL sc://HOST:PORT (implies --engine spark)")
     p.add_argument("--json", default=None, help="also write the run's summary and verdicts here")
+
+
+def _add_checks_and_processes(p: argparse.ArgumentParser) -> None:
+    """``run``'s tripwires, member processes and the simulator's fault points."""
     p.add_argument(
         "--tripwire",
         action=argparse.BooleanOptionalAction,
@@ -305,11 +374,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "inside the service's callbacks, by the user's file:line (the `tripwire` check; default on)",
     )
     p.add_argument(
+        "--member-process",
+        choices=("split", "single"),
+        default="split",
+        help="real members as a node and a service process each (split, the default) or as one process "
+        "(single: node and services on one thread, as Aeron's consensus module and service container in one JVM)",
+    )
+    p.add_argument(
         "--buggify",
         action="store_true",
         help="with --sim: switch on the simulator's seeded fault points (a service lagging its node, a member "
         "stalling for part of an election timeout: clusterlab.testing.buggify)",
     )
+
+
+def _add_planted_bugs(p: argparse.ArgumentParser) -> None:
+    """``run``'s test-only switches for planted bugs."""
     p.add_argument(
         "--fault-ack-before-append",
         action="store_true",
@@ -327,7 +407,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="test only: switch on a planted bug of the catalogue (repeatable; `clusterlab mutants --list`)",
     )
-    p.set_defaults(func=_cmd_run)
-
-    s = sub.add_parser("scenarios", help="list the chaos scenarios", description=_cmd_scenarios.__doc__)
-    s.set_defaults(func=_cmd_scenarios)

@@ -20,6 +20,10 @@ Sockets (see clusterlab.core.runtime.transport for framing):
              to-service (DEALER ``node-<i>``, unbounded: the service must see the committed log)
              egress (PUSH per client response channel, lazily, LRU-cached)
 
+A member in one process (clusterlab.core.runtime.member) builds its Node with an InProcessChannel:
+the to-service and from-service sockets and their monitors are then replaced by in-process queues
+drained by the one duty cycle (clusterlab.core.runtime.runner), and the services count as connected.
+
 Every member-to-member send passes the chaos gate (clusterlab.core.runtime.gate). A message on a
 ROUTER is taken only from the connection of the member its header claims (its routing id, and on a
 secured cluster its CURVE key's ZAP User-Id): clusterlab.core.runtime.security; the consensus module
@@ -41,6 +45,7 @@ import os
 import random
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -99,6 +104,8 @@ from clusterlab.core.runtime.recording import DROP, RECV, SEND, NullRecorder, op
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
+    InProcessChannel,
+    InProcessLink,
     ProcessLog,
     exit_with_parent,
     process_argument_parser,
@@ -181,7 +188,17 @@ def storage_problem(reason: str) -> str:
 class Node:
     """One member's node process; see the module docstring. Also the module's Outbox."""
 
-    def __init__(self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        member_id: int,
+        incarnation: int = 0,
+        rec: Any = None,
+        in_process: InProcessChannel | None = None,
+    ) -> None:
+        """``in_process``: the member's services run in this process (clusterlab.core.runtime.member) and
+        talk to the node over this channel instead of the to-service/from-service sockets: nothing is
+        bound or connected for them, no monitor watches them, they count as connected."""
         self.config = config
         self.rec = rec if rec is not None else NullRecorder()
         # Recording on: member-to-member messages carry a run-unique id (member, incarnation, sequence).
@@ -201,6 +218,9 @@ class Node:
         self.counters_file = CountersFile(self.member_dir, self.storage)  # Aeron's CnC counters + mark-file error log
         self.clock = Clock()
         self.cycle = DutyCycle(self.clock, self.log)
+        self.in_process = in_process
+        if in_process is not None:
+            in_process.attach(self.cycle)  # the member's one duty cycle, on the node's (skewable) clock
         self.zctx = zmq.Context(io_threads=1)
         # Before any socket binds: the ZAP handler must be there when the first peer connects.
         self.security = ProcessSecurity(
@@ -224,8 +244,42 @@ class Node:
         self._recording_stop_counted = False
         self._sockets: list[zmq.Socket] = []
 
-        # Member-facing sockets: bind what the configuration says (tcp :0 -> an OS-assigned port;
-        # a port from an earlier run is tried first and replaced if taken).
+        self.own_member = self._bind_member_sockets()
+        self.members: list[ClusterMember] = [
+            self.own_member if m.member_id == member_id else m.cluster_member() for m in config.members
+        ]
+        self.peer_ids = frozenset(m.member_id for m in self.members if m.member_id != member_id)
+
+        self.control, _ = bind(
+            self.zctx, zmq.ROUTER, self.own.control, setup=lambda s: self.security.serve(s, DOMAIN_CONTROL)
+        )
+        self._sockets.append(self.control)
+        self.cycle.register(self.control, self._on_control_readable)
+
+        # One link per service id (Aeron: each service subscribes to the module's service stream), all
+        # fed the same messages; the services' offers and acks share the one from-service socket.
+        self.to_services: list[Link | InProcessLink] = []
+        self._service_monitors: list[zmq.Socket] = []
+        self.service_kinds = config.service_kinds
+        if self.service_kinds and in_process is not None:
+            self._attach_in_process(in_process)
+        elif self.service_kinds:
+            self._connect_services()
+        self.to_service: Link | InProcessLink | None = self.to_services[0] if self.to_services else None  # service 0's
+        self._service_peers = [service_process_name(member_id, s) for s in range(len(self.to_services))]
+
+        self.log(
+            f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
+            f"endpoints={self.own_member.describe()}"
+        )
+        if all(self._resolved(m) for m in self.members):
+            self._start_module()
+        else:
+            self.log("waiting for the members' endpoints (MembersConfig on the control socket)")
+
+    def _bind_member_sockets(self) -> ClusterMember:
+        """Bind the member-facing sockets the configuration names (tcp :0 -> an OS-assigned port; a port
+        from an earlier run is tried first and replaced if taken); this member as bound."""
         bound: dict[str, str] = {}
         for channel, endpoint in (
             (Channel.INGRESS, self.own.ingress),
@@ -243,76 +297,89 @@ class Node:
                 self.cycle.register(sock, self._ingress_handler(sock))
             else:
                 self.cycle.register(sock, self._member_handler(sock, channel, self._is_peer, node_routing_id))
-        self.own_member = ClusterMember(
-            member_id,
+        return ClusterMember(
+            self.member_id,
             ingress_endpoint=bound["ingress"],
             consensus_endpoint=bound["consensus"],
             log_endpoint=bound["log"],
             catchup_endpoint=bound["catchup"],
             archive_endpoint=bound["archive"],
         )
-        self.members: list[ClusterMember] = [
-            self.own_member if m.member_id == member_id else m.cluster_member() for m in config.members
-        ]
-        self.peer_ids = frozenset(m.member_id for m in self.members if m.member_id != member_id)
 
-        self.control, _ = bind(
-            self.zctx, zmq.ROUTER, self.own.control, setup=lambda s: self.security.serve(s, DOMAIN_CONTROL)
+    def _connect_services(self) -> None:
+        """The service processes' sockets: the one from-service ROUTER all of them send on, and a
+        to-service link per service id, each with a monitor that sees its service connect and go."""
+        member_id = self.member_id
+        from_service, _ = bind(
+            self.zctx,
+            zmq.ROUTER,
+            self.own.from_service,
+            rcvhwm=0,
+            setup=lambda s: self.security.serve(s, DOMAIN_MEMBER),
         )
-        self._sockets.append(self.control)
-        self.cycle.register(self.control, self._on_control_readable)
-
-        # One link per service id (Aeron: each service subscribes to the module's service stream), all
-        # fed the same messages; the services' offers and acks share the one from-service socket.
-        self.to_services: list[Link] = []
-        self._service_monitors: list[zmq.Socket] = []
-        self.service_kinds = config.service_kinds
-        if self.service_kinds:
-            from_service, _ = bind(
-                self.zctx,
-                zmq.ROUTER,
-                self.own.from_service,
-                rcvhwm=0,
-                setup=lambda s: self.security.serve(s, DOMAIN_MEMBER),
-            )
-            self._sockets.append(from_service)
-            self.cycle.register(
+        self._sockets.append(from_service)
+        self.cycle.register(
+            from_service,
+            self._member_handler(
                 from_service,
-                self._member_handler(
-                    from_service,
-                    Channel.SERVICE,
-                    lambda src: src == member_id,
-                    lambda _src: service_routing_id(member_id),
-                    service_routing_ids={
-                        service_routing_id(member_id, s): service_process_name(member_id, s)
-                        for s in range(len(self.service_kinds))
-                    },
-                ),
-            )
-            for service_id in range(len(self.service_kinds)):
-                link = Link(
-                    self.zctx,
-                    to_service_endpoint(self.own, service_id),
-                    sndhwm=0,
-                    immediate=False,
-                    routing_id=node_routing_id(member_id),
-                    setup=self.security.connector(member_key_name(member_id)),
-                )
-                monitor = link.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-                self.cycle.register(monitor, self._service_monitor_handler(service_id, monitor))
-                self.to_services.append(link)
-                self._service_monitors.append(monitor)
-        self.to_service: Link | None = self.to_services[0] if self.to_services else None  # service 0's
-        self._service_peers = [service_process_name(member_id, s) for s in range(len(self.to_services))]
-
-        self.log(
-            f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
-            f"endpoints={self.own_member.describe()}"
+                Channel.SERVICE,
+                lambda src: src == member_id,
+                lambda _src: service_routing_id(member_id),
+                service_routing_ids={
+                    service_routing_id(member_id, s): service_process_name(member_id, s)
+                    for s in range(len(self.service_kinds))
+                },
+            ),
         )
-        if all(self._resolved(m) for m in self.members):
-            self._start_module()
-        else:
-            self.log("waiting for the members' endpoints (MembersConfig on the control socket)")
+        for service_id in range(len(self.service_kinds)):
+            link = Link(
+                self.zctx,
+                to_service_endpoint(self.own, service_id),
+                sndhwm=0,
+                immediate=False,
+                routing_id=node_routing_id(member_id),
+                setup=self.security.connector(member_key_name(member_id)),
+            )
+            monitor = link.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            self.cycle.register(monitor, self._service_monitor_handler(service_id, monitor))
+            self.to_services.append(link)
+            self._service_monitors.append(monitor)
+
+    def _attach_in_process(self, in_process: InProcessChannel) -> None:
+        """The services' links are ``in_process``'s queues: the node sends on its to-service links and
+        drains the from-service queues in the duty cycle (after the services drained theirs)."""
+        self.to_services.extend(in_process.to_service)
+        for service_id, link in enumerate(in_process.from_service):
+            name = service_process_name(self.member_id, service_id)
+            self.cycle.register_queue(link.queue, self._in_process_service_handler(link.queue, name))
+        self._services_connected.update(range(len(self.to_services)))
+        self.service_connected = True
+
+    def _in_process_service_handler(self, queue: deque[bytes], name: str) -> Callable[[int], int]:
+        """Messages from the in-process service ``name``: as from the from-service socket, without
+        framing or source checks (nothing else can write to the queue)."""
+        record = self.rec.message
+        recording = self._with_ids
+        member_id = self.member_id
+        pop = queue.popleft
+
+        def handle(now_ns: int) -> int:
+            self._now_ns = now_ns
+            module = self.module
+            count = 0
+            while queue and count < BATCH_LIMIT:
+                payload = pop()
+                count += 1
+                if recording:
+                    record(RECV, Channel.SERVICE, member_id, payload, peer_process=name, msg_id=None)
+                if module is None:
+                    self._ignore(f"{Channel.SERVICE} queue", "module not started (waiting for the members' endpoints)")
+                    continue
+                module.on_message(member_id, Channel.SERVICE, payload, now_ns)
+            self.received += count
+            return count
+
+        return handle
 
     # ------------------------------------------------------------------ sockets
     def _bind_member_socket(self, endpoint: str, kind: int, domain: str) -> tuple[zmq.Socket, str]:
@@ -890,9 +957,11 @@ class Node:
                 self.module.close()  # a leader tells followers its log ended; files flushed
             except Exception as e:  # still close the sockets
                 self.log(f"module close failed: {type(e).__name__}: {e}")
-        for link, monitor in zip(self.to_services, self._service_monitors, strict=True):
-            link.sock.disable_monitor()
-            monitor.close(0)
+        if self.in_process is None:
+            for link, monitor in zip(self.to_services, self._service_monitors, strict=True):
+                assert isinstance(link, Link)
+                link.sock.disable_monitor()
+                monitor.close(0)
         for links in self.peers.values():
             for link in links.values():
                 link.close(linger)
@@ -912,7 +981,7 @@ class Node:
             m.catchup_endpoint,
             m.archive_endpoint,
             self.own.control,
-            self.own.from_service if self.to_services else "",
+            self.own.from_service if self.to_services and self.in_process is None else "",
         )
 
 

@@ -10,6 +10,11 @@ so a batch of messages is handled before ``do_work`` runs once, and an idle proc
 ``poll`` until a message or its next deadline (an idle cluster costs ~0% CPU). When ``do_work``
 did nothing although its deadline has passed, the next poll waits 1 ms instead of spinning.
 
+A member in one process (clusterlab.core.runtime.member) also has in-process queues
+(:class:`InProcessLink`, registered with ``register_queue``): after the sockets' handlers, the
+handler of every non-empty queue runs, and while a queue holds messages the poll does not wait
+(timeout 0), so nothing queued in the process waits for a socket or a deadline.
+
 SIGTERM and SIGINT request a stop; the signal also writes to a wake-up pipe the poller watches,
 so the loop ends at once, and the process closes cleanly (module closed, files flushed; in a service
 process the agent closed, which tells the service ``on_terminate``) and exits 0.
@@ -24,6 +29,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -100,6 +106,7 @@ class DutyCycle:
         self.stop_reason = ""
         self.exit_code = 0
         self.cycles = 0
+        self._queues: list[tuple[deque[bytes], Handler]] = []  # in-process queues, in handling order
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -112,6 +119,24 @@ class DutyCycle:
     def unregister(self, sock: Any) -> None:
         if self._handlers.pop(sock, None) is not None:
             self.poller.unregister(sock)
+
+    def register_queue(self, queue: deque[bytes], handler: Handler, *, first: bool = False) -> None:
+        """An in-process queue: ``handler`` runs in every cycle in which ``queue`` is not empty, and
+        the poll does not wait while it holds messages. ``first``: before the queues registered
+        earlier (a consumer whose output feeds another queue goes first, so that output is handled
+        in the same cycle)."""
+        entry = (queue, handler)
+        if first:
+            self._queues.insert(0, entry)
+        else:
+            self._queues.append(entry)
+
+    def unregister_queue(self, queue: deque[bytes]) -> None:
+        self._queues[:] = [(q, h) for q, h in self._queues if q is not queue]
+
+    def pending(self) -> bool:
+        """An in-process queue holds messages: the next poll must not wait."""
+        return any(queue for queue, _handler in self._queues)
 
     def request_stop(self, reason: str, exit_code: int = 0) -> None:
         if not self.stop_requested:
@@ -137,6 +162,7 @@ class DutyCycle:
         poll = self.poller.poll
         handlers = self._handlers
         wake_r = self._wake_r
+        queues = self._queues  # empty unless a member runs in one process: no cost per cycle then
         idle_wait = False
         while not self.stop_requested:
             now = clock.now_ns()
@@ -145,6 +171,8 @@ class DutyCycle:
                 timeout_ms = NO_PROGRESS_WAIT_MS if idle_wait else 0
             else:
                 timeout_ms = min(MAX_IDLE_MS, (wait_ns + 999_999) // 1_000_000)
+            if queues and timeout_ms and self.pending():
+                timeout_ms = 0
             ready = poll(timeout_ms)
             now = clock.now_ns()
             handled = 0
@@ -159,6 +187,8 @@ class DutyCycle:
                 handler = handlers.get(sock)
                 if handler is not None:
                     handled += handler(now)
+            if queues:
+                handled += self._run_queues(now)
             if self.stop_requested:
                 break
             work = do_work(now)
@@ -166,12 +196,60 @@ class DutyCycle:
             idle_wait = work == 0 and handled == 0
         return self.exit_code
 
+    def _run_queues(self, now: int) -> int:
+        handled = 0
+        for queue, handler in tuple(self._queues):  # a handler may unregister a queue
+            if queue:
+                handled += handler(now)
+        return handled
+
     def close(self) -> None:
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(-1)
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+class InProcessLink:
+    """One direction of a node <-> service link inside one process (clusterlab.core.runtime.member):
+    a queue of payloads with the ``send`` surface of transport.Link (``head`` is dropped: both ends
+    know the channel and the source). Unbounded and lossless, like the sockets it replaces."""
+
+    __slots__ = ("dropped", "endpoint", "queue", "sent")
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint  # a name for logs: "in-process:node-0->service-0"
+        self.queue: deque[bytes] = deque()
+        self.sent = 0
+        self.dropped = 0  # never: the queue is unbounded
+
+    def send(self, head: bytes, payload: bytes) -> bool:
+        self.queue.append(payload)
+        self.sent += 1
+        return True
+
+    def close(self, linger_ms: int = 0) -> None:
+        pass
+
+
+class InProcessChannel:
+    """The node <-> service links of a member in one process: per service id a link each way, and
+    the one DutyCycle both ends run on (the node's, attached by the node)."""
+
+    def __init__(self, member_id: int, service_count: int) -> None:
+        self.to_service = [InProcessLink(f"in-process:node-{member_id}->service {s}") for s in range(service_count)]
+        self.from_service = [InProcessLink(f"in-process:service {s}->node-{member_id}") for s in range(service_count)]
+        self._cycle: DutyCycle | None = None
+
+    def attach(self, cycle: DutyCycle) -> None:
+        self._cycle = cycle
+
+    @property
+    def cycle(self) -> DutyCycle:
+        if self._cycle is None:
+            raise RuntimeError("the in-process channel has no duty cycle yet: the node attaches it")
+        return self._cycle
 
 
 PROFILE_ENV = "CLUSTERLAB_PROFILE_DIR"

@@ -18,6 +18,10 @@ and state digest), egress (PUSH per client). Secured: clusterlab.core.runtime.se
 Recording (``--trace-dir DIR --run-id ID``): one ``applied`` row per applied log entry (and the
 snapshot it started from), and every message on the node link (``service``), egress and control.
 
+A member in one process (clusterlab.core.runtime.member) builds its ServiceProcess with the node's
+InProcessChannel: no to-service socket and no link to the node (in-process queues on the node's duty
+cycle instead); the control socket and egress stay.
+
 Exits 0 when the service terminated (SHUTDOWN/ABORT, or it raised ClusterTerminationException), on
 SIGTERM, or when its node went away (the member is down; also a node gone before the service
 connected: its socket refuses the connection); 5 when the service failed (the agent stops after a
@@ -35,6 +39,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,6 +70,8 @@ from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder, open_rec
 from clusterlab.core.runtime.runner import (
     BATCH_LIMIT,
     DutyCycle,
+    InProcessChannel,
+    InProcessLink,
     ProcessLog,
     exit_with_parent,
     process_argument_parser,
@@ -134,8 +141,17 @@ class ServiceProcess:
     """See the module docstring."""
 
     def __init__(
-        self, config: ClusterConfig, member_id: int, incarnation: int = 0, rec: Any = None, service_id: int = 0
+        self,
+        config: ClusterConfig,
+        member_id: int,
+        incarnation: int = 0,
+        rec: Any = None,
+        service_id: int = 0,
+        in_process: InProcessChannel | None = None,
     ) -> None:
+        """``in_process``: the service runs in its node's process (clusterlab.core.runtime.member), on the
+        node's duty cycle, and talks to the node over this channel: no to-service socket, no link or
+        monitor to the node (it counts as connected); a stop stops only this service (``stop_request``)."""
         kinds = config.service_kinds
         if not kinds:
             raise ConfigError("the cluster runs no service (cluster.json: service is null)")
@@ -151,8 +167,11 @@ class ServiceProcess:
         self.service_control_endpoint = service_control_endpoint(own, service_id)
         self.member_dir = config.member_dir(member_id)
         self.log = ProcessLog(service_process_name(member_id, service_id))
-        self.clock = Clock()
-        self.cycle = DutyCycle(self.clock, self.log)
+        # In a member's one process: the node's clock, which its duty cycle's deadlines are on.
+        self.clock = Clock() if in_process is None else in_process.cycle.clock
+        self.in_process = in_process
+        self.stop_request: tuple[str, int] | None = None  # in a member's one process: why it stopped, its code
+        self.cycle = DutyCycle(self.clock, self.log) if in_process is None else in_process.cycle
         self.zctx = zmq.Context(io_threads=1)
         # Before any socket binds: the ZAP handler must be there when the node connects.
         self.security = ProcessSecurity(
@@ -170,31 +189,41 @@ class ServiceProcess:
         self._control_head = header(Channel.CONTROL, member_id)
 
         security = self.security
-        self.inbound, _ = bind(
-            self.zctx,
-            zmq.ROUTER,
-            self.to_service_endpoint,
-            rcvhwm=0,
-            setup=lambda s: security.serve(s, DOMAIN_MEMBER),
-        )
-        self.cycle.register(self.inbound, self._on_inbound)
+        self.to_node: Link | InProcessLink
+        if in_process is None:
+            self.inbound, _ = bind(
+                self.zctx,
+                zmq.ROUTER,
+                self.to_service_endpoint,
+                rcvhwm=0,
+                setup=lambda s: security.serve(s, DOMAIN_MEMBER),
+            )
+            self.cycle.register(self.inbound, self._on_inbound)
+        else:
+            self.inbound_queue = in_process.to_service[service_id].queue
+            # First: the acks it sends reach the node's queue handler in the same cycle.
+            self.cycle.register_queue(self.inbound_queue, self._in_process_handler(self.inbound_queue), first=True)
         self.control, _ = bind(
             self.zctx, zmq.ROUTER, self.service_control_endpoint, setup=lambda s: security.serve(s, DOMAIN_CONTROL)
         )
         self.cycle.register(self.control, self._on_control)
-        self.to_node = Link(
-            self.zctx,
-            own.from_service,
-            sndhwm=0,
-            immediate=False,
-            routing_id=service_routing_id(member_id, service_id),
-            setup=security.connector(member_key_name(member_id)),
-        )
-        self._node_connected = False
-        self._monitor = self.to_node.sock.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
-        )
-        self.cycle.register(self._monitor, self._on_monitor)
+        if in_process is None:
+            self.to_node = Link(
+                self.zctx,
+                own.from_service,
+                sndhwm=0,
+                immediate=False,
+                routing_id=service_routing_id(member_id, service_id),
+                setup=security.connector(member_key_name(member_id)),
+            )
+            self._node_connected = False
+            self._monitor = self.to_node.sock.get_monitor_socket(
+                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+            )
+            self.cycle.register(self._monitor, self._on_monitor)
+        else:
+            self.to_node = in_process.from_service[service_id]
+            self._node_connected = True
 
         self.storage = FileStorage(self.member_dir)
         catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
@@ -273,7 +302,7 @@ class ServiceProcess:
     def _to_node(self, payload: bytes) -> None:
         self.rec.message(SEND, Channel.SERVICE, self.member_id, payload, peer_process=self._node_name)
         if not self.to_node.send(self._head, payload):
-            self.cycle.request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
+            self._request_stop("the link to the node refused a message", EXIT_SERVICE_FAILED)
 
     @property
     def applied_count(self) -> int:
@@ -307,48 +336,93 @@ class ServiceProcess:
                 continue
             payload = parsed[1]
             self.rec.message(RECV, Channel.SERVICE, member_id, payload, peer_process=f"node-{member_id}")
-            try:
-                msg = decode(payload)
-            except DecodeError as e:
-                self._ignore("to-service socket", f"malformed: {e}")
-                continue
-            try:
-                if isinstance(msg, LogBlock):
-                    walked = msg.walk()
-                    if walked.error is not None:
-                        self._ignore("to-service socket", f"corrupt LogBlock at {msg.start_position}: {walked.error}")
-                        continue
-                    is_replay = msg.end_position <= self._replay_max
-                    agent.on_log_frames(
-                        walked.frames,
-                        msg.commit_position,
-                        is_replay,
-                        block=msg.entries,
-                        block_position=msg.start_position,
-                    )
-                    if self._egress_pending:
-                        self._flush_egress()  # the block's replies leave before the next block is applied
-                else:
-                    if isinstance(msg, JoinLog):
-                        self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
-                    agent.on_service_message(payload)
-            except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
-                self.log(f"snapshot failed: {e}")
-            except ServiceTerminated as e:  # ClusterTerminationException: the container closes (Aeron)
-                self._flush_egress()
-                self.log(f"service requested termination: {e}")
-                self.cycle.request_stop("service requested termination")
-                return len(batch)
-            except (ServiceError, AgentError) as e:
-                self._flush_egress()
-                self.log(f"service failed: {type(e).__name__}: {e}")
-                self.cycle.request_stop(f"service failed: {e}", EXIT_SERVICE_FAILED)
+            if not self._apply_inbound(payload, "to-service socket"):
                 return len(batch)
         self._flush_egress()
         self.received += len(batch)
         if agent.is_terminated:
-            self.cycle.request_stop("service terminated")
+            self._request_stop("service terminated")
         return len(batch)
+
+    def _apply_inbound(self, payload: bytes, where: str) -> bool:
+        """One message from the node (a LogBlock, JoinLog, termination ...) to the agent; False when
+        the service stopped on it (terminated, failed): the rest of the batch is not applied."""
+        try:
+            msg = decode(payload)
+        except DecodeError as e:
+            self._ignore(where, f"malformed: {e}")
+            return True
+        agent = self.agent
+        try:
+            if isinstance(msg, LogBlock):
+                walked = msg.walk()
+                if walked.error is not None:
+                    self._ignore(where, f"corrupt LogBlock at {msg.start_position}: {walked.error}")
+                    return True
+                is_replay = msg.end_position <= self._replay_max
+                agent.on_log_frames(
+                    walked.frames,
+                    msg.commit_position,
+                    is_replay,
+                    block=msg.entries,
+                    block_position=msg.start_position,
+                )
+                if self._egress_pending:
+                    self._flush_egress()  # the block's replies leave before the next block is applied
+            else:
+                if isinstance(msg, JoinLog):
+                    self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
+                agent.on_service_message(payload)
+        except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
+            self.log(f"snapshot failed: {e}")
+        except ServiceTerminated as e:  # ClusterTerminationException: the container closes (Aeron)
+            self._flush_egress()
+            self.log(f"service requested termination: {e}")
+            self._request_stop("service requested termination")
+            return False
+        except (ServiceError, AgentError) as e:
+            self._flush_egress()
+            self.log(f"service failed: {type(e).__name__}: {e}")
+            self._request_stop(f"service failed: {e}", EXIT_SERVICE_FAILED)
+            return False
+        return True
+
+    def _in_process_handler(self, queue: deque[bytes]) -> Callable[[int], int]:
+        """The node's messages on the in-process queue (clusterlab.core.runtime.member): as from the
+        to-service socket, without framing or source checks (only the node writes to the queue)."""
+        pop = queue.popleft
+        record = self.rec.message
+        member_id = self.member_id
+        node_name = self._node_name
+
+        def handle(now_ns: int) -> int:
+            count = 0
+            try:
+                while queue and count < BATCH_LIMIT:
+                    payload = pop()
+                    count += 1
+                    record(RECV, Channel.SERVICE, member_id, payload, peer_process=node_name)
+                    if not self._apply_inbound(payload, "in-process queue"):
+                        return count
+                self._flush_egress()
+                self.received += count
+                if self.agent.is_terminated:
+                    self._request_stop("service terminated")
+                return count
+            finally:
+                self._flush_applied()
+
+        return handle
+
+    def _request_stop(self, reason: str, exit_code: int = EXIT_OK) -> None:
+        """The service stops: its process (the duty cycle) or, in a member's one process, only the
+        service (``stop_request``; the member closes it and its node sees it gone)."""
+        if self.in_process is None:
+            self.cycle.request_stop(reason, exit_code)
+            return
+        if self.stop_request is None:
+            self.stop_request = (reason, exit_code)
+            self.cycle.unregister_queue(self.inbound_queue)  # nothing more is applied
 
     def _on_control(self, now_ns: int) -> int:
         batch = drain(self.control, BATCH_LIMIT)
@@ -386,12 +460,12 @@ class ServiceProcess:
             if event["event"] == zmq.EVENT_CONNECTED:
                 self._node_connected = True
             elif event["event"] == zmq.EVENT_DISCONNECTED and self._node_connected:
-                self.cycle.request_stop("node process went away")
+                self._request_stop("node process went away")
             elif event["event"] == zmq.EVENT_CONNECT_RETRIED and not self._node_connected:
                 # A refused connection before any was seen: the node has gone (it closed while this
                 # service started, e.g. another service failed to start; or the monitor missed the
                 # connection and sees only the node's socket refusing it now).
-                self.cycle.request_stop("node process went away (its socket refuses connections)")
+                self._request_stop("node process went away (its socket refuses connections)")
 
     def status(self, correlation_id: int) -> ServiceStatus:
         agent = self.agent
@@ -418,31 +492,46 @@ class ServiceProcess:
         self.cycle.install_signal_handlers()
         code = EXIT_OK
         try:
-            if self.start_failure is not None:
-                self.cycle.request_stop(self.start_failure, EXIT_SERVICE_FAILED)
-            elif self.agent.is_terminated:
-                self.cycle.request_stop("service terminated")
-            code = self.cycle.run(lambda _now: self.rec.poll(), self._next_deadline_ns)
-            self.log(
-                f"stopping: {self.cycle.stop_reason} (exit {code}); stats: cycles={self.cycle.cycles} "
-                f"received={self.received} applied={self.applied_count} to_node={self.to_node.sent} "
-                f"egress={self.egress.sent}"
-            )
+            self.stop_if_not_started()
+            code = self.cycle.run(lambda _now: self.rec.poll(), self.next_deadline_ns)
+            self.log(f"stopping: {self.cycle.stop_reason} (exit {code}); {self.stats()}")
         finally:
-            try:
-                self.agent.close()  # Aeron onClose: an active service is told on_terminate (errors swallowed)
-                self.close()
-            finally:
-                self._flush_applied()
-                self.rec.close()
+            self.shutdown()
         return code
 
-    def _next_deadline_ns(self) -> int:
+    def stop_if_not_started(self) -> None:
+        """A service that failed to start (exit 5) or terminated while starting stops at once."""
+        if self.start_failure is not None:
+            self._request_stop(self.start_failure, EXIT_SERVICE_FAILED)
+        elif self.agent.is_terminated:
+            self._request_stop("service terminated")
+
+    def stats(self) -> str:
+        return (
+            f"stats: cycles={self.cycle.cycles} received={self.received} applied={self.applied_count} "
+            f"to_node={self.to_node.sent} egress={self.egress.sent}"
+        )
+
+    def shutdown(self) -> None:
+        """Close the agent (Aeron onClose: an active service is told on_terminate, errors swallowed),
+        the sockets, and the recording."""
+        try:
+            self.agent.close()
+            self.close()
+        finally:
+            self._flush_applied()
+            self.rec.close()
+
+    def next_deadline_ns(self) -> int:
         now = self.clock.now_ns()
         flush = self.rec.next_deadline_ns()  # on time.monotonic_ns, not the (skewable) process clock
         return now + _HOUR_NS if flush is None else now + flush - time.monotonic_ns()
 
     def close(self) -> None:
+        if self.in_process is not None:
+            self._close_in_process()
+            return
+        assert isinstance(self.to_node, Link)
         self.to_node.sock.disable_monitor()
         self._monitor.close(0)
         # Only a terminated service, or one that failed to start, has something that must still reach
@@ -456,6 +545,17 @@ class ServiceProcess:
         self.zctx.term()
         self.cycle.close()
         remove_ipc_files(self.to_service_endpoint, self.service_control_endpoint)
+
+    def _close_in_process(self) -> None:
+        """In a member's one process: the node's duty cycle runs on (or closes itself) without this
+        service's queue and control socket; what the service sent its node is in the node's queue."""
+        self.cycle.unregister_queue(self.inbound_queue)
+        self.cycle.unregister(self.control)
+        self.egress.close(100 if self.agent.is_terminated or self.start_failure is not None else 0)
+        self.control.close(0)
+        self.security.close()
+        self.zctx.term()
+        remove_ipc_files(self.service_control_endpoint)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,6 +42,8 @@ def test_scenarios_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
         (["run", "random", "--sim", "--service", "timers", "--clients", "2"], "timers workload runs at most 1 client"),
         (["run", "leader-kill", "--duration", "-1"], "--duration: must be above 0 and at most 3600 seconds, not -1"),
         (["run", "leader-kill", "--rate", "0"], "--rate: must be above 0 and at most 10000 ops per second, not 0"),
+        (["run", "leader-kill", "--sim", "--member-process", "single"], "the simulator runs no processes"),
+        (["run", "kill-service", "--member-process", "single"], "its schedule kills a service alone"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
