@@ -45,7 +45,7 @@ from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError
 from clusterlab.core.runtime.control import ControlClient
 from clusterlab.core.runtime.dirlock import DirectoryLock
-from clusterlab.core.runtime.runner import DutyCycle, ProcessLog, exit_with_parent
+from clusterlab.core.runtime.runner import DutyCycle, ProcessLog, started_by_a_gone_parent
 from clusterlab.core.runtime.security import ADMIN, ClientCredentials, ProcessSecurity, credentials_path
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.runtime.transport import new_context
@@ -323,8 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (error := options_error(args)) is not None:
         parser.error(error)
-    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
-        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+    if started_by_a_gone_parent(parser.prog, args.exit_with_parent):
         return EXIT_OK
     return run_backup(args)
 

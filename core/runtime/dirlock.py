@@ -118,6 +118,11 @@ def lock_cluster_directory(directory: Path) -> DirectoryLock:
     )
 
 
+def service_lock_kind(service_id: int) -> str:
+    """The lock kind of a member's service ``service_id`` (``service``, ``service-1``, ...)."""
+    return "service" if service_id == 0 else f"service-{service_id}"
+
+
 def hold_member_lock(member_dir: Path, kind: str, member_id: int) -> DirectoryLock:
     """A member process's own lock (``member-<i>/<kind>.lock``): one node and one service per member."""
     member_dir.mkdir(parents=True, exist_ok=True)

@@ -29,10 +29,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterlab.core.runtime.config import ClusterConfig, ConfigError, service_process_name
-from clusterlab.core.runtime.dirlock import DirectoryLock, DirectoryLockError, hold_member_lock
+from clusterlab.core.runtime.dirlock import DirectoryLock, DirectoryLockError, hold_member_lock, service_lock_kind
 from clusterlab.core.runtime.node import EXIT_CONFIG, EXIT_OK, Node
 from clusterlab.core.runtime.recording import open_recorder
-from clusterlab.core.runtime.runner import InProcessChannel, exit_with_parent, process_argument_parser, run_profiled
+from clusterlab.core.runtime.runner import (
+    InProcessChannel,
+    process_argument_parser,
+    run_profiled,
+    started_by_a_gone_parent,
+)
 from clusterlab.core.runtime.service import ServiceProcess
 
 
@@ -141,7 +146,7 @@ class Member:
 def _hold_locks(config: ClusterConfig, member_id: int) -> list[DirectoryLock]:
     """The node's and every service's lock: no separate node or service of this member runs beside us."""
     member_dir = config.member_dir(member_id)
-    kinds = ["node"] + [("service" if s == 0 else f"service-{s}") for s in range(config.service_count)]
+    kinds = ["node"] + [service_lock_kind(s) for s in range(config.service_count)]
     locks: list[DirectoryLock] = []
     try:
         for kind in kinds:
@@ -156,8 +161,7 @@ def _hold_locks(config: ClusterConfig, member_id: int) -> list[DirectoryLock]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = process_argument_parser("python -m clusterlab.core.runtime.member", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
-    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
-        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+    if started_by_a_gone_parent(parser.prog, args.exit_with_parent):
         return EXIT_OK
     try:
         config = ClusterConfig.load(args.dir)

@@ -107,9 +107,9 @@ from clusterlab.core.runtime.runner import (
     InProcessChannel,
     InProcessLink,
     ProcessLog,
-    exit_with_parent,
     process_argument_parser,
     run_profiled,
+    started_by_a_gone_parent,
 )
 from clusterlab.core.runtime.security import (
     CLIENT,
@@ -993,8 +993,7 @@ def _same_routing_id(routing_id: bytes) -> Callable[[int], bytes]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = process_argument_parser("python -m clusterlab.core.runtime.node", __doc__.split("\n\n")[0])
     args = parser.parse_args(argv)
-    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
-        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+    if started_by_a_gone_parent(parser.prog, args.exit_with_parent):
         return EXIT_OK
     try:
         config = ClusterConfig.load(args.dir)

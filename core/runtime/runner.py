@@ -286,6 +286,15 @@ def exit_with_parent(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
+def started_by_a_gone_parent(prog: str, parent_pid: int | None) -> bool:
+    """Whether ``--exit-with-parent PID`` names a process already gone (said on stderr): the caller then
+    exits 0 at once. Otherwise the kernel stops this process when that parent dies (exit_with_parent)."""
+    if parent_pid is None or exit_with_parent(parent_pid):
+        return False
+    print(f"{prog}: the process that started us ({parent_pid}) is gone", file=sys.stderr)
+    return True
+
+
 def process_argument_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The command line every member process (node, service) takes from LocalCluster or a user."""
     parser = argparse.ArgumentParser(prog=prog, description=description)

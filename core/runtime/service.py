@@ -64,7 +64,7 @@ from clusterlab.core.runtime.config import (
     service_process_name,
     to_service_endpoint,
 )
-from clusterlab.core.runtime.dirlock import hold_member_lock
+from clusterlab.core.runtime.dirlock import hold_member_lock, service_lock_kind
 from clusterlab.core.runtime.plugin import import_object
 from clusterlab.core.runtime.recording import RECV, SEND, NullRecorder, open_recorder
 from clusterlab.core.runtime.runner import (
@@ -73,9 +73,9 @@ from clusterlab.core.runtime.runner import (
     InProcessChannel,
     InProcessLink,
     ProcessLog,
-    exit_with_parent,
     process_argument_parser,
     run_profiled,
+    started_by_a_gone_parent,
 )
 from clusterlab.core.runtime.security import (
     CLIENT,
@@ -562,16 +562,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = process_argument_parser("python -m clusterlab.core.runtime.service", __doc__.split("\n\n")[0])
     parser.add_argument("--service-id", type=int, default=0, help="which of the member's services (default 0)")
     args = parser.parse_args(argv)
-    if args.exit_with_parent is not None and not exit_with_parent(args.exit_with_parent):
-        print(f"{parser.prog}: the process that started us ({args.exit_with_parent}) is gone", file=sys.stderr)
+    if started_by_a_gone_parent(parser.prog, args.exit_with_parent):
         return EXIT_OK
     try:
         config = ClusterConfig.load(args.dir)
         config.member(args.member_id)
         # Held until exit (the kernel releases it, SIGKILL included): one service per member.
         name = service_process_name(args.member_id, args.service_id)
-        lock_kind = "service" if args.service_id == 0 else f"service-{args.service_id}"
-        member_lock = hold_member_lock(config.member_dir(args.member_id), lock_kind, args.member_id)
+        member_lock = hold_member_lock(
+            config.member_dir(args.member_id), service_lock_kind(args.service_id), args.member_id
+        )
         rec = open_recorder(
             args.trace_dir,
             args.run_id,
