@@ -254,7 +254,11 @@ class ClientSessions:
             self._s.ignore("SessionCloseRequest", f"session {msg.cluster_session_id} not open in this term")
             return
         s.closing(CloseReason.CLIENT_ACTION)
-        self.append_session_close(s, now_ns)
+        if self._s.state == ConsensusModuleState.ACTIVE:
+            self.append_session_close(s, now_ns)
+        # Else (a snapshot or a suspension is under way) the close waits for check_sessions, which runs when
+        # ACTIVE again, as Aeron takes no ingress then: a SessionClose appended past a pending snapshot's
+        # position would leave the snapshot without a session the log still has open.
 
     def on_challenge_response(self, msg: ChallengeResponse, now_ns: int) -> None:
         for s in self.pending_sessions:
