@@ -26,7 +26,7 @@ COMPILED = (
     ("clusterlab.core.archive.recording", "core/archive/recording.py"),
     ("clusterlab.harness.simnet", "harness/simnet.py"),
     ("clusterlab.harness.sim", "harness/sim.py"),
-    ("clusterlab.core.consensus.log_replication", "core/consensus/log_replication.py"),
+    ("clusterlab.core.consensus.term_replication", "core/consensus/term_replication.py"),
     ("clusterlab.core.consensus.log_adapter", "core/consensus/log_adapter.py"),
     ("clusterlab.core.consensus.client_sessions", "core/consensus/client_sessions.py"),
     ("clusterlab.core.consensus.module_state", "core/consensus/module_state.py"),

@@ -19,13 +19,13 @@ from clusterlab.core.codec.control import BackupSnapshot
 from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.cluster_backup import SnapshotFilter, retrieve_all
 from clusterlab.core.consensus.context import NULL_POSITION
-from clusterlab.core.consensus.log_replication import LogReplication
 from clusterlab.core.consensus.members import MemberStatus
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NodeState
 from clusterlab.core.consensus.recording_log import SERVICE_ID_CONSENSUS_MODULE
 from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.consensus.sessions import ClusterSession
+from clusterlab.core.consensus.term_replication import TermReplication
 from clusterlab.core.consensus.timers import TimerService
 
 # Election
@@ -132,7 +132,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             COMMIT_ON_OWN_APPEND,
             "commit rule",
-            "rules commit_position (core/consensus/log_replication.py LogReplication.update_leader_position)",
+            "rules commit_position (core/consensus/term_replication.py TermReplication.update_leader_position)",
             "the leader commits up to its own append position, without waiting for a quorum",
         ),
         Mutant(
@@ -145,7 +145,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant(
             ACK_BEFORE_APPEND,
             "replication",
-            "rules on_log_block (core/consensus/log_replication.py LogReplication.on_log_block)",
+            "rules on_log_block (core/consensus/term_replication.py TermReplication.on_log_block)",
             "a follower acknowledges a log block on arrival and appends it only when the next one arrives",
         ),
         Mutant(
@@ -335,7 +335,7 @@ class PlantedRules(ConsensusRules):
             return append_position  # committed on its own append, no quorum
         return super().commit_position(quorum_position, append_position)
 
-    def on_log_block(self, replication: LogReplication, msg: LogBlock, now_ns: int) -> None:
+    def on_log_block(self, replication: TermReplication, msg: LogBlock, now_ns: int) -> None:
         if ACK_BEFORE_APPEND not in self.names:
             super().on_log_block(replication, msg, now_ns)
             return

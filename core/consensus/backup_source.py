@@ -29,9 +29,9 @@ from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.session import Challenge, ChallengeResponse
 from clusterlab.core.codec.transport import ArchiveError, ReplayBlock, ReplayRequest
 from clusterlab.core.consensus.context import NULL_POSITION, ConsensusModuleState
-from clusterlab.core.consensus.log_replication import MAX_BLOCK_BYTES
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.recording_log import EntryType, RecordingLogError
+from clusterlab.core.consensus.term_replication import MAX_BLOCK_BYTES
 
 ARCHIVE_ERROR_GENERIC = 0  # ArchiveError.code: the request cannot be served (Aeron's ArchiveException.GENERIC)
 ARCHIVE_ERROR_UNKNOWN_RECORDING = 5  # Aeron's ArchiveException.UNKNOWN_RECORDING

@@ -63,8 +63,8 @@ from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.session import Challenge, ChallengeResponse
 from clusterlab.core.codec.transport import ArchiveError, ReplayBlock, ReplayRequest
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE
-from clusterlab.core.consensus.log_replication import MAX_BLOCK_BYTES
 from clusterlab.core.consensus.recording_log import SERVICE_ID_CONSENSUS_MODULE, RecordingLog
+from clusterlab.core.consensus.term_replication import MAX_BLOCK_BYTES
 
 SECOND_NS = 1_000_000_000
 

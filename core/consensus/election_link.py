@@ -1,6 +1,6 @@
 """The consensus module's side of an election (Aeron: the ``ConsensusModuleAgent`` methods its
 ``Election`` calls): entering an election, and every log operation an election state performs,
-composed from the subsystems that own the state (log replication, catch-up, archive replication,
+composed from the subsystems that own the state (term replication, catch-up, log replication,
 the log adapter, sessions, timers, snapshots, termination, cluster control).
 
 ``ElectionLink`` is the ``ElectionHost`` an ``Election`` is given, so the election reaches the
@@ -16,7 +16,6 @@ from clusterlab.core.codec.enums import AppendPositionFlags, BooleanType, Cluste
 from clusterlab.core.codec.framing import framed_length
 from clusterlab.core.codec.log_events import NewLeadershipTermEvent
 from clusterlab.core.codec.transport import LogEndOfStream
-from clusterlab.core.consensus.archive_replication import ArchiveReplication
 from clusterlab.core.consensus.catchup import Catchup
 from clusterlab.core.consensus.client_sessions import ClientSessions
 from clusterlab.core.consensus.cluster_control import ClusterControl
@@ -39,6 +38,7 @@ from clusterlab.core.consensus.publishers import ConsensusPublisher
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.consensus.service_link import ServiceLink
 from clusterlab.core.consensus.snapshots import Snapshots
+from clusterlab.core.consensus.term_replication import TermReplication
 from clusterlab.core.consensus.termination import Termination
 
 
@@ -53,9 +53,9 @@ class ElectionLink:
         recording_log: RecordingLog,
         node_state: NodeState,
         publisher: ConsensusPublisher,
-        replication: LogReplication,
+        term_replication: TermReplication,
         catchup: Catchup,
-        archive_replication: ArchiveReplication,
+        log_replication: LogReplication,
         log_adapter: LogAdapter,
         services: ServiceLink,
         client_sessions: ClientSessions,
@@ -73,9 +73,9 @@ class ElectionLink:
         # vote is not kept, so it may have gone to another member.
         state.vote_promise_term_id = max(state.vote_promise_term_id, node_state.candidate_term_id)
         self._publisher = publisher
-        self._replication = replication
+        self._term_replication = term_replication
         self._catchup = catchup
-        self._archive_replication = archive_replication
+        self._log_replication = log_replication
         self._log_adapter = log_adapter
         self._services = services
         self._client_sessions = client_sessions
@@ -250,19 +250,19 @@ class ElectionLink:
             st.ignore("CanvassPosition", f"unknown member {msg.follower_member_id}")
             return
         s.catchup_active = False
-        replication = self._replication
+        term_replication = self._term_replication
         self._publisher.new_leadership_term(
             s.member_id,
             new_leadership_term(
                 self._recording_log.find_term_entry,
                 log_leadership_term_id=msg.log_leadership_term_id,
                 leadership_term_id=st.leadership_term_id,
-                term_base_log_position=replication.log_term_base_position,
+                term_base_log_position=term_replication.log_term_base_position,
                 log_position=self._archive.stop_position,
                 leader_recording_id=LOG_RECORDING_ID,
                 timestamp=cluster_time_ms(now_ns),
                 leader_member_id=self._s.member_id,
-                log_session_id=replication.log_session_id,
+                log_session_id=term_replication.log_session_id,
                 is_startup=False,
             ),
         )
@@ -318,7 +318,7 @@ class ElectionLink:
             st.time_of_last_leader_update_ns = now_ns
         if st.election is not None:
             st.election.on_commit_position(msg.leadership_term_id, msg.log_position, msg.leader_member_id, now_ns)
-        elif self._replication.on_commit_position(msg, now_ns):
+        elif self._term_replication.on_commit_position(msg, now_ns):
             pass  # a follower's commit notification from its leader
         elif msg.leadership_term_id > st.leadership_term_id:
             self.enter_election(now_ns, "unexpected commit position from new leader")
@@ -360,7 +360,7 @@ class ElectionLink:
         st.set_leadership_term_id(election.leadership_term_id)
         st.set_leader(election.leader_member_id)
         st.time_of_last_leader_update_ns = now_ns
-        self._replication.on_election_complete(now_ns)
+        self._term_replication.on_election_complete(now_ns)
         if st.role == Role.LEADER:
             # Leader side of e.9: keep sessions (NewLeaderEvent) or, after a whole-cluster restart, close them.
             self._control.on_leader_election_complete()
@@ -392,10 +392,10 @@ class ElectionLink:
             self.log_recording_stop_position = None
         self._services.end_log_on_step_down()
         st.role = Role.FOLLOWER
-        self._replication.reset()
+        self._term_replication.reset()
         self._catchup.reset()
         self._log_adapter.stop_log_replay()
-        self._archive_replication.stop()
+        self._log_replication.stop()
         self._archive.flush()
         # The log adapter never ran ahead of commit, so nothing processed needs undoing here;
         # each subsystem restores the state it kept for uncommitted entries.
@@ -409,10 +409,10 @@ class ElectionLink:
         return self._archive.stop_position
 
     def create_log_publication(self, leadership_term_id: int, position: int) -> int:
-        return self._replication.create_log_publication(leadership_term_id, position)
+        return self._term_replication.create_log_publication(leadership_term_id, position)
 
     def stop_all_catchups(self) -> None:
-        self._replication.stop_all_catchups()
+        self._term_replication.stop_all_catchups()
 
     def join_log_as_leader(
         self, leadership_term_id: int, log_position: int, log_session_id: int, is_startup: bool, now_ns: int
@@ -424,10 +424,10 @@ class ElectionLink:
         self._services.send_join_log(st.consumed_position, MAX_LONG, is_startup)
 
     def update_leader_position(self, now_ns: int, append_position: int, leadership_term_id: int) -> int:
-        return self._replication.update_leader_position(now_ns, append_position, leadership_term_id)
+        return self._term_replication.update_leader_position(now_ns, append_position, leadership_term_id)
 
     def publish_commit_position(self, leadership_term_id: int, position: int) -> None:
-        self._replication.publish_commit_position(leadership_term_id, position)
+        self._term_replication.publish_commit_position(leadership_term_id, position)
 
     def append_new_leadership_term_event(
         self, leadership_term_id: int, term_base_log_position: int, log_session_id: int, now_ns: int
@@ -479,7 +479,7 @@ class ElectionLink:
         )
         before = self._archive.stop_position
         self._archive_store.truncate_log(log_position)
-        self._replication.truncations += 1
+        self._term_replication.truncations += 1
         # Closes the truncated (last) term at log_position, as Aeron's truncateLogEntry does.
         self._recording_log.truncate_terms_after(log_position)
         st.event(
@@ -503,19 +503,19 @@ class ElectionLink:
 
     # ------------------------------------------------------------------ the log, follower side
     def start_replication(self, leader_member_id: int, recording_id: int, stop_position: int, now_ns: int) -> None:
-        self._archive_replication.start(leader_member_id, recording_id, stop_position, now_ns)
+        self._log_replication.start(leader_member_id, recording_id, stop_position, now_ns)
 
     def poll_replication(self, now_ns: int) -> int:
-        return self._archive_replication.poll(now_ns)
+        return self._log_replication.poll(now_ns)
 
     def replicated_position(self) -> int:
-        return self._archive_replication.replicated_position()
+        return self._log_replication.replicated_position()
 
     def stop_replication(self) -> None:
-        self._archive_replication.stop()
+        self._log_replication.stop()
 
     def catchup_initiated(self, leadership_term_id: int, log_session_id: int, now_ns: int) -> None:
-        self._replication.subscribe_to_log(leadership_term_id, log_session_id)
+        self._term_replication.subscribe_to_log(leadership_term_id, log_session_id)
         self._catchup.initiated(now_ns)
 
     def has_log_joined(self) -> bool:
@@ -532,15 +532,15 @@ class ElectionLink:
             st.set_commit_position(st.consumed_position)
         if st.consumed_position > before:
             work += 1
-        work += self._replication.send_append_position(now_ns, AppendPositionFlags.CATCHUP)
+        work += self._term_replication.send_append_position(now_ns, AppendPositionFlags.CATCHUP)
         self._catchup.track_progress(self._archive.stop_position + st.commit_position, now_ns)
         return work
 
     def subscribe_to_log(self, leadership_term_id: int, log_session_id: int) -> None:
-        self._replication.subscribe_to_log(leadership_term_id, log_session_id)
+        self._term_replication.subscribe_to_log(leadership_term_id, log_session_id)
 
     def has_log_subscription(self) -> bool:
-        return self._replication.has_log_subscription()
+        return self._term_replication.has_log_subscription()
 
     def try_join_log_as_follower(self, log_position: int, is_startup: bool, now_ns: int) -> None:
         self._s.time_of_last_log_update_ns = now_ns

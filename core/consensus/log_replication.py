@@ -1,349 +1,155 @@
-"""Log replication in a term: the leader's log publication, LogBlocks to each follower, the
-followers' AppendPosition, and the quorum commit position (Aeron's ``LogPublisher``,
-``updateLeaderPosition``, ``FollowerLogAdapter`` and the MDC log destinations).
-
-Log-transport stand-in (ZeroMQ for Aeron's UDP log with NAKs): the leader keeps a send position
-per follower and sends ``LogBlock``s from it; a follower appends only frames that start at its own
-append position and reports ``AppendPosition``; when a follower's reported position stops
-advancing the leader rewinds that follower's send position to it and resends. A lost, duplicated
-or reordered block therefore slows the log down but never corrupts it.
-"""
+"""Replication of earlier terms from the leader's archive (FOLLOWER_LOG_REPLICATION), both sides:
+the follower's ReplayRequest / ReplayBlock loop and the archive answering a peer's request
+(Aeron's ``LogReplication`` over ``ReplicationSession`` / archive replay)."""
 
 from __future__ import annotations
 
-import random
-
+from clusterlab.core.archive.errors import ArchiveError as StoreError
+from clusterlab.core.archive.layout import LOG_RECORDING_ID
 from clusterlab.core.archive.recording import RecordingStore
-from clusterlab.core.codec.consensus import AppendPosition, CatchupPosition, CommitPosition
-from clusterlab.core.codec.enums import AppendPositionFlags
+from clusterlab.core.codec.enums import ReplayPurpose
 from clusterlab.core.codec.framing import walk_frames
-from clusterlab.core.codec.transport import LogBlock
-from clusterlab.core.consensus.catchup import Catchup
-from clusterlab.core.consensus.context import (
-    NULL_POSITION,
-    NULL_SESSION_ID,
-    NULL_VALUE,
-    ElectionState,
-    Role,
-    Timeouts,
-)
-from clusterlab.core.consensus.members import MemberStatus, quorum_position
+from clusterlab.core.codec.transport import ArchiveError, ReplayBlock, ReplayRequest
+from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE, Timeouts
+from clusterlab.core.consensus.election import ElectionError
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.publishers import ConsensusPublisher, LogPublisher
-
-# Largest block of log bytes sent in one LogBlock / ReplayBlock (Aeron: MTU-sized fragments and
-# term-length windows; we only need a bound on message size and on bytes in flight).
-MAX_BLOCK_BYTES = 64 * 1024
-MAX_BYTES_IN_FLIGHT = 512 * 1024
+from clusterlab.core.consensus.publishers import ArchivePublisher
+from clusterlab.core.consensus.term_replication import MAX_BLOCK_BYTES, MAX_BYTES_IN_FLIGHT
 
 
 class LogReplication:
-    """The live log of the current term, leader and follower sides (see module docstring)."""
+    """One member's archive replication: as the replicating follower and as the serving archive."""
 
     def __init__(
         self,
         state: ModuleState,
         archive: RecordingStore,
         timeouts: Timeouts,
-        rng: random.Random,
-        log_publisher: LogPublisher,
-        consensus_publisher: ConsensusPublisher,
-        catchup: Catchup,
+        publisher: ArchivePublisher,
+        log_recording_id: int,
     ) -> None:
         self._s = state
         self._archive = archive
         self._timeouts = timeouts
-        self._rng = rng
-        self._log_publisher = log_publisher
-        self._publisher = consensus_publisher
-        self._catchup = catchup
-        # Leader log publication (one per term): its term, base position and session id.
-        self.log_publication_term_id = NULL_VALUE
-        self.log_session_id = NULL_SESSION_ID
-        self.log_term_base_position = 0
-        # Follower log subscription: the term it accepts blocks of.
-        self.log_subscription_term_id = NULL_VALUE
-        self.time_of_last_append_position_send_ns = 0
-        self.last_append_position_sent = NULL_POSITION
-        self.time_of_last_commit_publish_ns = 0
-        # Invariant baselines: (term, append position) last seen, and truncations since.
-        self._checked_append = (NULL_VALUE, 0)
-        self.truncations = 0
-        self._checked_truncations = 0
+        self._publisher = publisher
+        self._log_recording_id = log_recording_id
+        self.replication_source = NULL_VALUE
+        self.replication_stop_position = NULL_POSITION
+        self.replication_correlation_id = 0
+        self.time_of_last_replication_progress_ns = 0
+        self.time_of_last_replication_request_ns = 0
+        self.replication_progress_position = NULL_POSITION
 
-    # ------------------------------------------------------------------ publication / subscription
-    def create_log_publication(self, leadership_term_id: int, position: int) -> int:
-        """Leader: a new term's log stream starting at ``position``; returns its log session id."""
-        self.log_publication_term_id = leadership_term_id
-        self.log_term_base_position = position
-        self.log_session_id = self._rng.randrange(1, 2**31 - 1)
-        for s in self._s.statuses:
-            s.reset_log_send()
-        return self.log_session_id
+    # ------------------------------------------------------------------ replicating follower
+    def start(self, leader_member_id: int, recording_id: int, stop_position: int, now_ns: int) -> None:
+        self.replication_source = leader_member_id
+        self.replication_stop_position = stop_position
+        self.replication_progress_position = self._archive.stop_position
+        self.time_of_last_replication_progress_ns = now_ns
+        self._request(now_ns, recording_id)
 
-    def subscribe_to_log(self, leadership_term_id: int, log_session_id: int) -> None:
-        self.log_subscription_term_id = leadership_term_id
-        self.log_session_id = log_session_id
-
-    def has_log_subscription(self) -> bool:
-        return self.log_subscription_term_id != NULL_VALUE
-
-    def reset(self) -> None:
-        """Aeron ``prepareForNewLeadership``: drop the log publication and subscription."""
-        self.log_publication_term_id = NULL_VALUE
-        self.log_session_id = NULL_SESSION_ID
-        self.log_subscription_term_id = NULL_VALUE
-        for s in self._s.statuses:
-            s.reset_log_send()
-
-    def on_election_complete(self, now_ns: int) -> None:
-        st = self._s
-        self._s.time_of_last_log_update_ns = now_ns
-        self.time_of_last_append_position_send_ns = 0
-        if st.role == Role.LEADER:
-            self.time_of_last_commit_publish_ns = 0
-            for s in st.followers():
-                s.time_of_last_append_position_ns = now_ns
-
-    # ------------------------------------------------------------------ leader
-    def update_leader_position(self, now_ns: int, append_position: int, leadership_term_id: int) -> int:
-        """Aeron ``updateLeaderPosition``: commit = min(quorum position, own position), heartbeat."""
-        st = self._s
-        me = st.this_member
-        me.log_position = append_position
-        me.leadership_term_id = leadership_term_id
-        me.time_of_last_append_position_ns = now_ns
-        # Only positions reported in this term count: a canvassed position from an older log term
-        # (a deposed leader's uncommitted tail) describes bytes we may not hold.
-        quorum = quorum_position(
-            (s.log_position for s in st.statuses if s.leadership_term_id == leadership_term_id),
-            len(st.statuses),
-        )
-        commit = st.rules.commit_position(quorum, append_position)
-        if commit > st.commit_position or now_ns >= (
-            self.time_of_last_commit_publish_ns + self._timeouts.leader_heartbeat_interval_ns
-        ):
-            if commit > st.commit_position:
-                st.set_commit_position(commit)
-            self.time_of_last_commit_publish_ns = now_ns
-            self.publish_commit_position(leadership_term_id, st.commit_position)
-            return 1
-        return 0
-
-    def publish_commit_position(self, leadership_term_id: int, position: int) -> None:
-        st = self._s
-        for s in st.followers():
-            self._publisher.commit_position(s.member_id, leadership_term_id, position, st.member_id)
-
-    def send_log_blocks(self, now_ns: int) -> int:
-        """Leader: send each joined follower the log from its send position (bounded in flight)."""
-        st = self._s
-        archive = self._archive
-        work = 0
-        stop = archive.stop_position
-        for s in st.followers():
-            if s.log_send_position == NULL_POSITION:
-                continue
-            acked = max(s.last_progress_position, 0)
-            # Resend rule: the follower's position stopped advancing short of what we sent.
-            if (
-                s.log_send_position > acked
-                and now_ns >= s.time_of_last_progress_ns + self._timeouts.leader_heartbeat_interval_ns
-            ):
-                s.log_send_position = max(acked, archive.start_position)
-                s.time_of_last_progress_ns = now_ns
-            while s.log_send_position < stop and s.log_send_position - acked < MAX_BYTES_IN_FLIGHT:
-                data = archive.read(s.log_send_position, stop, max_bytes=MAX_BLOCK_BYTES)
-                if not data:
-                    break
-                self._log_publisher.block(
-                    s.member_id,
-                    catchup=s.catchup_active,
-                    leadership_term_id=self.log_publication_term_id,
-                    start_position=s.log_send_position,
-                    commit_position=st.commit_position,
-                    leader_member_id=st.member_id,
-                    log_session_id=self.log_session_id,
-                    entries=data,
-                )
-                s.log_send_position += len(data)
-                work += 1
-        return work
-
-    def has_blocks_to_send(self) -> bool:
-        """Leader: some follower can be sent log now (so the next duty cycle is due at once)."""
-        stop = self._archive.stop_position
-        return any(
-            s.log_send_position != NULL_POSITION
-            and s.log_send_position < stop
-            and s.log_send_position - max(s.last_progress_position, 0) < MAX_BYTES_IN_FLIGHT
-            for s in self._s.followers()
+    def _request(self, now_ns: int, recording_id: int = LOG_RECORDING_ID) -> None:
+        self.replication_correlation_id += 1
+        self.time_of_last_replication_request_ns = now_ns
+        self._publisher.replay_request(
+            self.replication_source,
+            ReplayRequest(
+                correlation_id=self.replication_correlation_id,
+                recording_id=recording_id,
+                from_position=self._archive.stop_position,
+                to_position=self.replication_stop_position,
+                requester_member_id=self._s.member_id,
+                purpose=ReplayPurpose.REPLICATION,
+                max_bytes=MAX_BYTES_IN_FLIGHT,
+            ),
         )
 
-    def on_append_position(self, src: int, msg: AppendPosition, now_ns: int) -> None:
-        st = self._s
-        s = st.status(msg.follower_member_id)
-        if s is None:
-            st.ignore("AppendPosition", f"unknown member {msg.follower_member_id}")
-            return
-        if st.election is not None:
-            st.election.on_append_position(msg.leadership_term_id, msg.log_position, msg.follower_member_id, now_ns)
-        elif st.role == Role.LEADER and msg.leadership_term_id <= st.leadership_term_id:
-            s.time_of_last_append_position_ns = now_ns
-            # Deviation from Aeron (which relies on in-order delivery): a position reported in an
-            # older term may describe bytes since truncated, so only this term's positions count.
-            if msg.leadership_term_id == st.leadership_term_id:
-                s.log_position = msg.log_position
-                s.leadership_term_id = msg.leadership_term_id
-        else:
-            st.ignore("AppendPosition", f"not the leader of term {msg.leadership_term_id}")
-            return
-        if st.role == Role.LEADER:
-            self._on_follower_progress(s, msg, now_ns)
-
-    def _on_follower_progress(self, s: MemberStatus, msg: AppendPosition, now_ns: int) -> None:
-        """Leader: live-log join, the resend rule's progress tracking, and catch-up completion."""
-        if msg.leadership_term_id != self.log_publication_term_id:
-            return
-        if msg.log_position > s.last_progress_position:
-            s.last_progress_position = msg.log_position
-            s.time_of_last_progress_ns = now_ns
-        stop = self._archive.stop_position
-        if (
-            s.log_send_position == NULL_POSITION
-            and msg.flags & AppendPositionFlags.CATCHUP == 0
-            and msg.log_position >= self.log_term_base_position
-        ):
-            # Join the live log at the follower's position (Aeron: MDC destination added).
-            s.log_send_position = min(msg.log_position, stop)
-        # trackCatchupCompletion
-        if (s.catchup_active or msg.flags & AppendPositionFlags.CATCHUP) and msg.log_position >= stop:
-            self._publisher.stop_catchup(s.member_id, self.log_publication_term_id, s.member_id)
-            s.catchup_active = False
-
-    def on_catchup_position(self, src: int, msg: CatchupPosition, now_ns: int) -> None:
-        """Leader: a follower asks to catch up from ``msg.log_position``."""
-        st = self._s
-        s = st.status(msg.follower_member_id)
-        if s is None:
-            st.ignore("CatchupPosition", f"unknown member {msg.follower_member_id}")
-            return
-        term = self.log_publication_term_id
-        if st.role != Role.LEADER or term == NULL_VALUE or msg.leadership_term_id > term or s.catchup_active:
-            st.ignore("CatchupPosition", f"not leading term {msg.leadership_term_id}, or its catch-up runs")
-            return
-        stop = self._archive.stop_position
-        if msg.log_position > stop:
-            st.ignore("CatchupPosition", f"position {msg.log_position} beyond leader log {stop}")
-            return
-        # Aeron starts an archive replay to the follower's catch-up endpoint; we point the follower's
-        # send position at the requested position and send on the catch-up channel.
-        s.catchup_active = True
-        s.log_send_position = msg.log_position
-        s.last_progress_position = msg.log_position
-        s.time_of_last_progress_ns = now_ns
-
-    def stop_all_catchups(self) -> None:
-        for s in self._s.statuses:
-            s.catchup_active = False
-
-    # ------------------------------------------------------------------ follower
-    def send_append_position(self, now_ns: int, flags: int) -> int:
-        """Follower: report our append position to the leader when it moved or on the heartbeat."""
-        st = self._s
-        position = self._archive.stop_position
-        if st.leader_member_id == NULL_VALUE or st.leader_member_id == st.member_id:
+    def poll(self, now_ns: int) -> int:
+        """Progress check; re-requests after a lost request or reply, fails after the heartbeat timeout."""
+        if self.replication_source == NULL_VALUE:
             return 0
-        if position > self.last_append_position_sent or now_ns >= (
-            self.time_of_last_append_position_send_ns + self._timeouts.leader_heartbeat_interval_ns
-        ):
-            self._publisher.append_position(st.leader_member_id, st.election_term(), position, st.member_id, flags)
-            self.last_append_position_sent = position
-            self.time_of_last_append_position_send_ns = now_ns
+        position = self._archive.stop_position
+        if position > self.replication_progress_position:
+            self.replication_progress_position = position
+            self.time_of_last_replication_progress_ns = now_ns
+            return 1
+        if position >= self.replication_stop_position:
+            return 0
+        if now_ns >= self.time_of_last_replication_progress_ns + self._timeouts.leader_heartbeat_timeout_ns:
+            raise ElectionError(f"replication made no progress from {position} within heartbeat timeout")
+        if now_ns >= self.time_of_last_replication_request_ns + self._timeouts.leader_heartbeat_interval_ns:
+            self._request(now_ns)  # a lost request or reply: ask again from where we are
             return 1
         return 0
 
-    def on_commit_position(self, msg: CommitPosition, now_ns: int) -> bool:
-        """Follower steady state: the leader's commit position. False when it is not from our
-        leader in our term (the caller decides whether that means a new election)."""
-        st = self._s
-        if (
-            st.role != Role.FOLLOWER
-            or msg.leadership_term_id != st.leadership_term_id
-            or msg.leader_member_id != st.leader_member_id
-        ):
-            return False
-        st.set_notified_commit_position(msg.log_position)
-        self._s.time_of_last_log_update_ns = now_ns
-        return True
+    def replicated_position(self) -> int:
+        return self._archive.stop_position
 
-    def on_log_block(self, src: int, msg: LogBlock, now_ns: int) -> None:
-        """Follower: a log block from the leader, appended as the rules say (the protocol's: at once)."""
-        self._s.rules.on_log_block(self, msg, now_ns)
+    def stop(self) -> None:
+        self.replication_source = NULL_VALUE
+        self.replication_stop_position = NULL_POSITION
 
-    def report_appended(self, position: int, now_ns: int) -> None:
-        """Tell our leader now that our log is appended up to ``position`` (if that is news to it)."""
-        st = self._s
-        if st.leader_member_id not in (NULL_VALUE, st.member_id) and position > self.last_append_position_sent:
-            self._publisher.append_position(st.leader_member_id, st.election_term(), position, st.member_id, 0)
-            self.last_append_position_sent = position
-            self.time_of_last_append_position_send_ns = now_ns
-
-    def append_log_block(self, msg: LogBlock, now_ns: int) -> None:
-        """Append the frames of ``msg`` that start at our append position; drop the rest."""
-        st = self._s
-        e = st.election
-        catchup = self._catchup
-        following_term = self.log_subscription_term_id
-        if following_term == NULL_VALUE or msg.leadership_term_id != following_term:
-            # Not (yet) subscribed to this term's log: the leader resends when we report.
-            st.ignore("LogBlock", f"not following term {msg.leadership_term_id}")
-            return
-        if msg.leader_member_id != st.leader_member_id and not (
-            e is not None and msg.leader_member_id == e.leader_member_id
-        ):
-            st.ignore("LogBlock", f"from {msg.leader_member_id}, not our leader")
+    def on_replay_block(self, src: int, msg: ReplayBlock, now_ns: int) -> None:
+        """Append blocks that start at our stop position, up to the replication stop."""
+        if self.replication_source == NULL_VALUE or src != self.replication_source:
+            self._s.ignore("ReplayBlock", f"no replication from {src} runs")
             return
         stop = self._archive.stop_position
-        end = msg.start_position + len(msg.entries)
-        if msg.start_position > stop or end <= stop:
-            # A gap (lost block) or old data: wait for the leader to resend from our position.
-            st.ignore("LogBlock", "gap before the block" if msg.start_position > stop else "already appended")
+        if msg.start_position != stop:
+            # Out of order or duplicate: the progress check re-requests from our position.
+            self._s.ignore("ReplayBlock", f"starts at {msg.start_position}, not at our end {stop}")
             return
         walk = walk_frames(msg.entries, msg.start_position)
         if walk.error is not None:
-            st.ignore("LogBlock", f"bad entries at {walk.end_position}: {walk.error}")
-        # Keep the whole, valid frames from our stop position on; the walk above already checked them.
-        fresh = [f for f in walk.frames if f.position >= stop]
-        if fresh and fresh[0].position == stop:
-            data = msg.entries[stop - msg.start_position : fresh[-1].end_position - msg.start_position]
-            self._archive.append_walked(data, stop, fresh)
-            if (e is not None and e.state == ElectionState.FOLLOWER_CATCHUP_AWAIT) or (
-                catchup.is_catchup_active and e is not None
-            ):
-                catchup.catchup_log_joined = True
-        elif catchup.is_catchup_active:
-            catchup.catchup_log_joined = True
-        self._s.time_of_last_log_update_ns = now_ns
-        if e is None and st.role == Role.FOLLOWER:
-            st.advance_notified_commit_position(msg.commit_position)
+            self._s.ignore("ReplayBlock", f"bad entries at {walk.end_position}: {walk.error}")
+        usable = [f for f in walk.frames if f.end_position <= self.replication_stop_position]
+        if usable:
+            self._archive.append_walked(msg.entries[: usable[-1].end_position - msg.start_position], stop, usable)
 
-    def leader_heartbeat_expired(self, now_ns: int) -> bool:
-        """Follower: nothing from the leader for the heartbeat timeout."""
-        return now_ns >= self._s.time_of_last_log_update_ns + self._timeouts.leader_heartbeat_timeout_ns
+    def on_archive_error(self, src: int, msg: ArchiveError, now_ns: int) -> None:
+        self._s.ignore("ArchiveError", f"from {src}: {msg.error_message}")
 
-    # ------------------------------------------------------------------ invariants
-    def check_invariants(self) -> None:
-        """Append position monotonic within a term (unless truncated); a leader's commit within its log."""
+    # ------------------------------------------------------------------ serving archive
+    def on_replay_request(self, src: int, msg: ReplayRequest, now_ns: int) -> None:
+        """Answer a replication/replay request with blocks of our recording."""
         st = self._s
-        append = self._archive.stop_position
-        term, last = self._checked_append
-        if term == st.leadership_term_id and self.truncations == self._checked_truncations:
-            assert append >= last, f"member {st.member_id}: append position went back {last} -> {append} in term {term}"
-        self._checked_append = (st.leadership_term_id, append)
-        self._checked_truncations = self.truncations
-        if st.role == Role.LEADER and st.election is None:
-            assert self.log_publication_term_id == st.leadership_term_id, (
-                f"member {st.member_id}: leader of {st.leadership_term_id} "
-                f"publishes term {self.log_publication_term_id}"
-            )
+        archive = self._archive
+        if msg.recording_id != self._log_recording_id:
+            st.ignore("ReplayRequest", f"unknown recording {msg.recording_id}")
+            return
+        stop = archive.stop_position
+        to = stop if msg.to_position == NULL_POSITION else min(msg.to_position, stop)
+        position = msg.from_position
+        if position < archive.start_position or position > stop:
+            st.ignore("ReplayRequest", f"from_position {position} outside [{archive.start_position}, {stop}]")
+            return
+        budget = max(msg.max_bytes, MAX_BLOCK_BYTES)
+        sent = 0
+        try:
+            while position < to and sent < budget:
+                data = archive.read(position, to, max_bytes=MAX_BLOCK_BYTES)
+                if not data:
+                    break
+                last = position + len(data) >= to
+                self._publisher.replay_block(
+                    src,
+                    ReplayBlock(
+                        correlation_id=msg.correlation_id,
+                        recording_id=msg.recording_id,
+                        start_position=position,
+                        recording_stop_position=stop,
+                        leadership_term_id=st.leadership_term_id,
+                        purpose=msg.purpose,
+                        flags=1 if last else 0,
+                        entries=data,
+                    ),
+                )
+                position += len(data)
+                sent += len(data)
+        except StoreError as e:  # a read of a bad range: say why, keep serving
+            st.ignore("ReplayRequest", str(e))
+
+    def check_invariants(self) -> None:
+        """A running replication has a stop position."""
+        if self.replication_source != NULL_VALUE:
+            assert self.replication_stop_position != NULL_POSITION, f"member {self._s.member_id}: replication"

@@ -9,7 +9,7 @@ adapters), each owning its state and receiving only what it needs:
 
 - ``ModuleState`` (module_state.py): role, term, leader, commit/consumed positions — shared;
 - ``LogReplication``: the term's log publication, LogBlocks, AppendPosition, quorum commit;
-- ``Catchup`` and ``ArchiveReplication``: catching up in an election, replicating earlier terms;
+- ``Catchup`` and ``LogReplication``: catching up in an election, replicating earlier terms;
 - ``LogAdapter``: committed entries in order, live or replaying the local log;
 - ``ClientSessions``: ingress, egress, authentication, session timeouts;
 - ``ServiceLink``: timers, service offers and acks, the service proxy;
@@ -61,7 +61,6 @@ from clusterlab.core.codec.session import (
     encode_session_message,
 )
 from clusterlab.core.codec.transport import ArchiveError, LogBlock, LogEndOfStream, ReplayBlock, ReplayRequest
-from clusterlab.core.consensus.archive_replication import ArchiveReplication
 from clusterlab.core.consensus.catchup import Catchup
 from clusterlab.core.consensus.client_sessions import ClientSessions
 from clusterlab.core.consensus.cluster_control import ClusterControl
@@ -91,6 +90,7 @@ from clusterlab.core.consensus.senders import body_sender
 from clusterlab.core.consensus.service_link import ServiceLink
 from clusterlab.core.consensus.sessions import ClusterSession
 from clusterlab.core.consensus.snapshots import Snapshots
+from clusterlab.core.consensus.term_replication import TermReplication
 from clusterlab.core.consensus.termination import Termination
 from clusterlab.core.consensus.timers import TimerService
 
@@ -130,7 +130,7 @@ class ConsensusModule:
         self.archive_publisher = ArchivePublisher(ctx.outbox)
         st = self.s
         self.catchup = Catchup(st, ctx.timeouts)
-        self.replication = LogReplication(
+        self.term_replication = TermReplication(
             st,
             self.archive,
             ctx.timeouts,
@@ -139,11 +139,11 @@ class ConsensusModule:
             self.consensus_publisher,
             self.catchup,
         )
-        self.archive_replication = ArchiveReplication(
+        self.log_replication = LogReplication(
             st, self.archive, ctx.timeouts, self.archive_publisher, self.log_recording_id
         )
         self.services = ServiceLink(
-            st, self.archive, self.outbox, ctx.service_count, ctx.members, lambda: self.replication.log_session_id
+            st, self.archive, self.outbox, ctx.service_count, ctx.members, lambda: self.term_replication.log_session_id
         )
         self.client_sessions = ClientSessions(st, ctx, self.archive)
         self.termination = Termination(st, ctx.timeouts, self.consensus_publisher, self.services, self.recording_log)
@@ -173,9 +173,9 @@ class ConsensusModule:
             self.recording_log,
             self.node_state,
             self.consensus_publisher,
-            self.replication,
+            self.term_replication,
             self.catchup,
-            self.archive_replication,
+            self.log_replication,
             self.log_adapter,
             self.services,
             self.client_sessions,
@@ -183,7 +183,7 @@ class ConsensusModule:
             self.termination,
             self.control,
         )
-        link, replication, archive_replication = self.election_link, self.replication, self.archive_replication
+        link, term_replication, log_replication = self.election_link, self.term_replication, self.log_replication
         # Member-to-member messages: the subsystem that owns each (validate, ignore(reason), act).
         self._handlers: dict[type, Handler] = {
             CanvassPosition: link.on_canvass_position,
@@ -192,21 +192,21 @@ class ConsensusModule:
             NewLeadershipTerm: link.on_new_leadership_term,
             CommitPosition: link.on_commit_position,
             LogEndOfStream: link.on_log_end_of_stream,
-            AppendPosition: replication.on_append_position,
-            CatchupPosition: replication.on_catchup_position,
-            LogBlock: replication.on_log_block,
+            AppendPosition: term_replication.on_append_position,
+            CatchupPosition: term_replication.on_catchup_position,
+            LogBlock: term_replication.on_log_block,
             StopCatchup: self.catchup.on_stop_catchup,
             TerminationPosition: self.termination.on_termination_position,
             TerminationAck: self.termination.on_termination_ack,
-            ReplayRequest: archive_replication.on_replay_request,
-            ReplayBlock: archive_replication.on_replay_block,
-            ArchiveError: archive_replication.on_archive_error,
+            ReplayRequest: log_replication.on_replay_request,
+            ReplayBlock: log_replication.on_replay_block,
+            ArchiveError: log_replication.on_archive_error,
         }
         # The subsystems' invariant checks after ModuleState's, bound once: they run after every input.
         self._invariant_checks: tuple[Callable[[], None], ...] = (
-            replication.check_invariants,
+            term_replication.check_invariants,
             self.catchup.check_invariants,
-            archive_replication.check_invariants,
+            log_replication.check_invariants,
             self.log_adapter.check_invariants,
             self.client_sessions.check_invariants,
             self.services.check_invariants,
@@ -276,7 +276,7 @@ class ConsensusModule:
 
     @property
     def log_session_id(self) -> int:
-        return self.replication.log_session_id
+        return self.term_replication.log_session_id
 
     @property
     def is_catchup_stopped(self) -> bool:
@@ -688,8 +688,8 @@ class ConsensusModule:
             work += self._leader_work(now_ns)
         else:
             work += self._follower_work(now_ns)
-        if st.role == Role.LEADER and self.replication.log_publication_term_id != NULL_VALUE:
-            work += self.replication.send_log_blocks(now_ns)
+        if st.role == Role.LEADER and self.term_replication.log_publication_term_id != NULL_VALUE:
+            work += self.term_replication.send_log_blocks(now_ns)
         return work
 
     def _leader_work(self, now_ns: int) -> int:
@@ -704,7 +704,7 @@ class ConsensusModule:
             work += self.client_sessions.check_sessions(now_ns)
         if not self.election_link.is_log_recording_stopped:  # a toggle appends its action
             work += self.control.check_toggle(now_ns)
-        work += self.replication.update_leader_position(now_ns, self.archive.stop_position, st.leadership_term_id)
+        work += self.term_replication.update_leader_position(now_ns, self.archive.stop_position, st.leadership_term_id)
         self.control.sweep_uncommitted(st.commit_position)
         self.services.sweep_uncommitted(st.commit_position)
         self.client_sessions.sweep_uncommitted(st.commit_position)
@@ -743,8 +743,8 @@ class ConsensusModule:
         work += self.termination.work(now_ns)
         if st.terminated:
             return work
-        work += self.replication.send_append_position(now_ns, 0)
-        if not self.termination.is_pending and self.replication.leader_heartbeat_expired(now_ns):
+        work += self.term_replication.send_append_position(now_ns, 0)
+        if not self.termination.is_pending and self.term_replication.leader_heartbeat_expired(now_ns):
             self.enter_election(now_ns, "leader heartbeat timeout")
             return work + 1
         return work
@@ -760,13 +760,13 @@ class ConsensusModule:
         is_leader = st.role == Role.LEADER
         if election is not None:
             deadline = election.next_deadline_ns(now)
-            if is_leader and self.replication.has_blocks_to_send():
+            if is_leader and self.term_replication.has_blocks_to_send():
                 deadline = now
             if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
                 deadline = now
         else:
             # Work due now (log to send, committed log to consume): nothing below can make it earlier.
-            if is_leader and self.replication.has_blocks_to_send():
+            if is_leader and self.term_replication.has_blocks_to_send():
                 return now
             if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
                 return now
@@ -814,5 +814,5 @@ class ConsensusModule:
             return -1
         if self.check_invariants_enabled:
             # An append changes only the log: check what it can break (the append position's history).
-            self.replication.check_invariants()
+            self.term_replication.check_invariants()
         return position

@@ -191,14 +191,14 @@ class ModuleState:
         self.consumed_position = position
 
     def set_notified_commit_position(self, position: int) -> None:
-        """A follower's leader, in our term, sent its commit position (LogReplication
+        """A follower's leader, in our term, sent its commit position (TermReplication
         ``on_commit_position``): taken as sent, as Aeron's ``onCommitPosition`` does. It is peer input,
         so it may be lower than the last one heard; no assert."""
         self.notified_commit_position = position
 
     def advance_notified_commit_position(self, position: int) -> None:
         """A follower outside an election appended a log block carrying its leader's commit position
-        (LogReplication ``append_log_block``): raise the notified commit position to it if that is
+        (TermReplication ``append_log_block``): raise the notified commit position to it if that is
         higher, never lower it (a resent block may carry an older commit position than the last heard)."""
         if position > self.notified_commit_position:
             self.notified_commit_position = position

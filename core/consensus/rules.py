@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # at run time imported where used: members and node_state import the context, which holds rules
     from clusterlab.core.codec.transport import LogBlock
-    from clusterlab.core.consensus.log_replication import LogReplication
     from clusterlab.core.consensus.members import MemberStatus
     from clusterlab.core.consensus.module import ConsensusModule
     from clusterlab.core.consensus.node_state import NodeState
     from clusterlab.core.consensus.sessions import ClusterSession
+    from clusterlab.core.consensus.term_replication import TermReplication
     from clusterlab.core.consensus.timers import TimerService
 
 
@@ -91,7 +91,7 @@ class ConsensusRules:
         """The leader's commit position: what a quorum appended, never past its own append position."""
         return min(quorum_position, append_position)
 
-    def on_log_block(self, replication: LogReplication, msg: LogBlock, now_ns: int) -> None:
+    def on_log_block(self, replication: TermReplication, msg: LogBlock, now_ns: int) -> None:
         """A follower appends a leader's log block as it arrives; its AppendPosition then reports only
         what it appended."""
         replication.append_log_block(msg, now_ns)

@@ -95,7 +95,7 @@ def module_state(probe: Probe) -> dict[str, Any]:
         "election": None if cm.election is None else _simple_attributes(cm.election),
         "subsystems": [
             _simple_attributes(part)
-            for part in (cm.replication, cm.catchup, cm.archive_replication, cm.termination, cm.log_adapter)
+            for part in (cm.term_replication, cm.catchup, cm.log_replication, cm.termination, cm.log_adapter)
         ],
         "log": (cm.archive.stop_position, cm.archive.read(0, cm.archive.stop_position)),
         "sent": len(probe.outbox.sent),
