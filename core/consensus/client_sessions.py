@@ -91,6 +91,9 @@ class ClientSessions:
         self.authenticator = ctx.authenticator if ctx.authenticator is not None else DefaultAuthenticator()
         self.sessions: dict[int, ClusterSession] = {}
         self.pending_sessions: list[ClusterSession] = []
+        # A connect request or a challenge response taken since the last pass over pending sessions: the
+        # leader's next duty cycle is due at once (it answers in that pass).
+        self.has_pending_input = False
         self.next_session_id = 1
         # The next session id as the committed log has it (what the snapshot holds, the same on every
         # member); next_session_id runs ahead on the leader, which also numbers rejected connects.
@@ -211,6 +214,7 @@ class ClientSessions:
             s.cluster_session_id, msg.encoded_credentials, self._s.cluster_time_ms(now_ns)
         )
         self.pending_sessions.append(s)
+        self.has_pending_input = True
 
     def on_ingress_message(self, msg: SessionMessageHeader, now_ns: int) -> None:
         st = self._s
@@ -265,6 +269,7 @@ class ClientSessions:
             if s.cluster_session_id == msg.cluster_session_id and s.state == ClusterSessionState.CHALLENGED:
                 s.time_of_last_activity_ns = now_ns
                 s.correlation_id = msg.correlation_id  # later replies answer the response (as Aeron)
+                self.has_pending_input = True
                 self.authenticator.on_challenge_response(
                     s.cluster_session_id, msg.encoded_credentials, self._s.cluster_time_ms(now_ns)
                 )
@@ -286,6 +291,7 @@ class ClientSessions:
         st = self._s
         work = 0
         now_ms = st.cluster_time_ms(now_ns)
+        self.has_pending_input = False
         for s in list(self.pending_sessions):
             proxy = _SessionProxy(self, s, now_ns)
             if s.state == ClusterSessionState.CONNECTED:
@@ -422,6 +428,7 @@ class ClientSessions:
         for session in self.pending_sessions:
             self.session_event(session, EventCode.CLOSED, "election")
         self.pending_sessions.clear()
+        self.has_pending_input = False
         for position, session in self.uncommitted_closed_sessions:
             if position > log_position:
                 session.state = ClusterSessionState.CLOSING

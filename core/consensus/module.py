@@ -770,6 +770,8 @@ class ConsensusModule:
                 return now
             if st.consumed_position < st.commit_position and st.consumed_position < self.log_adapter.consumable_limit():
                 return now
+            if is_leader and st.state == ConsensusModuleState.ACTIVE and self.client_sessions.has_pending_input:
+                return now  # a connect request or challenge response to answer
             deadline = now + max(timeouts.leader_heartbeat_interval_ns // 2, 1)
             if not is_leader and not self.termination.is_pending:
                 # Detect a silent leader when its heartbeat timeout expires, not up to a tick later.

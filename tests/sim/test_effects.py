@@ -207,7 +207,8 @@ def test_an_ingress_batch_is_taken_and_the_next_duty_cycle_answers(tmp_path: Pat
 
     taken = probe.stepped.receive_ingress(probe.now_ns, [_connect(6).encode()])
 
-    assert taken.is_empty  # pending: the leader opens sessions in its duty cycle
+    assert taken.is_empty  # pending: the leader opens sessions in its duty cycle, due at once
+    assert taken.next_deadline_ns == probe.now_ns
     _session_opened(probe.stepped.tick(probe.now_ns), 6, term)
 
 
