@@ -44,32 +44,29 @@ class SessionMessageHeader(Message):
 
 
 assert SESSION_HEADER_LENGTH == HEADER_LENGTH + SessionMessageHeader.BLOCK_LENGTH
-_SMH = struct.Struct("<HHHHqqq")
 # Where the timestamp sits in an encoded SessionMessageHeader (the leader stamps client messages).
 SESSION_TIMESTAMP_OFFSET = SESSION_HEADER_LENGTH - 8
 SESSION_TIMESTAMP = struct.Struct("<q")
-assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in the helpers below
+assert SessionMessageHeader._HEAD == (24, 1, SCHEMA_ID, 12)  # the literals in session_header.py
 
 
 def session_message_ids(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """``(leadership_term_id, cluster_session_id, timestamp)`` of a SessionMessageHeader, without
     copying its payload; raises DecodeError like :meth:`SessionMessageHeader.decode`."""
-    if len(buf) >= SESSION_HEADER_LENGTH:
-        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
-        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
-            return term, session, timestamp
-    m = SessionMessageHeader.decode(buf)
+    fields = session_message_fields(buf)
+    if fields is not None:
+        return fields
+    m = SessionMessageHeader.decode(buf)  # another block length or version, or the right DecodeError
     return m.leadership_term_id, m.cluster_session_id, m.timestamp
 
 
 def unpack_session_message(buf: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes]:
     """``(leadership_term_id, cluster_session_id, timestamp, payload)`` without building the
     dataclass; raises DecodeError like :meth:`SessionMessageHeader.decode`."""
-    if len(buf) >= SESSION_HEADER_LENGTH:
-        block_length, template_id, schema_id, _version, term, session, timestamp = _SMH.unpack_from(buf)
-        if block_length == 24 and template_id == 1 and schema_id == SCHEMA_ID:
-            return term, session, timestamp, bytes(buf[SESSION_HEADER_LENGTH:])
-    m = SessionMessageHeader.decode(buf)  # slow path: a larger block_length, or the right DecodeError
+    fields = session_message_fields(buf)
+    if fields is not None:
+        return fields[0], fields[1], fields[2], bytes(buf[SESSION_HEADER_LENGTH:])
+    m = SessionMessageHeader.decode(buf)  # another block length or version, or the right DecodeError
     return m.leadership_term_id, m.cluster_session_id, m.timestamp, m.payload
 
 

@@ -237,21 +237,14 @@ class KeyValueService(ClusteredService):
 
     def _plain_put(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """The common command (a well-formed put), checked exactly as ``_execute`` checks it, without
-        the general path's calls; None if it is not well formed (the general path says why)."""
-        put = self._put_plain(command)
-        if put is None:
-            return None
-        return {"id": put[0], "ok": True, "value": put[1], "revision": self.revision}
-
-    def _put_plain(self, command: dict[str, Any]) -> tuple[int, str | None] | None:
-        """Apply :meth:`_plain_put`'s command: (request id, previous value for the reply), or None
-        and nothing changed if it is not a well-formed put."""
+        the general path's calls; None and nothing changed if it is not well formed (the general path
+        says why)."""
         request_id, key, value = command.get("id"), command.get("key"), command.get("value")
         prev = command.get("prev", True)
         if type(request_id) is int and type(key) is str and type(value) is str and type(prev) is bool:
             previous = self.entries.get(key) if prev else None
             self._set(key, value)
-            return request_id, None if previous is None else previous[0]
+            return self._reply(request_id, True, None if previous is None else previous[0])
         return None
 
     def _execute(self, command: Any) -> dict[str, Any]:
@@ -325,20 +318,7 @@ class KeyValueService(ClusteredService):
         pass
 
     def on_session_message(self, session: ClientSession | None, timestamp: int, payload: bytes) -> None:
-        # execute(payload), with the common command (a put without a client) answered without
-        # building its reply dict (every member applies every entry).
-        try:
-            command: Any = orjson.loads(payload)
-        except orjson.JSONDecodeError as e:
-            reply = _not_json(e)
-        else:
-            if type(command) is dict and command.get("op") == "put" and command.get("client") is None:
-                put = self._put_plain(command)
-                if put is not None:
-                    if session is not None and self._answers():
-                        session.offer(_answer(put[0], True, put[1], self.revision))
-                    return
-            reply = self._execute_command(command)
+        reply = self.execute(payload)
         if session is not None and self._answers():
             session.offer(encode_reply(reply))
 

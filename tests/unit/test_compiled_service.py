@@ -5,12 +5,13 @@ stale or missing build runs).
 Both builds are fed the same committed log (session open, plain puts, puts of a client with a resend,
 gets, cas, deletes, malformed and non-JSON commands, a timer) as a leader and as a follower, recording
 on: every reply, every message to the consensus module and every applied row (with its entry and
-state digests) must be the same bytes. The KV service's direct reply of a plain put must be what
-``encode_reply(execute(...))`` gives."""
+state digests) must be the same bytes. A KV service answers a session message with
+``encode_reply(execute(...))`` as a leader and applies it unanswered as a follower."""
 
 from __future__ import annotations
 
 import importlib.util
+import struct
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from clusterlab.core.codec import (
+    BooleanType,
     JoinLog,
     LogBlock,
     SessionOpenEvent,
@@ -26,7 +28,13 @@ from clusterlab.core.codec import (
     encode_session_message,
     session_header,
 )
-from clusterlab.core.codec.session import SESSION_HEADER_LENGTH, SessionMessageHeader
+from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.session import (
+    SESSION_HEADER_LENGTH,
+    SessionMessageHeader,
+    session_message_ids,
+    unpack_session_message,
+)
 from clusterlab.core.codec.transport import log_blocks
 from clusterlab.core.consensus.context import Role
 from clusterlab.core.service import agent as agent_module
@@ -134,7 +142,7 @@ def _apply(build: str, role: Role, per_block: int, runs: bool) -> dict[str, Any]
             log_position=0,
             max_log_position=MAX_LOG_POSITION,
             member_id=0,
-            is_startup=1,
+            is_startup=BooleanType.TRUE,
             role=int(role),
             log_session_id=1,
             log_stream_id=100,
@@ -218,7 +226,8 @@ class _Session:
     )
 )
 def test_kv_answers_a_session_message_as_execute_and_encode_reply_do(build: str, commands: list[bytes]) -> None:
-    """on_session_message's direct reply of a plain put (no reply dict) is encode_reply(execute())."""
+    """A leader's on_session_message answers each command once with encode_reply(execute()); a
+    follower reaches the same state without answering; the incremental digest is the recomputed one."""
     kv_mod = BUILDS[build][1]
     direct, general = kv_mod.KeyValueService(), kv_mod.KeyValueService()
     leader = _Session()
@@ -276,6 +285,43 @@ def test_session_header_helpers_agree_with_the_message_codec(
             assert fields == (decoded.leadership_term_id, decoded.cluster_session_id, decoded.timestamp)
     with pytest.raises(ValueError, match="SessionMessageHeader"):
         module.encode_session_message(2**63, session, timestamp, payload)
+
+
+def _decoded(buf: bytes) -> tuple[int, int, int, bytes] | str:
+    try:
+        m = SessionMessageHeader.decode(buf)
+    except DecodeError as e:
+        return str(e)
+    return m.leadership_term_id, m.cluster_session_id, m.timestamp, m.payload
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.tuples(
+        st.sampled_from([24, 28, 16]), st.sampled_from([1, 2]), st.sampled_from([111, 7]), st.integers(11, 13)
+    ),
+    ids=st.tuples(INT64, INT64, INT64),
+    tail=st.binary(max_size=40),
+    cut=st.integers(0, 80),
+)
+def test_session_message_ids_and_unpack_read_what_the_codec_decodes(
+    head: tuple[int, int, int, int], ids: tuple[int, int, int], tail: bytes, cut: int
+) -> None:
+    """session.py's readers (the usual header through session_message_fields, any other through the
+    codec) give what SessionMessageHeader.decode gives, or raise its DecodeError, for every input kind."""
+    wire = struct.pack("<HHHHqqq", *head, *ids) + tail
+    wire = wire[: max(0, len(wire) - cut)] if cut > 40 else wire
+    expected = _decoded(wire)
+    for buf in (wire, bytearray(wire), memoryview(wire)):
+        if isinstance(expected, str):
+            with pytest.raises(DecodeError) as unpack_error:
+                unpack_session_message(buf)
+            with pytest.raises(DecodeError) as ids_error:
+                session_message_ids(buf)
+            assert str(unpack_error.value) == str(ids_error.value) == expected
+        else:
+            assert unpack_session_message(buf) == expected
+            assert session_message_ids(buf) == expected[:3]
 
 
 def test_the_build_compiled_the_session_header_helpers_when_an_extension_is_present() -> None:
