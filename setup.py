@@ -16,7 +16,7 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-LAYERS = ("core", "harness", "chaos", "golden")
+LAYERS = ("core", "harness", "chaos", "spark", "golden")
 # Modules compiled with mypyc: (module, source file). They may import other clusterlab modules of
 # core/ and harness/ (those stay interpreted unless listed); nothing may monkeypatch their functions.
 COMPILED = (

@@ -329,7 +329,7 @@ def write_golden(golden_dir: Path, run_dir: Path, diverge_at: int) -> int:
 
 def _read_table(dirs: list[Path], table: str) -> pa.Table:
     """Every file of ``table`` read exactly as the Spark source reads it (same code), sequentially."""
-    from clusterlab.golden.spark.source import conform, output_schema, read_batches, read_schema, trace_files
+    from clusterlab.spark.source import conform, output_schema, read_batches, read_schema, trace_files
 
     files = trace_files([str(d) for d in dirs], table)
     schema = output_schema(table, next((s for s in (read_schema(f.path) for f in files) if s is not None), None))
@@ -383,7 +383,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def _started(master: str | None) -> Any:
     """A session whose Python workers are up: one trivial task per slot runs first, so no timed job pays
     for starting them (as no DuckDB timing pays for importing DuckDB)."""
-    from clusterlab.golden.spark.session import spark_session
+    from clusterlab.spark.session import spark_session
 
     spark = spark_session(master, app_name="clusterlab-bench")
     slots = spark.sparkContext.defaultParallelism
@@ -397,8 +397,8 @@ def run(
     """Generate the data sets in ``workdir``, time every job, return the results (also printed).
     ``spark``: a session to use (kept open); by default one is started and stopped."""
     from clusterlab.chaos.checks.embedded import check_runs as embedded_check
-    from clusterlab.golden.spark.check import check_runs
-    from clusterlab.golden.spark.diff import Comparison, diff_positions
+    from clusterlab.golden.spark_diff import Comparison, diff_positions
+    from clusterlab.spark.check import check_runs
 
     p = SCALES[scale]
     big, golden, many = workdir / "big", workdir / "golden", workdir / "many"

@@ -24,7 +24,7 @@ from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import Schedule, kills_a_service, loses_replies, schedule_from_spec, schedule_spec
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
-from clusterlab.chaos.verify import Verdict, verify_run
+from clusterlab.chaos.verdict import Verdict, verify_run
 from clusterlab.chaos.workload import Workload, make_workload
 from clusterlab.chaos.workload_api import check_service_factory, load_workload
 from clusterlab.core.runtime import node as node_process
@@ -426,7 +426,7 @@ def run_scenario(
     seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly.
     ``determinism`` adds the replay checks to the verdict (clusterlab.chaos.determinism).
     ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
-    batches, :func:`clusterlab.chaos.verify.verify_runs`; then :func:`apply_verdict`). ``on_progress``
+    batches, :func:`clusterlab.chaos.verdict.verify_runs`; then :func:`apply_verdict`). ``on_progress``
     gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time.
     ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
     role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them);

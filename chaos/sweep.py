@@ -1,6 +1,6 @@
 """Seed sweeps: one scenario over many seeds (and cluster sizes) in the simulator, on every core
 (``multiprocess``, which pickles the closures and lambdas of user-defined scenarios with dill) or on
-a Spark cluster's executors (``clusterlab.golden.spark.sweep``; the map function is passed in, since
+a Spark cluster's executors (``clusterlab.spark.sweep``; the map function is passed in, since
 this layer sits below golden).
 
 A sweep directory remembers what ran, so an interrupted sweep resumes where it stopped:
@@ -31,7 +31,7 @@ from clusterlab.chaos.runner import RunResult, apply_verdict, check_dedupe, chec
 from clusterlab.chaos.scenarios import Scenario
 from clusterlab.chaos.scenarios import scenario as find_scenario
 from clusterlab.chaos.schedule import schedule_from_spec, schedule_spec
-from clusterlab.chaos.verify import Verdict, verify_run, verify_runs
+from clusterlab.chaos.verdict import Verdict, verify_run, verify_runs
 from clusterlab.harness.services import SERVICES as SERVICE_REGISTRY
 
 from clusterlab.testing.mutants import ACK_BEFORE_APPEND, STALE_READ, mutant_set

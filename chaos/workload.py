@@ -21,7 +21,7 @@ never checked again. A reply that contradicts the model raises
 client ``i`` asking member ``i`` first (so followers redirect it), at most one op in flight per
 client, keys shared, so ops on a key overlap. The history is judged after the final reads by the
 linearizability checker (:mod:`clusterlab.chaos.linearizability`) with the workload's model, and
-again from the trace in :func:`clusterlab.chaos.verify.verify_run`.
+again from the trace in :func:`clusterlab.chaos.verdict.verify_run`.
 
 Acknowledgement times give the client-visible failover: from a leader fault to the first op
 *invoked after it* that is acknowledged (an op already in flight may be acknowledged by egress

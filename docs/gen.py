@@ -11,9 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clusterlab.core.consensus.election import transition_diagram
 
+from clusterlab import LAYERS
+
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
-PACKAGES = ("core", "harness", "chaos", "golden", "clusterlab")  # the installed clusterlab's source folders
+PACKAGES = (*LAYERS, "clusterlab")  # the installed clusterlab's source folders
 
 
 def election_md() -> str:

@@ -1,7 +1,7 @@
 """The golden diff of one comparison, embedded: DuckDB on one thread over the comparison's trace files.
 
 :func:`position_diff` and :func:`message_diff` compute for one :class:`Comparison` exactly what the
-Spark SQL plan (:mod:`clusterlab.golden.spark.diff`, ``plan="sql"``) computes for it: the files are
+Spark SQL plan (:mod:`clusterlab.golden.spark_diff`, ``plan="sql"``) computes for it: the files are
 read with the ``clustertrace`` source's own code (:func:`_read`), and the SQL below states the same
 definition of a divergence. The Spark ``tasks`` plan runs these functions inside Spark tasks, one
 comparison per call, so a Spark cluster diffs many goldens at once, each on one core.
@@ -77,7 +77,7 @@ class MessageDiff:
 
 def trace_bytes(directory: str, table: str) -> int:
     """Bytes of ``table``'s files in the run(s) at ``directory`` (what a comparison's task reads)."""
-    from clusterlab.golden.spark.source import find_runs, trace_files
+    from clusterlab.spark.source import find_runs, trace_files
 
     return sum(f.size for f in trace_files(find_runs(directory.rstrip("/")), table))
 
@@ -86,7 +86,7 @@ def _read(directory: str, table: str, columns: tuple[str, ...] | None) -> pa.Tab
     """``table`` of the run(s) at ``directory`` as the ``clustertrace`` source reads it (runs keyed by
     directory; ``columns``: only those built, None: all but the derived ones); None without files."""
     from clusterlab.chaos.checks.views import derived_fields
-    from clusterlab.golden.spark.source import (
+    from clusterlab.spark.source import (
         conform,
         find_runs,
         output_schema,

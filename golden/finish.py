@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterlab.chaos.checks.report import CheckReport
-from clusterlab.golden.report import write_report
+from clusterlab.chaos.checks.check_report import CheckReport
+from clusterlab.chaos.html_report import write_report
 from rich.console import Console
 
 
@@ -27,8 +27,8 @@ def check_and_report(
     verdict table (``show``), write RUN/report.html (which shows that verdict) and print its path."""
     console = console or Console()
     if engine == "spark":
-        from clusterlab.golden.spark.check import check_runs, is_connect  # pyspark: imported only when it runs
-        from clusterlab.golden.spark.session import spark_session
+        from clusterlab.spark.check import check_runs, is_connect  # pyspark: imported only when it runs
+        from clusterlab.spark.session import spark_session
 
         spark = spark_session(master, remote=remote)
         try:

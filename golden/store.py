@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 from clusterlab.chaos.runner import check_service
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.core import __version__
 from clusterlab.core.service.api import ClusteredService
 from clusterlab.harness.arrow_stream import read_stream

@@ -8,7 +8,7 @@ For each golden:
 (b) **rerun** — a simulator golden is re-run from its seed, scenario, size and duration with today's
     code; every position of every member and every message is diffed against the golden.
 
-The diffs are Spark jobs (:mod:`clusterlab.golden.spark.diff`), one set for all goldens in one session. The report
+The diffs are Spark jobs (:mod:`clusterlab.golden.spark_diff`), one set for all goldens in one session. The report
 names each golden's first divergent position, its entry (``describe()``), the golden and actual
 digests, and counts the rest — and says whether the divergence is one position or every position
 from there on, which tells a one-off wrong update from a changed digest function or encoding.
@@ -39,8 +39,7 @@ from clusterlab.golden.coverage import (
     recipe_of,
     sources_run_here,
 )
-from clusterlab.golden.spark.diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
-from clusterlab.golden.spark.session import spark_session, spark_session_is_running
+from clusterlab.golden.spark_diff import Comparison, MessageDiff, PositionDiff, diff_messages, diff_positions
 from clusterlab.golden.store import (
     TRACES,
     Golden,
@@ -54,6 +53,7 @@ from clusterlab.golden.store import (
 )
 from clusterlab.harness.replay import describe_entry, replay_log
 from clusterlab.harness.trace import describe_payload
+from clusterlab.spark.session import spark_session, spark_session_is_running
 from rich.console import Console
 from rich.table import Table
 

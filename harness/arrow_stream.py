@@ -1,5 +1,5 @@
 """The one torn-stream reader of Arrow IPC trace files, shared by :mod:`clusterlab.harness.trace` (pyarrow
-readers) and the Spark source (:mod:`clusterlab.golden.spark.source`).
+readers) and the Spark source (:mod:`clusterlab.spark.source`).
 
 A process killed with SIGKILL may leave a stream file that ends inside a record batch, or without the
 end-of-stream marker: :func:`read_stream` returns every complete batch and says how the file ended

@@ -22,7 +22,7 @@ recorded trace in SQL.
 
 Log matching (committed prefixes agree byte for byte) and durability (a committed entry is never
 lost) need the members' logs, so only :class:`SafetyChecker` checks them, on a live SimCluster; a
-trace's durability (every acknowledged op is in the committed log) is clusterlab.chaos.verify's.
+trace's durability (every acknowledged op is in the committed log) is clusterlab.chaos.verdict's.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ _SECRETS_FILE = secrets.__file__
 def _internal_prefixes() -> tuple[str, ...]:
     """Directories whose frames are not the user's: clusterlab's packages and the standard library."""
     dirs = {str(Path(p).resolve()) for p in clusterlab.__path__}
-    for sub in ("core", "harness", "chaos", "golden"):
+    for sub in clusterlab.LAYERS:
         module = sys.modules.get(f"clusterlab.{sub}")
         if module is not None:
             dirs.update(str(Path(p).resolve()) for p in module.__path__)

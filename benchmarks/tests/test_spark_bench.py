@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clusterlab.golden.spark.session import spark_session
+from clusterlab.spark.session import spark_session
 
 from benchmarks.spark_bench import run
 

@@ -1,7 +1,7 @@
 """The trace checks, one engine-neutral definition each (SQL over a run's tables).
 
 Each check is a :class:`~clusterlab.chaos.checks.base.SqlCheck`; the embedded engine (DuckDB,
-:mod:`clusterlab.chaos.checks.embedded`) and the Spark job (:mod:`clusterlab.golden.spark.check`) run the
+:mod:`clusterlab.chaos.checks.embedded`) and the Spark job (:mod:`clusterlab.spark.check`) run the
 same text — sqlglot transpiles it from Spark SQL to DuckDB's dialect — over the same views
 (:mod:`clusterlab.chaos.checks.views`). :data:`SQL_CHECKS` lists them all: the state checks
 (:mod:`.state`) and, where present, the protocol checks (:mod:`.protocol`). Linearizability is not SQL:

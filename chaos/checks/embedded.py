@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 from clusterlab.chaos.checks import LINEARIZABILITY, SQL_CHECKS, SqlCheck
 from clusterlab.chaos.checks.base import VIEWS
-from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of
+from clusterlab.chaos.checks.check_report import CheckReport, CheckResult, name_runs, plain, run_id_of
 from clusterlab.chaos.checks.sql import explain_agreement, to_duckdb, view_columns
 from clusterlab.chaos.checks.views import view_schema, view_table
 from clusterlab.chaos.linearizability import HistoryVerdict, operations_from_rows

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 from clusterlab.chaos.checks.base import VIEWS, SqlCheck
-from clusterlab.chaos.checks.report import CheckResult
+from clusterlab.chaos.checks.check_report import CheckResult
 from clusterlab.chaos.checks.views import view_schema
 
 AROUND_BYTES = 512  # messages within this many log bytes of a divergence are shown with it

@@ -21,7 +21,7 @@ from clusterlab.chaos.limits import VIOLATIONS_KEPT
 from clusterlab.cli.paths import bounded, ranged
 
 ENGINES = ("auto", "duckdb", "spark")
-PLANS = ("auto", "tasks", "sql")  # clusterlab.golden.spark.run_tasks.PLANS (not imported: pyspark)
+PLANS = ("auto", "tasks", "sql")  # clusterlab.spark.run_tasks.PLANS (not imported: pyspark)
 SPARK_RUNS = 64  # more runs than this: Spark (auto)
 SPARK_BYTES = 1 << 30  # more trace bytes than this (all runs): Spark (auto)
 
@@ -38,7 +38,7 @@ def choose_engine(engine: str, run_dirs: list[str], *, master: str | None, remot
         return "spark", "under spark-submit"
     if len(run_dirs) > SPARK_RUNS:
         return "spark", f"{len(run_dirs)} runs > {SPARK_RUNS}"
-    from clusterlab.chaos.checks.report import trace_bytes
+    from clusterlab.chaos.checks.check_report import trace_bytes
 
     size = trace_bytes(run_dirs)
     if size > SPARK_BYTES:
@@ -50,7 +50,7 @@ def spark_remote(remote: str | None, master: str | None) -> str | None:
     """The Spark Connect URL to use: ``--remote``, else (no ``--master``) the started server's, if up."""
     if remote or master:
         return remote
-    from clusterlab.golden.spark import connect
+    from clusterlab.spark import connect
 
     info = connect.status()
     return info.url if info is not None else None
@@ -58,7 +58,7 @@ def spark_remote(remote: str | None, master: str | None) -> str | None:
 
 def runs_table(report: Any) -> Table:
     """One row per run: which run passed and which failed, on which checks."""
-    from clusterlab.chaos.checks.report import run_id_of
+    from clusterlab.chaos.checks.check_report import run_id_of
 
     t = Table(title="runs")
     t.add_column("run")
@@ -80,8 +80,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     bytes changed; not judged)."""
     # Imported here, not at the top: pyspark, which only this command and `golden verify` need.
     from clusterlab.cli.paths import directory_error, output_file_error
-    from clusterlab.golden.spark.source import TraceSourceError, find_runs
     from clusterlab.harness.completeness import SchemaVersionError
+    from clusterlab.spark.source import TraceSourceError, find_runs
 
     for run in args.runs:
         if (error := directory_error("RUN", run)) is not None:
@@ -115,9 +115,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 return 2
         else:
             from clusterlab.cli.spark_progress import SparkProgress
-            from clusterlab.golden.spark.check import check_runs, is_connect
-            from clusterlab.golden.spark.session import spark_session
             from clusterlab.harness.trace import TraceError
+            from clusterlab.spark.check import check_runs, is_connect
+            from clusterlab.spark.session import spark_session
 
             remote = spark_remote(args.remote, args.master)
             console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)

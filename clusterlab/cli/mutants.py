@@ -1,7 +1,7 @@
 """``clusterlab mutants``: is every planted bug of the catalogue caught by black-box runs alone?
 
 Exit codes: 0 every mutant hunted was caught, 1 at least one was missed, 2 bad input. The work is in
-clusterlab.chaos.mutants; this module parses, prints and, with ``--golden``, supplies the
+clusterlab.chaos.mutant_hunt; this module parses, prints and, with ``--golden``, supplies the
 golden-regression judge (golden/verify.py lives in a layer above chaos)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from clusterlab.chaos.limits import BUDGET_S, JOBS, SEED_COUNT
-from clusterlab.chaos.mutants import DEFAULT_BUDGET_S, DEFAULT_SEEDS, MutantResult, run_catalogue, summary, table
+from clusterlab.chaos.mutant_hunt import DEFAULT_BUDGET_S, DEFAULT_SEEDS, MutantResult, run_catalogue, summary, table
 from clusterlab.cli.display import stdout_console
 from clusterlab.cli.paths import bounded, output_file_error, ranged
 from clusterlab.testing.mutants import MUTANTS, UnknownMutant, mutant_set
@@ -31,10 +31,10 @@ def _golden_judge(master: str | None) -> tuple[Any, Any]:
     only when this call started it, for the caller to stop), and
     the judge: the goldens replayed through the mutant's service and re-run with the mutant on."""
     from clusterlab.chaos.runner import MUTANT_SERVICES
-    from clusterlab.golden.spark.session import spark_session, spark_session_is_running
     from clusterlab.golden.store import MANIFEST, load_manifest
     from clusterlab.golden.verify import verify_goldens
     from clusterlab.harness.services import service_factory
+    from clusterlab.spark.session import spark_session, spark_session_is_running
 
     owned = not spark_session_is_running()
     spark = spark_session(master)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from clusterlab.chaos.html_report import ReportError, write_report
 from clusterlab.cli.paths import directory_error, output_file_error
-from clusterlab.golden.report import ReportError, write_report
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -25,8 +25,8 @@ def _memory(text: str) -> str:
 
 
 def _start_cluster(args: argparse.Namespace, out: Console) -> int:
-    from clusterlab.golden.spark import standalone
     from clusterlab.harness.local import LocalTimeout
+    from clusterlab.spark import standalone
 
     try:
         info = standalone.start(args.state_dir, workers=args.workers, worker_memory=args.worker_memory)
@@ -42,8 +42,8 @@ def _start_cluster(args: argparse.Namespace, out: Console) -> int:
 
 
 def _start_server(args: argparse.Namespace, out: Console) -> int:
-    from clusterlab.golden.spark import connect
     from clusterlab.harness.local import LocalTimeout
+    from clusterlab.spark import connect
 
     try:
         info = connect.start(args.state_dir, master=args.master, driver_memory=args.driver_memory)
@@ -52,8 +52,10 @@ def _start_server(args: argparse.Namespace, out: Console) -> int:
         return 2
     out.print(f"Spark Connect server up: {info.url} (pid {info.pid}, {info.master}; log {info.log})", highlight=False)
     if args.warm:
+        from clusterlab.golden.store import TRACES
+
         try:
-            seconds = connect.warm(info, args.warm)
+            seconds = connect.warm(info, args.warm, TRACES / "real-leader-kill")
         except Exception as e:  # the server is up; say why its warm-up failed, no traceback
             print(f"clusterlab spark start: the server is up but its warm-up check failed: {e}", file=sys.stderr)
             return 2
@@ -62,7 +64,7 @@ def _start_server(args: argparse.Namespace, out: Console) -> int:
 
 
 def _stop(args: argparse.Namespace, out: Console) -> int:
-    from clusterlab.golden.spark import connect, standalone
+    from clusterlab.spark import connect, standalone
 
     stopped = connect.stop(args.state_dir)
     if stopped is not None:
@@ -79,7 +81,7 @@ def _stop(args: argparse.Namespace, out: Console) -> int:
 
 
 def _status(args: argparse.Namespace, out: Console) -> int:
-    from clusterlab.golden.spark import connect, standalone
+    from clusterlab.spark import connect, standalone
 
     up = connect.status(args.state_dir)
     if up is not None:

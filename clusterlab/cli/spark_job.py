@@ -6,7 +6,7 @@ inside the session spark-submit created, on whatever master it was given.
         clusterlab/cli/spark_job.py check /shared/runs/run-1 /shared/runs/run-2
 
 The driver needs clusterlab installed (it plans the jobs). Executors get the package (its wheel) with
-``--py-files`` and import only ``clusterlab.golden.spark.source`` and ``clusterlab.harness.arrow_stream``
+``--py-files`` and import only ``clusterlab.spark.source`` and ``clusterlab.harness.arrow_stream``
 from it (pyarrow and pyspark, nothing else); they read the trace files at the same paths, so put runs
 on a filesystem every node mounts.
 """

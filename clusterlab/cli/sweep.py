@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     jobs = args.jobs or min(os.cpu_count() or 1, int(JOBS.high))
     mapper = None
     if args.master:
-        from clusterlab.golden.spark.sweep import spark_mapper  # pyspark: imported only when it runs
+        from clusterlab.spark.sweep import spark_mapper  # pyspark: imported only when it runs
 
         mapper = spark_mapper(args.master, directory)
     where = f"Spark {args.master}" if args.master else f"{jobs} process{'es' if jobs > 1 else ''}"

@@ -1,7 +1,7 @@
 """The trace's 128-bit digests: XXH3-128 (xxhash), one definition for every producer and checker.
 
 ``applied.entry_digest`` is :func:`entry_digest` of an entry's framed bytes, computed by every service
-for every entry it applies while recording, and recomputed by the checks (chaos/verify.py, the
+for every entry it applies while recording, and recomputed by the checks (chaos/verdict.py, the
 Spark source) from the log. XXH3-128 rather than blake2b-128: the trace needs no
 cryptographic hash (a digest detects divergence between members, it does not resist an
 adversary), and XXH3-128 costs ~1/7 of blake2b per entry. The width stays 16 bytes

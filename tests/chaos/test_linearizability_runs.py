@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos.html_report import render
 from clusterlab.chaos.linearizability import LINEARIZABLE, VIOLATION
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.report import render
 
 from tests.chaos.model_agreement import assert_docs_model_agrees
 

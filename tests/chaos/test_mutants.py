@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from clusterlab.chaos.mutants import FUZZ, attempts, hunt, sim_scenarios
+from clusterlab.chaos.mutant_hunt import FUZZ, attempts, hunt, sim_scenarios
 
 from clusterlab.cli import main
 from clusterlab.testing import mutants as m
@@ -46,7 +46,7 @@ def test_the_sweep_covers_every_simulator_scenario_and_the_fuzz_schedule() -> No
 
 def test_the_golden_column_and_its_total() -> None:
     """``--golden``: the table gains the golden-regression-alone column, the JSON its total."""
-    from clusterlab.chaos.mutants import MutantResult, summary, table
+    from clusterlab.chaos.mutant_hunt import MutantResult, summary, table
     from rich.console import Console
 
     rows = [

@@ -17,7 +17,7 @@ from clusterlab.chaos.checks import protocol
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.checks.views import SESSION_EVENTS, event_session_ids
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.core.codec.consensus import AppendPosition, CanvassPosition, CommitPosition, RequestVote
 from clusterlab.harness.invariants import LeaderViews, TimersAndCloses, VoteSafety, fold_recorded_run
 from clusterlab.harness.recorder import SCHEMAS, promote

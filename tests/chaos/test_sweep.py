@@ -36,7 +36,7 @@ from clusterlab.chaos.sweep import (
     mutant_kwargs,
     run_sweep,
 )
-from clusterlab.chaos.verify import verify_run, verify_runs
+from clusterlab.chaos.verdict import verify_run, verify_runs
 
 pytestmark = [pytest.mark.chaos, pytest.mark.sim]
 
@@ -272,7 +272,7 @@ def test_cli_sweep_finds_the_broken_build_and_resumes(tmp_path: Path) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_sweep_runs_on_spark_executors(tmp_path: Path) -> None:
-    from clusterlab.golden.spark.sweep import spark_mapper
+    from clusterlab.spark.sweep import spark_mapper
 
     d = tmp_path / "sweep"
     config = SweepConfig("random", (1, 2, 3), (3,), duration_s=2.0, mutants=("ack-before-append",), settle_s=3.0)

@@ -24,7 +24,7 @@ def _bug_line(marker: str) -> int:
 def _tripwire_findings(trace: Path) -> list[str]:
     """The ``tripwire`` check's violations of a run, judged again where the ledger is importable."""
     code = (
-        "import sys; from clusterlab.chaos.verify import verify_run; "
+        "import sys; from clusterlab.chaos.verdict import verify_run; "
         "print('\\n'.join(verify_run(sys.argv[1]).violations['tripwire']))"
     )
     got = subprocess.run(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.harness.local import LocalCluster
 from clusterlab.harness.recorder import INCOMPLETE_DIR, TRACE_WRITE_FAULT_ENV
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.node import EXIT_OK, EXIT_SERVICE_GONE

@@ -13,7 +13,7 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The worker's local Spark session (scratch directories are per process: workers never collide)."""
-    from clusterlab.golden.spark.session import spark_session
+    from clusterlab.spark.session import spark_session
 
     session = spark_session("local[2]", app_name="clusterlab-tests")
     yield session

@@ -1,5 +1,5 @@
 """``clusterlab check``: each Spark check fails on a violation planted in a copy of a real trace, at
-the planted position, and agrees with the local DuckDB verdict (clusterlab.chaos.verify) on every run."""
+the planted position, and agrees with the local DuckDB verdict (clusterlab.chaos.verdict) on every run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterlab.chaos.verify import verify_run
-from clusterlab.golden.spark.check import CHECKS, check_runs
+from clusterlab.chaos.verdict import verify_run
+from clusterlab.spark.check import CHECKS, check_runs
 
 from clusterlab.cli import main
 
@@ -128,7 +128,7 @@ def test_small_and_large_input_plans_agree(
     """The planted runs are a small input (every check evaluated interpreted, the jobs submitted from
     threads); checked as a large input is (generated code, one job after another) they give the same
     counts and rows, and the small checks' settings do not outlive the check."""
-    import clusterlab.golden.spark.check as spark_check
+    import clusterlab.spark.check as spark_check
 
     report = reports["sql"]
     assert sum(report.rows.values()) <= spark_check.SMALL_ROWS
@@ -159,7 +159,7 @@ def test_check_cli_writes_check_json_and_exit_codes(
     out = capsys.readouterr().out
     assert "FAIL" in out and "agreement" in out
     # The report takes the Spark verdict from check.json, with the divergent members' digests.
-    from clusterlab.golden.report import write_report
+    from clusterlab.chaos.html_report import write_report
 
     page = write_report(bad).read_text()
     assert "Spark check (check.json)" in page
@@ -192,7 +192,7 @@ def test_a_run_without_events_or_ops_is_checked(spark, tmp_path: Path) -> None:
 
 def test_the_cli_offers_the_plans_spark_knows(capsys: pytest.CaptureFixture[str], planted: dict[str, Any]) -> None:
     """``--plan`` takes what check_runs takes, and is refused with the embedded engine (it plans Spark jobs)."""
-    from clusterlab.golden.spark import run_tasks
+    from clusterlab.spark import run_tasks
 
     from clusterlab.cli.check import PLANS
 

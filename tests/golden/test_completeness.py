@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.checks.embedded import check_runs as check_runs_duckdb
-from clusterlab.chaos.verify import verify_run
-from clusterlab.golden.report import render
-from clusterlab.golden.spark.check import check_runs
+from clusterlab.chaos.html_report import render
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.golden.store import GoldenError, bless, load_golden
 from clusterlab.golden.verify import verify_goldens
 from clusterlab.harness.completeness import (
@@ -29,6 +28,7 @@ from clusterlab.harness.completeness import (
 )
 from clusterlab.harness.recorder import TABLES
 from clusterlab.harness.trace import TraceError, open_run
+from clusterlab.spark.check import check_runs
 
 from clusterlab.cli import main as cli_main
 from tests.golden import plant

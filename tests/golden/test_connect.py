@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterlab.golden.spark import connect
 from clusterlab.golden.store import TRACES
 from clusterlab.harness.local import pid_alive
+from clusterlab.spark import connect
 
 from clusterlab.cli import main
 

@@ -13,7 +13,7 @@ from clusterlab.chaos.checks import CHECK_NAMES, SQL_CHECKS
 from clusterlab.chaos.checks.embedded import check_runs
 from clusterlab.chaos.checks.sql import to_duckdb, view_columns
 from clusterlab.chaos.determinism import DETERMINISM_CHECKS
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 
 from clusterlab.cli import main
 

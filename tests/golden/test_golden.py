@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from clusterlab.golden.regenerate import regenerate
-from clusterlab.golden.spark.diff import Comparison, diff_positions
+from clusterlab.golden.spark_diff import Comparison, diff_positions
 from clusterlab.golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
 from clusterlab.golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
 from clusterlab.harness.replay import replay_log

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.chaos.verify import verify_run
-from clusterlab.golden.spark.check import check_runs
+from clusterlab.chaos.verdict import verify_run
+from clusterlab.spark.check import check_runs
 
 from clusterlab.cli import main
 

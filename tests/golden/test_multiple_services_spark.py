@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.spark.check import check_runs
 from clusterlab.harness.trace import open_run
+from clusterlab.spark.check import check_runs
 
 from tests.golden import plant
 

@@ -1,4 +1,4 @@
-"""The protocol-level checks give the same rows on Spark (golden/spark/check.py runs their SQL on temp views of
+"""The protocol-level checks give the same rows on Spark (spark/check.py runs their SQL on temp views of
 the clustertrace source) as on DuckDB (the local verdict), on a clean trace and on a violating one: a simulator
 run with the planted bug of a leader that never finds its quorum inactive, one whose new leader counts a
 log of an older term toward its commit position, one whose members restart from snapshots without their
@@ -19,11 +19,11 @@ import pyarrow as pa
 import pytest
 from clusterlab.chaos.checks.protocol import CHECKS, evaluate_duckdb
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.spark.check import check_runs
 from clusterlab.harness.arrow_stream import read_stream
 from clusterlab.harness.recorder import SCHEMAS
 from clusterlab.harness.sim_parts import SimServiceHost
 from clusterlab.harness.trace import open_run
+from clusterlab.spark.check import check_runs
 
 from clusterlab.testing.mutants import (
     CANCEL_TIMER_IGNORED,

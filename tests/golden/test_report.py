@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from clusterlab.golden.report import ReportError, fault_spans, op_latencies, role_spans, value_html, write_report
+from clusterlab.chaos.html_report import ReportError, fault_spans, op_latencies, role_spans, value_html, write_report
 from clusterlab.harness.trace import open_run
 
 from clusterlab.cli import main

@@ -17,8 +17,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos.html_report import write_report
 from clusterlab.chaos.runner import run_scenario
-from clusterlab.golden.report import write_report
 
 BROWSERS = ("chromium", "chromium-browser")
 BROWSER_TIMEOUT_S = 120.0  # a loaded 2-core machine; a healthy render takes a few seconds

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from clusterlab.golden.report import PartitionSpan, failing_ops, partition_spans, write_report
+from clusterlab.chaos.html_report import PartitionSpan, failing_ops, partition_spans, write_report
 
 from tests.golden import plant
 

@@ -70,7 +70,7 @@ def test_a_violating_copy_is_judged_apart_from_the_good_run(good_and_copies: dic
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("plan", ["tasks", "sql"])
 def test_spark_keys_runs_by_directory_too(spark: Any, good_and_copies: dict[str, Path], plan: str) -> None:
-    from clusterlab.golden.spark.check import check_runs as spark_check
+    from clusterlab.spark.check import check_runs as spark_check
 
     runs = [good_and_copies[n] for n in ("good", "flipped", "diverged")]
     report = spark_check(runs, spark=spark, upload=False, plan=plan)  # sql: the clustertrace source, keyed by directory

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from clusterlab.golden.spark.source import TraceSourceError, find_runs
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 from clusterlab.harness.trace import open_run, read_stream
+from clusterlab.spark.source import TraceSourceError, find_runs
 from pyspark.sql import functions as F
 
 from tests.golden.plant import copy_run, tear

@@ -10,9 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from clusterlab.golden.spark import standalone
-from clusterlab.golden.spark.ship import clusterlab_zip, remote_executors
 from clusterlab.harness.local import pid_alive
+from clusterlab.spark import standalone
+from clusterlab.spark.ship import clusterlab_zip, remote_executors
 
 from clusterlab.cli import main
 
@@ -52,7 +52,7 @@ def test_the_shipped_zip_holds_every_layer_as_installed() -> None:
         "clusterlab/core/consensus/module.py",
         "clusterlab/harness/arrow_stream.py",
         "clusterlab/chaos/sweep.py",
-        "clusterlab/golden/spark/source.py",
+        "clusterlab/spark/source.py",
     ):
         assert module in names, module
     assert not [n for n in names if not n.endswith(".py")]  # sources only: no build record, no extensions

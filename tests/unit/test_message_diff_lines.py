@@ -3,7 +3,7 @@ descriptions are alike (an undecodable payload is described by its first bytes o
 
 from __future__ import annotations
 
-from clusterlab.golden.spark.diff import MessageDiff
+from clusterlab.golden.spark_diff import MessageDiff
 from clusterlab.golden.verify import describe_message_diff
 
 

@@ -1,9 +1,10 @@
 """The installed package is ``clusterlab`` alone: every module imports as ``clusterlab.…`` from any directory,
-nothing is importable as a top-level ``core``/``harness``/``chaos``/``golden``, and importing the whole package
+nothing is importable as a top-level layer name (``core``, ``harness``, ``spark`` ...), and importing the whole package
 never pulls one of those names in (which would mean code that only works from the repository's root)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-LAYERS = ("core", "harness", "chaos", "golden")
+from clusterlab import LAYERS
 
 # Imports every module of the package (pyspark-using ones included), the pytest plugin and the CLI's full
 # parser, then reports any top-level layer name that got imported on the way.
@@ -49,3 +50,14 @@ def test_every_module_imports_as_clusterlab(tmp_path: Path) -> None:
     result = _run(SCRIPT.format(layers=LAYERS), tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_setup_py_maps_the_same_layers_as_the_package_names() -> None:
+    """setup.py runs before clusterlab can be imported, so it keeps its own LAYERS: the same tuple."""
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "setup.py").read_text())
+    [value] = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LAYERS" for t in node.targets)
+    ]
+    assert ast.literal_eval(value) == LAYERS

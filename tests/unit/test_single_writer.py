@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from clusterlab import LAYERS
+
 REPO = Path(__file__).resolve().parents[2]
 # The production layers (setup.py LAYERS) and the top package (cli, pytest plugin, testing hooks).
-PRODUCTION_PACKAGES = ("core", "harness", "chaos", "golden", "clusterlab")
+PRODUCTION_PACKAGES = (*LAYERS, "clusterlab")
 
 MODULE_STATE_FILE = "core/consensus/module_state.py"
 MODULE_STATE_CLASS = "ModuleState"

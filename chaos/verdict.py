@@ -1,7 +1,7 @@
 """The local verdict on a recorded run: every check of :mod:`clusterlab.chaos.checks` run by the
 embedded engine (DuckDB) in this process — what ``clusterlab run`` prints at once and the verdict the
 runner and the goldens use. ``verify_run(trace_dir)`` returns a :class:`Verdict`;
-``clusterlab.golden.spark.check`` runs the same SQL on Spark (a test proves the verdicts equal)."""
+``clusterlab.spark.check`` runs the same SQL on Spark (a test proves the verdicts equal)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterlab.chaos.sweep import Mapper, Task
-from clusterlab.golden.spark.session import spark_session
+from clusterlab.spark.session import spark_session
 
 POLL_S = 0.5  # how often the driver looks for finished runs (progress only; the job's end is awaited)
 

@@ -7,7 +7,7 @@ bins as the cluster has task slots (largest first, each to the lightest bin: eve
 end), ``spark.range(bins, numPartitions=bins)`` gives exactly one partition per bin, and
 ``mapInArrow`` runs the function over each of its bin's units on an executor, returning each result
 pickled. The function and its arguments travel in the closure (cloudpickle); the executors import
-clusterlab from the zip :mod:`clusterlab.golden.spark.ship` sends. Works on a classic session and on
+clusterlab from the zip :mod:`clusterlab.spark.ship` sends. Works on a classic session and on
 Spark Connect (no RDD API is used).
 
 A unit larger than :data:`UNIT_BYTES` is too large for one executor's memory: the caller plans it as

@@ -6,9 +6,9 @@ replayed through today's code, or a simulator re-run from the golden's seed). Tw
 same per-comparison result (the same fields, the same first divergent row):
 
 - ``tasks`` (the default): Spark distributes whole comparisons over its task slots
-  (:func:`clusterlab.golden.spark.tasks.map_in_tasks`), and inside each task the embedded diff
+  (:func:`clusterlab.spark.tasks.map_in_tasks`), and inside each task the embedded diff
   (:mod:`clusterlab.golden.diff_embedded`: DuckDB on one thread) diffs one comparison. A comparison
-  larger than :data:`clusterlab.golden.spark.tasks.UNIT_BYTES` is planned as ``sql`` instead.
+  larger than :data:`clusterlab.spark.tasks.UNIT_BYTES` is planned as ``sql`` instead.
 - ``sql``: one set of Spark SQL jobs over all comparisons: the ``applied`` tables of every golden and
   every actual run are read with the ``clustertrace`` source, joined on (comparison, log_position),
   and only per-comparison summaries and the first divergent row of each reach the driver.
@@ -33,9 +33,9 @@ from clusterlab.golden.diff_embedded import (
 )
 from clusterlab.golden.diff_embedded import MESSAGE_IGNORED as _MESSAGE_IGNORED
 from clusterlab.golden.diff_embedded import MESSAGE_KEY as _MESSAGE_KEY
-from clusterlab.golden.spark.check import load
-from clusterlab.golden.spark.source import find_runs, trace_files
-from clusterlab.golden.spark.tasks import UNIT_BYTES, map_in_tasks
+from clusterlab.spark.check import load
+from clusterlab.spark.source import find_runs, trace_files
+from clusterlab.spark.tasks import UNIT_BYTES, map_in_tasks
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 

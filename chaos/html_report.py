@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterlab.chaos.verify import verify_run
+from clusterlab.chaos.verdict import verify_run
 from clusterlab.harness.completeness import Completeness
 from clusterlab.harness.trace import Run, TraceError, open_run
 

@@ -1,11 +1,11 @@
 """``clusterlab check --engine spark``: a Spark job proving one or many recorded runs safe.
 
 The checks are :mod:`clusterlab.chaos.checks`' SQL, the text the embedded engine runs: each trace table
-becomes a temporary view over the ``clustertrace`` source (:mod:`clusterlab.golden.spark.source`),
+becomes a temporary view over the ``clustertrace`` source (:mod:`clusterlab.spark.source`),
 narrowed to the columns the checks read and with the view layer's derived columns (digests as int64
 halves, so Spark plans hash aggregates; the log's requests decoded), and ``spark.sql`` runs each check.
 Per check one job counts the violations per run; only a failing check fetches its first ``limit`` rows.
-Linearizability runs the WGL checker per (run, key) in the executors (golden/spark/linearizability.py).
+Linearizability runs the WGL checker per (run, key) in the executors (spark/linearizability.py).
 
 Works on a classic session (``local[*]``, a cluster) and on a Spark Connect session (``--remote``,
 ``clusterlab spark start``): everything goes through SQL, temp views and the Python data source.
@@ -23,13 +23,10 @@ from typing import Any
 
 from clusterlab.chaos.checks import CHECK_NAMES, LINEARIZABILITY, SQL_CHECKS, SqlCheck
 from clusterlab.chaos.checks.base import VIEWS
+from clusterlab.chaos.checks.check_report import CheckReport, CheckResult, name_runs, plain, run_id_of, trace_bytes
 from clusterlab.chaos.checks.embedded import row_counts, view_tables
-from clusterlab.chaos.checks.report import CheckReport, CheckResult, name_runs, plain, run_id_of, trace_bytes
 from clusterlab.chaos.checks.sql import explain_agreement, view_columns
 from clusterlab.chaos.checks.views import view_schema
-from clusterlab.golden.spark.linearizability import run_workloads, ship_packages
-from clusterlab.golden.spark.session import spark_session
-from clusterlab.golden.spark.source import find_runs, select_columns, trace_files
 from clusterlab.harness.completeness import (
     Completeness,
     FileFacts,
@@ -39,6 +36,9 @@ from clusterlab.harness.completeness import (
     read_sidecars,
 )
 from clusterlab.harness.trace import open_run
+from clusterlab.spark.linearizability import run_workloads, ship_packages
+from clusterlab.spark.session import spark_session
+from clusterlab.spark.source import find_runs, select_columns, trace_files
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -150,10 +150,10 @@ def run_check(spark: SparkSession, check: SqlCheck, per_run: dict[str, int], lim
 
 
 def check_linearizability(ops: DataFrame, limit: int, workloads: dict[str, str] | None = None) -> CheckResult:
-    """Every run's client history (``ops``), per key, linearizable (golden/spark/linearizability.py),
+    """Every run's client history (``ops``), per key, linearizable (spark/linearizability.py),
     with each run's workload's model (``workloads``, by run directory); keys whose search ran out of budget
     are reported as ``unknown`` (not violations)."""
-    from clusterlab.golden.spark.linearizability import judge_ops, violations
+    from clusterlab.spark.linearizability import judge_ops, violations
 
     count, shown, per_run, unknown = violations(judge_ops(ops, workloads=workloads), limit)
     result = CheckResult("linearizability", count, shown, per_run)
@@ -176,15 +176,15 @@ def check_runs(
     session for ``master``). With ``write_json``, each run directory gets ``check.json``.
 
     ``plan``: ``tasks`` judges each run (or a chunk of small runs) inside one Spark task with the
-    embedded engine, the runs spread over every task slot (:mod:`clusterlab.golden.spark.run_tasks`);
+    embedded engine, the runs spread over every task slot (:mod:`clusterlab.spark.run_tasks`);
     ``sql`` runs each check as Spark SQL over views of all runs together; ``auto`` (default) is
-    ``tasks`` unless a run is larger than one task may hold (:data:`clusterlab.golden.spark.tasks.UNIT_BYTES`).
+    ``tasks`` unless a run is larger than one task may hold (:data:`clusterlab.spark.tasks.UNIT_BYTES`).
     Both plans run the same SQL text and give the same verdicts (tests/golden/test_check.py).
 
     ``upload`` (plan ``sql``): read the runs here and send their views to Spark as Arrow tables, instead
     of the ``clustertrace`` source reading them on the executors. None: on a Spark Connect session when
     the traces are at most :data:`UPLOAD_BYTES`; the source otherwise (large input, a cluster)."""
-    from clusterlab.golden.spark.run_tasks import check_in_tasks, choose_plan
+    from clusterlab.spark.run_tasks import check_in_tasks, choose_plan
 
     # Absolute: a Spark Connect server (or a cluster) resolves paths in its own working directory.
     all_runs = find_runs(",".join(os.path.abspath(p) for p in run_dirs))

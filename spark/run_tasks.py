@@ -1,8 +1,8 @@
 """``clusterlab check`` on Spark, planned by run: every run (or a chunk of small runs) is judged inside
 one Spark task by the embedded engine (:func:`clusterlab.chaos.checks.embedded.judge_runs`: the same
 completeness judgement, the same SQL checks, the same linearizability search), the runs spread over
-every task slot of the session (:mod:`clusterlab.golden.spark.tasks`); only each chunk's report comes
-back, and the driver adds them up (:func:`clusterlab.chaos.checks.report.merge_reports`).
+every task slot of the session (:mod:`clusterlab.spark.tasks`); only each chunk's report comes
+back, and the driver adds them up (:func:`clusterlab.chaos.checks.check_report.merge_reports`).
 
 Every check is a property of one run, so nothing is lost by judging runs apart, and the cost is one
 pass over each run's files instead of a Spark SQL job per check over all of them: on two cores this
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterlab.chaos.checks import SQL_CHECKS, SqlCheck
-from clusterlab.chaos.checks.report import CheckReport, merge_reports, trace_bytes
-from clusterlab.golden.spark.linearizability import run_workloads, ship_packages
-from clusterlab.golden.spark.tasks import UNIT_BYTES, chunks, map_in_tasks
+from clusterlab.chaos.checks.check_report import CheckReport, merge_reports, trace_bytes
 from clusterlab.harness.completeness import SchemaVersionError
 from clusterlab.harness.trace import TraceError
+from clusterlab.spark.linearizability import run_workloads, ship_packages
+from clusterlab.spark.tasks import UNIT_BYTES, chunks, map_in_tasks
 from pyspark.sql import SparkSession
 
 PLANS = ("auto", "tasks", "sql")

@@ -9,7 +9,7 @@ For one mutant the hunt tries, in a fixed order, until the first detection or th
 3. a seed sweep of the ``random`` fuzz schedule (clusterlab.chaos.fuzz, with the kv service).
 
 A run *catches* the mutant when a black-box judgement fails: the online checker (a
-SafetyViolation), the trace checks of the local verdict (clusterlab.chaos.verify: agreement,
+SafetyViolation), the trace checks of the local verdict (clusterlab.chaos.verdict: agreement,
 durability, linearizability, ...), a progress bound (ChaosTimeout/SimTimeout: no leader, no acked
 op, members not caught up) or a member that crashed (an error a member process would die of). The
 members' own white-box invariant asserts are off in these runs (as in real member processes), and

@@ -19,7 +19,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-LAYERS = ("core", "harness", "chaos", "golden")  # the layers setup.py maps from the repository's folders
+from clusterlab import LAYERS
 
 _ZIPS: dict[str, Path] = {}  # what was zipped in this process: package directory -> its zip
 _SENT: set[tuple[str, str]] = set()  # (session, zip) pairs already sent

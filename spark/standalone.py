@@ -5,11 +5,11 @@ the pyspark installation (``bin/spark-class``; pyspark's wheel has no ``sbin/sta
 checks, the golden diff or a sweep on its executors (one per worker), each a JVM of its own with its
 own Python workers, so everything crosses process boundaries as on a real cluster: the ``clustertrace``
 source, the checks' code and a sweep's simulator runs are pickled to executors that import clusterlab
-from the zip the driver sends (:mod:`clusterlab.golden.spark.ship`).
+from the zip the driver sends (:mod:`clusterlab.spark.ship`).
 
 Everything binds to loopback on ports the OS picks (``--port 0``; the master's port is read from its
 log). The PIDs, URL and logs go to ``cluster.json`` in the state directory (that of
-:mod:`clusterlab.golden.spark.connect`); ``stop`` ends those PIDs (workers first) and nothing else."""
+:mod:`clusterlab.spark.connect`); ``stop`` ends those PIDs (workers first) and nothing else."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clusterlab.golden.spark.connect import START_TIMEOUT_S, _spark_home, end_pid, state_dir
+from clusterlab.spark.connect import START_TIMEOUT_S, _spark_home, end_pid, state_dir
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -77,7 +77,7 @@ def _launch(home: Path, name: str, args: list[str], log4j: Path) -> tuple[subpro
 
 def _log4j(home: Path) -> Path:
     """Errors only, plus the master's and workers' start lines (the master's names its port)."""
-    from clusterlab.golden.spark.session import LOG4J
+    from clusterlab.spark.session import LOG4J
 
     path = home / "log4j2-standalone.properties"
     path.write_text(

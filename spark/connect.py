@@ -25,7 +25,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from clusterlab.golden.spark.session import LOG4J
+from clusterlab.spark.session import LOG4J
 
 # clusterlab.harness.local (pid_alive, wait_until) is imported where used: it brings the whole process
 # harness (~1 s), which `clusterlab check` asking status() before a warm check does not need.
@@ -191,22 +191,22 @@ def start(
     return info
 
 
-def warm(info: ServerInfo, rounds: int) -> float:
-    """Run the whole check ``rounds`` times on the shipped ``real-leader-kill`` golden through the
-    server ``info``; returns the seconds taken. A new server's JVM is still compiling Spark's analyzer
-    and planner: its first checks of a small run took 15-60 s on a loaded 2-core machine, settling
-    near 5 s only after ~20 checks. The golden is read-only here (no check.json is written)."""
+def warm(info: ServerInfo, rounds: int, run_dir: Path) -> float:
+    """Run the whole check ``rounds`` times on the recorded run ``run_dir`` (``clusterlab spark start
+    --warm`` passes the shipped ``real-leader-kill`` golden) through the server ``info``; returns the
+    seconds taken. A new server's JVM is still compiling Spark's analyzer and planner: its first checks
+    of a small run took 15-60 s on a loaded 2-core machine, settling near 5 s only after ~20 checks. The
+    run is read-only here (no check.json is written)."""
     import time
 
-    from clusterlab.golden.spark.check import check_runs
-    from clusterlab.golden.spark.session import spark_session
-    from clusterlab.golden.store import TRACES
+    from clusterlab.spark.check import check_runs
+    from clusterlab.spark.session import spark_session
 
     started = time.monotonic()
     spark = spark_session(remote=info.url)
     try:
         for _ in range(rounds):
-            check_runs([TRACES / "real-leader-kill"], spark=spark, write_json=False)
+            check_runs([run_dir], spark=spark, write_json=False)
     finally:
         spark.stop()  # a Connect session: releases it, the server stays up
     return time.monotonic() - started

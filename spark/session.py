@@ -9,8 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from clusterlab.golden.spark.ship import ship_clusterlab
-from clusterlab.golden.spark.source import ClusterTraceDataSource
+from clusterlab.spark.ship import ship_clusterlab
+from clusterlab.spark.source import ClusterTraceDataSource
 from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"

@@ -24,9 +24,9 @@ from clusterlab.chaos.linearizability import (
     operations_from_rows,
 )
 from clusterlab.chaos.workload_api import WorkloadSpecError, load_workload
-from clusterlab.golden.spark.ship import ship_package
 from clusterlab.harness.services import import_roots
 from clusterlab.harness.trace import TraceError
+from clusterlab.spark.ship import ship_package
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -76,7 +76,7 @@ def run_workloads(run_dirs: Sequence[str]) -> dict[str, str]:
 def ship_packages(spark: Any, specs: Iterable[str]) -> None:
     """Send the packages the workloads ``specs`` come from (a user's, outside any installed package:
     clusterlab.harness.services.import_roots) to the executors as zips on their import path, so
-    nothing is installed or copied by hand (:mod:`clusterlab.golden.spark.ship`)."""
+    nothing is installed or copied by hand (:mod:`clusterlab.spark.ship`)."""
     for spec in specs:
         roots = import_roots([spec])
         top = spec.partition(":")[0].split(".")[0]

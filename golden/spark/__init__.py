@@ -1,1 +1,0 @@
-"""PySpark jobs over clusterlab traces: the ``clustertrace`` data source, the run check, the golden diff."""
