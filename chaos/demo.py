@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from clusterlab.chaos.fuzz import KvWorkload
+from clusterlab.chaos.fuzz import UniqueKeyPuts
 from clusterlab.chaos.target import converged
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
@@ -33,7 +33,7 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
     network = NetworkConfig(loss_probability=0.01, duplicate_probability=0.01, reorder_probability=0.01)
     try:
         with SimCluster(members=members, seed=seed, directory=root, network=network, service="kv") as c:
-            workload = KvWorkload(c)
+            workload = UniqueKeyPuts(c)
 
             def check() -> None:
                 checker.check(c)

@@ -8,7 +8,7 @@ everything, restarts every member and requires progress within a bound. Same see
 Unlike a scenario run (clusterlab.chaos.runner: a schedule of named nemeses, a recorded trace, the
 pyarrow and Spark verdicts), nothing is recorded: it is cheap enough to sweep hundreds of seeds.
 
-``KvWorkload`` puts unique keys (``k<n> = v<n>``), so durability is a simple question: every put
+``UniqueKeyPuts`` puts unique keys (``k<n> = v<n>``), so durability is a simple question: every put
 that got an ``ok`` reply must be in every member's final state. A put without a reply has an
 unknown outcome and may or may not be applied; a put is never applied twice because each key is
 written once. (clusterlab.chaos.workload's workloads, with a model of every reply, drive scenario runs.)
@@ -31,8 +31,9 @@ from clusterlab.harness.simnet import NetworkConfig
 
 
 @dataclass
-class KvWorkload:
-    """Puts through one client at a time, reconnecting when the session is lost."""
+class UniqueKeyPuts:
+    """Puts of keys written once each (``k<n> = v<n>``) through one client at a time, reconnecting when the
+    session is lost."""
 
     cluster: Any
     next_id: int = 0
@@ -125,12 +126,7 @@ def run_random_schedule(
     members' white-box invariant asserts, as real processes run)."""
     rng = random.Random(f"schedule:{seed}")
     members = rng.choice([3, 3, 5])
-    lossy = rng.random() < 0.5
-    network = NetworkConfig(
-        loss_probability=rng.choice([0.0, 0.01, 0.05]) if lossy else 0.0,
-        duplicate_probability=rng.choice([0.0, 0.01]) if lossy else 0.0,
-        reorder_probability=rng.choice([0.0, 0.02]) if lossy else 0.0,
-    )
+    network = _network_of(rng)
     result = ScheduleResult(seed, members)
     # The protocol-level faults draw from their own stream: the main stream (and so every earlier seed's
     # schedule of the other faults) stays as it was.
@@ -145,118 +141,176 @@ def run_random_schedule(
         mutants=mutants,
         check_invariants=not mutants,
     ) as c:
-        workload = KvWorkload(c) if service == "kv" else None
-
-        def check() -> None:
-            checker.check(c)
-
+        load = _ClientLoad(c, rng, seed, UniqueKeyPuts(c) if service == "kv" else None)
         c.await_leader(30 * SECOND)
-        check()
-        payload_no = 0
+        checker.check(c)
         for _ in range(phases):
-            alive = c.members_alive()
-            dead = [i for i in range(members) if i not in alive]
-            action = rng.choice(
-                ["offer", "offer", "kill", "restart", "partition", "isolate_leader", "heal", "truncate", "wipe"]
-                + (["snapshot", "snapshot"] if service else [])
-            )
-            if action == "kill" and len(alive) > members // 2 + 0:
-                victim = rng.choice(alive)
-                c.kill(victim)
-                result.actions.append(f"kill {victim}")
-            elif action == "restart" and dead:
-                m = rng.choice(dead)
-                c.restart(m)
-                result.actions.append(f"restart {m}")
-            elif action == "partition":
-                ids = list(range(members))
-                rng.shuffle(ids)
-                cut = rng.randrange(1, members)
-                c.partition([ids[:cut], ids[cut:]])
-                result.actions.append(f"partition {sorted(ids[:cut])}|{sorted(ids[cut:])}")
-            elif action == "isolate_leader" and (lid := c.leader_id()) is not None:
-                c.isolate(lid)
-                result.actions.append(f"isolate {lid}")
-            elif action in ("truncate", "wipe"):
-                # Disk faults only on a member whose data the others all hold: heal, converge, then hit it.
-                c.heal()
-                for m in dead:
-                    c.restart(m)
-                if c.run_until(lambda: converged(c), 30 * SECOND):
-                    check()
-                    victim = rng.randrange(members)
-                    if action == "wipe":
-                        c.restart_wiped(victim)
-                        result.actions.append(f"wipe {victim}")
-                    else:
-                        stop = c.member(victim).archive.stop_position
-                        c.kill(victim)
-                        cut = rng.randrange(0, stop // 32 + 1) * 32 if stop else 0
-                        c.truncate_recording(victim, _frame_boundary_at_or_below(c, victim, cut))
-                        c.restart(victim)
-                        result.actions.append(f"truncate {victim}")
-            elif action == "heal":
-                c.heal()
-                result.actions.append("heal")
-            elif action == "snapshot":
-                result.actions.append(f"snapshot {'ok' if c.control('snapshot') else 'refused'}")
+            _fault_phase(c, rng, members, service is not None, result, checker)
             if protocol_rng.random() < PROTOCOL_FAULT_RATE:
                 _protocol_fault(c, protocol_rng, members, result)
-            # Client load through whoever leads (an isolated leader appends but cannot commit).
-            for _ in range(rng.randrange(0, 40)):
-                if workload is not None:
-                    workload.step(1)
-                else:
-                    payload_no += 1
-                    c.offer(f"op-{seed}-{payload_no}".encode() * rng.randrange(1, 4))
-                c.run_for(rng.randrange(0, 5) * MS)
+            load.burst()
             c.run_for(rng.randrange(50, 1500) * MS)
-            check()
-        # Final healed phase: everything back, progress within a bound.
-        c.heal()
-        for m in range(members):
-            if m not in c.members_alive():
-                c.restart(m)
-        c.network.config = NetworkConfig()  # the final phase runs on a clean network
-        c.await_leader(30 * SECOND)
-        if workload is not None:
-            c.await_condition(lambda: _workload_step_until_connected(workload), 30 * SECOND, "client connected")
-            # Liveness after heal: a put is acknowledged within the bound (earlier phases may all have
-            # lacked a quorum); one more put every 500 ms covers a session lost to a last election.
-            acked_before, next_put_ns = len(workload.acked), c.now_ns + 500 * MS
-
-            def acked_after_heal() -> bool:
-                nonlocal next_put_ns
-                workload.collect()
-                if len(workload.acked) > acked_before:
-                    return True
-                if c.now_ns >= next_put_ns:
-                    workload.step(1)
-                    next_put_ns = c.now_ns + 500 * MS
-                return False
-
-            c.await_condition(acked_after_heal, 30 * SECOND, "a put acknowledged after heal")
-        else:
-            for _ in range(5):
-                payload_no += 1
-                c.offer(f"final-{payload_no}".encode())
-        c.await_condition(lambda: converged(c), 30 * SECOND, "convergence after heal")
-        if workload is not None:
-            c.run_for(SECOND)  # replies in flight
-            check()
-            workload.check_durable({m: c.service(m).service.entries for m in c.members_alive()})
-            result.acked_ops = len(workload.acked)
-            result.invoked_ops = workload.invoked
-        check()
-        checker.check_committed_prefix_at_end(c)
-        result.applied_rows = checker.applied_rows_checked
-        leader_id = c.leader_id()
-        assert leader_id is not None and c.member(leader_id).role == Role.LEADER
-        result.committed_bytes = len(checker.committed)
-        result.terms = len(checker.leaders_by_term)
-        result.sim_seconds = c.now_ns / SECOND
-        result.digest = c.message_digest()
+            checker.check(c)
+        _final_phase(c, load)
+        _judge_end(c, checker, load.workload, result)
     return result
+
+
+def _network_of(rng: random.Random) -> NetworkConfig:
+    """The schedule's network: clean, or (half the seeds) lossy, duplicating and reordering."""
+    lossy = rng.random() < 0.5
+    return NetworkConfig(
+        loss_probability=rng.choice([0.0, 0.01, 0.05]) if lossy else 0.0,
+        duplicate_probability=rng.choice([0.0, 0.01]) if lossy else 0.0,
+        reorder_probability=rng.choice([0.0, 0.02]) if lossy else 0.0,
+    )
+
+
+def _fault_phase(
+    c: SimCluster, rng: random.Random, members: int, snapshots: bool, result: ScheduleResult, checker: SafetyChecker
+) -> None:
+    """One phase's fault: kill, restart, partition, isolate the leader, heal, truncate or wipe a member's
+    disk (after healing and converging), a snapshot, or nothing (an ``offer`` phase: only client load)."""
+    alive = c.members_alive()
+    dead = [i for i in range(members) if i not in alive]
+    action = rng.choice(
+        ["offer", "offer", "kill", "restart", "partition", "isolate_leader", "heal", "truncate", "wipe"]
+        + (["snapshot", "snapshot"] if snapshots else [])
+    )
+    if action == "kill" and len(alive) > members // 2 + 0:
+        victim = rng.choice(alive)
+        c.kill(victim)
+        result.actions.append(f"kill {victim}")
+    elif action == "restart" and dead:
+        m = rng.choice(dead)
+        c.restart(m)
+        result.actions.append(f"restart {m}")
+    elif action == "partition":
+        ids = list(range(members))
+        rng.shuffle(ids)
+        cut = rng.randrange(1, members)
+        c.partition([ids[:cut], ids[cut:]])
+        result.actions.append(f"partition {sorted(ids[:cut])}|{sorted(ids[cut:])}")
+    elif action == "isolate_leader" and (lid := c.leader_id()) is not None:
+        c.isolate(lid)
+        result.actions.append(f"isolate {lid}")
+    elif action in ("truncate", "wipe"):
+        _disk_fault(c, rng, members, action, dead, result, checker)
+    elif action == "heal":
+        c.heal()
+        result.actions.append("heal")
+    elif action == "snapshot":
+        result.actions.append(f"snapshot {'ok' if c.control('snapshot') else 'refused'}")
+
+
+def _disk_fault(
+    c: SimCluster,
+    rng: random.Random,
+    members: int,
+    action: str,
+    dead: list[int],
+    result: ScheduleResult,
+    checker: SafetyChecker,
+) -> None:
+    """Disk faults only on a member whose data the others all hold: heal, converge, then wipe the member or
+    truncate its recording (at a frame boundary) while it is down."""
+    c.heal()
+    for m in dead:
+        c.restart(m)
+    if not c.run_until(lambda: converged(c), 30 * SECOND):
+        return
+    checker.check(c)
+    victim = rng.randrange(members)
+    if action == "wipe":
+        c.restart_wiped(victim)
+        result.actions.append(f"wipe {victim}")
+        return
+    stop = c.member(victim).archive.stop_position
+    c.kill(victim)
+    cut = rng.randrange(0, stop // 32 + 1) * 32 if stop else 0
+    c.truncate_recording(victim, _frame_boundary_at_or_below(c, victim, cut))
+    c.restart(victim)
+    result.actions.append(f"truncate {victim}")
+
+
+@dataclass
+class _ClientLoad:
+    """Client load through whoever leads (an isolated leader appends but cannot commit): the workload's puts,
+    or, without a service, numbered raw payloads offered to the leader."""
+
+    cluster: SimCluster
+    rng: random.Random
+    seed: int
+    workload: UniqueKeyPuts | None
+    payload_no: int = 0
+
+    def burst(self) -> None:
+        """A phase's load: up to 40 messages, a few milliseconds apart."""
+        c, rng = self.cluster, self.rng
+        for _ in range(rng.randrange(0, 40)):
+            if self.workload is not None:
+                self.workload.step(1)
+            else:
+                self.payload_no += 1
+                c.offer(f"op-{self.seed}-{self.payload_no}".encode() * rng.randrange(1, 4))
+            c.run_for(rng.randrange(0, 5) * MS)
+
+    def final(self) -> None:
+        """The healed phase's load: a put acknowledged within the bound, or five raw payloads."""
+        c, workload = self.cluster, self.workload
+        if workload is None:
+            for _ in range(5):
+                self.payload_no += 1
+                c.offer(f"final-{self.payload_no}".encode())
+            return
+        c.await_condition(lambda: _workload_step_until_connected(workload), 30 * SECOND, "client connected")
+        # Liveness after heal: a put is acknowledged within the bound (earlier phases may all have
+        # lacked a quorum); one more put every 500 ms covers a session lost to a last election.
+        acked_before, next_put_ns = len(workload.acked), c.now_ns + 500 * MS
+
+        def acked_after_heal() -> bool:
+            nonlocal next_put_ns
+            workload.collect()
+            if len(workload.acked) > acked_before:
+                return True
+            if c.now_ns >= next_put_ns:
+                workload.step(1)
+                next_put_ns = c.now_ns + 500 * MS
+            return False
+
+        c.await_condition(acked_after_heal, 30 * SECOND, "a put acknowledged after heal")
+
+
+def _final_phase(c: SimCluster, load: _ClientLoad) -> None:
+    """Everything back on a clean network; a leader, the final load, convergence, each within a bound."""
+    c.heal()
+    for m in range(c.member_count):
+        if m not in c.members_alive():
+            c.restart(m)
+    c.network.config = NetworkConfig()  # the final phase runs on a clean network
+    c.await_leader(30 * SECOND)
+    load.final()
+    c.await_condition(lambda: converged(c), 30 * SECOND, "convergence after heal")
+
+
+def _judge_end(c: SimCluster, checker: SafetyChecker, workload: UniqueKeyPuts | None, result: ScheduleResult) -> None:
+    """The end of a schedule: durability of every acknowledged put, the committed prefix on every member, a
+    leader; the figures of ``result``."""
+    if workload is not None:
+        c.run_for(SECOND)  # replies in flight
+        checker.check(c)
+        workload.check_durable({m: c.service(m).service.entries for m in c.members_alive()})
+        result.acked_ops = len(workload.acked)
+        result.invoked_ops = workload.invoked
+    checker.check(c)
+    checker.check_committed_prefix_at_end(c)
+    result.applied_rows = checker.applied_rows_checked
+    leader_id = c.leader_id()
+    assert leader_id is not None and c.member(leader_id).role == Role.LEADER
+    result.committed_bytes = len(checker.committed)
+    result.terms = len(checker.leaders_by_term)
+    result.sim_seconds = c.now_ns / SECOND
+    result.digest = c.message_digest()
 
 
 PROTOCOL_FAULT_RATE = 0.15  # per phase: a fault aimed at the protocol checks (chaos/checks/protocol.py)
@@ -301,7 +355,7 @@ def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: i
         store.close()
 
 
-def _workload_step_until_connected(workload: KvWorkload) -> bool:
+def _workload_step_until_connected(workload: UniqueKeyPuts) -> bool:
     """Final phase: (re)connect and write a few more puts; true once they were offered."""
     before = workload.invoked
     workload.step(5)

@@ -17,7 +17,7 @@ the trace tables of docs/trace-schema.md, with the virtual time as both ``wall_n
   which is the same virtual instant.
 - ``applied`` rows of every service, events (source ``harness`` for lifecycle and faults, ``node-<i>``
   for what members emit, ``service-<i>`` for a service agent's ``start`` and ``service_terminate``, held
-  by its host until the host is wrapped), and client ops of an attached KvWorkload
+  by its host until the host is wrapped), and client ops of an attached UniqueKeyPuts workload (clusterlab.chaos.fuzz)
   (:meth:`SimRecording.attach_workload`).
 - run.json, and at :meth:`SimRecording.close` the committed ``log`` table read from the members' archives.
 
@@ -395,7 +395,7 @@ class SimRecording:
     # ------------------------------------------------------------------------------- workloads
 
     def attach_workload(self, workload: Any) -> None:
-        """Record a KvWorkload's history: ``invoke`` per put, ``ok`` (or ``fail``) on its reply, ``info``
+        """Record a UniqueKeyPuts workload's history: ``invoke`` per put, ``ok`` (or ``fail``) on its reply, ``info``
         when the outcome became unknown (its client was replaced, or the run ended)."""
         self._workloads.append(_WorkloadRecorder(self, workload))
 
@@ -442,7 +442,7 @@ class SimRecording:
 
 
 class _WorkloadRecorder:
-    """Wraps one KvWorkload instance's ``step`` and ``_drain`` to write its client's ops rows."""
+    """Wraps one UniqueKeyPuts instance's ``step`` and ``_drain`` to write its client's ops rows."""
 
     def __init__(self, recording: SimRecording, workload: Any) -> None:
 

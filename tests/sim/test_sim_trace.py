@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from clusterlab.chaos.fuzz import KvWorkload
+from clusterlab.chaos.fuzz import UniqueKeyPuts
 from clusterlab.chaos.target import converged
 from clusterlab.core.codec.digests import entry_digest as codec_entry_digest
 from clusterlab.core.consensus.context import MS, SECOND, Channel
@@ -44,7 +44,7 @@ SEED = 5
 MEMBER_CHANNELS = {"consensus", "log", "catchup", "archive"}
 
 
-def drive(c: SimCluster, workload: KvWorkload, duration_ms: int) -> None:
+def drive(c: SimCluster, workload: UniqueKeyPuts, duration_ms: int) -> None:
     """One put every 10 ms of simulated time."""
     end = c.now_ns + duration_ms * MS
     while c.now_ns < end:
@@ -57,7 +57,7 @@ def run_scenario(directory: Path, seed: int = SEED, network: NetworkConfig | Non
     facts: dict[str, Any] = {}
     with SimCluster(members=3, seed=seed, directory=directory / "cluster", service="kv", network=network) as c:
         rec = record_sim(c, directory / "run", f"sim-trace-{seed}", "kill-restart-partition", seed)
-        workload = KvWorkload(c)
+        workload = UniqueKeyPuts(c)
         rec.attach_workload(workload)
         leader = c.await_leader(10 * SECOND)
         drive(c, workload, 300)
