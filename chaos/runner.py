@@ -434,12 +434,7 @@ def run_scenario(
     ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim`` only).
     ``member_process``: ``"split"`` runs each real member as its node and service processes, ``"single"`` as
     one process (``clusterlab.core.runtime.member``); a schedule that kills a service alone needs ``split``."""
-    if buggify and not sim:
-        raise ValueError("buggify: the fault points live in the simulator's drivers; give sim=True (--sim)")
-    if member_process not in MEMBER_PROCESS_MODES:
-        raise ValueError(f"member_process {member_process!r}: use one of {', '.join(MEMBER_PROCESS_MODES)}")
-    if member_process != "split" and sim:
-        raise ValueError("member_process: the simulator runs no processes; drop --sim or --member-process")
+    _check_run_modes(sim=sim, buggify=buggify, member_process=member_process)
     checked = check_run_arguments(
         name,
         seed,
@@ -491,8 +486,38 @@ def run_scenario(
         member_process=member_process,
     )
     started = time.monotonic()
+    _run_in_target(result, plan, root, trace, settle_s, on_progress, rate)
+    if verify and result.trace_dir.is_dir():
+        apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
+    result.elapsed_s = time.monotonic() - started
+    return result
+
+
+def _check_run_modes(*, sim: bool, buggify: bool, member_process: str) -> None:
+    """The run modes that exclude each other: ValueError names the clash."""
+    if buggify and not sim:
+        raise ValueError("buggify: the fault points live in the simulator's drivers; give sim=True (--sim)")
+    if member_process not in MEMBER_PROCESS_MODES:
+        raise ValueError(f"member_process {member_process!r}: use one of {', '.join(MEMBER_PROCESS_MODES)}")
+    if member_process != "split" and sim:
+        raise ValueError("member_process: the simulator runs no processes; drop --sim or --member-process")
+
+
+def _run_in_target(
+    result: RunResult,
+    plan: Schedule,
+    root: Path,
+    trace: Path,
+    settle_s: float,
+    on_progress: OnProgress | None,
+    rate: float | None,
+) -> None:
+    """Run the schedule in the simulator or on real processes. A run's finding (a safety violation, a timeout,
+    an unexpected exit; in the simulator also the core's own assertion or the user's code raising, named by
+    its file and line) becomes ``result.error``; anything else on real processes is the harness's own error
+    and raises."""
     try:
-        if sim:
+        if result.sim:
             _run_sim(result, plan, root, trace, settle_s, on_progress, rate)
         else:
             _run_local(result, plan, root, trace, settle_s, on_progress, rate)
@@ -500,15 +525,9 @@ def run_scenario(
         result.error = f"{type(e).__name__}: {e}"
     except Exception as e:
         site = user_site(e)
-        if not sim and site is None:
+        if not result.sim and site is None:
             raise
-        # In the simulator: the core's own invariant failing (an assertion), or the user's service,
-        # workload or model raising (named by its file and line): this run's finding.
         result.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}" + (f" (at {site})" if site else "")
-    if verify and result.trace_dir.is_dir():
-        apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
-    result.elapsed_s = time.monotonic() - started
-    return result
 
 
 def scenario_schedule(
