@@ -252,22 +252,33 @@ def first_divergence(verdict: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, Any] | None = None) -> str:
+    """The run's timeline: role lanes, the commit position and client op latency over time, faults shaded
+    across every panel, failing ops marked."""
     events = run.events.to_pylist()
-    spans = role_spans(events, members, axis.t1)
-    faults = fault_spans(events, axis.t1)
-    commits = commit_series(events)
-    lats = op_latencies(run.ops.to_pylist())
     lanes_h = LANE * len(members)
     commit_top = 30 + lanes_h + 30
-    commit_h = 160
-    lat_top = commit_top + commit_h + 40
-    lat_h = 160
-    height = lat_top + lat_h + 40
+    lat_top = commit_top + PANEL_HEIGHT + 40
+    height = lat_top + PANEL_HEIGHT + 40
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">'
     ]
-    # Faults, shaded across every panel.
+    parts += _fault_shading(fault_spans(events, axis.t1), axis, height)
+    parts += _role_lanes(events, axis, members)
+    parts += _commit_panel(commit_series(events), axis, members, commit_top)
+    parts += _latency_panel(op_latencies(run.ops.to_pylist()), axis, lat_top)
+    parts += _failing_op_marks(failing_ops(verdict or {}, run.ops.to_pylist()), axis, 20, height - 40)
+    parts += _time_axis(axis, height - 20)
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+PANEL_HEIGHT = 160  # the commit position and op latency panels
+
+
+def _fault_shading(faults: list[Any], axis: _Axis, height: int) -> list[str]:
+    """Each fault, shaded across every panel and named at the top."""
+    parts = []
     for f in faults:
         x0, x1 = axis.x(f.start), axis.x(f.end)
         parts.append(
@@ -276,7 +287,13 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
             f"..{axis.seconds(f.end):.2f}s</title></rect>"
         )
         parts.append(f'<text x="{x0 + 2:.1f}" y="16" fill="#b30000">{_esc(f.label)}</text>')
-    # Role lanes.
+    return parts
+
+
+def _role_lanes(events: list[dict[str, Any]], axis: _Axis, members: list[int]) -> list[str]:
+    """A lane per member coloured by its role over time, partitions marked, each term's start on its leader."""
+    parts = []
+    spans = role_spans(events, members, axis.t1)
     for i, m in enumerate(members):
         y = 30 + i * LANE
         parts.append(f'<text x="8" y="{y + LANE / 2 + 4}">member {m}</text>')
@@ -297,9 +314,14 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
                     f'<text x="{axis.x(e["wall_ns"]) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="#fff" '
                     f'font-weight="bold">term {e["leadership_term_id"]}</text>'
                 )
-    # Commit position.
+    return parts
+
+
+def _commit_panel(commits: dict[Any, Any], axis: _Axis, members: list[int], commit_top: int) -> list[str]:
+    """Each member incarnation's commit position over time, with its legend."""
+    commit_h = PANEL_HEIGHT
     top_pos = max((p for s in commits.values() for _, p in s), default=1) or 1
-    parts.append(f'<text x="8" y="{commit_top - 8}" font-weight="bold">commit position (max {top_pos})</text>')
+    parts = [f'<text x="8" y="{commit_top - 8}" font-weight="bold">commit position (max {top_pos})</text>']
     parts.append(
         f'<rect x="{LEFT}" y="{commit_top}" width="{WIDTH - LEFT - RIGHT}" height="{commit_h}" '
         f'fill="none" stroke="#ccc"/>'
@@ -310,16 +332,21 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
         )
         parts.append(_commit_line(m, incarnation, pts))
     parts += _commit_legend(members, commit_top)
-    # Client op latency.
+    return parts
+
+
+def _latency_panel(lats: list[tuple[Any, float, str, str]], axis: _Axis, lat_top: int) -> list[str]:
+    """Each client op's latency at its time, log scale, coloured by its outcome."""
+    lat_h = PANEL_HEIGHT
     top_lat = max([lat for _, lat, _, _ in lats] + [10.0])
     low, high = math.log10(LATENCY_FLOOR_MS), math.log10(top_lat)
 
     def lat_y(lat: float) -> float:
         return lat_top + lat_h - lat_h * (math.log10(max(lat, LATENCY_FLOOR_MS)) - low) / (high - low)
 
-    parts.append(
+    parts = [
         f'<text x="8" y="{lat_top - 8}" font-weight="bold">client op latency, ms, log scale (max {top_lat:.1f})</text>'
-    )
+    ]
     parts.append(
         f'<rect x="{LEFT}" y="{lat_top}" width="{WIDTH - LEFT - RIGHT}" height="{lat_h}" fill="none" stroke="#ccc"/>'
     )
@@ -339,9 +366,12 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
         )
     for i, (kind, colour) in enumerate(OP_COLOURS.items()):
         parts.append(f'<text x="8" y="{lat_top + 14 + 14 * i}" fill="{colour}">{kind}</text>')
-    parts += _failing_op_marks(failing_ops(verdict or {}, run.ops.to_pylist()), axis, 20, height - 40)
-    # Time axis.
-    y = height - 20
+    return parts
+
+
+def _time_axis(axis: _Axis, y: int) -> list[str]:
+    """Ticks in seconds along the bottom, about ten of them."""
+    parts = []
     total = axis.seconds(axis.t1)
     step = max(0.1, round(total / 10, 1)) if total > 0 else 1
     k = 0
@@ -352,8 +382,7 @@ def _timeline_svg(run: Run, axis: _Axis, members: list[int], verdict: dict[str, 
             f'<text x="{x - 8:.1f}" y="{y + 12}">{k * step:.1f}s</text>'
         )
         k += 1
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return parts
 
 
 # Each member's commit line is told apart by its dash pattern as well as its colour, and drawn a pixel
