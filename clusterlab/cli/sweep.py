@@ -287,7 +287,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
     p.add_argument("--json", default=None, help="also write the sweep's summary here")
     p.set_defaults(func=_cmd_sweep)
+    _register_shrink(sub)
 
+
+def _register_shrink(sub: argparse._SubParsersAction) -> None:
+    """Add ``shrink`` to the CLI."""
     s = sub.add_parser(
         "shrink",
         help="cut a failing run's schedule down to what still fails; print it as a pytest test",
