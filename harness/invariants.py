@@ -168,7 +168,8 @@ class Contiguity:
 class VoteSafety:
     """The ``vote`` events (a voter's ballot and both logs as it compared them): no YES vote to a candidate whose
     log (term, position) is less recent than the voter's (``vote_log_recency``), and at most one YES vote per
-    voter per candidate term, across the voter's restarts (``one_vote_per_term``). The online form of
+    voter per candidate term, across the voter's restarts (``one_vote_per_term``), a candidate's RequestVote
+    being its YES vote for itself (:meth:`observe_candidacy`). The online form of
     clusterlab.chaos.checks.protocol's SQL checks of the same names."""
 
     def __init__(self) -> None:
@@ -205,6 +206,19 @@ class VoteSafety:
             )
         self._violations.extend(problems)
         return problems
+
+    def observe_candidacy(self, candidate: int, incarnation: int, candidate_term_id: int) -> str | None:
+        """A candidate asked for votes in ``candidate_term_id`` (its RequestVote): its YES vote for itself. The
+        violation it reveals, if the member already voted YES for another member in that term."""
+        first = self.yes.setdefault((candidate, candidate_term_id), (candidate, incarnation))
+        if first[0] == candidate:
+            return None
+        problem = (
+            f"one_vote_per_term: member {candidate} voted YES in term {candidate_term_id} for member {first[0]} "
+            f"(incarnation {first[1]}) and for itself as a candidate (incarnation {incarnation})"
+        )
+        self._violations.append(problem)
+        return problem
 
     def violations(self) -> list[str]:
         return list(self._violations)
@@ -324,6 +338,10 @@ class SafetyChecker:
             member = f"member {event['member_id']}"
             self._report(self.commit.observe(member, event.get("incarnation", 0), event["log_position"]))
 
+    def on_candidacy(self, member_id: int, incarnation: int, candidate_term_id: int) -> None:
+        """Feed every RequestVote a member sends: its YES vote for itself in the candidate term."""
+        self._report(self.votes.observe_candidacy(member_id, incarnation, candidate_term_id))
+
     def on_applied(self, member_id: int, incarnation: int, entry: Any, service_id: int = 0) -> None:
         """Feed every ``applied`` row: agreement and contiguity among the rows of one service id; Timer and
         SessionClose entries (the log's, the same for every service) among the rows of every service."""
@@ -432,6 +450,8 @@ FOLD_CHECKS = {
 }
 
 
+_CANDIDACY = "candidacy"  # fold_recorded_run's kind for a RequestVote a member sent
+
 # The trace checks that judge a term (who led it, who voted in it): a fold's violation is placed at the term.
 _BY_TERM = frozenset({"election_safety", "one_leader_per_term", "one_vote_per_term"})
 
@@ -442,11 +462,15 @@ def _check_of(problem: str) -> str:
     return next(check for prefix, check in FOLD_CHECKS.items() if problem.startswith(prefix))
 
 
-def fold_recorded_run(events: Iterable[Mapping[str, Any]], applied: Iterable[Mapping[str, Any]]) -> list[FoldViolation]:
-    """Feed a recorded run's node events and applied rows (the trace tables' rows, each table in record
-    order) to the online checker's folds, as a SimCluster feeds them live; the first violation of each
-    property. The SQL checks judge the same traces: a test holds the two to the same verdicts and the
-    same first positions."""
+def fold_recorded_run(
+    events: Iterable[Mapping[str, Any]],
+    applied: Iterable[Mapping[str, Any]],
+    messages: Iterable[Mapping[str, Any]] = (),
+) -> list[FoldViolation]:
+    """Feed a recorded run's node events, the RequestVotes its members sent (``messages`` rows; a candidate's
+    vote for itself) and its applied rows (the trace tables' rows, each table in record order) to the online
+    checker's folds, as a SimCluster feeds them live; the first violation of each property. The SQL checks
+    judge the same traces: a test holds the two to the same verdicts and the same first positions."""
     checker = SafetyChecker(raise_at_once=False)
     first: dict[str, FoldViolation] = {}
 
@@ -458,11 +482,24 @@ def fold_recorded_run(events: Iterable[Mapping[str, Any]], applied: Iterable[Map
             first.setdefault(check, FoldViolation(check, at, problem))
         checker.found.clear()
 
-    for e in sorted(events, key=lambda r: (r["wall_ns"], r["seq"])):
-        if not str(e.get("source") or "").startswith("node-"):
-            continue
-        event = dict(e, detail=json.loads(e["detail"] or "{}"))
-        feed(lambda event=event: checker.on_event(event), event)
+    node_events = [
+        dict(e, detail=json.loads(e["detail"] or "{}"))
+        for e in events
+        if str(e.get("source") or "").startswith("node-")
+    ]
+    candidacies = [
+        dict(m, kind=_CANDIDACY)
+        for m in messages
+        if m["msg_type"] == "RequestVote"
+        and m["direction"] == "send"
+        and (m["member_id"] if m["member_id"] is not None else -1) >= 0
+        and m["leadership_term_id"] is not None
+    ]
+    for e in sorted([*node_events, *candidacies], key=lambda r: (r["wall_ns"], r["kind"] != _CANDIDACY, r["seq"])):
+        if e["kind"] == _CANDIDACY:
+            feed(lambda e=e: checker.on_candidacy(e["member_id"], e["incarnation"], e["leadership_term_id"]), e)
+        else:
+            feed(lambda event=e: checker.on_event(event), e)
     for r in sorted(applied, key=lambda r: (r["member_id"], r["incarnation"], r["seq"])):
         entry = SimpleNamespace(**r)
         service_id = r["service_id"]

@@ -45,7 +45,12 @@ def judge(tables: dict[str, pa.Table], name: str) -> list[str]:
 def folds_agree(tables: dict[str, pa.Table], name: str, got: list[str]) -> None:
     """The online fold of the same property (clusterlab.harness.invariants), fed the same rows, gives
     the SQL check's verdict."""
-    folded = {v.check for v in fold_recorded_run(tables["events"].to_pylist(), tables["applied"].to_pylist())}
+    folded = {
+        v.check
+        for v in fold_recorded_run(
+            tables["events"].to_pylist(), tables["applied"].to_pylist(), tables["messages"].to_pylist()
+        )
+    }
     assert (name in folded) == bool(got), (name, folded, got)
 
 
@@ -60,7 +65,7 @@ def with_rows(run: Run, table: str, new_rows: list[dict[str, Any]]) -> dict[str,
 
 
 def test_clean_run_passes_every_protocol_check(clean: Run) -> None:
-    assert fold_recorded_run(rows(clean, "events"), rows(clean, "applied")) == []
+    assert fold_recorded_run(rows(clean, "events"), rows(clean, "applied"), rows(clean, "messages")) == []
     for check in CHECKS:
         assert judge(clean.tables, check.name) == [], check.name
     votes = [e for e in rows(clean, "events") if e["kind"] == "vote"]

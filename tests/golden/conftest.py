@@ -80,6 +80,12 @@ def planted(sim_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     runs["stale-vote"] = {"dir": d, "fails": {"vote_log_recency"}, "term": term, "position": p}
     d = copy("double-vote")
     runs["double-vote"] = {"dir": d, "fails": {"one_vote_per_term"}, "term": plant.plant_second_vote(d, 1)}
+    d = copy("own-candidacy-vote")
+    runs["own-candidacy-vote"] = {
+        "dir": d,
+        "fails": {"one_vote_per_term"},
+        "term": plant.plant_vote_in_own_candidacy(d, 1),
+    }
     d = copy("local-timer")
     p = plant.middle_entry(d, 1)["log_position"]
     plant.plant_local_timer(d, 1, p)

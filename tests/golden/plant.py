@@ -37,6 +37,7 @@ PLANTED_RUNS = (
     "commit-back",
     "stale-vote",
     "double-vote",
+    "own-candidacy-vote",
     "local-timer",
 )
 
@@ -217,6 +218,36 @@ def plant_second_vote(run: Path, voter: int, members: int = 3) -> int:
         return [*rows, extra]
 
     rewrite(node_events_file(run, voter), change)
+    return int(vote["leadership_term_id"])
+
+
+def plant_vote_in_own_candidacy(run: Path, voter: int) -> int:
+    """The candidate member ``voter`` last voted YES for also votes YES, in that very term, for ``voter``: a
+    candidate's RequestVote is its vote for itself, so that is a second YES vote in the term (both logs the
+    candidate's: only the ballot is wrong). Returns the term."""
+    voter_rows = read_file(node_events_file(run, voter)).to_pylist()
+    vote = voter_rows[_last_yes_vote(voter_rows, voter)]
+    detail = json.loads(vote["detail"])
+    candidate = int(detail["candidate"])
+
+    def change(rows: Rows) -> Rows:
+        ballot = dict(
+            detail,
+            candidate=voter,
+            log_leadership_term_id=detail["candidate_log_leadership_term_id"],
+        )
+        extra = dict(
+            rows[-1],
+            kind="vote",
+            leadership_term_id=vote["leadership_term_id"],
+            log_position=detail["candidate_log_position"],
+            detail=json.dumps(ballot, separators=(",", ":"), sort_keys=True),
+            wall_ns=vote["wall_ns"] + 1,
+            seq=rows[-1]["seq"] + 1,
+        )
+        return [*rows, extra]
+
+    rewrite(node_events_file(run, candidate), change)
     return int(vote["leadership_term_id"])
 
 

@@ -51,7 +51,8 @@ def folds(planted: dict[str, Any]) -> dict[str, dict[str, FoldViolation]]:
     out = {}
     for run_id, p in planted.items():
         run = open_run(p["dir"])
-        out[run_id] = {v.check: v for v in fold_recorded_run(run.events.to_pylist(), run.applied.to_pylist())}
+        folded = fold_recorded_run(run.events.to_pylist(), run.applied.to_pylist(), run.messages.to_pylist())
+        out[run_id] = {v.check: v for v in folded}
     return out
 
 
@@ -99,7 +100,12 @@ def test_every_folded_property_fails_on_both_sides_on_some_planted_run(
 def _verdicts(tables: dict[str, pa.Table], names: set[str]) -> tuple[set[str], set[str]]:
     """Of the protocol checks ``names``: those the folds find failed, and those the SQL checks do."""
     run_id = tables["events"].column("run_id")[0].as_py()
-    folded = {v.check for v in fold_recorded_run(tables["events"].to_pylist(), tables["applied"].to_pylist())}
+    folded = {
+        v.check
+        for v in fold_recorded_run(
+            tables["events"].to_pylist(), tables["applied"].to_pylist(), tables["messages"].to_pylist()
+        )
+    }
     failed = {c.name for c in CHECKS if c.name in names and evaluate_duckdb(c, tables, run_id)}
     return folded & names, failed
 
