@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from clusterlab.core.codec.framing import FRAME_ALIGNMENT
+from clusterlab.core.consensus.context import ElectionState
 
 SNAPSHOT = "Snapshot"  # the applied row of a loaded snapshot: it sets where an incarnation resumes
 
@@ -407,11 +408,20 @@ class SafetyChecker:
         incarnation_of = None if full else getattr(cluster, "incarnation", None)
         for member_id in cluster.members_alive():
             m = cluster.member(member_id)
+            self._observe_candidacy(member_id, m, getattr(cluster, "incarnation", None))
             # A member restored from a snapshot may hold less log than its commit position when a
             # fault truncated its recording below the snapshot; compare what it does hold.
             incarnation = incarnation_of(member_id) if incarnation_of is not None else None
             commit = min(m.commit_position, m.archive.stop_position)
             self.check_member(member_id, commit, m.archive.read, incarnation, m.archive.start_position)
+
+    def _observe_candidacy(self, member_id: int, module: Any, incarnation_of: Any) -> None:
+        """A member found standing as a candidate (CANDIDATE_BALLOT) voted YES for itself in its candidate term:
+        the sampled form of the RequestVotes :func:`fold_recorded_run` reads from a trace."""
+        election = getattr(getattr(module, "s", None), "election", None)
+        if election is not None and election.state == ElectionState.CANDIDATE_BALLOT:
+            incarnation = incarnation_of(member_id) if incarnation_of is not None else 0
+            self.on_candidacy(member_id, incarnation, election.candidate_term_id)
 
     def check_committed_prefix_at_end(self, cluster: Any) -> None:
         """At the end, with every member up and converged: the longest committed log seen is a prefix of

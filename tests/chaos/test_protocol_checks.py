@@ -28,6 +28,30 @@ from clusterlab.testing.mutants import TIMERS_LEFT_OUT_OF_SNAPSHOT
 pytestmark = pytest.mark.sim
 
 
+def test_a_candidacy_is_a_vote_for_itself_in_its_term() -> None:
+    """VoteSafety counts a candidate's RequestVote as its YES vote for itself, in either order with a YES vote
+    for another member in the same term; a candidate asking again in its term, or in a later one, is no
+    second vote."""
+    yes_for_2 = {
+        "vote": True,
+        "candidate": 2,
+        "log_leadership_term_id": 1,
+        "log_position": 64,
+        "candidate_log_leadership_term_id": 1,
+        "candidate_log_position": 64,
+    }
+    votes = VoteSafety()
+    assert votes.observe(1, 0, 5, 64, yes_for_2) is None
+    problem = votes.observe_candidacy(1, 1, 5)
+    assert problem is not None and problem.startswith("one_vote_per_term: member 1 voted YES in term 5 for member 2")
+    votes = VoteSafety()
+    assert votes.observe_candidacy(1, 0, 5) is None
+    assert votes.observe_candidacy(1, 0, 5) is None  # RequestVote sent again in the same ballot
+    assert votes.observe_candidacy(1, 0, 6) is None
+    again = votes.observe(1, 0, 5, 64, yes_for_2)
+    assert again is not None and again.startswith("one_vote_per_term: member 1 voted YES in term 5 for member 1")
+
+
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """A seeded simulator run with a snapshot, a leader kill and restart (votes in several terms)."""
