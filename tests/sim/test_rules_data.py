@@ -11,7 +11,10 @@ every input: the messages it sends, its events and its next deadline. Commands:
 - ``run to=T`` — every duty cycle the module asks for (its deadlines) up to ``T``.
 - ``deliver from=M [channel=consensus|log|catchup|archive] [at=T] Message field=value ...`` — the
   message as member ``M`` sends it, then a duty cycle at the same instant (as the simulator delivers).
-  ``protocol_version`` and ``app_version`` default to this build's; an enum field takes its name.
+  ``protocol_version``, ``app_version`` and a client's ``version`` default to this build's, credentials to
+  none; an enum field takes its name, a text field its text, a bytes field its hex.
+- ``ingress [at=T] Message field=value ...`` — a client's message (a SessionConnectRequest ...) taken from
+  the ingress socket, without a duty cycle after it: the deadline then says when the module wants one.
 - ``state`` — role, election state, terms and positions.
 
 Times are milliseconds (``at=250`` or ``at=250ms``; ``us`` and ``s`` suffixes too). Output lines are
@@ -33,6 +36,7 @@ from clusterlab.core.codec import enums
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import REGISTRY
 from clusterlab.core.consensus.context import (
+    CLIENT_PROTOCOL_VERSION,
     MS,
     NULL_VALUE,
     PROTOCOL_VERSION,
@@ -54,7 +58,12 @@ MESSAGES: dict[str, type[Message]] = {cls.__name__: cls for cls in REGISTRY.valu
 ENUMS: dict[str, type[enum.Enum]] = {
     name: value for name, value in vars(enums).items() if isinstance(value, type) and issubclass(value, enum.Enum)
 }
-DEFAULTS = {"protocol_version": PROTOCOL_VERSION, "app_version": 0}
+DEFAULTS: dict[str, Any] = {
+    "protocol_version": PROTOCOL_VERSION,
+    "app_version": 0,
+    "version": CLIENT_PROTOCOL_VERSION,
+    "encoded_credentials": b"",
+}
 UNITS = {"ms": MS, "us": MS // 1000, "s": 1000 * MS}
 
 
@@ -106,7 +115,14 @@ def build_message(words: list[str], pairs: dict[str, str]) -> Message:
             continue
         text = pairs.pop(f.name)
         enum_type = next((e for name, e in ENUMS.items() if name in str(f.type)), None)
-        values[f.name] = enum_type[text] if enum_type is not None else int(text, 0)
+        if enum_type is not None:
+            values[f.name] = enum_type[text]
+        elif str(f.type) in ("str", "AsciiVar"):
+            values[f.name] = text
+        elif str(f.type) in ("bytes", "DataVar"):
+            values[f.name] = bytes.fromhex(text.removeprefix("0x"))
+        else:
+            values[f.name] = int(text, 0)
     if pairs:
         raise ValueError(f"{cls.__name__} has no field(s) {sorted(pairs)}")
     return cls(**values)
@@ -217,7 +233,13 @@ class Script:
             words.clear()
             pairs.clear()
             return member.lines(member.stepped.step(now, Received(src, channel, message.encode())))
-        raise ValueError(f"unknown command {command!r} (member, start, tick, run, deliver, state)")
+        if command == "ingress":  # a client's message taken from the ingress socket, no duty cycle after it
+            now = member.at(pairs)
+            message = build_message(words, pairs)
+            words.clear()
+            pairs.clear()
+            return member.lines(member.stepped.receive_ingress(now, [message.encode()]))
+        raise ValueError(f"unknown command {command!r} (member, start, tick, run, deliver, ingress, state)")
 
     @staticmethod
     def _no_leftovers(words: list[str], pairs: dict[str, str]) -> None:
