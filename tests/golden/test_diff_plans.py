@@ -189,7 +189,7 @@ def test_an_empty_set_of_comparisons_is_an_empty_diff(spark: Any) -> None:
 def test_a_comparison_too_large_for_one_task_is_diffed_by_spark_sql(
     spark: Any, cases: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clusterlab.spark import diff
+    from clusterlab.golden import spark_diff as diff
 
     d, _p, _k = cases["planted"]["state"]
     comparisons = [Comparison("state", "replay", str(cases["golden"]), str(d), messages=True)]
