@@ -105,7 +105,12 @@ def compiled_extensions() -> list:
 
 
 setup(
-    packages=["clusterlab", *(f"clusterlab.{p}" for p in find_packages(include=[f"{layer}*" for layer in LAYERS]))],
+    # clusterlab/ itself (the CLI, the test apparatus, the pytest plugin) and each layer's folder.
+    packages=[
+        "clusterlab",
+        *find_packages(include=["clusterlab.*"]),
+        *(f"clusterlab.{p}" for p in find_packages(include=[f"{layer}*" for layer in LAYERS])),
+    ],
     package_dir={"clusterlab": "clusterlab", **{f"clusterlab.{layer}": layer for layer in LAYERS}},
     ext_modules=compiled_extensions(),
 )
