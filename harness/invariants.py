@@ -418,7 +418,7 @@ class SafetyChecker:
     def _observe_candidacy(self, member_id: int, module: Any, incarnation_of: Any) -> None:
         """A member found standing as a candidate (CANDIDATE_BALLOT) voted YES for itself in its candidate term:
         the sampled form of the RequestVotes :func:`fold_recorded_run` reads from a trace."""
-        election = getattr(getattr(module, "s", None), "election", None)
+        election = module.election
         if election is not None and election.state == ElectionState.CANDIDATE_BALLOT:
             incarnation = incarnation_of(member_id) if incarnation_of is not None else 0
             self.on_candidacy(member_id, incarnation, election.candidate_term_id)
