@@ -11,6 +11,8 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# The build backend too: tests build a wheel without build isolation (tests/unit/test_packaging.py).
+	$(BIN)/python -m pip install --quiet 'setuptools>=77' wheel
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 

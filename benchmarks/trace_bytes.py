@@ -10,9 +10,12 @@ stops it (every recorder flushes and closes), and sums the bytes of every trace 
 session messages the leader's service applied (its ``applied`` rows, replays left out), so an op counts
 once however many members apply it. Reported per committed op: bytes per table, the total, and
 ``payload copies``: the ``messages`` bytes per op divided by the payload size, how many times each
-payload byte is written to the messages table across the members (a member's archive, which also holds
-it, is not part of the trace). The payload bytes of the ``messages`` rows are also summed by direction,
-channel and message type: what recording a reference in place of those bytes would save, kind by kind.
+payload byte is in the messages table across the members (a member's archive, which also holds it, is
+not part of the trace). The payload bytes of the ``messages`` rows are also summed by direction, channel
+and message type, as the files hold them. The trace is measured as the run leaves it: the cluster's
+close keeps committed LogBlock entries once, as references into the committed log
+(harness/payload_refs.py); ``stop_s`` is the close's wall time, that rewrite included, and
+``payload_refs`` is run.json's account of it.
 
 Arrow IPC files carry no compression here, so the bytes on disk are the bytes the recorders wrote.
 """
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +97,10 @@ def measure(payload_size: int, member_process: str, seconds: float) -> dict[str,
         try:
             sat = run_saturation(subject.client(), payload_of(payload_size), 20_000, 0.5, seconds)
         finally:
+            stopping = time.monotonic()
             subject.stop()
+            stop_s = time.monotonic() - stopping
+        refs = json.loads((trace_dir / "run.json").read_text()).get("payload_refs")
         ops = committed_ops(trace_dir, leader)
         if ops == 0:
             raise SystemExit(f"no committed op found in {trace_dir}'s applied rows of member {leader}")
@@ -111,6 +119,8 @@ def measure(payload_size: int, member_process: str, seconds: float) -> dict[str,
         "total_bytes_per_op": round(sum(sizes.values()) / ops, 1),
         "payload_copies": round(sizes.get("messages", 0) / ops / payload_size, 2),
         "message_payload_bytes_per_op": {kind: round(n / ops, 1) for kind, n in by_kind.items() if n >= ops},
+        "stop_s": round(stop_s, 2),
+        "payload_refs": refs,
     }
     return result
 

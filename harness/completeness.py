@@ -43,7 +43,8 @@ from typing import Any
 import pyarrow as pa
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 
-SCHEMA_VERSION = 3  # 1: no version key; 2: + the manifest; 3: + the seal (docs/trace-schema.md, "Versions")
+SCHEMA_VERSION = 4  # 1: no version key; 2: + the manifest; 3: + the seal; 4: + payload references
+# (docs/trace-schema.md, "Versions")
 SEALED_SINCE = 3  # from this version on run.json must carry its seal
 SEAL = "seal"  # run.json's key: SHA-256 of the rest of run.json in its canonical form
 OUTCOMES = ("ok", "failed")  # a finished run's ``outcome``

@@ -102,6 +102,7 @@ from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, enco
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME
 from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
 from clusterlab.core.codec.registry import REGISTRY, message_name
+from clusterlab.core.consensus.context import Channel
 from clusterlab.core.runtime.recording import DROP as DROP
 from clusterlab.core.runtime.recording import RECV as RECV
 from clusterlab.core.runtime.recording import SEND as SEND
@@ -109,6 +110,7 @@ from clusterlab.core.runtime.recording import NullRecorder
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest, sealed_json
+from clusterlab.harness.payload_refs import REF_FIELDS, CommittedBytes, committed_block_ref, compact_messages
 from clusterlab.harness.promotion import COMPILED as PROMOTION_COMPILED
 from clusterlab.harness.promotion import promote_fixed, promote_one
 
@@ -155,6 +157,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("peer_process", pa.string(), True),
             _f("msg_id", pa.int64(), True),
             _f("reason", pa.string(), True),
+            *REF_FIELDS,  # a payload's committed entries by reference (harness/payload_refs.py)
         ]
     ),
     "applied": pa.schema(
@@ -729,6 +732,7 @@ class ProcessRecorder:
         close_at_exit: bool = False,
         degrade: bool = True,
         flush_in_poll: bool = False,
+        committed_refs: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_id = run_id
@@ -743,6 +747,9 @@ class ProcessRecorder:
         self.compression = compression
         # The process calls poll() every duty cycle: due batches are written there (TableWriter).
         self.flush_in_poll = flush_in_poll
+        # A LogBlock on the service channel holds committed entries only: with ``committed_refs`` its
+        # entries are recorded as a reference into the committed log (harness/payload_refs.py).
+        self.committed_refs = committed_refs
         self.closed = False
         self._writers: dict[str, TableWriter] = {}
         # Hot path of message(): the writer and its columns' bound append methods, once opened.
@@ -887,9 +894,21 @@ class ProcessRecorder:
         if type(payload) is not bytes:
             payload = bytes(payload)
         msg_type, term, position = promote(payload)
-        a_wall, a_mono, a_dir, a_chan, a_peer, a_type, a_term, a_pos, a_payload, a_pp, a_id, a_reason = (
+        (a_wall, a_mono, a_dir, a_chan, a_peer, a_type, a_term, a_pos, a_payload, a_pp, a_id, a_reason, *a_ref) = (
             self._msg_appends
         )
+        ref = None
+        if msg_type == "LogBlock" and self.committed_refs and channel == Channel.SERVICE:
+            ref = committed_block_ref(payload)
+        if ref is None:
+            a_ref[0](None)
+            a_ref[1](None)
+            a_ref[2](None)
+        else:
+            payload = ref[0]
+            a_ref[0](ref[1])
+            a_ref[1](ref[2])
+            a_ref[2](ref[3])
         a_wall(self.wall_clock() if wall_ns is None else wall_ns)
         a_mono(self.clock() if mono_ns is None else mono_ns)
         a_dir(direction)
@@ -926,7 +945,9 @@ class ProcessRecorder:
         if w is None:
             w = self._messages = self.writer("messages")
             self._msg_appends = tuple(c.append for c in w.columns)
-        c_wall, c_mono, c_dir, c_chan, c_peer, c_type, c_term, c_pos, c_payload, c_pp, c_id, c_reason = w.columns
+        c_wall, c_mono, c_dir, c_chan, c_peer, c_type, c_term, c_pos, c_payload, c_pp, c_id, c_reason, *c_ref = (
+            w.columns
+        )
         types, terms, positions = promote_many(payloads)
         c_wall.extend(itertools.repeat(self.wall_clock(), n))
         c_mono.extend(itertools.repeat(self.clock(), n))
@@ -940,6 +961,8 @@ class ProcessRecorder:
         c_pp.extend(itertools.repeat(peer_process, n))
         c_id.extend(itertools.repeat(None, n))
         c_reason.extend(itertools.repeat(None, n))
+        for column in c_ref:
+            column.extend(itertools.repeat(None, n))
         w.row_added(n)
 
     def applied_many(self, entries: list[Any]) -> None:
@@ -1105,6 +1128,7 @@ def process_recorder(run_dir: Path | str | None, run_id: str, process: str, **kw
     """A ProcessRecorder, or a NullRecorder when ``run_dir`` is None (recording off)."""
     if run_dir is None:
         return NullRecorder()
+    kwargs.setdefault("committed_refs", True)  # a real process: its trace is finished by RunRecorder.finish
     return ProcessRecorder(run_dir, run_id, process, **kwargs)
 
 
@@ -1397,10 +1421,13 @@ class RunRecorder:
         commit_position: int | None = None,
         extra: Mapping[str, Any] | None = None,
         earlier_dirs: Sequence[Path | str | Storage] = (),
+        payload_refs: bool = True,
     ) -> dict[str, Any]:
         """Close every in-process recorder, write the committed log (from ``member_dirs`` up to
         ``commit_position``, or the highest commit the trace's events show; ``earlier_dirs``: copies of
-        member disks a restore replaced, for the log's start) and the final run.json. Returns the metadata."""
+        member disks a restore replaced, for the log's start), with ``payload_refs`` keep the messages'
+        committed entries once, as references into it (harness/payload_refs.py), and write the final
+        run.json. Returns the metadata."""
         if self.finished:
             return self.meta
         self.finished = True
@@ -1429,6 +1456,8 @@ class RunRecorder:
                 self.write_log(rows)
             except OSError as e:  # a full disk: the run.json below still says what is missing
                 log_meta.update(written=False, error=f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e}")
+            if payload_refs and log_meta["written"]:
+                self.meta["payload_refs"] = self._reference_committed_entries(rows)
         self.meta["committed_log"] = log_meta
         self.meta["outcome"] = outcome
         self.meta["end_wall_ns"] = time.time_ns()
@@ -1441,6 +1470,15 @@ class RunRecorder:
         self.meta.update(manifest(self.run_dir, TABLES))
         self.write_meta(degrade=True)
         return self.meta
+
+    def _reference_committed_entries(self, rows: Sequence[LogRow]) -> dict[str, Any]:
+        """run.json's ``payload_refs``: the messages files rewritten with references into the committed
+        log; a failure (a full disk) leaves every file as recorded and says so."""
+        committed = CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows])
+        try:
+            return compact_messages(self.run_dir, committed, self.compression).as_meta()
+        except OSError as e:
+            return {"error": f"{errno.errorcode.get(e.errno or 0, 'OSError')}: {e}"}
 
 
 def recording_stopped(run_dir: Path | str) -> list[dict[str, Any]]:

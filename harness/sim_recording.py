@@ -438,6 +438,7 @@ class SimRecording:
             commit_position=highest,
             extra=sim_meta,
             earlier_dirs=list(c.retired_storages),
+            payload_refs=False,  # goldens compare the simulator's message table byte for byte
         )
 
 

@@ -30,7 +30,9 @@ from clusterlab.harness import arrow_stream
 from clusterlab.harness.completeness import (
     Completeness,
     FileFacts,
+    Finding,
     SchemaVersionError,
+    Status,
     judge,
     kill_rows,
     kills_from_events,
@@ -38,6 +40,7 @@ from clusterlab.harness.completeness import (
     read_sidecars,
 )
 from clusterlab.harness.invariants import Contiguity
+from clusterlab.harness.payload_refs import CommittedBytes, resolve_payloads
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 from clusterlab.harness.trace_error import TraceError as TraceError
 
@@ -167,8 +170,18 @@ def open_run(run_dir: Path | str) -> Run:
         )
     except SchemaVersionError as e:
         raise TraceError(f"{directory}: {e}") from None
-    run = Run(directory, meta or {}, tables, files, torn, unclosed, facts, completeness)
-    return run
+    tables["messages"], unresolved = resolve_payloads(tables["messages"], CommittedBytes.of_log(tables["log"]))
+    if unresolved:  # the files are whole (the manifest says so): these entries were never the committed log's
+        completeness.notes.append(
+            Finding(
+                Status.INCOMPLETE,
+                "messages/",
+                f"{unresolved} messages carry entries that are not log/committed.arrow's bytes (their digest "
+                "differs or the log does not reach them): read without those bytes",
+                rows_lost=unresolved,
+            )
+        )
+    return Run(directory, meta or {}, tables, files, torn, unclosed, facts, completeness)
 
 
 # ---------------------------------------------------------------------------------------------- matching

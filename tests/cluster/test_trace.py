@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterlab.core.codec.registry import decode
 from clusterlab.harness.local import LocalCluster
+from clusterlab.harness.payload_refs import REF_LENGTH
 from clusterlab.harness.trace import (
     Run,
     applied_by_incarnation,
@@ -122,6 +124,26 @@ def test_applied_rows_contiguous_and_states_agree(traced: tuple[Run, dict[str, A
     assert kinds >= {"start", "kill", "restart", "partition", "heal", "stop"}
     node_kinds = {e["kind"] for e in run.events.to_pylist() if e["source"].startswith("node-")}
     assert node_kinds >= {"role", "leader", "commit"}
+
+
+def test_committed_entries_are_recorded_once(traced: tuple[Run, dict[str, Any]]) -> None:
+    """The closed messages files keep LogBlock entries as references into the committed log; open_run gives
+    every block back whole, its entries exactly the committed log's bytes at its start position."""
+    run, facts = traced
+    refs = run.meta["payload_refs"]
+    assert refs["referenced_rows"] > 100 and refs["bytes_after"] < refs["bytes_before"]
+    assert f"node-{facts['killed']}-i0.arrow" in refs["skipped_files"]  # a killed process's file stays as it was
+    log = b"".join(run.log.column("entry").to_pylist())
+    raw = read_stream(facts["run_dir"] / "messages" / f"node-{(facts['killed'] + 1) % 3}-i0.arrow").table
+    referenced = [i for i, n in enumerate(raw.column(REF_LENGTH).to_pylist()) if n is not None]
+    assert referenced and {raw.column("msg_type")[i].as_py() for i in referenced} <= {"LogBlock", "ReplayBlock"}
+    types, payloads = run.messages.column("msg_type").to_pylist(), run.messages.column("payload").to_pylist()
+    blocks = [decode(p) for p, t in zip(payloads, types, strict=True) if t == "LogBlock"]
+    committed = [b for b in blocks if b.end_position <= len(log)]
+    assert len(committed) > 100
+    for block in committed:
+        assert block.walk().error is None and log[block.start_position : block.end_position] == block.entries
+    assert not [f for f in run.completeness.findings if f.file == "messages/"]
 
 
 def test_killed_process_files_read_back(traced: tuple[Run, dict[str, Any]]) -> None:

@@ -363,6 +363,7 @@ def test_process_recorder_rows(tmp_path: Path) -> None:
         "wall_ns": 1005, "mono_ns": 5, "direction": "send", "channel": "consensus", "peer": 0,
         "msg_type": "CommitPosition", "leadership_term_id": 4, "log_position": 640, "payload": payload,
         "peer_process": "node-0", "msg_id": 17, "reason": None,
+        "payload_ref_position": None, "payload_ref_length": None, "payload_ref_digest": None,
     }  # fmt: skip
     assert (m[1]["seq"], m[1]["wall_ns"], m[1]["mono_ns"], m[1]["reason"], m[1]["payload"]) == (
         1, 7, 8, "partition", payload)  # fmt: skip
