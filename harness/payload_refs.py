@@ -18,7 +18,12 @@ References are made twice:
   the committed log by construction (:func:`committed_block_ref`);
 - **when the run finishes**, by :func:`compact_messages`, for every other LogBlock or ReplayBlock in a
   closed ``messages`` file whose entries it finds, byte for byte, in the committed log at the block's
-  ``start_position``. It checks the digest of every reference made when recorded.
+  ``start_position``, and for every SessionMessageHeader (a client's request as the leader received it)
+  whose body is a committed session message's body (``CommittedBytes.session_bodies``). It checks the
+  digest of every reference made when recorded.
+
+A reference names bytes, not the entry they came from: the payload is the stored bytes followed by the
+committed log's ``length`` bytes from ``position``.
 
 All three are null on a row whose payload is inline: every other message, entries that were never
 committed (an uncommitted tail a new leader truncated), entries that differ from the committed log (a
@@ -38,6 +43,7 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +52,10 @@ import pyarrow.ipc as ipc
 from clusterlab.core.atomic import temp_path
 from clusterlab.core.codec.digests import DIGEST_SIZE, entry_digest
 from clusterlab.core.codec.errors import DecodeError
+from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH, walk_frames
 from clusterlab.core.codec.header import HEADER_LENGTH
 from clusterlab.core.codec.registry import decode
+from clusterlab.core.codec.session_header import SESSION_HEADER_LENGTH, session_message_fields
 from clusterlab.core.codec.transport import LogBlock
 from clusterlab.harness import arrow_stream
 
@@ -60,6 +68,8 @@ REF_FIELDS = (
     pa.field(REF_DIGEST, pa.binary(DIGEST_SIZE), True),
 )
 ENTRY_BLOCKS = frozenset({"LogBlock", "ReplayBlock"})  # the messages whose payload ends in framed log entries
+SESSION_MESSAGE = "SessionMessageHeader"  # a client's request: its body is a session message entry's
+MIN_REFERENCED = 64  # a shorter body costs more in reference columns than it saves
 
 _LOG_BLOCK_HEAD = struct.Struct("<HH")  # block length, template id
 _START_AT = HEADER_LENGTH + 8  # LogBlock.start_position, after leadership_term_id
@@ -74,6 +84,17 @@ class CommittedBytes:
 
     base: int
     data: bytes
+
+    @cached_property
+    def session_bodies(self) -> dict[bytes, int]:
+        """Digest of each session message entry's body -> the log position where the body starts (the
+        first such entry): where a client's request, as the leader received it, is in the log."""
+        bodies: dict[bytes, int] = {}
+        for f in walk_frames(self.data, self.base).frames:
+            if len(f.payload) - SESSION_HEADER_LENGTH >= MIN_REFERENCED and session_message_fields(f.payload):
+                body = f.payload[SESSION_HEADER_LENGTH:]
+                bodies.setdefault(entry_digest(body), f.position + FRAME_HEADER_LENGTH + SESSION_HEADER_LENGTH)
+        return bodies
 
     @classmethod
     def of(cls, end_positions: Sequence[int], entries: Sequence[bytes]) -> CommittedBytes:
@@ -161,6 +182,19 @@ def strip(payload: bytes, committed: CommittedBytes) -> tuple[bytes, int, int, b
     return payload[: len(payload) - len(entries)], start, len(entries), entry_digest(entries)
 
 
+def strip_session_message(payload: bytes, committed: CommittedBytes) -> tuple[bytes, int, int, bytes] | None:
+    """(the session header, body position, body length, body digest) when a SessionMessageHeader's body is
+    a committed session message's body (a request the leader took into the log); None to keep it inline."""
+    if len(payload) - SESSION_HEADER_LENGTH < MIN_REFERENCED or session_message_fields(payload) is None:
+        return None
+    body = payload[SESSION_HEADER_LENGTH:]
+    digest = entry_digest(body)
+    position = committed.session_bodies.get(digest)
+    if position is None or committed.at(position, len(body)) != body:
+        return None
+    return payload[:SESSION_HEADER_LENGTH], position, len(body), digest
+
+
 def resolves(committed: CommittedBytes, position: int, length: int, digest: bytes | None) -> bytes | None:
     """The referenced entries, if the committed log holds them and they have ``digest``."""
     entries = committed.at(position, length)
@@ -170,27 +204,32 @@ def resolves(committed: CommittedBytes, position: int, length: int, digest: byte
 
 
 def _compact_batch(batch: pa.RecordBatch, committed: CommittedBytes, stats: CompactionStats) -> pa.RecordBatch | None:
-    """``batch`` with its committed entry blocks as references; None when it has nothing to change."""
+    """``batch`` with its committed entries and request bodies as references; None when it has nothing to
+    change."""
     names = batch.schema.names
     n = batch.num_rows
     stats.rows += n
     types = batch.column(names.index("msg_type")).to_pylist()
-    blocks = [i for i, t in enumerate(types) if t in ENTRY_BLOCKS]
+    candidates = [i for i, t in enumerate(types) if t in ENTRY_BLOCKS or t == SESSION_MESSAGE]
     refs: list[list[Any]] = [
         batch.column(names.index(f.name)).to_pylist() if f.name in names else [None] * n for f in REF_FIELDS
     ]
     positions, lengths, digests = refs
     payloads: list[Any] = []
     referenced = 0
-    for i in blocks:
+    for i in candidates:
         if lengths[i] is not None:  # referenced when recorded: the digest proves the committed log has it
             if resolves(committed, positions[i], lengths[i], digests[i]) is None:
                 stats.unverified_rows += 1
             continue
         payloads = payloads or batch.column(names.index("payload")).to_pylist()
-        got = strip(payloads[i], committed) if payloads[i] is not None else None
-        if got is None:
+        if payloads[i] is None:
+            continue
+        if types[i] == SESSION_MESSAGE:
+            got = strip_session_message(payloads[i], committed)
+        elif (got := strip(payloads[i], committed)) is None:
             stats.inline_block_rows += 1
+        if got is None:
             continue
         payloads[i], positions[i], lengths[i], digests[i] = got
         referenced += 1

@@ -127,8 +127,9 @@ def test_applied_rows_contiguous_and_states_agree(traced: tuple[Run, dict[str, A
 
 
 def test_committed_entries_are_recorded_once(traced: tuple[Run, dict[str, Any]]) -> None:
-    """The closed messages files keep LogBlock entries as references into the committed log; open_run gives
-    every block back whole, its entries exactly the committed log's bytes at its start position."""
+    """The closed messages files keep LogBlock entries and logged requests' bodies as references into the
+    committed log; open_run gives every message back whole, a block's entries exactly the committed log's
+    bytes at its start position."""
     run, facts = traced
     refs = run.meta["payload_refs"]
     assert refs["referenced_rows"] > 100 and refs["bytes_after"] < refs["bytes_before"]
@@ -136,14 +137,17 @@ def test_committed_entries_are_recorded_once(traced: tuple[Run, dict[str, Any]])
     log = b"".join(run.log.column("entry").to_pylist())
     raw = read_stream(facts["run_dir"] / "messages" / f"node-{(facts['killed'] + 1) % 3}-i0.arrow").table
     referenced = [i for i, n in enumerate(raw.column(REF_LENGTH).to_pylist()) if n is not None]
-    assert referenced and {raw.column("msg_type")[i].as_py() for i in referenced} <= {"LogBlock", "ReplayBlock"}
+    kinds = {raw.column("msg_type")[i].as_py() for i in referenced}
+    assert {"LogBlock", "SessionMessageHeader"} <= kinds <= {"LogBlock", "ReplayBlock", "SessionMessageHeader"}
     types, payloads = run.messages.column("msg_type").to_pylist(), run.messages.column("payload").to_pylist()
     blocks = [decode(p) for p, t in zip(payloads, types, strict=True) if t == "LogBlock"]
     committed = [b for b in blocks if b.end_position <= len(log)]
     assert len(committed) > 100
     for block in committed:
         assert block.walk().error is None and log[block.start_position : block.end_position] == block.entries
-    assert not [f for f in run.completeness.findings if f.file == "messages/"]
+    requests = [p for p, t in zip(payloads, types, strict=True) if t == "SessionMessageHeader" and len(p) > 100]
+    assert requests and all(decode(p).payload for p in requests)  # whole again: bodies put back
+    assert not [f for f in run.completeness.findings + run.completeness.notes if f.file == "messages/"]
 
 
 def test_killed_process_files_read_back(traced: tuple[Run, dict[str, Any]]) -> None:

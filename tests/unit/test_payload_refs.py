@@ -11,6 +11,8 @@ from pathlib import Path
 from clusterlab.core.codec import CanvassPosition, LogBlock, ReplayBlock, encode_session_message, frame
 from clusterlab.core.codec.digests import entry_digest
 from clusterlab.core.codec.enums import ReplayPurpose
+from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH
+from clusterlab.core.codec.session_header import SESSION_HEADER_LENGTH
 from clusterlab.core.consensus.context import Channel
 from clusterlab.harness.payload_refs import (
     REF_DIGEST,
@@ -58,8 +60,12 @@ def _recorded(tmp_path: Path, rows: list[LogRow], *, close: bool = True) -> tupl
         _block(bytes(changed), at[2]),
         ReplayBlock(1, 0, at[1], len(log), TERM, ReplayPurpose.CATCHUP, 0, log[at[1] : at[2]]).encode(),
     ]
-    others = [CanvassPosition(TERM, at[4], TERM, 0, 1).encode(), encode_session_message(TERM, 7, 1, b"x" * 300)]
-    payloads = [blocks[0], blocks[0], others[0], *blocks[1:], others[1]]
+    others = [
+        CanvassPosition(TERM, at[4], TERM, 0, 1).encode(),
+        encode_session_message(TERM, 7, 1, b"x" * 300),  # a reply: not in the log
+        encode_session_message(-1, 7, 0, b"op-1" * 20),  # the request the leader logged as entry 1
+    ]
+    payloads = [blocks[0], blocks[0], others[0], *blocks[1:], others[1], others[2]]
     rec = ProcessRecorder(run_dir, "refs", "node-0", 0, 0, max_rows=3)
     for i, payload in enumerate(payloads):
         rec.message("send" if i % 2 else "recv", "log", 1, payload, peer_process="node-1")
@@ -78,8 +84,8 @@ def test_committed_entries_are_kept_once_and_read_back_whole(tmp_path: Path) -> 
     stats = compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
     assert (stats.files, stats.rows, stats.referenced_rows, stats.inline_block_rows, stats.unverified_rows) == (
         1,
-        8,
-        4,
+        9,
+        5,
         2,
         0,
     )
@@ -97,11 +103,13 @@ def test_committed_entries_are_kept_once_and_read_back_whole(tmp_path: Path) -> 
         (None, None),  # entries past the committed log's end
         (None, None),  # other bytes at the same position
         (replay.start_position, len(replay.entries)),
-        (None, None),
+        (None, None),  # a session message whose body the log does not hold
+        (rows[0].log_position + FRAME_HEADER_LENGTH + SESSION_HEADER_LENGTH, 80),  # the request body, entry 1
     ]
     assert size - stats.bytes_after > sum(length for _, length in refs if length) // 2  # two more columns cost a little
     stored = raw.column("payload").to_pylist()
     assert stored[0] == blocks[0][: len(blocks[0]) - first] and stored[4] == payloads[4]
+    assert stored[8] == payloads[8][:SESSION_HEADER_LENGTH]
     run = open_run(run_dir)
     assert run.messages.column("payload").to_pylist() == payloads
     assert not [f for f in run.completeness.findings + run.completeness.notes if f.file == "messages/"]
