@@ -283,14 +283,22 @@ def compact_messages(run_dir: Path | str, committed: CommittedBytes, compression
     return stats
 
 
-def resolve_payloads(messages: pa.Table, committed: CommittedBytes) -> tuple[pa.Table, int]:
-    """``messages`` with every referenced payload whole again; returns (table, rows left unresolved:
-    the committed log does not hold their bytes, or holds other bytes; a damaged trace)."""
+def resolve_payloads(messages: pa.Table, log: pa.Table) -> tuple[pa.Table, int]:
+    """``messages`` with every referenced payload whole again, its bytes from ``log`` (the ``log`` table);
+    returns (table, rows left unresolved: the committed log does not hold their bytes, or holds other
+    bytes). A table whose buffers do not validate (a damaged file: the manifest's checksums judge it) is
+    returned as it is, unread."""
     try:
         names = messages.column_names
-    except UnicodeDecodeError:  # a damaged schema: the manifest's checksums judge the file, nothing to resolve
+    except UnicodeDecodeError:  # a damaged schema
         return messages, 0
     if REF_LENGTH not in names or messages.column(REF_LENGTH).null_count == messages.num_rows:
+        return messages, 0
+    try:
+        messages.validate(full=True)
+        log.validate(full=True)
+        committed = CommittedBytes.of_log(log)
+    except (pa.ArrowException, UnicodeDecodeError, KeyError):  # reading damaged offsets could crash the process
         return messages, 0
     lengths = messages.column(REF_LENGTH).to_pylist()
     positions = messages.column(REF_POSITION).to_pylist()

@@ -40,7 +40,7 @@ from clusterlab.harness.completeness import (
     read_sidecars,
 )
 from clusterlab.harness.invariants import Contiguity
-from clusterlab.harness.payload_refs import CommittedBytes, resolve_payloads
+from clusterlab.harness.payload_refs import resolve_payloads
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 from clusterlab.harness.trace_error import TraceError as TraceError
 
@@ -170,7 +170,7 @@ def open_run(run_dir: Path | str) -> Run:
         )
     except SchemaVersionError as e:
         raise TraceError(f"{directory}: {e}") from None
-    tables["messages"], unresolved = resolve_payloads(tables["messages"], CommittedBytes.of_log(tables["log"]))
+    tables["messages"], unresolved = resolve_payloads(tables["messages"], tables["log"])
     if unresolved:  # the files are whole (the manifest says so): these entries were never the committed log's
         completeness.notes.append(
             Finding(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from clusterlab.core.codec import CanvassPosition, LogBlock, ReplayBlock, encode_session_message, frame
 from clusterlab.core.codec.digests import entry_digest
 from clusterlab.core.codec.enums import ReplayPurpose
@@ -22,7 +23,7 @@ from clusterlab.harness.payload_refs import (
     compact_messages,
     resolve_payloads,
 )
-from clusterlab.harness.recorder import LogRow, ProcessRecorder, RunRecorder, process_recorder
+from clusterlab.harness.recorder import SCHEMAS, LogRow, ProcessRecorder, RunRecorder, process_recorder
 from clusterlab.harness.trace import open_run, read_stream
 
 TERM = 3
@@ -166,9 +167,41 @@ def test_a_table_without_references_is_returned_as_it_is(tmp_path: Path) -> None
     run_dir, _, _ = _recorded(tmp_path, rows)
     inline = open_run(run_dir).messages
     assert inline.column(REF_LENGTH).null_count == inline.num_rows
-    assert resolve_payloads(inline, CommittedBytes(0, b"")) == (inline, 0)
+    assert resolve_payloads(inline, SCHEMAS["log"].empty_table()) == (inline, 0)
     older = inline.drop_columns([REF_POSITION, REF_LENGTH, REF_DIGEST])  # a trace from before references
-    assert resolve_payloads(older, CommittedBytes(0, b"")) == (older, 0)
+    assert resolve_payloads(older, SCHEMAS["log"].empty_table()) == (older, 0)
+    compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
+    [path] = (run_dir / "messages").glob("*.arrow")
+    canvass = read_stream(str(path)).table.slice(2, 1)  # a row with null references
+    assert resolve_payloads(canvass, SCHEMAS["log"].empty_table()) == (canvass, 0)
+
+
+def _far_offsets(array: pa.Array) -> pa.Buffer:
+    """``array``'s offsets with the second one far past its data: a cheap check (first and last) passes."""
+    offsets = array.buffers()[1].to_pybytes()
+    return pa.py_buffer(offsets[:4] + (1 << 30).to_bytes(4, "little") + offsets[8:])
+
+
+def test_damaged_buffers_are_left_unread(tmp_path: Path) -> None:
+    """Offsets a damaged file garbled are never followed (reading them could crash the reader): the table is
+    returned as it is, and the manifest's checksums judge the file."""
+    rows = _log(6)
+    run_dir, _, _ = _recorded(tmp_path, rows)
+    compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
+    run = open_run(run_dir)
+    [path] = (run_dir / "messages").glob("*.arrow")
+    stored = read_stream(str(path)).table
+    log = run.log.combine_chunks()
+    entries = log.column("entry").chunk(0)
+    garbled = pa.Array.from_buffers(pa.binary(), len(entries), [None, _far_offsets(entries), entries.buffers()[2]])
+    damaged_log = log.set_column(log.schema.get_field_index("entry"), log.schema.field("entry"), garbled)
+    assert resolve_payloads(stored, damaged_log) == (stored, 0)
+    payload = stored.column("payload").combine_chunks()
+    bad = pa.Array.from_buffers(pa.binary(), len(payload), [None, _far_offsets(payload), payload.buffers()[2]])
+    damaged = stored.set_column(stored.schema.get_field_index("payload"), stored.schema.field("payload"), bad)
+    assert resolve_payloads(damaged, log) == (damaged, 0)
+    whole = resolve_payloads(stored, log)[0]
+    assert whole.column("payload").to_pylist() == run.messages.column("payload").to_pylist()
 
 
 def test_a_service_log_block_is_a_reference_when_recorded(tmp_path: Path) -> None:
