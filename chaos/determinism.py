@@ -162,7 +162,7 @@ def replayed_digests(run_dir: Path | str, service_id: int = 0) -> dict[str, Any]
     replay's error (what the other process of :func:`replay_equivalence` prints)."""
     from clusterlab.harness.replay import replay_log
 
-    run = open_run(run_dir)
+    run = open_run(run_dir, whole_payloads=False)  # the replay reads the committed log only
     replay = replay_log(run.log.to_pylist(), _factory(run, service_id))
     entries = [[e.log_position, e.entry_type, e.state_digest.hex()] for e in replay.entries]
     return {"entries": entries, "error": replay.error, "hash_seed": os.environ.get("PYTHONHASHSEED")}
@@ -338,7 +338,7 @@ def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> 
     """Both checks of one run, by name, over every service its members run (empty lists: passed, or
     nothing to replay); with several services each finding names its service id. Raises TraceError
     when a service cannot be imported here (the run is not judged)."""
-    run = run if run is not None else open_run(trace_dir)
+    run = run if run is not None else open_run(trace_dir, whole_payloads=False)
     out: dict[str, list[str]] = {name: [] for name in DETERMINISM_CHECKS}
     if run.log.num_rows == 0:
         return out

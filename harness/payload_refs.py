@@ -39,13 +39,14 @@ The simulator's traces stay inline: goldens compare their message tables byte fo
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -117,12 +118,17 @@ class CommittedBytes:
             return cls(0, b"")
         return cls.of(log.column("log_position").to_pylist(), log.column("entry").to_pylist())
 
-    def at(self, position: int, length: int) -> bytes | None:
-        """``length`` bytes from log position ``position``; None where the committed log does not hold them."""
+    def at(self, position: int, length: int) -> memoryview | None:
+        """``length`` bytes from log position ``position`` (a view, not a copy: a block of a busy run is
+        hundreds of KiB); None where the committed log does not hold them."""
         start = position - self.base
         if start < 0 or length < 0 or start + length > len(self.data):
             return None
-        return self.data[start : start + length]
+        return self._view[start : start + length]
+
+    @cached_property
+    def _view(self) -> memoryview:
+        return memoryview(self.data)
 
 
 @dataclass
@@ -177,7 +183,7 @@ def strip(payload: bytes, committed: CommittedBytes) -> tuple[bytes, int, int, b
     start = getattr(msg, "start_position", None)
     if not entries or start is None or not payload.endswith(entries):
         return None
-    if committed.at(start, len(entries)) != entries:
+    if committed.at(start, len(entries)) != memoryview(entries):
         return None
     return payload[: len(payload) - len(entries)], start, len(entries), entry_digest(entries)
 
@@ -190,12 +196,12 @@ def strip_session_message(payload: bytes, committed: CommittedBytes) -> tuple[by
     body = payload[SESSION_HEADER_LENGTH:]
     digest = entry_digest(body)
     position = committed.session_bodies.get(digest)
-    if position is None or committed.at(position, len(body)) != body:
+    if position is None or committed.at(position, len(body)) != memoryview(body):
         return None
     return payload[:SESSION_HEADER_LENGTH], position, len(body), digest
 
 
-def resolves(committed: CommittedBytes, position: int, length: int, digest: bytes | None) -> bytes | None:
+def resolves(committed: CommittedBytes, position: int, length: int, digest: bytes | None) -> memoryview | None:
     """The referenced entries, if the committed log holds them and they have ``digest``."""
     entries = committed.at(position, length)
     if entries is None or (digest is not None and entry_digest(entries) != digest):
@@ -288,31 +294,80 @@ def resolve_payloads(messages: pa.Table, log: pa.Table) -> tuple[pa.Table, int]:
     returns (table, rows left unresolved: the committed log does not hold their bytes, or holds other
     bytes). A table whose buffers do not validate (a damaged file: the manifest's checksums judge it) is
     returned as it is, unread."""
+    found = _referenced_entries(messages, log)
+    if found is None:
+        return messages, 0
+    index = messages.column_names.index("payload")
+    whole = _WholePayloads()
+    for stored, entries in zip(messages.column(index).to_pylist(), found, strict=True):
+        whole.add(stored, entries if entries is not False else None)
+    field_ = messages.schema.field(index)
+    return messages.set_column(index, field_, whole.column()), found.count(False)
+
+
+def unresolved_payloads(messages: pa.Table, log: pa.Table) -> int:
+    """The rows :func:`resolve_payloads` would leave unresolved, found by the same digests without putting
+    any bytes back: for a reader that never reads the entries (the checks' SQL views)."""
+    found = _referenced_entries(messages, log)
+    return 0 if found is None else found.count(False)
+
+
+def _referenced_entries(messages: pa.Table, log: pa.Table) -> list[memoryview | Literal[False] | None] | None:
+    """Per row of ``messages``: None (inline), its referenced entries (a view of the committed log whose
+    digest matched) or False (unresolved). None for a table without references, or one whose buffers do
+    not validate (reading damaged offsets could crash the process)."""
     try:
         names = messages.column_names
     except UnicodeDecodeError:  # a damaged schema
-        return messages, 0
+        return None
     if REF_LENGTH not in names or messages.column(REF_LENGTH).null_count == messages.num_rows:
-        return messages, 0
+        return None
     try:
         messages.validate(full=True)
         log.validate(full=True)
         committed = CommittedBytes.of_log(log)
-    except (pa.ArrowException, UnicodeDecodeError, KeyError):  # reading damaged offsets could crash the process
-        return messages, 0
-    lengths = messages.column(REF_LENGTH).to_pylist()
+    except (pa.ArrowException, UnicodeDecodeError, KeyError):
+        return None
+    if messages.column("payload").null_count:  # not a recorder's table (payload is never null): left as it is
+        return None
     positions = messages.column(REF_POSITION).to_pylist()
+    lengths = messages.column(REF_LENGTH).to_pylist()
     digests = messages.column(REF_DIGEST).to_pylist() if REF_DIGEST in names else [None] * len(lengths)
-    payloads = messages.column("payload").to_pylist()
-    unresolved = 0
-    for i, length in enumerate(lengths):
-        if length is None:
-            continue
-        entries = resolves(committed, positions[i], length, digests[i])
-        if entries is None:
-            unresolved += 1
-        else:
-            payloads[i] += entries
-    index = names.index("payload")
-    field_ = messages.schema.field(index)
-    return messages.set_column(index, field_, pa.array(payloads, field_.type)), unresolved
+    found: list[memoryview | Literal[False] | None] = []
+    for position, length, digest in zip(positions, lengths, digests, strict=True):
+        entries = None if length is None else resolves(committed, position, length, digest)
+        found.append(False if length is not None and entries is None else entries)
+    return found
+
+
+class _WholePayloads:
+    """A binary column built row by row from stored bytes and the referenced entries after them, into
+    one growing buffer per chunk: no bytes object per whole payload (a block of a busy run is hundreds of
+    KiB, and allocating each made reading a run mostly page faults)."""
+
+    CHUNK_BYTES = 1 << 30  # well inside a binary array's 32-bit offsets
+
+    def __init__(self) -> None:
+        self._chunks: list[pa.Array] = []
+        self._data = bytearray()
+        self._offsets = array.array("i", [0])
+
+    def add(self, stored: bytes, entries: memoryview | None) -> None:
+        size = len(stored) + (len(entries) if entries is not None else 0)
+        if len(self._data) + size > self.CHUNK_BYTES and len(self._offsets) > 1:
+            self._seal()
+        self._data += stored
+        if entries is not None:
+            self._data += entries
+        self._offsets.append(len(self._data))
+
+    def _seal(self) -> None:
+        n = len(self._offsets) - 1
+        buffers = [None, pa.py_buffer(self._offsets), pa.py_buffer(self._data)]
+        self._chunks.append(pa.Array.from_buffers(pa.binary(), n, buffers))
+        self._data = bytearray()
+        self._offsets = array.array("i", [0])
+
+    def column(self) -> pa.ChunkedArray:
+        self._seal()
+        return pa.chunked_array(self._chunks, pa.binary())

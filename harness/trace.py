@@ -40,7 +40,7 @@ from clusterlab.harness.completeness import (
     read_sidecars,
 )
 from clusterlab.harness.invariants import Contiguity
-from clusterlab.harness.payload_refs import resolve_payloads
+from clusterlab.harness.payload_refs import resolve_payloads, unresolved_payloads
 from clusterlab.harness.recorder import SCHEMAS, TABLES
 from clusterlab.harness.trace_error import TraceError as TraceError
 
@@ -104,6 +104,7 @@ class Run:
     unclosed: list[Path] = field(default_factory=list)
     facts: list[FileFacts] = field(default_factory=list)
     completeness: Completeness | None = None  # set by open_run: judge it before judging the protocol
+    whole_payloads: bool = True  # False: referenced messages hold only their stored bytes (open_run)
 
     @property
     def messages(self) -> pa.Table:
@@ -126,8 +127,13 @@ class Run:
         return self.tables["log"]
 
 
-def open_run(run_dir: Path | str) -> Run:
-    """Read a run directory: run.json (``{}`` if missing) and every ``<table>/*.arrow`` file."""
+def open_run(run_dir: Path | str, *, whole_payloads: bool = True) -> Run:
+    """Read a run directory: run.json (``{}`` if missing) and every ``<table>/*.arrow`` file.
+
+    ``whole_payloads``: put every referenced payload back (harness.payload_refs), so ``messages`` holds
+    each payload as it was sent. False leaves the stored bytes (for a reader that never reads log entries
+    from messages, such as the checks' SQL views: a busy run's blocks are gigabytes when whole); the
+    references are verified either way, with the same completeness note."""
     directory = Path(run_dir)
     if not directory.is_dir():
         raise TraceError(f"{directory}: no such run directory (expected RUN_DIR with run.json and table folders)")
@@ -170,7 +176,10 @@ def open_run(run_dir: Path | str) -> Run:
         )
     except SchemaVersionError as e:
         raise TraceError(f"{directory}: {e}") from None
-    tables["messages"], unresolved = resolve_payloads(tables["messages"], tables["log"])
+    if whole_payloads:
+        tables["messages"], unresolved = resolve_payloads(tables["messages"], tables["log"])
+    else:
+        unresolved = unresolved_payloads(tables["messages"], tables["log"])
     if unresolved:  # the files are whole (the manifest says so): these entries were never the committed log's
         completeness.notes.append(
             Finding(
@@ -181,7 +190,7 @@ def open_run(run_dir: Path | str) -> Run:
                 rows_lost=unresolved,
             )
         )
-    return Run(directory, meta or {}, tables, files, torn, unclosed, facts, completeness)
+    return Run(directory, meta or {}, tables, files, torn, unclosed, facts, completeness, whole_payloads)
 
 
 # ---------------------------------------------------------------------------------------------- matching

@@ -182,7 +182,7 @@ def judge_runs(
     run."""
     started = time.monotonic()
     dirs = list(dict.fromkeys(str(d) for d in run_dirs))
-    runs = {d: open_run(d) for d in dirs}
+    runs = {d: open_run(d, whole_payloads=False) for d in dirs}  # the views never read entries
     completeness = {d: r.completeness for d, r in runs.items() if r.completeness is not None}
     complete = [(d, r) for d, r in runs.items() if r.completeness is None or r.completeness.ok]
     rows, run_rows, run_torn = row_counts(complete)

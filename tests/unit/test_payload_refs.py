@@ -9,12 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from clusterlab.core.codec import CanvassPosition, LogBlock, ReplayBlock, encode_session_message, frame
 from clusterlab.core.codec.digests import entry_digest
 from clusterlab.core.codec.enums import ReplayPurpose
 from clusterlab.core.codec.framing import FRAME_HEADER_LENGTH
 from clusterlab.core.codec.session_header import SESSION_HEADER_LENGTH
 from clusterlab.core.consensus.context import Channel
+from clusterlab.harness import payload_refs
 from clusterlab.harness.payload_refs import (
     REF_DIGEST,
     REF_LENGTH,
@@ -149,6 +151,37 @@ def test_a_reference_the_committed_log_cannot_answer_is_reported_and_left_short(
     assert not [f for f in run.completeness.findings if f.file == "messages/"]
     got = run.messages.column("payload").to_pylist()
     assert got[0] != payloads[0] and len(got[0]) < len(blocks[0])  # short, and reported: never passed off as whole
+    stored = open_run(run_dir, whole_payloads=False)  # the checks' reader: the same digests, no bytes put back
+    assert stored.completeness.notes == run.completeness.notes and not stored.whole_payloads
+
+
+def test_a_reader_of_stored_bytes_verifies_the_references_and_puts_nothing_back(tmp_path: Path) -> None:
+    """``open_run(whole_payloads=False)`` (the checks never read entries from messages) leaves each
+    referenced row as stored, and still proves every reference by its digest."""
+    rows = _log(6)
+    run_dir, payloads, _ = _recorded(tmp_path, rows)
+    compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
+    [path] = (run_dir / "messages").glob("*.arrow")
+    stored = read_stream(str(path)).table.column("payload").to_pylist()
+    short = open_run(run_dir, whole_payloads=False)
+    assert short.messages.column("payload").to_pylist() == stored != payloads
+    assert not [f for f in short.completeness.notes if f.file == "messages/"]
+    assert open_run(run_dir).messages.column("payload").to_pylist() == payloads
+
+
+def test_whole_payloads_are_built_in_chunks_within_binary_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resolved column is one buffer per chunk (no bytes object per payload), sealed before a chunk
+    would pass its limit: the same values whatever the split."""
+    rows = _log(6)
+    run_dir, payloads, blocks = _recorded(tmp_path, rows)
+    compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
+    short = open_run(run_dir, whole_payloads=False)
+    monkeypatch.setattr(payload_refs._WholePayloads, "CHUNK_BYTES", max(map(len, blocks)) + 64)
+    got, unresolved = resolve_payloads(short.messages, short.log)
+    assert unresolved == 0 and got.column("payload").num_chunks > 2
+    assert got.column("payload").to_pylist() == payloads
 
 
 def test_committed_bytes_are_the_contiguous_run_from_the_first_entry() -> None:
