@@ -819,6 +819,16 @@ def _cpu_delta(before: dict[str, float | None], after: dict[str, float | None], 
     return out
 
 
+def _system_us_per_op(cpu: dict[str, float], wall: float, ops: int | None) -> float | None:
+    """CPU µs per offered op of the system's own processes (not this process's client, not the rest of
+    the machine) from :func:`_cpu_delta`'s cores over ``wall`` seconds. PySyncObj and the raw bound
+    generate their paced load inside their leader process, so theirs includes the load generator."""
+    if not ops:
+        return None
+    cores = sum(v for k, v in cpu.items() if k not in ("bench (client)", MACHINE, OTHERS))
+    return round(cores * wall / ops * 1e6, 1)
+
+
 def measure_load(subject: Subject, s: Settings, common_rate: float | None, say: Callable[[str], None]) -> dict:
     result: dict[str, Any] = {"saturation": {}, "cpu_cores_at_saturation": {}}
     for size in PAYLOAD_SIZES:
@@ -847,11 +857,17 @@ def measure_load(subject: Subject, s: Settings, common_rate: float | None, say: 
             }
             say(f"  latency @ {rate:>9,.0f}/s ({which}): skipped, above this system's saturation")
             continue
+        before, t0 = _cpu(subject), time.monotonic()
         lat = subject.paced(LATENCY_SIZE, rate, s)
+        wall = time.monotonic() - t0
+        cpu = _cpu_delta(before, _cpu(subject), wall)
+        lat["cpu_cores"] = cpu
+        lat["system_cpu_us_per_op"] = _system_us_per_op(cpu, wall, lat.get("offered_total"))
         result[f"latency_{which}"] = lat
         say(
             f"  latency @ {rate:>9,.0f}/s ({which}): p50 {lat['p50_ms']} ms  p99 {lat['p99_ms']} ms  "
-            f"p99.9 {lat['p999_ms']} ms  (n={lat['n']}, lost {lat['lost_or_late']})"
+            f"p99.9 {lat['p999_ms']} ms  (n={lat['n']}, lost {lat['lost_or_late']}; "
+            f"{lat['system_cpu_us_per_op']} CPU us/op)"
         )
     return result
 
@@ -989,6 +1005,8 @@ METRICS: list[Metric] = [
     ("p99.9 ms", lambda r: _get(r, "latency_common", "p999_ms"), False),
     ("p99 ms @1k/s", lambda r: _get(r, "latency_low", "p99_ms"), False),
     ("p99 ms @50% own", lambda r: _get(r, "latency_own", "p99_ms"), False),
+    ("CPU µs/op @1k/s", lambda r: _get(r, "latency_low", "system_cpu_us_per_op"), False),
+    ("CPU µs/op @50% own", lambda r: _get(r, "latency_own", "system_cpu_us_per_op"), False),
     ("failover ms (default)", lambda r: _get(r, "failover", "default", "median_ms"), False),
     ("failover ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_ms"), False),
     ("→ new leader ms (~100 ms)", lambda r: _get(r, "failover", "fast", "median_new_leader_ms"), False),

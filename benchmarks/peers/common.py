@@ -516,6 +516,7 @@ def run_paced(
     lost = sum(1 for t in sent.values() if t >= t_measure)
     result: dict[str, Any] = {
         "offered_rate": round(rate, 1),
+        "offered_total": n,  # warm-up included: what the system's CPU over the whole call served
         "measured_sent": measured_sent,
         "lost_or_late": lost,
         "failed": failed,
