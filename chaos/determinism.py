@@ -197,21 +197,36 @@ class ReplayWorker:
                 command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1
             )
         self.requests = 0
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one request at a time: held from submit to collect
+        self._failed: str | None = None  # why the request just submitted cannot be answered
 
     def replay(self, run_dir: Path, service_id: int, timeout_s: float) -> dict[str, Any]:
         """:func:`replayed_digests` of ``run_dir`` in the worker; raises ReplayWorkerError if the worker
         died, failed or took longer than ``timeout_s`` (it is then stopped)."""
-        with self.lock:
-            self.requests += 1
-            result = self.scratch / f"result-{self.requests}.json"
-            assert self.proc.stdin is not None and self.proc.stdout is not None
-            try:
-                request = {"run": str(run_dir), "service_id": service_id, "result": str(result)}
-                self.proc.stdin.write(json.dumps(request) + "\n")
-                self.proc.stdin.flush()
-            except OSError as e:
-                raise ReplayWorkerError(self._died(f"cannot reach the replay process: {e}")) from e
+        return self.collect(self.submit(run_dir, service_id), timeout_s)
+
+    def submit(self, run_dir: Path, service_id: int) -> Path:
+        """Start :meth:`replay` and return at once (the worker replays while this process works); the
+        worker is this caller's until :meth:`collect` of the returned result file, which must follow."""
+        self.lock.acquire()
+        self.requests += 1
+        result = self.scratch / f"result-{self.requests}.json"
+        assert self.proc.stdin is not None
+        try:
+            request = {"run": str(run_dir), "service_id": service_id, "result": str(result)}
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError as e:
+            self._failed = self._died(f"cannot reach the replay process: {e}")
+        return result
+
+    def collect(self, result: Path, timeout_s: float) -> dict[str, Any]:
+        """The result of the request :meth:`submit` started (see :meth:`replay`)."""
+        try:
+            failed, self._failed = self._failed, None
+            if failed is not None:
+                raise ReplayWorkerError(failed)
+            assert self.proc.stdout is not None
             ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
             line = self.proc.stdout.readline() if ready else ""
             if not ready:
@@ -224,6 +239,8 @@ class ReplayWorker:
             if "failure" in got:
                 raise ReplayWorkerError(str(got["failure"]))
             return got
+        finally:
+            self.lock.release()
 
     def _died(self, what: str) -> str:
         self.stop()
@@ -284,41 +301,59 @@ def stop_replay_workers() -> None:
         _WORKERS.popitem()[1].stop()
 
 
-def _replay_elsewhere(run: Run, service_id: int, timeout_s: float) -> tuple[int, dict[str, Any] | str]:
+class ReplayElsewhere:
     """The replayed digests of ``run`` from a process with another hash seed than this one's and the
-    members': this process's worker when its seed is free, else a process of its own. Returns the
-    seed and the result, or a description of why there is none."""
-    from clusterlab.harness.services import import_roots
+    members': this process's worker when its seed is free, else a process of its own. Started when
+    made, so that this process can replay too meanwhile (the machine's other core); :meth:`result`
+    (which must be called) waits for it and gives the seed and the result, or why there is none."""
 
-    inherited = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
-    path = [*import_roots(services_of(run)), os.getcwd(), *inherited]
-    taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
-    if str(worker_hash_seed()) not in taken:
-        worker = replay_worker(path)
+    def __init__(self, run: Run, service_id: int, timeout_s: float) -> None:
+        from clusterlab.harness.services import import_roots
+
+        self.timeout_s = timeout_s
+        inherited = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
+        path = [*import_roots(services_of(run)), os.getcwd(), *inherited]
+        taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
+        self.worker: ReplayWorker | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        if str(worker_hash_seed()) not in taken:
+            self.worker = replay_worker(path)
+            self.seed = self.worker.hash_seed
+            self.pending = self.worker.submit(run.directory, service_id)
+            return
+        self.seed = other_hash_seed(run)
+        env = {**os.environ, "PYTHONHASHSEED": str(self.seed), "PYTHONPATH": os.pathsep.join(path)}
+        command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory), str(service_id)]
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> tuple[int, dict[str, Any] | str]:
+        if self.worker is not None:
+            try:
+                return self.seed, self.worker.collect(self.pending, self.timeout_s)
+            except ReplayWorkerError as e:
+                return self.seed, str(e)
+        proc = self.proc
+        assert proc is not None
         try:
-            return worker.hash_seed, worker.replay(run.directory, service_id, timeout_s)
-        except ReplayWorkerError as e:
-            return worker.hash_seed, str(e)
-    seed = other_hash_seed(run)
-    env = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": os.pathsep.join(path)}
-    command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory), str(service_id)]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, 9)
-        proc.communicate()
-        return seed, f"did not finish in {timeout_s:.0f}s (not judged)"
-    if proc.returncode != 0:
-        tail = (err.strip().splitlines() or ["no output"])[-1]
-        return seed, f"failed (exit {proc.returncode}): {tail}"
-    return seed, json.loads(out)
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, 9)
+            proc.communicate()
+            return self.seed, f"did not finish in {self.timeout_s:.0f}s (not judged)"
+        if proc.returncode != 0:
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            return self.seed, f"failed (exit {proc.returncode}): {tail}"
+        return self.seed, json.loads(out)
 
 
 def replay_equivalence(run: Run, service_id: int = 0, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
     """The ``replay-equivalence`` violations of service ``service_id`` of ``run`` (see the module
     docstring)."""
-    seed, got = _replay_elsewhere(run, service_id, timeout_s)
+    return _equivalence_findings(run, service_id, ReplayElsewhere(run, service_id, timeout_s))
+
+
+def _equivalence_findings(run: Run, service_id: int, elsewhere: ReplayElsewhere) -> list[str]:
+    seed, got = elsewhere.result()
     if isinstance(got, str):
         return [f"the replay with PYTHONHASHSEED={seed} {got}"]
     entries = [(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]]
@@ -355,8 +390,13 @@ def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> 
                 f"{run.directory}: cannot load the run's service {name!r} to replay its log "
                 f"({type(e).__name__}: {e}); check it where that package is importable"
             ) from None
-        out[SNAPSHOT_ROUNDTRIP] += [_named(service_id, count, f) for f in snapshot_roundtrip(run, factory, service_id)]
-        out[REPLAY_EQUIVALENCE] += [_named(service_id, count, f) for f in replay_equivalence(run, service_id)]
+        elsewhere = ReplayElsewhere(run, service_id, REPLAY_TIMEOUT_S)  # replays beside this process's replay
+        try:
+            roundtrip = snapshot_roundtrip(run, factory, service_id)
+        finally:
+            equivalence = _equivalence_findings(run, service_id, elsewhere)
+        out[SNAPSHOT_ROUNDTRIP] += [_named(service_id, count, f) for f in roundtrip]
+        out[REPLAY_EQUIVALENCE] += [_named(service_id, count, f) for f in equivalence]
     return out
 
 

@@ -16,13 +16,14 @@ from clusterlab.chaos.determinism import (
     SNAPSHOT_ROUNDTRIP,
     determinism_violations,
     first_divergence,
+    replay_equivalence,
 )
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
 from clusterlab.harness import replay
 from clusterlab.harness.local import member_hash_seed
 from clusterlab.harness.services.kv import KeyValueService
-from clusterlab.harness.trace import TraceError
+from clusterlab.harness.trace import TraceError, open_run
 
 from tests.golden import plant
 
@@ -186,3 +187,16 @@ def test_each_of_several_services_is_replayed_and_named_by_its_service_id(tmp_pa
     found = r.verdict.violations[REPLAY_EQUIVALENCE]
     assert found and all(f.startswith("service 1: ") for f in found), found
     assert "on_session_open" in found[0] and "agreement" not in r.verdict.failed()
+
+
+def test_a_replay_elsewhere_that_cannot_answer_is_not_judged_and_frees_its_worker(tmp_path: Path) -> None:
+    """The other process replays beside this one's replay (started first, collected after): one that
+    cannot finish in time is reported as not judged and stopped, and the next replay gets a worker
+    (the request did not keep it)."""
+    r = run_scenario("leader-kill", 5, sim=True, duration_s=2.0, directory=tmp_path, clients=1, service="kv")
+    assert r.verdict is not None and r.verdict.ok, r.failure_message()
+    run = open_run(r.trace_dir, whole_payloads=False)
+    [late] = replay_equivalence(run, timeout_s=0.0)
+    assert late.startswith("the replay with PYTHONHASHSEED=") and "did not finish in 0s (not judged)" in late
+    assert replay_equivalence(run) == []
+    assert determinism_violations(r.trace_dir) == {SNAPSHOT_ROUNDTRIP: [], REPLAY_EQUIVALENCE: []}
