@@ -243,9 +243,15 @@ class ReplayWorker:
             self.lock.release()
 
     def _died(self, what: str) -> str:
+        """``what`` with the process's exit code and last stderr line, read before :meth:`stop` removes
+        the scratch directory that holds it."""
+        self._end_process()
+        try:
+            lines = (self.scratch / "stderr.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
         self.stop()
-        tail = (self.scratch / "stderr.log").read_text(errors="replace").strip().splitlines() or ["no output"]
-        return f"{what} (exit {self.proc.returncode}): {tail[-1]}"
+        return f"{what} (exit {self.proc.returncode}): {(lines or ['no output'])[-1]}"
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
@@ -254,6 +260,10 @@ class ReplayWorker:
         """Close its stdin (it exits), else kill it by its PID; remove its scratch directory."""
         if self.owner != os.getpid():
             return  # a forked child's copy: the worker is its parent's
+        self._end_process()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _end_process(self) -> None:
         with contextlib.suppress(OSError):
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
@@ -265,7 +275,6 @@ class ReplayWorker:
         with contextlib.suppress(OSError):
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class ReplayWorkerError(Exception):

@@ -6,6 +6,7 @@ trace alone; a service without its own ``state_digest`` still gets digests the c
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,11 @@ import pytest
 from clusterlab.chaos.determinism import (
     REPLAY_EQUIVALENCE,
     SNAPSHOT_ROUNDTRIP,
+    ReplayWorkerError,
     determinism_violations,
     first_divergence,
     replay_equivalence,
+    replay_worker,
 )
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
@@ -200,3 +203,17 @@ def test_a_replay_elsewhere_that_cannot_answer_is_not_judged_and_frees_its_worke
     assert late.startswith("the replay with PYTHONHASHSEED=") and "did not finish in 0s (not judged)" in late
     assert replay_equivalence(run) == []
     assert determinism_violations(r.trace_dir) == {SNAPSHOT_ROUNDTRIP: [], REPLAY_EQUIVALENCE: []}
+
+
+def test_a_replay_worker_that_is_gone_is_reported_and_its_request_released(tmp_path: Path) -> None:
+    """A request to a worker whose process died cannot be written: the result says so (not judged),
+    and the worker is no longer held, so the next replay starts a new one."""
+    r = run_scenario("leader-kill", 5, sim=True, duration_s=2.0, directory=tmp_path, clients=1, service="kv")
+    run = open_run(r.trace_dir, whole_payloads=False)
+    worker = replay_worker([os.getcwd()])
+    worker.proc.kill()
+    worker.proc.wait()
+    with pytest.raises(ReplayWorkerError, match=r"cannot reach the replay process: .* \(exit -9\): "):
+        worker.replay(run.directory, 0, timeout_s=30.0)
+    assert not worker.lock.locked() and not worker.alive()
+    assert replay_equivalence(run) == []

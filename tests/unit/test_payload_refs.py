@@ -24,6 +24,7 @@ from clusterlab.harness.payload_refs import (
     CommittedBytes,
     compact_messages,
     resolve_payloads,
+    unresolved_payloads,
 )
 from clusterlab.harness.recorder import SCHEMAS, LogRow, ProcessRecorder, RunRecorder, process_recorder
 from clusterlab.harness.trace import open_run, read_stream
@@ -233,6 +234,7 @@ def test_damaged_buffers_are_left_unread(tmp_path: Path) -> None:
     bad = pa.Array.from_buffers(pa.binary(), len(payload), [None, _far_offsets(payload), payload.buffers()[2]])
     damaged = stored.set_column(stored.schema.get_field_index("payload"), stored.schema.field("payload"), bad)
     assert resolve_payloads(damaged, log) == (damaged, 0)
+    assert unresolved_payloads(damaged, log) == unresolved_payloads(stored, damaged_log) == 0  # unread too
     whole = resolve_payloads(stored, log)[0]
     assert whole.column("payload").to_pylist() == run.messages.column("payload").to_pylist()
 
