@@ -16,12 +16,14 @@ Two levels of "written", as on a real OS:
 Implementations: :class:`MemoryStorage` here (sans-IO: no directories, no syscalls; the simulator's),
 ``clusterlab.core.runtime.storage.FileStorage`` (real files and fsync; the real runtime's). The test
 apparatus wraps either in ``clusterlab.testing.faulty_storage.FaultyStorage``, which injects torn
-writes, ENOSPC/EIO, bit flips and lost unflushed writes.
+writes, ENOSPC/EIO, bit flips and lost unflushed writes. :class:`ObservedStorage` wraps any of them
+and reports each change once it is made (how a stepped member's storage changes become effects).
 """
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -268,3 +270,110 @@ class MemoryStorage:
     def total_bytes(self) -> int:
         """Bytes held in all files (for reports)."""
         return sum(len(n.data) for n in self._files.values())
+
+
+# ------------------------------------------------------------------------------------------- observed
+
+
+@dataclass(frozen=True, slots=True)
+class StorageChange:
+    """One change a caller made to a storage, as :class:`ObservedStorage` reports it.
+
+    ``op`` is ``create`` (an empty file), ``write`` (``length`` bytes at ``offset``), ``truncate``
+    (to ``length``), ``sync``, ``replace`` (the whole file, ``length`` bytes; ``synced``: durable on
+    return), ``remove``, ``make_dirs`` or ``sync_dir``. Only the shape of a change is kept, never its bytes."""
+
+    op: str
+    path: str
+    offset: int = 0
+    length: int = 0
+    synced: bool = False
+
+
+_Observer = Callable[[StorageChange], None]
+
+
+class _ObservedFile:
+    __slots__ = ("_inner", "_observe", "path")
+
+    def __init__(self, inner: StorageFile, observe: _Observer) -> None:
+        self._inner = inner
+        self._observe = observe
+        self.path = inner.path
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self._inner.read(offset, length)
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        self._inner.write(offset, data)
+        self._observe(StorageChange("write", self.path, offset, len(data)))
+
+    def truncate(self, length: int) -> None:
+        self._inner.truncate(length)
+        self._observe(StorageChange("truncate", self.path, length=length))
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def sync(self) -> None:
+        self._inner.sync()
+        self._observe(StorageChange("sync", self.path, synced=True))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class ObservedStorage:
+    """A :class:`Storage` that does every operation on ``inner`` and, once it has succeeded, reports
+    each change (write, truncate, sync, replace, remove, directory) to ``observe`` in the order made.
+
+    This is how a step's storage changes become effects a caller can read beside its messages
+    (clusterlab.core.consensus.effects): the change is already made when it is reported, so a change
+    reported before a send was on the storage before the send left. A failed operation raises as
+    ``inner`` raised and is not reported."""
+
+    def __init__(self, inner: Storage, observe: _Observer) -> None:
+        self.inner = inner
+        self._observe = observe
+
+    def open(self, path: str, *, create: bool = True) -> StorageFile:
+        created = create and not self.inner.exists(path)
+        file = _ObservedFile(self.inner.open(path, create=create), self._observe)
+        if created:
+            self._observe(StorageChange("create", path))
+        return file
+
+    def read_file(self, path: str) -> bytes:
+        return self.inner.read_file(path)
+
+    def replace(self, path: str, data: bytes, *, sync: bool) -> None:
+        self.inner.replace(path, data, sync=sync)
+        self._observe(StorageChange("replace", path, length=len(data), synced=sync))
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def size(self, path: str) -> int:
+        return self.inner.size(path)
+
+    def list_dir(self, path: str) -> list[str]:
+        return self.inner.list_dir(path)
+
+    def remove(self, path: str, *, missing_ok: bool = False) -> None:
+        existed = self.inner.exists(path)
+        self.inner.remove(path, missing_ok=missing_ok)
+        if existed:
+            self._observe(StorageChange("remove", path))
+
+    def make_dirs(self, path: str) -> None:
+        existed = self.inner.exists(path)
+        self.inner.make_dirs(path)
+        if not existed:
+            self._observe(StorageChange("make_dirs", path))
+
+    def sync_dir(self, path: str) -> None:
+        self.inner.sync_dir(path)
+        self._observe(StorageChange("sync_dir", path, synced=True))
+
+    def describe(self, path: str) -> str:
+        return self.inner.describe(path)

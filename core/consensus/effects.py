@@ -1,15 +1,20 @@
 """The consensus module's effects as one value per step, beside the callbacks the drivers use.
 
-A :class:`ConsensusModule` sends through an :class:`Outbox` and reports through an
-:data:`EventSink` as it runs: the ZeroMQ node and the simulator pass objects that put bytes on the
-wire at once. :class:`SteppedModule` passes a collecting pair instead and hands back, for each
-input, an :class:`Effects` value: what went to members, what went to clients' egress, the events,
-and when the module next wants a duty cycle (etcd-io/raft's ``Ready``, h11's returned bytes). A
-caller that drives a member this way reads effects as values and decides itself when they leave;
-the module is the same object either way, so the existing drivers pay nothing for this seam.
+A :class:`ConsensusModule` sends through an :class:`Outbox`, reports through an :data:`EventSink`
+and keeps its durable state (archive, recording log, node state) on the context's storage as it
+runs: the ZeroMQ node and the simulator pass objects that put bytes on the wire and on the disk at
+once. :class:`SteppedModule` passes a collecting pair and an :class:`ObservedStorage` around the
+context's storage instead, and hands back, for each input, an :class:`Effects` value: what went to
+members, what went to clients' egress, the events, what changed on storage, all of it in the order
+the step did it, and when the module next wants a duty cycle (etcd-io/raft's ``Ready``, h11's
+returned bytes). A caller that drives a member this way reads effects as values: a vote's node-state
+``replace`` comes before the ``Vote`` it allows, an append's ``write`` before the ``AppendPosition``
+that reports it. The module is the same object either way, so the existing drivers pay nothing for
+this seam.
 
-Storage is not an effect here: the archive appends, recording-log entries and node-state syncs a
-step makes are done inside the step, on the context's storage, before the step returns.
+A storage change is reported once it is made (write-through): the step writes, the storage it was
+given decides how (a file, memory, an injected fault), and the effect says what was written. A
+failed write raises in the step as on a real disk and is not reported.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from clusterlab.core.archive.storage import ObservedStorage, StorageChange
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.consensus.context import Channel, ConsensusModuleContext, EventSink, Outbox
@@ -55,6 +61,10 @@ class Event:
     detail: dict[str, Any]
 
 
+Effect = MemberSend | EgressSend | Event | StorageChange
+"""One effect of a step, of any kind (:attr:`Effects.ordered` holds them in the order made)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Received:
     """One message arriving from ``member_id`` (``NULL_VALUE`` for a client's ingress) on ``channel``,
@@ -72,7 +82,9 @@ class Received:
 
 @dataclass(frozen=True, slots=True)
 class Effects:
-    """Everything one step of a member did that others can see, in the order it did it per kind.
+    """Everything one step of a member did that others can see: per kind in ``sends``, ``egress``,
+    ``events`` and ``storage`` (each in the order made), and all of them in one sequence in
+    ``ordered`` (what came before what: a change on storage before the message it makes true).
 
     ``next_deadline_ns`` is the absolute time the module next needs a duty cycle (its
     ``next_deadline_ns()`` after the step); ``work_count`` is the duty cycle's work count (0 when
@@ -83,55 +95,66 @@ class Effects:
     events: tuple[Event, ...]
     next_deadline_ns: int
     work_count: int = 0
+    storage: tuple[StorageChange, ...] = ()
+    ordered: tuple[Effect, ...] = ()
 
     @property
     def is_empty(self) -> bool:
-        """Nothing sent and nothing reported."""
-        return not self.sends and not self.egress and not self.events
+        """Nothing sent, nothing reported, nothing changed on storage."""
+        return not self.ordered
 
 
 class EffectsCollector:
-    """An :class:`Outbox` and, through :meth:`event`, an :data:`EventSink` that keep what they are
-    given until :meth:`take` returns it as an :class:`Effects`.
+    """An :class:`Outbox`, through :meth:`event` an :data:`EventSink` and through :meth:`changed` an
+    :class:`ObservedStorage` observer, keeping what they are given, in order, until :meth:`take`
+    returns it as an :class:`Effects`.
 
     Sends are decoded so effects are messages, not bytes. ``observe_send``, when given, sees each
-    send the moment the module makes it: storage writes are not effects, so this is how a test sees
-    what was on disk when a message left (a vote must be durable before it is sent)."""
+    send the moment the module makes it (a test's hook that reads the world as it was then)."""
 
     def __init__(self, observe_send: Callable[[MemberSend], None] | None = None) -> None:
         self._observe_send = observe_send
-        self._sends: list[MemberSend] = []
-        self._egress: list[EgressSend] = []
-        self._events: list[Event] = []
+        self._ordered: list[Effect] = []
 
     def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
         sent = MemberSend(member_id, channel, decode(payload))
-        self._sends.append(sent)
+        self._ordered.append(sent)
         if self._observe_send is not None:
             self._observe_send(sent)
 
     def send_egress(self, response_channel: str, payload: bytes) -> None:
-        self._egress.append(EgressSend(response_channel, decode(payload)))
+        self._ordered.append(EgressSend(response_channel, decode(payload)))
 
     def event(self, kind: str, member_id: int, term: int | None, pos: int | None, detail: dict[str, Any]) -> None:
-        self._events.append(Event(kind, member_id, term, pos, detail))
+        self._ordered.append(Event(kind, member_id, term, pos, detail))
+
+    def changed(self, change: StorageChange) -> None:
+        self._ordered.append(change)
 
     def take(self, next_deadline_ns: int, work_count: int = 0) -> Effects:
         """Everything collected since the last take, emptying the collector."""
-        effects = Effects(tuple(self._sends), tuple(self._egress), tuple(self._events), next_deadline_ns, work_count)
-        self._sends.clear()
-        self._egress.clear()
-        self._events.clear()
-        return effects
+        ordered = tuple(self._ordered)
+        self._ordered.clear()
+        return Effects(
+            sends=tuple(e for e in ordered if isinstance(e, MemberSend)),
+            egress=tuple(e for e in ordered if isinstance(e, EgressSend)),
+            events=tuple(e for e in ordered if isinstance(e, Event)),
+            next_deadline_ns=next_deadline_ns,
+            work_count=work_count,
+            storage=tuple(e for e in ordered if isinstance(e, StorageChange)),
+            ordered=ordered,
+        )
 
 
 class SteppedModule:
     """A sans-IO member driven step by step: each call gives one input and returns its :class:`Effects`.
 
     ``context_for`` builds the module's context around the collecting outbox and event sink it is
-    given. ``module`` is the ConsensusModule itself, for reading state; effects of calls made on it
-    directly (``offer``, ``enter_election``, ...) are returned by the next step or by :meth:`drain`.
-    Storage appends and syncs happen inside each step (see the module docstring)."""
+    given; its storage is wrapped in an :class:`ObservedStorage`, so every change a step makes on it
+    is an effect of that step (the first step's effects include what the module's construction
+    wrote: directories, an empty recording log). ``module`` is the ConsensusModule itself, for
+    reading state; effects of calls made on it directly (``offer``, ``enter_election``, ...) are
+    returned by the next step or by :meth:`drain`."""
 
     def __init__(
         self,
@@ -140,7 +163,10 @@ class SteppedModule:
         observe_send: Callable[[MemberSend], None] | None = None,
     ) -> None:
         self._collector = EffectsCollector(observe_send)
-        self.module = ConsensusModule(context_for(self._collector, self._collector.event))
+        context = context_for(self._collector, self._collector.event)
+        if context.storage is not None:
+            context.storage = ObservedStorage(context.storage, self._collector.changed)
+        self.module = ConsensusModule(context)
 
     def _take(self, work_count: int = 0) -> Effects:
         return self._collector.take(self.module.next_deadline_ns(), work_count)

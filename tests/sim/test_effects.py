@@ -1,14 +1,19 @@
 """The effects seam (clusterlab.core.consensus.effects): a member stepped by hand returns, for each
-input, what it sent to members and to clients, the events it reported and when it next needs a duty
-cycle, as one value; nothing leaves through a callback the caller has to capture."""
+input, what it sent to members and to clients, the events it reported, what it changed on storage
+(in the order it did all of it) and when it next needs a duty cycle, as one value; nothing leaves
+through a callback the caller has to capture."""
 
 from __future__ import annotations
 
+import errno
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from clusterlab.core.archive.storage import MemoryStorage
-from clusterlab.core.codec.consensus import CanvassPosition, RequestVote, Vote
+import pytest
+from clusterlab.core.archive.storage import MemoryStorage, ObservedStorage, StorageChange
+from clusterlab.core.codec.consensus import AppendPosition, CanvassPosition, RequestVote, Vote
 from clusterlab.core.codec.enums import BooleanType, EventCode
 from clusterlab.core.codec.session import SessionConnectRequest, SessionEvent
 from clusterlab.core.consensus.context import (
@@ -25,7 +30,8 @@ from clusterlab.core.consensus.context import (
 )
 from clusterlab.core.consensus.effects import Effects, EgressSend, Event, MemberSend, Received, SteppedModule
 
-from tests.sim.probe import Probe
+from clusterlab.testing.faulty_storage import FaultyStorage
+from tests.sim.probe import Probe, session_entries
 
 T = Timeouts.fast()
 PEERS = (1, 2)
@@ -223,7 +229,81 @@ def test_effects_of_calls_on_the_module_are_drained(tmp_path: Path) -> None:
     end = probe.cm.offer(b"entry", now)
 
     due = probe.stepped.drain()
-    assert due.is_empty and due.next_deadline_ns == now
+    assert (due.sends, due.egress, due.events) == ((), (), ()) and due.next_deadline_ns == now
+    [appended] = due.ordered  # the leader appends to its own log at once
+    assert isinstance(appended, StorageChange) and appended.op == "write"
+    assert appended.path.startswith("archive/log/") and appended.offset + appended.length == end
     sent = probe.stepped.tick(now).sends
     assert {s.member_id for s in sent if s.channel == Channel.LOG} == set(PEERS)
     assert end > 0
+
+
+def _index(effects: Effects, wanted: type, where: Callable[[Any], bool]) -> int:
+    """Where in ``effects.ordered`` the first effect of type ``wanted`` for which ``where`` holds is."""
+    return next(i for i, e in enumerate(effects.ordered) if isinstance(e, wanted) and where(e))
+
+
+def test_a_vote_is_on_storage_before_it_is_sent(tmp_path: Path) -> None:
+    """Aeron's Election.onRequestVote: the candidate term id is in the node-state file before the
+    Vote that grants it leaves; the step's effects say so in their order."""
+    member, _ = _canvassing(tmp_path)
+    request = RequestVote(
+        log_leadership_term_id=NULL_VALUE,
+        log_position=0,
+        candidate_term_id=3,
+        candidate_member_id=2,
+        protocol_version=PROTOCOL_VERSION,
+    )
+
+    answered = member.receive(5, Received.of(2, request))
+
+    persisted = _index(answered, StorageChange, lambda c: c.op == "replace" and c.path == "node-state.dat")
+    sent = _index(answered, MemberSend, lambda s: isinstance(s.message, Vote))
+    assert persisted < sent
+    assert answered.storage == (answered.ordered[persisted],)
+
+
+def test_a_follower_appends_a_log_block_before_it_reports_the_append_position(tmp_path: Path) -> None:
+    probe = Probe(tmp_path)
+    probe.to_follower(leader=1, leadership_term_id=0)
+    frames = session_entries(0, 0, [b"a" * 20, b"b" * 20])
+    end = sum(len(f) for f in frames)
+
+    block = Received.of(1, probe.log_block(1, 0, 0, b"".join(frames)), Channel.LOG)
+    appended = probe.stepped.step(probe.now_ns, block)
+
+    [write] = [c for c in appended.storage if c.op == "write" and c.path.startswith("archive/log/")]
+    assert (write.offset, write.length) == (0, end)
+    reported = _index(appended, MemberSend, lambda s: isinstance(s.message, AppendPosition))
+    assert appended.ordered.index(write) < reported
+    assert appended.ordered[reported].message.log_position == end
+
+
+def test_observed_storage_reports_each_change_once_made_and_not_a_failed_one() -> None:
+    changes: list[StorageChange] = []
+    faulty = FaultyStorage(MemoryStorage())
+    storage = ObservedStorage(faulty, changes.append)
+
+    storage.make_dirs("d")
+    storage.make_dirs("d")  # already there: nothing changed
+    f = storage.open("d/f")
+    f.write(0, b"abc")
+    f.sync()
+    f.truncate(1)
+    storage.replace("d/g", b"xy", sync=True)
+    storage.remove("d/missing", missing_ok=True)  # nothing there: nothing changed
+    storage.remove("d/g")
+    faulty.fail_writes(errno.ENOSPC, "d/")
+    with pytest.raises(OSError):
+        f.write(1, b"z")
+
+    assert changes == [
+        StorageChange("make_dirs", "d"),
+        StorageChange("create", "d/f"),
+        StorageChange("write", "d/f", 0, 3),
+        StorageChange("sync", "d/f", synced=True),
+        StorageChange("truncate", "d/f", length=1),
+        StorageChange("replace", "d/g", length=2, synced=True),
+        StorageChange("remove", "d/g"),
+    ]
+    assert storage.read_file("d/f") == b"a"

@@ -2,7 +2,7 @@
 
 Each script drives one real ConsensusModule, a member of a cluster whose other members the script
 plays, through :class:`~clusterlab.core.consensus.effects.SteppedModule`, and prints every effect of
-every input: the messages it sends, its events and its next deadline. Commands:
+every input: the messages it sends, its events, its storage changes and its next deadline. Commands:
 
 - ``member id=I members=N [appointed_leader=L]`` — a fresh member (memory storage, fast timeouts, a
   seeded random source) at time 0, not yet started; a script begins with one.
@@ -17,9 +17,12 @@ every input: the messages it sends, its events and its next deadline. Commands:
   the ingress socket, without a duty cycle after it: the deadline then says when the module wants one.
 - ``state`` — role, election state, terms and positions.
 
-Times are milliseconds (``at=250`` or ``at=250ms``; ``us`` and ``s`` suffixes too). Output lines are
-``@T send -> M channel Message field=value ...``, ``@T egress -> channel Message ...``,
-``@T event kind term=.. pos=.. key=value ...`` and, after each command, ``deadline T``.
+Times are milliseconds (``at=250`` or ``at=250ms``; ``us`` and ``s`` suffixes too). Output lines are, in the order
+the module made them, ``@T send -> M channel Message field=value ...``, ``@T egress -> channel Message
+...``, ``@T event kind term=.. pos=.. key=value ...`` and ``@T storage op path ...`` (a change on the
+member's storage: ``create``, ``write offset=.. length=..``, ``truncate length=..``, ``sync``,
+``replace length=.. [synced]``, ``remove``, ``make_dirs``, ``sync_dir``); after each command,
+``deadline T``.
 ``CLUSTERLAB_REWRITE=1`` rewrites the scripts with what the code prints (tests/sim/datadriven.py)."""
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from clusterlab.core.consensus.context import (
     Outbox,
     Timeouts,
 )
-from clusterlab.core.consensus.effects import Effects, Received, SteppedModule
+from clusterlab.core.consensus.effects import Effect, Effects, EgressSend, Event, MemberSend, Received, SteppedModule
 from clusterlab.core.consensus.members import ClusterMember
 
 from tests.sim.datadriven import key_values, run_script
@@ -99,6 +102,23 @@ def show_message(message: Message) -> str:
         for f in dataclasses.fields(message)  # type: ignore[arg-type]  # every codec message is a dataclass
     )
     return f"{type(message).__name__} {fields}".rstrip()
+
+
+def show_effect(effect: Effect) -> str:
+    """One effect as a script prints it (without its time)."""
+    if isinstance(effect, MemberSend):
+        return f"send -> {effect.member_id} {effect.channel.name.lower()} {show_message(effect.message)}"
+    if isinstance(effect, EgressSend):
+        return f"egress -> {effect.response_channel} {show_message(effect.message)}"
+    if isinstance(effect, Event):
+        detail = " ".join(f"{k}={show_value(v)}" for k, v in sorted(effect.detail.items()))
+        term = "-" if effect.leadership_term_id is None else effect.leadership_term_id
+        pos = "-" if effect.log_position is None else effect.log_position
+        return f"event {effect.kind} term={term} pos={pos} {detail}".rstrip()
+    shape = {"write": f"offset={effect.offset} length={effect.length}", "truncate": f"length={effect.length}"}
+    if effect.op == "replace":
+        return f"storage replace {effect.path} length={effect.length}" + (" synced" if effect.synced else "")
+    return f"storage {effect.op} {effect.path} {shape.get(effect.op, '')}".rstrip()
 
 
 def build_message(words: list[str], pairs: dict[str, str]) -> Message:
@@ -162,14 +182,7 @@ class ScriptedMember:
 
     def lines(self, effects: Effects) -> list[str]:
         at = f"@{show_time(self.now_ns)}"
-        out = [f"{at} send -> {s.member_id} {s.channel.name.lower()} {show_message(s.message)}" for s in effects.sends]
-        out += [f"{at} egress -> {e.response_channel} {show_message(e.message)}" for e in effects.egress]
-        for e in effects.events:
-            detail = " ".join(f"{k}={show_value(v)}" for k, v in sorted(e.detail.items()))
-            term = "-" if e.leadership_term_id is None else e.leadership_term_id
-            pos = "-" if e.log_position is None else e.log_position
-            out.append(f"{at} event {e.kind} term={term} pos={pos} {detail}".rstrip())
-        return out
+        return [f"{at} {show_effect(effect)}" for effect in effects.ordered]
 
     def run_to(self, end_ns: int) -> list[str]:
         """Every duty cycle the module asks for up to ``end_ns``; the clock ends there."""
