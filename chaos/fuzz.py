@@ -6,91 +6,29 @@ while; the online safety checker samples every live member after each phase. The
 everything, restarts every member and requires progress within a bound. Same seed, same run.
 
 Unlike a scenario run (clusterlab.chaos.runner: a schedule of named nemeses, a recorded trace, the
-pyarrow and Spark verdicts), nothing is recorded: it is cheap enough to sweep hundreds of seeds.
-
-``UniqueKeyPuts`` puts unique keys (``k<n> = v<n>``), so durability is a simple question: every put
-that got an ``ok`` reply must be in every member's final state. A put without a reply has an
-unknown outcome and may or may not be applied; a put is never applied twice because each key is
-written once. (clusterlab.chaos.workload's workloads, with a model of every reply, drive scenario runs.)
+DuckDB and Spark verdicts), nothing is recorded: it is cheap enough to sweep hundreds of seeds. The
+client load is the scenario runs' own (:class:`~clusterlab.chaos.workload.SimWorkload` with the
+service's workload): every reply is checked against the service's model as it arrives, and after the
+heal every key is read back, so an acknowledged write that is gone fails the schedule with a
+:class:`~clusterlab.harness.invariants.SafetyViolation`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
 
+from clusterlab.chaos.sample_workloads import WORKLOADS
 from clusterlab.chaos.target import converged
+from clusterlab.chaos.workload import SimWorkload
 from clusterlab.core.archive.layout import LOG_DIR
 from clusterlab.core.archive.recording import RecordingStore
 from clusterlab.core.consensus.context import MS, SECOND, ElectionState, Role
 from clusterlab.harness.invariants import SafetyChecker
-from clusterlab.harness.services.kv import decode_reply, put
 from clusterlab.harness.sim import SimCluster
 from clusterlab.harness.simnet import NetworkConfig
 
-
-@dataclass
-class UniqueKeyPuts:
-    """Puts of keys written once each (``k<n> = v<n>``) through one client at a time, reconnecting when the
-    session is lost."""
-
-    cluster: Any
-    next_id: int = 0
-    acked: dict[int, str] = field(default_factory=dict)  # request id -> value acknowledged
-    invoked: int = 0
-    reconnects: int = 0
-    _client: Any = None
-    _seen_replies: int = 0
-
-    def _ensure_client(self) -> Any:
-        c = self._client
-        if c is None or c.client.is_closed or c.errors:
-            if c is not None:
-                self._drain(c)
-                self.reconnects += 1
-            c = self.cluster.add_client()
-            c.client.connect(self.cluster.now_ns)
-            self._client = c
-            self._seen_replies = 0
-        return c
-
-    def _drain(self, c: Any) -> None:
-        for msg in c.received[self._seen_replies :]:
-            try:
-                reply = decode_reply(msg.payload)
-            except ValueError:
-                continue
-            if reply.get("ok") and isinstance(reply.get("id"), int):
-                self.acked[reply["id"]] = f"v{reply['id']}"
-        self._seen_replies = len(c.received)
-
-    def step(self, count: int) -> None:
-        """Offer up to ``count`` puts (only while connected) and collect replies."""
-        c = self._ensure_client()
-        self._drain(c)
-        if not c.client.is_connected:
-            return
-        for _ in range(count):
-            self.next_id += 1
-            c.client.offer(put(self.next_id, f"k{self.next_id}", f"v{self.next_id}"), self.cluster.now_ns)
-            self.invoked += 1
-
-    def collect(self) -> None:
-        if self._client is not None:
-            self._drain(self._client)
-
-    def check_durable(self, entries_of_member: dict[int, dict[str, Any]]) -> None:
-        """Every acknowledged put is in every member's state (``entries`` maps key -> (value, rev))."""
-        self.collect()
-        for member_id, entries in entries_of_member.items():
-            for request_id, value in self.acked.items():
-                got = entries.get(f"k{request_id}")
-                got_value = got[0] if isinstance(got, (tuple, list)) else got
-                if got_value != value:
-                    raise AssertionError(
-                        f"durability: acknowledged put k{request_id}={value} is {got_value!r} on member {member_id}"
-                    )
+OPS_PER_SECOND = 1000.0  # the workload's offered rate while a burst runs (at most one op per key outstanding)
 
 
 @dataclass
@@ -116,12 +54,16 @@ def run_random_schedule(
     directory: str | None = None,
     service: str | None = None,
     mutants: frozenset[str] = frozenset(),
+    workload: str | None = None,
 ) -> ScheduleResult:
     """Run one seeded schedule; raises SafetyViolation or SimTimeout (with the seed) on failure.
 
-    With ``service="kv"`` every member runs the key-value service and a client workload writes
-    through the leader: then also every acknowledged write must survive and every member's service
+    With a ``service`` every member runs it and, for a sample service (kv, counter, timers), its
+    workload drives a client through the leader: every reply must be what the service's model allows,
+    every key read back after the heal must hold what was acknowledged, and every member's service
     must agree on entry and state digest at every log position; snapshots join the fault mix.
+    ``workload`` names the service's workload when ``service`` is not a sample's name (a planted
+    variant of one, a user's service: ``package.module:factory``).
     ``mutants``: planted bugs switched on (clusterlab.testing.mutants; judged without the
     members' white-box invariant asserts, as real processes run)."""
     rng = random.Random(f"schedule:{seed}")
@@ -141,7 +83,7 @@ def run_random_schedule(
         mutants=mutants,
         check_invariants=not mutants,
     ) as c:
-        load = _ClientLoad(c, rng, seed, UniqueKeyPuts(c) if service == "kv" else None)
+        load = _ClientLoad(c, rng, seed, _workload_of(c, seed, workload, service, network))
         c.await_leader(30 * SECOND)
         checker.check(c)
         for _ in range(phases):
@@ -154,6 +96,25 @@ def run_random_schedule(
         _final_phase(c, load)
         _judge_end(c, checker, load.workload, result)
     return result
+
+
+def _workload_of(
+    c: SimCluster, seed: int, workload: str | None, service: str | None, network: NetworkConfig
+) -> SimWorkload | None:
+    """The client load of a schedule: ``workload`` (a sample's name or ``package.module:factory``), else
+    the sample service's own, else None (raw payloads).
+
+    Requests are resent as a real client resends them (tagged with the client, so a deduplicating
+    service applies each once). A network that duplicates messages duplicates clients' requests too,
+    which Aeron's ingress never does; a service whose workload does not deduplicate would apply the
+    copies, so under such a network it gets raw payloads instead."""
+    name = workload or (service if service in WORKLOADS else None)
+    if name is None:
+        return None
+    load = SimWorkload(service=name, seed=seed, rate=OPS_PER_SECOND, cluster=c, resends=True)
+    if network.duplicate_probability > 0 and not load.service_workload.resend:
+        return None
+    return load
 
 
 def _network_of(rng: random.Random) -> NetworkConfig:
@@ -235,50 +196,39 @@ def _disk_fault(
 
 @dataclass
 class _ClientLoad:
-    """Client load through whoever leads (an isolated leader appends but cannot commit): the workload's puts,
-    or, without a service, numbered raw payloads offered to the leader."""
+    """Client load through whoever leads (an isolated leader appends but cannot commit): the service's
+    workload, or, without one, numbered raw payloads offered to the leader."""
 
     cluster: SimCluster
     rng: random.Random
     seed: int
-    workload: UniqueKeyPuts | None
+    workload: SimWorkload | None
     payload_no: int = 0
 
     def burst(self) -> None:
-        """A phase's load: up to 40 messages, a few milliseconds apart."""
+        """A phase's load: up to 40 rounds a few milliseconds apart, each offering the ops due (or one
+        raw payload)."""
         c, rng = self.cluster, self.rng
         for _ in range(rng.randrange(0, 40)):
             if self.workload is not None:
-                self.workload.step(1)
+                self.workload.step()
             else:
                 self.payload_no += 1
                 c.offer(f"op-{self.seed}-{self.payload_no}".encode() * rng.randrange(1, 4))
             c.run_for(rng.randrange(0, 5) * MS)
 
     def final(self) -> None:
-        """The healed phase's load: a put acknowledged within the bound, or five raw payloads."""
+        """The healed phase's load: an op acknowledged within the bound (earlier phases may all have
+        lacked a quorum), then every key read back, each answer checked; or five raw payloads."""
         c, workload = self.cluster, self.workload
         if workload is None:
             for _ in range(5):
                 self.payload_no += 1
                 c.offer(f"final-{self.payload_no}".encode())
             return
-        c.await_condition(lambda: _workload_step_until_connected(workload), 30 * SECOND, "client connected")
-        # Liveness after heal: a put is acknowledged within the bound (earlier phases may all have
-        # lacked a quorum); one more put every 500 ms covers a session lost to a last election.
-        acked_before, next_put_ns = len(workload.acked), c.now_ns + 500 * MS
-
-        def acked_after_heal() -> bool:
-            nonlocal next_put_ns
-            workload.collect()
-            if len(workload.acked) > acked_before:
-                return True
-            if c.now_ns >= next_put_ns:
-                workload.step(1)
-                next_put_ns = c.now_ns + 500 * MS
-            return False
-
-        c.await_condition(acked_after_heal, 30 * SECOND, "a put acknowledged after heal")
+        acked_before = workload.acked
+        workload.step_until(lambda: workload.acked > acked_before, 30 * SECOND, "an op acknowledged after heal")
+        workload.read_back(30 * SECOND)
 
 
 def _final_phase(c: SimCluster, load: _ClientLoad) -> None:
@@ -293,14 +243,14 @@ def _final_phase(c: SimCluster, load: _ClientLoad) -> None:
     c.await_condition(lambda: converged(c), 30 * SECOND, "convergence after heal")
 
 
-def _judge_end(c: SimCluster, checker: SafetyChecker, workload: UniqueKeyPuts | None, result: ScheduleResult) -> None:
-    """The end of a schedule: durability of every acknowledged put, the committed prefix on every member, a
-    leader; the figures of ``result``."""
+def _judge_end(c: SimCluster, checker: SafetyChecker, workload: SimWorkload | None, result: ScheduleResult) -> None:
+    """The end of a schedule: the workload closed (its replies in flight read), the committed prefix on
+    every member, a leader; the figures of ``result``."""
     if workload is not None:
         c.run_for(SECOND)  # replies in flight
-        checker.check(c)
-        workload.check_durable({m: c.service(m).service.entries for m in c.members_alive()})
-        result.acked_ops = len(workload.acked)
+        workload.step()
+        workload.close()
+        result.acked_ops = workload.acked
         result.invoked_ops = workload.invoked
     checker.check(c)
     checker.check_committed_prefix_at_end(c)
@@ -353,10 +303,3 @@ def _frame_boundary_at_or_below(cluster: SimCluster, member_id: int, position: i
         return p
     finally:
         store.close()
-
-
-def _workload_step_until_connected(workload: UniqueKeyPuts) -> bool:
-    """Final phase: (re)connect and write a few more puts; true once they were offered."""
-    before = workload.invoked
-    workload.step(5)
-    return workload.invoked > before

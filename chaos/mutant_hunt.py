@@ -132,13 +132,14 @@ def _online_check(message: str) -> str:
     return head if head and " " not in head and len(head) < 40 else "safety"
 
 
-def _fuzz_service(name: str | None) -> str:
-    """The service of a fuzz attempt: kv, or the kv variant of a planted kv bug, or the last sample
-    service another planted service bug replaces (the runner swaps in the variant)."""
+def _fuzz_service(name: str | None) -> tuple[str, str]:
+    """The service of a fuzz attempt and its workload: kv, or the kv variant of a planted kv bug with
+    the kv workload, or the last sample service another planted service bug replaces (the runner
+    swaps in the variant) with that service's workload."""
     if name is None or not MUTANTS[name].in_service:
-        return "kv"
+        return "kv", "kv"
     services = MUTANTS[name].services
-    return MUTANT_SERVICES[name] if "kv" in services else services[-1]
+    return (MUTANT_SERVICES[name], "kv") if "kv" in services else (services[-1], services[-1])
 
 
 def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
@@ -149,8 +150,10 @@ def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
         if attempt.scenario == FUZZ:
             from clusterlab.chaos.fuzz import run_random_schedule
 
-            service = _fuzz_service(name)
-            run_random_schedule(attempt.seed, directory=str(directory), service=service, mutants=chosen)
+            service, workload = _fuzz_service(name)
+            run_random_schedule(
+                attempt.seed, directory=str(directory), service=service, mutants=chosen, workload=workload
+            )
             return Detection(False)
         r = run_scenario(
             attempt.scenario,
@@ -167,13 +170,9 @@ def judge(name: str | None, attempt: Attempt, directory: Path) -> Detection:
         return Detection(True, "online: " + _online_check(str(e)), str(e)[:300])
     except ChaosTimeout as e:
         return Detection(True, "progress", str(e)[:300])
-    except AssertionError as e:  # SimTimeout (a progress bound), the fuzz driver's durability check, a crash
-        if type(e).__name__ == "SimTimeout":
-            kind = "progress"
-        elif str(e).startswith("durability"):
-            kind = "fuzz: durability"
-        else:
-            kind = "crash: AssertionError"  # a member's own guard failed: its process would die of it
+    except AssertionError as e:  # SimTimeout (a progress bound), a crash
+        # A SimTimeout is a progress bound; any other: a member's own guard failed (its process would die of it).
+        kind = "progress" if type(e).__name__ == "SimTimeout" else "crash: AssertionError"
         return Detection(True, kind, str(e)[:300])
     except ValueError:
         raise  # a bad attempt (unknown scenario, wrong size): a bug of the catalogue, not a detection

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ from clusterlab.core.client.client import CLUSTER_UNAVAILABLE
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout, tag_client
+from clusterlab.harness.sim_errors import SimTimeout
 
 SERVICES = tuple(WORKLOADS)  # the sample services' workloads, by name
 _ONE = COUNTER_KEY  # the one object of a service whose ops carry no key
@@ -601,6 +603,26 @@ class SimWorkload(Workload):
             self._open[new.op_id] = new
             self._record(new, "invoke")
             self._send(new, c, now)
+
+    def step_until(self, done: Callable[[], bool], timeout_ns: int, what: str) -> None:
+        """Run the simulator and this workload (a step every 10 ms of virtual time) until ``done()``;
+        SimTimeout, with the seed, when it does not hold within ``timeout_ns``."""
+        c = self.cluster
+        end = c.now_ns + timeout_ns
+        while not done():
+            if c.now_ns >= end:
+                raise SimTimeout(
+                    f"{what} not reached within {timeout_ns / SECOND:.3f}s simulated; {c.status_line()}; "
+                    f"seed={c.seed} re-run: {c.repro()}"
+                )
+            c.run_for(SECOND // 100)
+            self.step()
+
+    def read_back(self, timeout_ns: int) -> None:
+        """The final reads in the simulator: every key read once more within ``timeout_ns``, each answer
+        checked (an acknowledged write that is gone raises SafetyViolation)."""
+        self.begin_final_reads()
+        self.step_until(lambda: self.final_done, timeout_ns, "every key read back")
 
     def close(self) -> None:
         for i, op in sorted(self._sim_flights.items()):

@@ -17,8 +17,8 @@ the trace tables of docs/trace-schema.md, with the virtual time as both ``wall_n
   which is the same virtual instant.
 - ``applied`` rows of every service, events (source ``harness`` for lifecycle and faults, ``node-<i>``
   for what members emit, ``service-<i>`` for a service agent's ``start`` and ``service_terminate``, held
-  by its host until the host is wrapped), and client ops of an attached UniqueKeyPuts workload (clusterlab.chaos.fuzz)
-  (:meth:`SimRecording.attach_workload`).
+  by its host until the host is wrapped), and the ``ops`` rows a workload writes through
+  :meth:`SimRecording.recorder` (clusterlab.chaos.workload.SimWorkload's ``recording``).
 - run.json, and at :meth:`SimRecording.close` the committed ``log`` table read from the members' archives.
 
 Each member incarnation is a new process incarnation: files ``node-1-i0``, ``node-1-i1``, ... A kill
@@ -33,7 +33,6 @@ the node <-> service queues, which have none, are wrapped on each service host.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +41,6 @@ from typing import Any
 from clusterlab.core.consensus.context import Channel
 from clusterlab.core.runtime.config import service_process_name
 from clusterlab.harness.recorder import DROP, RECV, SEND, ProcessRecorder, RunRecorder
-from clusterlab.harness.services.kv import decode_reply
 from clusterlab.harness.sim_parts import CLIENT_ID_BASE
 from clusterlab.harness.simnet import DROP_DOWN, Delivery
 
@@ -172,7 +170,6 @@ class SimRecording:
         self.down_drops_between_members = 0
         self.rows = Counter[str]()
         self.highest_commit = 0
-        self._workloads: list[_WorkloadRecorder] = []
         self.closed = False
         self._attach()
 
@@ -392,22 +389,13 @@ class SimRecording:
         if source == "harness" and kind in ("kill", "stop"):
             self._end_incarnation(event["member_id"])
 
-    # ------------------------------------------------------------------------------- workloads
-
-    def attach_workload(self, workload: Any) -> None:
-        """Record a UniqueKeyPuts workload's history: ``invoke`` per put, ``ok`` (or ``fail``) on its reply, ``info``
-        when the outcome became unknown (its client was replaced, or the run ended)."""
-        self._workloads.append(_WorkloadRecorder(self, workload))
-
     # ------------------------------------------------------------------------------- close
 
     def close(self, outcome: str = "ok", extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Detach, finish the ops, close every file, write the committed log and run.json."""
+        """Detach, close every file, write the committed log and run.json."""
         if self.closed:
             return self.run.meta
         self.closed = True
-        for w in self._workloads:
-            w.finish()
         self._detach()
         c = self.cluster
         highest = self.highest_commit
@@ -440,74 +428,6 @@ class SimRecording:
             earlier_dirs=list(c.retired_storages),
             payload_refs=False,  # goldens compare the simulator's message table byte for byte
         )
-
-
-class _WorkloadRecorder:
-    """Wraps one UniqueKeyPuts instance's ``step`` and ``_drain`` to write its client's ops rows."""
-
-    def __init__(self, recording: SimRecording, workload: Any) -> None:
-
-        self._decode_reply = decode_reply
-        self.recording = recording
-        self.workload = workload
-        self.outstanding: dict[int, tuple[Any, str, str]] = {}  # op id -> (sim client, key, value)
-        self._step = workload.step
-        self._drain = workload._drain
-        workload.step = self.step
-        workload._drain = self.drain
-
-    def _rec(self, client: Any) -> ProcessRecorder:
-        return self.recording.recorder(f"client-{client.client_id}", -1, 0)
-
-    def step(self, count: int) -> None:
-        w = self.workload
-        before_id, before_client = w.next_id, w._client
-        self._step(count)
-        if before_client is not None and w._client is not before_client:
-            self._unknown(before_client)
-        c = w._client
-        for op_id in range(before_id + 1, w.next_id + 1):
-            key, value = f"k{op_id}", f"v{op_id}"
-            self.outstanding[op_id] = (c, key, value)
-            self._rec(c).op(
-                c.client_id, op_id, "invoke", "put", key, value,
-                cluster_session_id=c.client.cluster_session_id, wall_ns=self.recording._now(),
-            )  # fmt: skip
-
-    def drain(self, c: Any) -> None:
-        for msg in c.received[self.workload._seen_replies :]:
-            try:
-                reply = self._decode_reply(msg.payload)
-            except ValueError:
-                continue
-            op_id = reply.get("id")
-            if not isinstance(op_id, int):
-                continue
-            pending = self.outstanding.get(op_id)
-            if pending is None or pending[0] is not c:
-                continue
-            del self.outstanding[op_id]
-            kind = "fail" if "error" in reply else "ok"
-            self._rec(c).op(
-                c.client_id, op_id, kind, "put", pending[1], pending[2],
-                result=json.dumps(reply, sort_keys=True, separators=(",", ":")),
-                cluster_session_id=c.client.cluster_session_id, wall_ns=self.recording._now(),
-            )  # fmt: skip
-        self._drain(c)
-
-    def _unknown(self, client: Any) -> None:
-        for op_id, (c, key, value) in sorted(self.outstanding.items()):
-            if c is client:
-                del self.outstanding[op_id]
-                self._rec(c).op(c.client_id, op_id, "info", "put", key, value, wall_ns=self.recording._now())
-
-    def finish(self) -> None:
-        w = self.workload
-        if w._client is not None:
-            self.drain(w._client)
-        for c in {id(c): c for c, _k, _v in self.outstanding.values()}.values():
-            self._unknown(c)
-        w.step, w._drain = self._step, self._drain
 
 
 def record_sim(

@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 from clusterlab.chaos.fuzz import ScheduleResult, run_random_schedule
+from clusterlab.chaos.runner import MUTANT_SERVICES
+from clusterlab.harness.invariants import SafetyViolation
 
 from clusterlab.pytest_plugin import parse_seeds
+from clusterlab.testing.mutants import STALE_READ, mutant_set
 
 pytestmark = pytest.mark.sim
 
@@ -110,10 +113,11 @@ def test_long_random_schedule_regressions(seed: int, phases: int, tmp_path: Path
     assert result.committed_bytes > 0
 
 
-# The same schedules with every member running the key-value service and a client writing through
-# the leader: snapshots join the faults, and on top of the log checks every member's service must
-# agree on entry and state digest at every log position, apply contiguously, and hold every
-# acknowledged write at the end.
+# The same schedules with every member running the key-value service and its workload's client
+# (clusterlab.chaos.workload.SimWorkload) going through the leader: snapshots join the faults, and on
+# top of the log checks every member's service must agree on entry and state digest at every log
+# position, apply contiguously, answer every op as the kv model allows and, read back after the heal,
+# hold every acknowledged write.
 SERVICE_SEEDS = SEEDS[:100] if not os.environ.get(SEEDS_ENV) else SEEDS
 SERVICE_CHUNKS = split(SERVICE_SEEDS, 5)
 
@@ -126,7 +130,7 @@ def test_random_fault_schedules_with_kv_service_agree_at_every_position(seeds: l
         try:
             result = run_random_schedule(seed, directory=str(tmp_path / f"kv-{seed}"), service="kv")
             assert result.applied_rows > 0, "no service applied anything"
-            assert result.acked_ops > 0, "no write was acknowledged"
+            assert result.acked_ops > 0, "no op was acknowledged"
         except Exception as e:
             detail = f"{type(e).__name__}: {e}".strip()[:2_000]
             failures.append(f"seed {seed} (service kv) failed: {detail}\n    re-run: {rerun_command(seed)}")
@@ -137,3 +141,29 @@ def test_random_fault_schedules_with_kv_service_agree_at_every_position(seeds: l
     if len(seeds) >= MIN_SEEDS_FOR_COVERAGE:
         kinds = Counter(a.split()[0] for r in results for a in r.actions)
         assert kinds["snapshot"] > 0 and kinds["kill"] > 0 and kinds["truncate"] > 0, dict(kinds)
+
+
+def test_a_service_that_serves_stale_reads_fails_the_schedule_the_correct_one_passes(tmp_path: Path) -> None:
+    """The schedule's client checks every reply against the service's model: a kv store that answers
+    reads from a stale copy (planted, black-box) fails seed 1, which the correct store passes."""
+    passed = run_random_schedule(1, directory=str(tmp_path / "kv"), service="kv")
+    assert passed.acked_ops > 0 and passed.invoked_ops >= passed.acked_ops
+
+    with pytest.raises(SafetyViolation, match="acknowledged history broken"):
+        run_random_schedule(
+            1,
+            directory=str(tmp_path / "stale"),
+            service=MUTANT_SERVICES[STALE_READ],
+            workload="kv",
+            mutants=mutant_set([STALE_READ]),
+        )
+
+
+def test_a_service_that_does_not_deduplicate_gets_raw_payloads_on_a_duplicating_network(tmp_path: Path) -> None:
+    """Seed 1's network duplicates messages, clients' requests among them (which Aeron's ingress never
+    does): the counter would count a copy twice, so its schedule offers raw payloads; seed 3's network
+    does not, and the counter's workload runs and is checked."""
+    duplicating = run_random_schedule(1, directory=str(tmp_path / "s1"), service="counter")
+    assert duplicating.invoked_ops == 0 and duplicating.committed_bytes > 0
+    clean = run_random_schedule(3, directory=str(tmp_path / "s3"), service="counter")
+    assert clean.acked_ops > 0

@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from clusterlab.chaos.fuzz import UniqueKeyPuts
 from clusterlab.chaos.target import converged
+from clusterlab.chaos.workload import SimWorkload
 from clusterlab.core.codec.digests import entry_digest as codec_entry_digest
 from clusterlab.core.consensus.context import MS, SECOND, Channel
 from clusterlab.harness.sim import SimCluster
@@ -44,11 +44,11 @@ SEED = 5
 MEMBER_CHANNELS = {"consensus", "log", "catchup", "archive"}
 
 
-def drive(c: SimCluster, workload: UniqueKeyPuts, duration_ms: int) -> None:
-    """One put every 10 ms of simulated time."""
+def drive(c: SimCluster, workload: SimWorkload, duration_ms: int) -> None:
+    """The kv workload (an op every 10 ms of simulated time, one outstanding per key)."""
     end = c.now_ns + duration_ms * MS
     while c.now_ns < end:
-        workload.step(1)
+        workload.step()
         c.run_for(10 * MS)
 
 
@@ -57,8 +57,7 @@ def run_scenario(directory: Path, seed: int = SEED, network: NetworkConfig | Non
     facts: dict[str, Any] = {}
     with SimCluster(members=3, seed=seed, directory=directory / "cluster", service="kv", network=network) as c:
         rec = record_sim(c, directory / "run", f"sim-trace-{seed}", "kill-restart-partition", seed)
-        workload = UniqueKeyPuts(c)
-        rec.attach_workload(workload)
+        workload = SimWorkload(service="kv", seed=seed, rate=100.0, cluster=c, recording=rec)
         leader = c.await_leader(10 * SECOND)
         drive(c, workload, 300)
         assert c.control("snapshot")  # the killed member restarts from it: a Snapshot row
@@ -76,10 +75,12 @@ def run_scenario(directory: Path, seed: int = SEED, network: NetworkConfig | Non
         c.heal()
         c.await_condition(lambda: converged(c), 20 * SECOND, "convergence after heal")
         drive(c, workload, 300)
+        workload.read_back(10 * SECOND)
         c.run_for(SECOND)
-        workload.collect()
-        facts["acked"] = dict(workload.acked)
+        workload.close()
+        facts["acked"] = {op.op_id for op in workload.history if op.outcome == "ok"}
         facts["invoked"] = workload.invoked
+        facts["written"] = {op.key for op in workload.history if op.outcome == "ok" and op.f == "put"}
         facts["entries"] = {m: dict(c.service(m).service.entries) for m in c.members_alive()}
     # Closed after the cluster: its final stops (and what they strand) are in the trace.
     facts["meta"] = rec.close("ok")
@@ -259,9 +260,8 @@ def test_events_and_ops(recorded: tuple[Run, dict[str, Any]]) -> None:
         by_op[(o["client_id"], o["op_id"])].append(o["kind"])
     assert all(kinds[0] == "invoke" and len(kinds) == 2 and kinds[1] in ("ok", "info") for kinds in by_op.values())
     ok = {op_id for (_, op_id), kinds in by_op.items() if kinds[1] == "ok"}
-    assert ok == set(facts["acked"]) and len(by_op) == facts["invoked"]
-    for entries in facts["entries"].values():
-        assert all(f"k{op_id}" in entries for op_id in ok)
+    assert ok == facts["acked"] and len(by_op) == facts["invoked"]
+    assert facts["written"] and len({json.dumps(e, sort_keys=True) for e in facts["entries"].values()}) == 1
 
 
 # ---------------------------------------------------------------------------------------- (c) plain pyarrow
