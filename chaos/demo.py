@@ -6,6 +6,9 @@ snapshot, kill the leader (the client follows the new one), keep going, truncate
 recording while it is down, restart it, then check: election safety, log matching, monotonic commit,
 the same entry and state digest on every member at every log position, contiguous application, and
 every key read back holding what was acknowledged.
+
+The run is recorded (``--dir``, default a fresh temporary directory): ``clusterlab check DIR`` judges
+it from the trace as it judges any run, and ``clusterlab trace`` reads it.
 """
 
 from __future__ import annotations
@@ -19,79 +22,106 @@ from clusterlab.chaos.workload import SimWorkload
 from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyChecker, SafetyViolation
 from clusterlab.harness.sim import SimCluster, SimTimeout
+from clusterlab.harness.sim_recording import SimRecording, record_sim
 from clusterlab.harness.simnet import NetworkConfig
 from rich.console import Console
 from rich.table import Table
 
+RUN_DIR = "run"  # the recording's directory under --dir
+
 
 def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> int:
-    """Run the scenario; print a verdict table; return 0 on success, 1 on a violation."""
+    """Run the scenario, recorded under ``directory``; print a verdict table; return 0 on success, 1 on
+    a violation."""
     console = Console()
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="clusterlab-demo-"))
     checker = SafetyChecker()
     steps: list[tuple[str, str]] = []
     started = time.perf_counter()
     network = NetworkConfig(loss_probability=0.01, duplicate_probability=0.01, reorder_probability=0.01)
+    outcome = "failed"
+    rec: SimRecording | None = None
     try:
         with SimCluster(members=members, seed=seed, directory=root, network=network, service="kv") as c:
-            # Resending (tagged) requests: the kv store applies a request the lossy network duplicated once.
-            workload = SimWorkload(service="kv", seed=seed, rate=200.0, cluster=c, resends=True)
-
-            def check() -> None:
-                checker.check(c)
-
-            def step(what: str) -> None:
-                check()
-                steps.append((f"{c.now_ns / SECOND:7.3f}s", f"{what} — {c.status_line()}"))
-
-            def write(n: int) -> None:
-                for _ in range(n):
-                    workload.step()
-                    c.run_for(SECOND // 200)
-                c.run_for(SECOND // 2)
-                workload.step()
-
-            leader = c.await_leader(30 * SECOND)
-            step(f"leader elected: member {leader}")
-            write(150)
-            step(f"client invoked {workload.invoked} ops, {workload.acked} acknowledged")
-            c.control("snapshot")
-            c.run_for(SECOND // 2)
-            step(f"snapshot taken on {sum(c.member(i).snapshot_count for i in c.members_alive())} members")
-            c.kill(leader)
-            new_leader = c.await_leader(30 * SECOND)
-            step(f"killed leader {leader}; new leader {new_leader}")
-            write(150)
-            step(f"client followed the new leader: {workload.acked} ops acknowledged")
-            follower = next(i for i in c.members_alive() if i != new_leader)
-            if members > 3:
-                c.isolate(follower)
-                step(f"isolated follower {follower}")
-            c.truncate_recording(leader, 0)
-            step(f"truncated member {leader}'s recording to 0 while it is down")
-            c.restart(leader)
-            c.heal()
-            write(50)
-            c.await_condition(lambda: converged(c), 30 * SECOND, "convergence")
-            c.run_for(SECOND)
-            step(f"restarted member {leader} (snapshot + catch-up); all members converged")
-            check()
-            checker.check_committed_prefix_at_end(c)
-            workload.read_back(30 * SECOND)
-            workload.close()
-            keys = sum(1 for op in workload.history if op.final and op.outcome == "ok")
-            digest = c.message_digest()
-            sim_seconds = c.now_ns / SECOND
+            rec = record_sim(c, root / RUN_DIR, f"demo-s{seed}-n{members}", "demo", seed)
+            # Resending (tagged) requests: the kv store applies once a request the lossy network duplicated.
+            workload = SimWorkload(service="kv", seed=seed, rate=200.0, cluster=c, resends=True, recording=rec)
+            try:
+                _walk(c, workload, checker, steps)
+                outcome = "ok"
+            finally:
+                workload.close()
     except (SafetyViolation, SimTimeout, AssertionError) as e:
         console.print(f"[bold red]FAILED[/]: {e}")
         console.print(f"re-run: clusterlab demo --seed {seed} --members {members}")
+    finally:
+        if rec is not None:  # after the cluster: its final stops are in the trace
+            rec.close(outcome, extra={"workload": {"service": "kv", "clients": 1, "client_resends": True}})
+    if rec is not None:
+        console.print(f"trace: {root / RUN_DIR} (clusterlab check {root / RUN_DIR})")
+    if outcome != "ok":
         return 1
+    keys = sum(1 for op in workload.history if op.final and op.outcome == "ok")
+    console.print(_steps_table(steps, members, seed))
+    seconds = f"{c.now_ns / SECOND:.1f} / {time.perf_counter() - started:.1f}"
+    console.print(_verdict_table(checker, workload, keys, c.message_digest(), seconds))
+    return 0
+
+
+def _walk(c: SimCluster, workload: SimWorkload, checker: SafetyChecker, steps: list[tuple[str, str]]) -> None:
+    """The scripted walk: each step's line goes to ``steps`` once the online checks pass after it."""
+
+    def step(what: str) -> None:
+        checker.check(c)
+        steps.append((f"{c.now_ns / SECOND:7.3f}s", f"{what} — {c.status_line()}"))
+
+    def write(n: int) -> None:
+        for _ in range(n):
+            workload.step()
+            c.run_for(SECOND // 200)
+        c.run_for(SECOND // 2)
+        workload.step()
+
+    leader = c.await_leader(30 * SECOND)
+    step(f"leader elected: member {leader}")
+    write(150)
+    step(f"client invoked {workload.invoked} ops, {workload.acked} acknowledged")
+    c.control("snapshot")
+    c.run_for(SECOND // 2)
+    step(f"snapshot taken on {sum(c.member(i).snapshot_count for i in c.members_alive())} members")
+    c.kill(leader)
+    new_leader = c.await_leader(30 * SECOND)
+    step(f"killed leader {leader}; new leader {new_leader}")
+    write(150)
+    step(f"client followed the new leader: {workload.acked} ops acknowledged")
+    if c.member_count > 3:
+        follower = next(i for i in c.members_alive() if i != new_leader)
+        c.isolate(follower)
+        step(f"isolated follower {follower}")
+    c.truncate_recording(leader, 0)
+    step(f"truncated member {leader}'s recording to 0 while it is down")
+    c.restart(leader)
+    c.heal()
+    write(50)
+    c.await_condition(lambda: converged(c), 30 * SECOND, "convergence")
+    c.run_for(SECOND)
+    step(f"restarted member {leader} (snapshot + catch-up); all members converged")
+    checker.check_committed_prefix_at_end(c)
+    workload.read_back(30 * SECOND)
+    step(f"every key read back: {workload.acked} of {workload.invoked} ops acknowledged")
+
+
+def _steps_table(steps: list[tuple[str, str]], members: int, seed: int) -> Table:
     table = Table(title=f"clusterlab demo — {members} members, seed {seed} (simulator)")
     table.add_column("sim time")
     table.add_column("step")
     for t, what in steps:
         table.add_row(t, what)
-    console.print(table)
+    return table
+
+
+def _verdict_table(checker: SafetyChecker, workload: SimWorkload, keys: int, digest: str, seconds: str) -> Table:
+    """What was checked and on how much: each row is a check the run passed."""
     verdict = Table(title="verdict")
     verdict.add_column("check")
     verdict.add_column("result")
@@ -109,7 +139,5 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
         f"ok ({workload.acked} of {workload.invoked} acked, {keys} keys)",
     )
     verdict.add_row("message digest", digest[:16])
-    verdict.add_row("simulated / real seconds", f"{sim_seconds:.1f} / {time.perf_counter() - started:.1f}")
-    console.print(verdict)
-    console.print(f"member files: {root}")
-    return 0
+    verdict.add_row("simulated / real seconds", seconds)
+    return verdict

@@ -69,7 +69,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "--seed", type=bounded(SEED), default=1, help=ranged("seed of the scenario (same seed, same run)", SEED)
     )
     demo.add_argument("--members", type=int, default=3, choices=[1, 3, 5], help="cluster size")
-    demo.add_argument("--dir", default=None, help="directory for member files (default: a fresh temp dir)")
+    demo.add_argument(
+        "--dir", default=None, help="where the run's recording goes, as DIR/run (default: a fresh temp dir)"
+    )
     demo.set_defaults(func=_cmd_demo)
 
     selfcheck = sub.add_parser("codec-selfcheck", help="encode/decode every message type once")
