@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clusterlab.chaos.target import converged
@@ -47,7 +48,7 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
             # Resending (tagged) requests: the kv store applies once a request the lossy network duplicated.
             workload = SimWorkload(service="kv", seed=seed, rate=200.0, cluster=c, resends=True, recording=rec)
             try:
-                _walk(c, workload, checker, steps)
+                _Walk(c, workload, checker, steps).run()
                 outcome = "ok"
             finally:
                 workload.close()
@@ -68,47 +69,73 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
     return 0
 
 
-def _walk(c: SimCluster, workload: SimWorkload, checker: SafetyChecker, steps: list[tuple[str, str]]) -> None:
+@dataclass
+class _Walk:
     """The scripted walk: each step's line goes to ``steps`` once the online checks pass after it."""
 
-    def step(what: str) -> None:
-        checker.check(c)
-        steps.append((f"{c.now_ns / SECOND:7.3f}s", f"{what} — {c.status_line()}"))
+    c: SimCluster
+    workload: SimWorkload
+    checker: SafetyChecker
+    steps: list[tuple[str, str]] = field(default_factory=list)
 
-    def write(n: int) -> None:
+    def step(self, what: str) -> None:
+        self.checker.check(self.c)
+        self.steps.append((f"{self.c.now_ns / SECOND:7.3f}s", f"{what} — {self.c.status_line()}"))
+
+    def write(self, n: int) -> None:
+        """``n`` rounds of the workload 5 ms apart, then half a second for the replies."""
         for _ in range(n):
-            workload.step()
-            c.run_for(SECOND // 200)
-        c.run_for(SECOND // 2)
-        workload.step()
+            self.workload.step()
+            self.c.run_for(SECOND // 200)
+        self.c.run_for(SECOND // 2)
+        self.workload.step()
 
-    leader = c.await_leader(30 * SECOND)
-    step(f"leader elected: member {leader}")
-    write(150)
-    step(f"client invoked {workload.invoked} ops, {workload.acked} acknowledged")
-    c.control("snapshot")
-    c.run_for(SECOND // 2)
-    step(f"snapshot taken on {sum(c.member(i).snapshot_count for i in c.members_alive())} members")
-    c.kill(leader)
-    new_leader = c.await_leader(30 * SECOND)
-    step(f"killed leader {leader}; new leader {new_leader}")
-    write(150)
-    step(f"client followed the new leader: {workload.acked} ops acknowledged")
-    if c.member_count > 3:
-        follower = next(i for i in c.members_alive() if i != new_leader)
-        c.isolate(follower)
-        step(f"isolated follower {follower}")
-    c.truncate_recording(leader, 0)
-    step(f"truncated member {leader}'s recording to 0 while it is down")
-    c.restart(leader)
-    c.heal()
-    write(50)
-    c.await_condition(lambda: converged(c), 30 * SECOND, "convergence")
-    c.run_for(SECOND)
-    step(f"restarted member {leader} (snapshot + catch-up); all members converged")
-    checker.check_committed_prefix_at_end(c)
-    workload.read_back(30 * SECOND)
-    step(f"every key read back: {workload.acked} of {workload.invoked} ops acknowledged")
+    def run(self) -> None:
+        c, workload = self.c, self.workload
+        leader = c.await_leader(30 * SECOND)
+        self.step(f"leader elected: member {leader}")
+        self.write(150)
+        self.step(f"client invoked {workload.invoked} ops, {workload.acked} acknowledged")
+        c.control("snapshot")
+        c.run_for(SECOND // 2)
+        self.step(f"snapshot taken on {sum(c.member(i).snapshot_count for i in c.members_alive())} members")
+        c.kill(leader)
+        if c.member_count == 1:
+            self.restart_the_only_member(leader)
+        else:
+            self.fail_over_and_rebuild(leader)
+        self.checker.check_committed_prefix_at_end(c)
+        workload.read_back(30 * SECOND)
+        self.step(f"every key read back: {workload.acked} of {workload.invoked} ops acknowledged")
+
+    def restart_the_only_member(self, member: int) -> None:
+        """One member: killed, it restarts from its own disk (snapshot and log) and leads again."""
+        self.c.restart(member)
+        self.c.await_leader(30 * SECOND)
+        self.step(f"killed and restarted the only member {member}: it leads again from its snapshot and log")
+        self.write(150)
+        self.step(f"client reconnected: {self.workload.acked} ops acknowledged")
+
+    def fail_over_and_rebuild(self, leader: int) -> None:
+        """The killed leader's successor takes the client; the killed member, its recording truncated
+        to nothing while it is down, rebuilds from the new leader's snapshot and log."""
+        c = self.c
+        new_leader = c.await_leader(30 * SECOND)
+        self.step(f"killed leader {leader}; new leader {new_leader}")
+        self.write(150)
+        self.step(f"client followed the new leader: {self.workload.acked} ops acknowledged")
+        if c.member_count > 3:
+            follower = next(i for i in c.members_alive() if i != new_leader)
+            c.isolate(follower)
+            self.step(f"isolated follower {follower}")
+        c.truncate_recording(leader, 0)
+        self.step(f"truncated member {leader}'s recording to 0 while it is down")
+        c.restart(leader)
+        c.heal()
+        self.write(50)
+        c.await_condition(lambda: converged(c), 30 * SECOND, "convergence")
+        c.run_for(SECOND)
+        self.step(f"restarted member {leader} (snapshot + catch-up); all members converged")
 
 
 def _steps_table(steps: list[tuple[str, str]], members: int, seed: int) -> Table:
