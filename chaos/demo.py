@@ -58,15 +58,14 @@ def run_demo(seed: int = 1, members: int = 3, directory: str | None = None) -> i
     finally:
         if rec is not None:  # after the cluster: its final stops are in the trace
             rec.close(outcome, extra={"workload": {"service": "kv", "clients": 1, "client_resends": True}})
+    if outcome == "ok":
+        keys = sum(1 for op in workload.history if op.final and op.outcome == "ok")
+        console.print(_steps_table(steps, members, seed))
+        seconds = f"{c.now_ns / SECOND:.1f} / {time.perf_counter() - started:.1f}"
+        console.print(_verdict_table(checker, workload, keys, c.message_digest(), seconds))
     if rec is not None:
         console.print(f"trace: {root / RUN_DIR} (clusterlab check {root / RUN_DIR})")
-    if outcome != "ok":
-        return 1
-    keys = sum(1 for op in workload.history if op.final and op.outcome == "ok")
-    console.print(_steps_table(steps, members, seed))
-    seconds = f"{c.now_ns / SECOND:.1f} / {time.perf_counter() - started:.1f}"
-    console.print(_verdict_table(checker, workload, keys, c.message_digest(), seconds))
-    return 0
+    return 0 if outcome == "ok" else 1
 
 
 @dataclass
