@@ -1,4 +1,6 @@
-"""``clusterlab demo``: a guided, scripted walk-through on SimCluster (the main job is ``clusterlab run``).
+"""``clusterlab demo``: a guided walk-through on SimCluster, recorded for ``clusterlab check``.
+
+The main job is ``clusterlab run``.
 
 Start 3 members running the key-value service, drive it through a client (the kv workload of the
 chaos runs: puts, gets, deletes, compare-and-sets, every reply checked against the model), take a

@@ -1,4 +1,4 @@
-"""Seeded random fault schedules on the simulator: the property test's driver (tests/sim/test_random_safety.py).
+"""Seeded random fault schedules on the simulator under the service's workload (tests/sim/test_random_safety.py).
 
 Each phase picks one action (offer a burst, kill, restart, partition, isolate the leader, heal,
 truncate or wipe a member's log while it is down, lossy network) and runs the cluster for a
