@@ -21,11 +21,14 @@ CanvassPosition, Vote, NewLeadershipTerm and AppendPosition messages::
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from clusterlab.core.archive.layout import LOG_DIR
+from clusterlab.core.archive.storage import StorageChange
 from clusterlab.core.codec.consensus import (
     AppendPosition,
     CanvassPosition,
@@ -55,6 +58,7 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.effects import Effects, MemberSend, Received, SteppedModule
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.node_state import NODE_STATE_FILE_NAME, _decode
+from clusterlab.core.consensus.rules import PROTOCOL_RULES, ConsensusRules
 from clusterlab.core.runtime.storage import FileStorage
 
 M = TypeVar("M", bound=Message)
@@ -82,6 +86,45 @@ class SendLog:
     on_send: list[Callable[[Sent], None]] = field(default_factory=list)
 
 
+_SEGMENT = re.compile(r"^(\d{16})\.seg$")
+
+
+@dataclass(slots=True)
+class StoredLog:
+    """How far the member's log reaches on its storage, kept from the steps' storage effects: each
+    archive segment's base position and size (a segment file is named by its base position)."""
+
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, storage: FileStorage) -> StoredLog:
+        """The segments as they are on disk now."""
+        sizes = {}
+        for name in storage.list_dir(LOG_DIR):
+            if (m := _SEGMENT.match(name)) is not None:
+                sizes[int(m.group(1))] = storage.size(f"{LOG_DIR}/{name}")
+        return cls(sizes)
+
+    def apply(self, change: StorageChange) -> None:
+        directory, _, name = change.path.rpartition("/")
+        m = _SEGMENT.match(name)
+        if directory != LOG_DIR or m is None:
+            return
+        base = int(m.group(1))
+        if change.op == "create":
+            self.sizes.setdefault(base, 0)
+        elif change.op == "write":
+            self.sizes[base] = max(self.sizes.get(base, 0), change.offset + change.length)
+        elif change.op == "truncate":
+            self.sizes[base] = change.length
+        elif change.op == "remove":
+            self.sizes.pop(base, None)
+
+    @property
+    def end(self) -> int:
+        return max((base + size for base, size in self.sizes.items()), default=0)
+
+
 class Probe:
     """One ConsensusModule driven by hand through :class:`SteppedModule`. See the module docstring."""
 
@@ -96,6 +139,7 @@ class Probe:
         rng: random.Random | None = None,
         service_count: int = 0,
         start: bool = True,
+        rules: ConsensusRules = PROTOCOL_RULES,
     ) -> None:
         self.directory = Path(directory)
         self.member_id = member_id
@@ -104,6 +148,7 @@ class Probe:
         self.appointed_leader_id = appointed_leader_id
         self.service_count = service_count  # 0: the consensus rules alone, no service to wait for
         self.rng = rng if rng is not None else random.Random(f"probe:{member_id}")
+        self.rules = rules  # the protocol's, or a test's planted bug (clusterlab.testing.mutants)
         self.now_ns = 0
         self._sends = SendLog()
         self._events: list[dict[str, Any]] = []
@@ -115,12 +160,15 @@ class Probe:
 
     # ------------------------------------------------------------------ construction
     def _build(self) -> SteppedModule:
+        self._storage = FileStorage(self.directory)  # on disk: tests read the node-state file behind its back
+        self._stored = StoredLog.read(self._storage)
+
         def context(outbox: Outbox, events: EventSink) -> ConsensusModuleContext:
             return ConsensusModuleContext(
                 member_id=self.member_id,
                 members=list(self.members),
                 cluster_dir=self.directory,
-                storage=FileStorage(self.directory),  # on disk: tests read the node-state file behind its back
+                storage=self._storage,
                 outbox=outbox,
                 rng=self.rng,
                 timeouts=self.timeouts,
@@ -129,6 +177,7 @@ class Probe:
                 events=events,
                 log=self.log_lines.append,
                 check_invariants=True,
+                rules=self.rules,
             )
 
         return SteppedModule(context, observe_send=self._observe_send)
@@ -140,7 +189,21 @@ class Probe:
                 hook(sent)
 
     def _record(self, effects: Effects) -> Effects:
-        """Append one step's effects to the send log and the event list, at the probe's time."""
+        """Append one step's effects to the send log and the event list, at the probe's time.
+
+        Every step is also held to the rule its storage effects make checkable: an AppendPosition
+        never reports more log than the storage holds when it is sent (Aeron's follower reports its
+        recording's position, appended before it is acknowledged)."""
+        stored = self._stored
+        for effect in effects.ordered:
+            if isinstance(effect, StorageChange):
+                stored.apply(effect)
+            elif isinstance(effect, MemberSend) and isinstance(effect.message, AppendPosition):
+                assert effect.message.log_position <= stored.end, (
+                    f"AppendPosition reports {effect.message.log_position} but the storage holds the log to "
+                    f"{stored.end} when it is sent"
+                )
+        self._stored = StoredLog.read(self._storage)  # what a test changed behind the module's back counts next
         self._sends.sent.extend(Sent(self.now_ns, s.member_id, s.channel, s.message) for s in effects.sends)
         self._events.extend(
             {

@@ -31,6 +31,7 @@ from clusterlab.core.consensus.context import (
 from clusterlab.core.consensus.effects import Effects, EgressSend, Event, MemberSend, Received, SteppedModule
 
 from clusterlab.testing.faulty_storage import FaultyStorage
+from clusterlab.testing.mutants import ACK_BEFORE_APPEND, rules_for
 from tests.sim.probe import Probe, session_entries
 
 T = Timeouts.fast()
@@ -307,3 +308,25 @@ def test_observed_storage_reports_each_change_once_made_and_not_a_failed_one() -
         StorageChange("remove", "d/g"),
     ]
     assert storage.read_file("d/f") == b"a"
+
+
+def test_the_probe_refuses_an_append_position_beyond_what_storage_holds(tmp_path: Path) -> None:
+    """Every probe step is held to it through its storage effects: a follower that acknowledges a
+    block on arrival and appends it only when the next arrives (planted ``ack-before-append``) fails
+    the probe at its first early acknowledgement; the protocol's follower passes the same inputs."""
+    frames = session_entries(0, 0, [b"a" * 20])
+    block = Probe.log_block(1, 0, 0, frames[0])
+
+    honest = Probe(tmp_path / "honest")
+    honest.to_follower(leader=1, leadership_term_id=0)
+    honest.deliver(1, block, channel=Channel.LOG)
+    honest.settle()
+    assert honest.sent(AppendPosition, dst=1)[-1].log_position == len(frames[0])
+
+    planted = Probe(tmp_path / "planted", rules=rules_for([ACK_BEFORE_APPEND]))
+    planted.to_follower(leader=1, leadership_term_id=0)
+    with pytest.raises(
+        AssertionError, match=f"AppendPosition reports {len(frames[0])} but the storage holds the log to 0"
+    ):
+        planted.deliver(1, block, channel=Channel.LOG)
+        planted.settle()
