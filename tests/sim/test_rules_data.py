@@ -12,7 +12,8 @@ every input: the messages it sends, its events, its storage changes and its next
 - ``deliver from=M [channel=consensus|log|catchup|archive] [at=T] Message field=value ...`` — the
   message as member ``M`` sends it, then a duty cycle at the same instant (as the simulator delivers).
   ``protocol_version``, ``app_version`` and a client's ``version`` default to this build's, credentials to
-  none; an enum field takes its name, a text field its text, a bytes field its hex.
+  none; an enum field takes its name, a text field its text, a bytes field its hex, and a LogBlock's
+  ``entries=messages:a,bb`` are session messages with those payloads, framed from its start position.
 - ``ingress [at=T] Message field=value ...`` — a client's message (a SessionConnectRequest ...) taken from
   the ingress socket, without a duty cycle after it: the deadline then says when the module wants one.
 - ``state`` — role, election state, terms and positions.
@@ -53,6 +54,7 @@ from clusterlab.core.consensus.effects import Effect, Effects, EgressSend, Event
 from clusterlab.core.consensus.members import ClusterMember
 
 from tests.sim.datadriven import key_values, run_script
+from tests.sim.probe import session_entries
 
 pytestmark = pytest.mark.sim
 
@@ -68,6 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "encoded_credentials": b"",
 }
 UNITS = {"ms": MS, "us": MS // 1000, "s": 1000 * MS}
+MESSAGES_VALUE = "messages:"  # a bytes field written as session messages (framed_messages)
 
 
 def parse_time(text: str) -> int:
@@ -139,13 +142,27 @@ def build_message(words: list[str], pairs: dict[str, str]) -> Message:
             values[f.name] = enum_type[text]
         elif str(f.type) in ("str", "AsciiVar"):
             values[f.name] = text
+        elif str(f.type) in ("bytes", "DataVar") and text.startswith(MESSAGES_VALUE):
+            values[f.name] = text  # framed once the block's start position and term are known
         elif str(f.type) in ("bytes", "DataVar"):
             values[f.name] = bytes.fromhex(text.removeprefix("0x"))
         else:
             values[f.name] = int(text, 0)
     if pairs:
         raise ValueError(f"{cls.__name__} has no field(s) {sorted(pairs)}")
+    for name, value in values.items():
+        if isinstance(value, str) and value.startswith(MESSAGES_VALUE):
+            values[name] = framed_messages(value, values)
     return cls(**values)
+
+
+def framed_messages(text: str, values: dict[str, Any]) -> bytes:
+    """``messages:a,bb`` as a LogBlock's entries: one session message per payload (its text's bytes),
+    framed end to end from the block's ``start_position`` in its ``leadership_term_id``."""
+    if "start_position" not in values or "leadership_term_id" not in values:
+        raise ValueError(f"{text}: only a message with start_position and leadership_term_id frames entries")
+    payloads = [p.encode() for p in text.removeprefix(MESSAGES_VALUE).split(",")]
+    return b"".join(session_entries(values["start_position"], values["leadership_term_id"], payloads))
 
 
 class ScriptedMember:
