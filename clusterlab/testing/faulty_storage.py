@@ -10,7 +10,7 @@ import errno
 from dataclasses import dataclass
 from random import Random
 
-from clusterlab.core.archive.storage import Storage, StorageFile, storage_error
+from clusterlab.core.archive.storage import Storage, StorageFile, StorageWrapper, storage_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +68,14 @@ class _FaultyFile:
         self._inner.close()
 
 
-class FaultyStorage:
+class FaultyStorage(StorageWrapper):
     """A :class:`Storage` over another that fails or damages operations on command (TigerBeetle's
     storage fault injection). Faults are rules added with :meth:`fail_writes` and removed with
     :meth:`clear`; damage to data at rest (bit flips, a lost unflushed tail) is applied with the
     helpers in :mod:`clusterlab.testing.disk_faults`. Randomness comes only from ``rng``."""
 
     def __init__(self, inner: Storage, rng: Random | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.rng = rng if rng is not None else Random(0)
         self.rules: list[WriteFault] = []
         self.read_error: WriteFault | None = None
@@ -138,29 +138,11 @@ class FaultyStorage:
             raise storage_error(fault.code, f"replace with {len(data)} bytes", self.describe(path))
         self.inner.replace(path, data, sync=sync)
 
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def size(self, path: str) -> int:
-        return self.inner.size(path)
-
-    def list_dir(self, path: str) -> list[str]:
-        return self.inner.list_dir(path)
-
-    def remove(self, path: str, *, missing_ok: bool = False) -> None:
-        self.inner.remove(path, missing_ok=missing_ok)
-
-    def make_dirs(self, path: str) -> None:
-        self.inner.make_dirs(path)
-
     def sync_dir(self, path: str) -> None:
         fault = self._check(path, "sync", enospc_applies=False)
         if fault is not None:
             raise storage_error(fault.code, "fsync directory", self.describe(path))
         self.inner.sync_dir(path)
-
-    def describe(self, path: str) -> str:
-        return self.inner.describe(path)
 
 
 def unwrap(storage: Storage) -> Storage:

@@ -323,32 +323,21 @@ class _ObservedFile:
         self._inner.close()
 
 
-class ObservedStorage:
-    """A :class:`Storage` that does every operation on ``inner`` and, once it has succeeded, reports
-    each change (write, truncate, sync, replace, remove, directory) to ``observe`` in the order made.
+class StorageWrapper:
+    """A :class:`Storage` that hands every operation to ``inner``: the base of a wrapper that changes
+    a few (:class:`ObservedStorage` here, the test apparatus's FaultyStorage)."""
 
-    This is how a step's storage changes become effects a caller can read beside its messages
-    (clusterlab.core.consensus.effects): the change is already made when it is reported, so a change
-    reported before a send was on the storage before the send left. A failed operation raises as
-    ``inner`` raised and is not reported."""
-
-    def __init__(self, inner: Storage, observe: _Observer) -> None:
+    def __init__(self, inner: Storage) -> None:
         self.inner = inner
-        self._observe = observe
 
     def open(self, path: str, *, create: bool = True) -> StorageFile:
-        created = create and not self.inner.exists(path)
-        file = _ObservedFile(self.inner.open(path, create=create), self._observe)
-        if created:
-            self._observe(StorageChange("create", path))
-        return file
+        return self.inner.open(path, create=create)
 
     def read_file(self, path: str) -> bytes:
         return self.inner.read_file(path)
 
     def replace(self, path: str, data: bytes, *, sync: bool) -> None:
         self.inner.replace(path, data, sync=sync)
-        self._observe(StorageChange("replace", path, length=len(data), synced=sync))
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
@@ -358,6 +347,43 @@ class ObservedStorage:
 
     def list_dir(self, path: str) -> list[str]:
         return self.inner.list_dir(path)
+
+    def remove(self, path: str, *, missing_ok: bool = False) -> None:
+        self.inner.remove(path, missing_ok=missing_ok)
+
+    def make_dirs(self, path: str) -> None:
+        self.inner.make_dirs(path)
+
+    def sync_dir(self, path: str) -> None:
+        self.inner.sync_dir(path)
+
+    def describe(self, path: str) -> str:
+        return self.inner.describe(path)
+
+
+class ObservedStorage(StorageWrapper):
+    """A :class:`Storage` that does every operation on ``inner`` and, once it has succeeded, reports
+    each change (write, truncate, sync, replace, remove, directory) to ``observe`` in the order made.
+
+    This is how a step's storage changes become effects a caller can read beside its messages
+    (clusterlab.core.consensus.effects): the change is already made when it is reported, so a change
+    reported before a send was on the storage before the send left. A failed operation raises as
+    ``inner`` raised and is not reported."""
+
+    def __init__(self, inner: Storage, observe: _Observer) -> None:
+        super().__init__(inner)
+        self._observe = observe
+
+    def open(self, path: str, *, create: bool = True) -> StorageFile:
+        created = create and not self.inner.exists(path)
+        file = _ObservedFile(self.inner.open(path, create=create), self._observe)
+        if created:
+            self._observe(StorageChange("create", path))
+        return file
+
+    def replace(self, path: str, data: bytes, *, sync: bool) -> None:
+        self.inner.replace(path, data, sync=sync)
+        self._observe(StorageChange("replace", path, length=len(data), synced=sync))
 
     def remove(self, path: str, *, missing_ok: bool = False) -> None:
         existed = self.inner.exists(path)
@@ -374,6 +400,3 @@ class ObservedStorage:
     def sync_dir(self, path: str) -> None:
         self.inner.sync_dir(path)
         self._observe(StorageChange("sync_dir", path, synced=True))
-
-    def describe(self, path: str) -> str:
-        return self.inner.describe(path)

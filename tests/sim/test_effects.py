@@ -69,6 +69,17 @@ def _canvass(member_id: int) -> CanvassPosition:
     )
 
 
+def _request_vote(candidate_term_id: int, candidate_member_id: int) -> RequestVote:
+    """A candidate's request for a fresh member's vote: an empty log, no term."""
+    return RequestVote(
+        log_leadership_term_id=NULL_VALUE,
+        log_position=0,
+        candidate_term_id=candidate_term_id,
+        candidate_member_id=candidate_member_id,
+        protocol_version=PROTOCOL_VERSION,
+    )
+
+
 def _states(effects: Effects) -> list[tuple[str | None, str]]:
     return [(e.detail["from"], e.detail["to"]) for e in effects.events if e.kind == "election_state"]
 
@@ -142,13 +153,7 @@ def test_startup_canvass_timeout_nominates_and_the_ballot_requests_votes_from_ea
     at, ballot = _run_until(member, heard, T.startup_canvass_timeout_ns + T.election_timeout_ns, RequestVote)
 
     assert T.startup_canvass_timeout_ns <= at <= T.startup_canvass_timeout_ns + T.election_timeout_ns // 2
-    request = RequestVote(
-        log_leadership_term_id=NULL_VALUE,
-        log_position=0,
-        candidate_term_id=0,
-        candidate_member_id=0,
-        protocol_version=PROTOCOL_VERSION,
-    )
+    request = _request_vote(candidate_term_id=0, candidate_member_id=0)
     assert ballot.sends == tuple(MemberSend(p, Channel.CONSENSUS, request) for p in PEERS)
     assert member.module.election_state == ElectionState.CANDIDATE_BALLOT
     assert at < ballot.next_deadline_ns
@@ -156,13 +161,7 @@ def test_startup_canvass_timeout_nominates_and_the_ballot_requests_votes_from_ea
 
 def test_a_request_vote_is_answered_by_a_vote_send_and_a_vote_event(tmp_path: Path) -> None:
     member, _ = _canvassing(tmp_path)
-    request = RequestVote(
-        log_leadership_term_id=NULL_VALUE,
-        log_position=0,
-        candidate_term_id=5,
-        candidate_member_id=1,
-        protocol_version=PROTOCOL_VERSION,
-    )
+    request = _request_vote(candidate_term_id=5, candidate_member_id=1)
 
     answered = member.receive(5, Received.of(1, request))
 
@@ -248,13 +247,7 @@ def test_a_vote_is_on_storage_before_it_is_sent(tmp_path: Path) -> None:
     """Aeron's Election.onRequestVote: the candidate term id is in the node-state file before the
     Vote that grants it leaves; the step's effects say so in their order."""
     member, _ = _canvassing(tmp_path)
-    request = RequestVote(
-        log_leadership_term_id=NULL_VALUE,
-        log_position=0,
-        candidate_term_id=3,
-        candidate_member_id=2,
-        protocol_version=PROTOCOL_VERSION,
-    )
+    request = _request_vote(candidate_term_id=3, candidate_member_id=2)
 
     answered = member.receive(5, Received.of(2, request))
 

@@ -18,7 +18,10 @@ from pathlib import Path
 import pytest
 from clusterlab.chaos.fuzz import ScheduleResult, run_random_schedule
 from clusterlab.chaos.runner import MUTANT_SERVICES
+from clusterlab.chaos.workload import SimWorkload
+from clusterlab.core.consensus.context import SECOND
 from clusterlab.harness.invariants import SafetyViolation
+from clusterlab.harness.sim import SimCluster, SimTimeout
 
 from clusterlab.pytest_plugin import parse_seeds
 from clusterlab.testing.mutants import STALE_READ, mutant_set
@@ -167,3 +170,36 @@ def test_a_service_that_does_not_deduplicate_gets_raw_payloads_on_a_duplicating_
     assert duplicating.invoked_ops == 0 and duplicating.committed_bytes > 0
     clean = run_random_schedule(3, directory=str(tmp_path / "s3"), service="counter")
     assert clean.acked_ops > 0
+
+
+LEDGER = Path(__file__).resolve().parents[2] / "examples" / "ledger"  # a user's service, workload and model
+
+
+def test_a_users_service_runs_the_schedule_under_its_own_workload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``service`` and ``workload`` as ``package.module:factory``: the ledger passes seed 3 with its
+    replies checked by its model; its planted wall-clock variant fails the same seed (the members'
+    states disagree)."""
+    monkeypatch.syspath_prepend(str(LEDGER))
+    own = run_random_schedule(
+        3, directory=str(tmp_path / "ledger"), service="ledger.service:make", workload="ledger.workload:make"
+    )
+    assert own.acked_ops > 0
+
+    with pytest.raises(SafetyViolation, match="agreement"):
+        run_random_schedule(
+            3, directory=str(tmp_path / "planted"), service="ledger.planted:wall_clock", workload="ledger.workload:make"
+        )
+
+
+def test_the_workload_step_until_names_what_did_not_happen_and_the_seed() -> None:
+    """Nothing can be acknowledged with every member down: SimTimeout after the bound, saying what and
+    which seed."""
+    with SimCluster(members=3, seed=11, service="kv") as c:
+        c.await_leader()
+        workload = SimWorkload(service="kv", seed=11, rate=100.0, cluster=c)
+        for m in c.members_alive():
+            c.kill(m)
+        with pytest.raises(SimTimeout, match=r"an op acknowledged not reached within 1\.000s simulated; .*seed=11"):
+            workload.step_until(lambda: workload.acked > 0, SECOND, "an op acknowledged")

@@ -304,3 +304,28 @@ def test_a_malformed_script_names_its_line(tmp_path: Path) -> None:
     script.write_text("member id=0 members=3\nrole=FOLLOWER\n")
     with pytest.raises(ValueError, match=r"bad\.txt:1: .* is not followed by a '----' line"):
         run_script(script, Script())
+
+
+def test_entries_as_messages_need_a_block_position_and_term() -> None:
+    with pytest.raises(ValueError, match="messages:a: only a message with start_position and leadership_term_id"):
+        build_message(
+            ["SessionConnectRequest"],
+            {
+                "correlation_id": "1",
+                "response_stream_id": "2",
+                "response_channel": "c",
+                "encoded_credentials": "messages:a",
+            },
+        )
+    block = build_message(
+        ["LogBlock"],
+        {
+            "leadership_term_id": "0",
+            "start_position": "96",
+            "commit_position": "0",
+            "leader_member_id": "0",
+            "log_session_id": "7",
+            "entries": "messages:a,bb",
+        },
+    )
+    assert block.entries == b"".join(session_entries(96, 0, [b"a", b"bb"]))  # type: ignore[attr-defined]
