@@ -31,6 +31,7 @@ COMPILED = (
     ("clusterlab.core.consensus.client_sessions", "core/consensus/client_sessions.py"),
     ("clusterlab.core.consensus.module_state", "core/consensus/module_state.py"),
     ("clusterlab.core.consensus.module", "core/consensus/module.py"),
+    ("clusterlab.core.consensus.member_driver", "core/consensus/member_driver.py"),
     ("clusterlab.core.consensus.service_link", "core/consensus/service_link.py"),
     ("clusterlab.core.consensus.election_link", "core/consensus/election_link.py"),
     ("clusterlab.core.client.client", "core/client/client.py"),

@@ -45,6 +45,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
+from clusterlab.core.consensus.member_driver import MemberDriver, MemberSetup
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.runtime.config import service_process_name
 from clusterlab.core.service.addressed import addressed_factory
@@ -81,19 +82,6 @@ def _deadline_or_never(client: SimClient) -> int:
 
 def _no_delivery(src: int, channel: Channel, payload: bytes, now_ns: int) -> None:
     raise SimError("delivery to a member that never started")
-
-
-def _deliver_fn(member: Member) -> Callable[[int, Channel, bytes, int], object]:
-    """How the scheduler hands ``member`` a message: on_message, then do_work at the same instant. The
-    real module does both as one input (its invariants checked once, after the pair)."""
-    if isinstance(member, ConsensusModule):
-        return member.on_message_and_work
-
-    def deliver(src: int, channel: Channel, payload: bytes, now_ns: int) -> object:
-        member.on_message(src, channel, payload, now_ns)
-        return member.do_work(now_ns)
-
-    return deliver
 
 
 class ArchiveLike(Protocol):
@@ -154,31 +142,29 @@ def consensus_module_factory(ctx: ConsensusModuleContext) -> Member:
     return ConsensusModule(ctx)
 
 
-class _SimOutbox:
-    """A member's Outbox: stamps sends with the virtual time and hands them to the network. A dead
-    incarnation's outbox is disabled, so a stale object someone still holds cannot send."""
+class _SimPorts:
+    """A member's ports (clusterlab.core.consensus.member_driver) on the simulator: peers and clients
+    through the network, stamped with the virtual time; its own services through their hosts' queues
+    (same-host IPC, which the network does not carry)."""
 
-    __slots__ = ("_clock", "_network", "alive", "member_id", "service_inboxes")
+    __slots__ = ("_clock", "_network", "member_id", "service_inboxes")
 
     def __init__(self, member_id: int, clock: VirtualClock, network: SimNetwork) -> None:
         self.member_id = member_id
         self._clock = clock
         self._network = network
-        self.alive = True
         self.service_inboxes: list[Any] = []  # the queue of each of the member's service hosts
 
-    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
-        if not self.alive:
-            return
-        if channel == Channel.SERVICE and member_id == self.member_id:
-            for inbox in self.service_inboxes:
-                inbox.append(payload)  # same-host IPC to each of its own service processes
-            return
+    def peers(self, member_id: int, channel: Channel, payload: bytes) -> None:
         self._network.send(self._clock.now_ns, self.member_id, member_id, channel, payload)
 
-    def send_egress(self, response_channel: str, payload: bytes) -> None:
+    def services(self, payload: bytes) -> None:
+        for inbox in self.service_inboxes:
+            inbox.append(payload)
+
+    def egress(self, response_channel: str, payload: bytes) -> None:
         client_id = parse_client_channel(response_channel)
-        if self.alive and client_id is not None:
+        if client_id is not None:
             self._network.send(
                 self._clock.now_ns, self.member_id, client_network_id(client_id), Channel.EGRESS, payload
             )
@@ -254,7 +240,7 @@ class SimCluster:
         self.log_lines: deque[tuple[int, int, str]] = deque(maxlen=log_lines_kept)  # (now_ns, member, line)
         self.undeliverable = 0  # messages addressed to an id that is not a member
         self._members: list[Member | None] = [None] * members
-        # Each member's "deliver one message, then run its duty cycle" (one input: see _deliver_fn).
+        # Each member's "deliver one message, then run its duty cycle" (one input: MemberDriver.deliver).
         self._deliverers: list[Callable[[int, Channel, bytes, int], object]] = [_no_delivery] * members
         self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
         self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
@@ -279,7 +265,8 @@ class SimCluster:
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
         self.on_member_start: list[Callable[[int], None]] = []  # and here: a member (re)started, services up
-        self._outboxes: list[_SimOutbox | None] = [None] * members
+        self._drivers: list[MemberDriver | None] = [None] * members
+        self._ports: list[_SimPorts | None] = [None] * members
         self._incarnations = [-1] * members
         self._closed = False
         for i in range(members):
@@ -615,16 +602,15 @@ class SimCluster:
         self._incarnations[member_id] += 1
         incarnation = self._incarnations[member_id]
         storage = self._storages[member_id]
-        outbox = _SimOutbox(member_id, self.clock, self.network)
-        ctx = ConsensusModuleContext(
+        ports = _SimPorts(member_id, self.clock, self.network)
+        setup = MemberSetup(
             member_id=member_id,
             members=list(self.cluster_members),
             # A name only (nothing is written there): the member's state lives in ``storage``.
             cluster_dir=(self.directory or Path("sim")) / f"member-{member_id}",
             storage=storage,
-            outbox=outbox,
-            # Distinct per member and per incarnation, and a pure function of the seed.
-            rng=random.Random(f"{self.seed}:{member_id}:{incarnation}"),
+            seed=self.seed,
+            incarnation=incarnation,
             timeouts=self.timeouts,
             appointed_leader_id=self.appointed_leader_id,
             events=self._member_event_sink(member_id, incarnation),
@@ -632,15 +618,18 @@ class SimCluster:
             service_count=len(self.service_names),
             authenticator=self._authenticator_factory() if self._authenticator_factory else None,
             check_invariants=self.check_invariants,  # every subsystem asserts its invariants after each input
+            archive_segment_length=self.archive_segment_length,
             rules=rules_for(self.mutants),
             intercepts=TestHooks(),  # armed by stall_election, fail_catchup, fail_request_vote, ...
         )
-        if self.archive_segment_length is not None:
-            ctx.archive_segment_length = self.archive_segment_length
-        member = self._factory(ctx)
+        driver = MemberDriver(
+            setup, peers=ports.peers, services=ports.services, egress=ports.egress, factory=self._factory
+        )
+        member: Member = driver.module
         self._members[member_id] = member
-        self._deliverers[member_id] = _deliver_fn(member)
-        self._outboxes[member_id] = outbox
+        self._deliverers[member_id] = driver.deliver
+        self._drivers[member_id] = driver
+        self._ports[member_id] = ports
         self.network.mark_up(member_id)
         detail: dict[str, Any] = {"incarnation": incarnation}
         if wiped:
@@ -653,13 +642,13 @@ class SimCluster:
                 member_id,
                 storage,
                 addressed_factory(service_factory(name), service_id, len(self.service_names)),
-                outbox.send_egress,
+                driver.send_egress,
                 self._applied_sink(member_id, incarnation, service_id),
                 self._member_log(member_id),
                 service_id,
                 self._tripwire_factory(member_id, service_id) if self.tripwire and watchable(name) else None,
             )
-            outbox.service_inboxes.append(host.from_node)
+            ports.service_inboxes.append(host.from_node)
             hosts.append(host)
         self._service_hosts[member_id] = hosts
         self._services[member_id] = hosts[0] if hosts else None
@@ -694,10 +683,11 @@ class SimCluster:
         self._stall_ends.pop(member_id, None)
         self._services[member_id] = None  # the service processes die with their node
         self._service_hosts[member_id] = []
-        outbox = self._outboxes[member_id]
-        if outbox is not None:
-            outbox.alive = False
-        self._outboxes[member_id] = None
+        driver = self._drivers[member_id]
+        if driver is not None:
+            driver.disconnect()  # a stale object someone still holds cannot send
+        self._drivers[member_id] = None
+        self._ports[member_id] = None
         # A dead process receives nothing: what is in flight to it is lost, and so is what is sent
         # to it until it restarts. What it already sent is on the wire and still arrives.
         self.network.mark_down(member_id, self.clock.now_ns)
@@ -716,7 +706,7 @@ class SimCluster:
         active service is told ``on_terminate``, Aeron ``TestNode.close``), then take it down."""
         member = self.member(member_id)
         try:
-            member.close()  # while its outbox still works: a clean close may still send
+            member.close()  # while its driver still sends: a clean close may still send
         finally:
             try:
                 self._close_service_hosts(member_id)

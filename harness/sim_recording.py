@@ -241,13 +241,13 @@ class SimRecording:
                 hooks.remove(hook)
 
     def _wrap_service_queues(self, member_id: int) -> None:
-        outbox = self.cluster._outboxes[member_id]
-        if outbox is None:
+        ports = self.cluster._ports[member_id]
+        if ports is None:
             return
         for index, host in enumerate(self.cluster.service_hosts(member_id)):
             if not isinstance(host.from_node, _NodeToService):
                 queue = self._wrap_service_host(member_id, host)
-                outbox.service_inboxes[index] = queue
+                ports.service_inboxes[index] = queue
 
     def _wrap_service_host(self, member_id: int, host: Any) -> _NodeToService:
         incarnation = self.cluster.incarnation(member_id)

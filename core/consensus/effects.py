@@ -1,16 +1,16 @@
-"""The consensus module's effects as one value per step, beside the callbacks the drivers use.
+"""The consensus module's effects as one value per step.
 
-A :class:`ConsensusModule` sends through an :class:`Outbox`, reports through an :data:`EventSink`
-and keeps its durable state (archive, recording log, node state) on the context's storage as it
-runs: the ZeroMQ node and the simulator pass objects that put bytes on the wire and on the disk at
-once. :class:`SteppedModule` passes a collecting pair and an :class:`ObservedStorage` around the
-context's storage instead, and hands back, for each input, an :class:`Effects` value: what went to
-members, what went to clients' egress, the events, what changed on storage, all of it in the order
-the step did it, and when the module next wants a duty cycle (etcd-io/raft's ``Ready``, h11's
-returned bytes). A caller that drives a member this way reads effects as values: a vote's node-state
-``replace`` comes before the ``Vote`` it allows, an append's ``write`` before the ``AppendPosition``
-that reports it. The module is the same object either way, so the existing drivers pay nothing for
-this seam.
+A member's driver (:class:`~clusterlab.core.consensus.member_driver.MemberDriver`) routes what the
+module sends to three ports, passes its events to a sink and lets it keep its durable state (archive,
+recording log, node state) on the context's storage: the ZeroMQ node and the simulator give it ports
+that put bytes on the wire at once. :class:`SteppedModule` gives the same driver collecting ports and
+an :class:`ObservedStorage` around the context's storage instead, and hands back, for each input, an
+:class:`Effects` value: what went to members, what went to clients' egress, the events, what changed
+on storage, all of it in the order the step did it, and when the module next wants a duty cycle
+(etcd-io/raft's ``Ready``, h11's returned bytes). A caller that drives a member this way reads effects
+as values: a vote's node-state ``replace`` comes before the ``Vote`` it allows, an append's ``write``
+before the ``AppendPosition`` that reports it. The module and the driver are the same objects either
+way, so the other drivers pay nothing for this seam.
 
 A storage change is reported once it is made (write-through): the step writes, the storage it was
 given decides how (a file, memory, an injected fault), and the effect says what was written. A
@@ -19,6 +19,7 @@ failed write raises in the step as on a real disk and is not reported.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from clusterlab.core.archive.storage import ObservedStorage, StorageChange
 from clusterlab.core.codec.message import Message
 from clusterlab.core.codec.registry import decode
 from clusterlab.core.consensus.context import Channel, ConsensusModuleContext, EventSink, Outbox
+from clusterlab.core.consensus.member_driver import MemberDriver
 from clusterlab.core.consensus.module import ConsensusModule
 
 
@@ -149,12 +151,13 @@ class EffectsCollector:
 class SteppedModule:
     """A sans-IO member driven step by step: each call gives one input and returns its :class:`Effects`.
 
-    ``context_for`` builds the module's context around the collecting outbox and event sink it is
-    given; its storage is wrapped in an :class:`ObservedStorage`, so every change a step makes on it
-    is an effect of that step (the first step's effects include what the module's construction
-    wrote: directories, an empty recording log). ``module`` is the ConsensusModule itself, for
-    reading state; effects of calls made on it directly (``offer``, ``enter_election``, ...) are
-    returned by the next step or by :meth:`drain`."""
+    ``driver`` is the member's :class:`MemberDriver`, its ports collecting. ``context_for`` builds
+    the module's context around the collecting outbox and event sink it is given; its storage is
+    wrapped in an :class:`ObservedStorage`, so every change a step makes on it is an effect of that
+    step (the first step's effects include what the module's construction wrote: directories, an
+    empty recording log). ``module`` is the ConsensusModule itself, for reading state; effects of
+    calls made on it directly (``offer``, ``enter_election``, ...) are returned by the next step or
+    by :meth:`drain`."""
 
     def __init__(
         self,
@@ -162,23 +165,25 @@ class SteppedModule:
         *,
         observe_send: Callable[[MemberSend], None] | None = None,
     ) -> None:
-        self._collector = EffectsCollector(observe_send)
-        context = context_for(self._collector, self._collector.event)
+        collector = self._collector = EffectsCollector(observe_send)
+        context = context_for(collector, collector.event)
         if context.storage is not None:
-            context.storage = ObservedStorage(context.storage, self._collector.changed)
-        self.module = ConsensusModule(context)
+            context.storage = ObservedStorage(context.storage, collector.changed)
+        to_services = functools.partial(collector.send, context.member_id, Channel.SERVICE)
+        self.driver = MemberDriver(context, peers=collector.send, services=to_services, egress=collector.send_egress)
+        self.module: ConsensusModule = self.driver.module
 
     def _take(self, work_count: int = 0) -> Effects:
         return self._collector.take(self.module.next_deadline_ns(), work_count)
 
     def start(self, now_ns: int) -> Effects:
         """Recover from storage and begin the node-startup election."""
-        self.module.on_start(now_ns)
+        self.driver.on_start(now_ns)
         return self._take()
 
     def receive(self, now_ns: int, received: Received) -> Effects:
         """Take one message without a duty cycle (as the ZeroMQ node receives: it runs them apart)."""
-        self.module.on_message(received.member_id, received.channel, received.payload, now_ns)
+        self.driver.on_message(received.member_id, received.channel, received.payload, now_ns)
         return self._take()
 
     def receive_ingress(self, now_ns: int, payloads: list[bytes]) -> Effects:
@@ -188,14 +193,14 @@ class SteppedModule:
 
     def tick(self, now_ns: int) -> Effects:
         """One duty cycle at ``now_ns`` with no input."""
-        return self._take(self.module.do_work(now_ns))
+        return self._take(self.driver.do_work(now_ns))
 
     def step(self, now_ns: int, received: Received | None = None) -> Effects:
         """One input at ``now_ns``: a message then a duty cycle at the same instant (as the simulator
         delivers), or a duty cycle alone."""
         if received is None:
             return self.tick(now_ns)
-        work = self.module.on_message_and_work(received.member_id, received.channel, received.payload, now_ns)
+        work = self.driver.deliver(received.member_id, received.channel, received.payload, now_ns)
         return self._take(work)
 
     def close(self) -> Effects:

@@ -80,8 +80,9 @@ from clusterlab.core.consensus.backup_source import (
     log_replay,
     snapshot_replay,
 )
-from clusterlab.core.consensus.context import Channel, ClusterMember, ConsensusModuleContext
+from clusterlab.core.consensus.context import Channel, ClusterMember
 from clusterlab.core.consensus.intercepts import NO_INTERCEPTS
+from clusterlab.core.consensus.member_driver import MemberDriver, MemberSetup
 from clusterlab.core.consensus.module import ConsensusModule
 from clusterlab.core.consensus.rules import PROTOCOL_RULES
 from clusterlab.core.consensus.senders import BODY_MEMBER_MISMATCH
@@ -186,7 +187,8 @@ def storage_problem(reason: str) -> str:
 
 
 class Node:
-    """One member's node process; see the module docstring. Also the module's Outbox."""
+    """One member's node process; see the module docstring. Its sockets are the ports of the member's
+    :class:`MemberDriver`: peers (through the chaos gate and the recorder), services and egress."""
 
     def __init__(
         self,
@@ -230,7 +232,8 @@ class Node:
         self.gate = ChaosGate(member_id, random.Random(f"{config.seed}:gate:{member_id}:{incarnation}"))
         # Egress goes to clients' response channels: CURVE servers with the client key when secured.
         self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
-        self.module: ConsensusModule | None = None
+        self.driver: MemberDriver | None = None  # made once every member's endpoints are known
+        self.module: ConsensusModule | None = None  # the driver's module
         self._backup_sessions = BackupSessions()  # ClusterBackup queries this member's authenticator judged
         self.ignored: dict[str, int] = {}
         self.received = 0
@@ -437,13 +440,13 @@ class Node:
     def _start_module(self) -> None:
         config = self.config
         self._connect_peers()
-        ctx = ConsensusModuleContext(
+        setup = MemberSetup(
             member_id=self.member_id,
             members=self.members,  # the same list: MembersConfig updates reach ingress_endpoints()
             cluster_dir=self.member_dir,
             storage=self.storage,
-            outbox=self,
-            rng=random.Random(f"{config.seed}:{self.member_id}:{self.incarnation}"),
+            seed=config.seed,
+            incarnation=self.incarnation,
             timeouts=config.timeouts,
             appointed_leader_id=config.appointed_leader_id,
             service_count=len(self.to_services),
@@ -456,12 +459,14 @@ class Node:
             # A secured cluster's clients prove who they are (challenge/response); else accept all.
             authenticator=cluster_authenticator(config.directory) if config.secure else None,
         )
-        if ctx.rules.describe():
-            self.log(f"RULES CHANGED: {ctx.rules.describe()}")
-        module = ConsensusModule(ctx)
+        if setup.rules.describe():
+            self.log(f"RULES CHANGED: {setup.rules.describe()}")
+        driver = MemberDriver(setup, peers=self._send_to_peer, services=self._send_to_service, egress=self._send_egress)
+        module: ConsensusModule = driver.module
         now = self.clock.now_ns()
         self._now_ns = now
-        module.on_start(now)
+        driver.on_start(now)
+        self.driver = driver
         self.module = module
         self.log(f"module started: {module.describe()}")
 
@@ -475,19 +480,16 @@ class Node:
             return
         self.log(f"event {kind} member={member_id} term={term} pos={pos} {detail}")
 
-    # ------------------------------------------------------------------ Outbox (called by the module)
-    def send(self, member_id: int, channel: Channel, payload: bytes) -> None:
-        if channel is Channel.SERVICE:
-            if member_id == self.member_id and self.to_services:
-                self._send_to_service(payload)
-            return
+    # ------------------------------------------------------------------ the driver's ports
+    def _send_to_peer(self, member_id: int, channel: Channel, payload: bytes) -> None:
+        """Through the chaos gate (rules a test sets on the control socket) and the recorder to the peer."""
         if self.gate.rules and not self.gate.admit(member_id, channel, payload, self._now_ns):
             if self.gate.last_dropped:  # held messages are recorded when they leave
                 self._record_dropped(member_id, channel, payload, "gate")
             return
         self._send_peer(member_id, channel, payload)
 
-    def send_egress(self, response_channel: str, payload: bytes) -> None:
+    def _send_egress(self, response_channel: str, payload: bytes) -> None:
         self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
         self.egress.send(response_channel, payload)
 
