@@ -1,4 +1,5 @@
-"""The service process of one member: a ClusteredServiceAgent hosting the user's service.
+"""The service process of one member: a ServiceContainer (clusterlab.core.service.container) hosting the
+user's service on ZeroMQ sockets.
 
     python -m clusterlab.core.runtime.service --dir CLUSTER_DIR --member-id I [--service-id S] [--incarnation N]
 
@@ -44,17 +45,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import zmq
-from clusterlab.core.archive.catalogue import Catalogue
-from clusterlab.core.archive.layout import service_snapshot_store_dirs
-from clusterlab.core.archive.snapshots import SnapshotStore
 from clusterlab.core.codec.control import ServiceStatus, StatusRequest
 from clusterlab.core.codec.errors import DecodeError
 from clusterlab.core.codec.registry import decode, message_name
-from clusterlab.core.codec.service import JoinLog
-from clusterlab.core.codec.transport import LogBlock
 from clusterlab.core.consensus.context import Channel
-from clusterlab.core.consensus.module_state import MAX_LONG
-from clusterlab.core.consensus.recording_log import RecordingLog
 from clusterlab.core.runtime.clock import Clock
 from clusterlab.core.runtime.config import (
     TRIPWIRE_ENV,
@@ -104,12 +98,10 @@ from clusterlab.core.service.agent import (
     AgentError,
     AppliedEntry,
     AppliedRun,
-    ClusteredServiceAgent,
     ServiceError,
-    ServiceTerminated,
-    SnapshotError,
 )
 from clusterlab.core.service.api import CallbackScope, ClusteredService
+from clusterlab.core.service.container import ServiceContainer
 from zmq.utils.monitor import recv_monitor_message
 
 EXIT_OK = 0
@@ -181,7 +173,6 @@ class ServiceProcess:
         self.egress = EgressCache(self.zctx, self.log, setup=self.security.connector(CLIENT))
         self.ignored: dict[str, int] = {}
         self.received = 0
-        self._replay_max = -1
         self._egress_pending: dict[str, list[bytes]] = {}
         self._applied_pending: list[AppliedEntry] = []
         self._head = header(Channel.SERVICE, member_id)
@@ -226,17 +217,14 @@ class ServiceProcess:
             self._node_connected = True
 
         self.storage = FileStorage(self.member_dir)
-        catalogue_dir, snapshot_dir = service_snapshot_store_dirs(service_id)
-        catalogue = Catalogue.open(self.storage, catalogue_dir)
-        self.snapshots = SnapshotStore(self.storage, catalogue, snapshot_dir)
         service = factory()
-        self.agent = ClusteredServiceAgent(
+        self.container = ServiceContainer(
             service_id,
             member_id,
             service,
+            self.storage,
             to_consensus_module=self._to_node,
             egress=self._send_egress,
-            snapshot_store=self.snapshots,
             # Only a recording process needs each entry's row (and so the two digests per entry).
             # Held for one inbound batch, then recorded together (_flush_applied).
             on_applied=None if isinstance(self.rec, NullRecorder) else self._applied_pending.append,
@@ -245,21 +233,14 @@ class ServiceProcess:
             callback_scope=self._callback_scope(service),
             events=self.rec.event,  # ``start`` and ``service_terminate`` (the events table)
         )
-        with RecordingLog.open(self.storage) as recording_log:
-            entry = recording_log.latest_snapshot(service_id)
-        recording_id = entry.recording_id if entry is not None else None
+        self.agent = self.container.agent
+        self.snapshots = self.container.snapshots
+        recording_id = self.container.recovery_snapshot()
         self.log(
             f"started pid={os.getpid()} incarnation={incarnation} service={kinds[service_id]} service_id={service_id} "
             f"snapshot={recording_id}"
         )
-        self.start_failure: str | None = None
-        try:
-            self.agent.start(recording_id)
-        except Exception as e:  # the agent acked with a NULL client id: the node closes (Aeron)
-            self.start_failure = (
-                f"failed to start service={service_id} snapshotRecordingId={recording_id}: {type(e).__name__}: {e}"
-            )
-            self.log(self.start_failure)
+        self.start_failure: str | None = self.container.start(recording_id)  # the node closes (Aeron)
         self._flush_applied()  # a loaded snapshot's row
 
     def _callback_scope(self, service: ClusteredService) -> CallbackScope | None:
@@ -336,7 +317,7 @@ class ServiceProcess:
                 continue
             payload = parsed[1]
             self.rec.message(RECV, Channel.SERVICE, member_id, payload, peer_process=f"node-{member_id}")
-            if not self._apply_inbound(payload, "to-service socket"):
+            if not self._apply_inbound(payload):
                 return len(batch)
         self._flush_egress()
         self.received += len(batch)
@@ -344,46 +325,20 @@ class ServiceProcess:
             self._request_stop("service terminated")
         return len(batch)
 
-    def _apply_inbound(self, payload: bytes, where: str) -> bool:
-        """One message from the node (a LogBlock, JoinLog, termination ...) to the agent; False when
+    def _apply_inbound(self, payload: bytes) -> bool:
+        """One message from the node (a LogBlock, JoinLog, termination ...) to the container; False when
         the service stopped on it (terminated, failed): the rest of the batch is not applied."""
         try:
-            msg = decode(payload)
-        except DecodeError as e:
-            self._ignore(where, f"malformed: {e}")
-            return True
-        agent = self.agent
-        try:
-            if isinstance(msg, LogBlock):
-                walked = msg.walk()
-                if walked.error is not None:
-                    self._ignore(where, f"corrupt LogBlock at {msg.start_position}: {walked.error}")
-                    return True
-                is_replay = msg.end_position <= self._replay_max
-                agent.on_log_frames(
-                    walked.frames,
-                    msg.commit_position,
-                    is_replay,
-                    block=msg.entries,
-                    block_position=msg.start_position,
-                )
-                if self._egress_pending:
-                    self._flush_egress()  # the block's replies leave before the next block is applied
-            else:
-                if isinstance(msg, JoinLog):
-                    self._replay_max = msg.max_log_position if msg.max_log_position != MAX_LONG else -1
-                agent.on_service_message(payload)
-        except SnapshotError as e:  # counted as applied, agent still usable (Aeron)
-            self.log(f"snapshot failed: {e}")
-        except ServiceTerminated as e:  # ClusterTerminationException: the container closes (Aeron)
-            self._flush_egress()
-            self.log(f"service requested termination: {e}")
-            self._request_stop("service requested termination")
-            return False
+            stopped = self.container.on_message(payload)
         except (ServiceError, AgentError) as e:
             self._flush_egress()
             self.log(f"service failed: {type(e).__name__}: {e}")
             self._request_stop(f"service failed: {e}", EXIT_SERVICE_FAILED)
+            return False
+        if self._egress_pending:
+            self._flush_egress()  # a block's replies leave before the next block is applied
+        if stopped is not None:  # ClusterTerminationException: the container closes (Aeron)
+            self._request_stop(stopped)
             return False
         return True
 
@@ -402,7 +357,7 @@ class ServiceProcess:
                     payload = pop()
                     count += 1
                     record(RECV, Channel.SERVICE, member_id, payload, peer_process=node_name)
-                    if not self._apply_inbound(payload, "in-process queue"):
+                    if not self._apply_inbound(payload):
                         return count
                 self._flush_egress()
                 self.received += count

@@ -525,7 +525,9 @@ class ClusteredServiceAgent:
 
     def on_service_message(self, buffer: bytes, *, is_replay: bool = False) -> None:
         """Decode any message of the CM -> service stream and dispatch it. LogBlock / LogEndOfStream are
-        accepted too, for a runtime that carries the service's log on the same stream."""
+        accepted too, for a runtime that carries the service's log on the same stream. A LogBlock that
+        ends at or before the JoinLog's ``max_log_position`` of a replayed log is a replay (as is every
+        block when ``is_replay``); a block's entries get their digests from its bytes."""
         try:
             msg = decode(buffer)
         except DecodeError as e:
@@ -545,7 +547,15 @@ class ClusteredServiceAgent:
                 # A damaged block is the sender's problem, not a reason to stop: count it, apply nothing.
                 self._ignore("corrupt log block", f"at {msg.start_position}: {walked.error}")
                 return
-            self.on_log_frames(walked.frames, msg.commit_position, is_replay)
+            max_log_position = self._max_log_position
+            replayed = max_log_position != MAX_LOG_POSITION and msg.end_position <= max_log_position
+            self.on_log_frames(
+                walked.frames,
+                msg.commit_position,
+                is_replay or replayed,
+                block=msg.entries,
+                block_position=msg.start_position,
+            )
         elif isinstance(msg, LogEndOfStream):
             self.on_log_end()
         else:

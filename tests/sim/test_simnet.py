@@ -538,18 +538,3 @@ def test_no_leader_means_offer_is_refused(tmp_path: Path) -> None:
     with toy_cluster(tmp_path) as cluster:
         assert cluster.leader_id() is None  # nobody has canvassed long enough yet
         assert cluster.offer(b"x") == -1
-
-
-def test_a_log_blocks_end_position_is_read_from_its_bytes() -> None:
-    # SimServiceHost.pump reads it without decoding (the service agent decodes the block itself).
-    from clusterlab.core.codec.transport import LogBlock
-    from clusterlab.harness.sim_parts import log_block_end
-
-    for start, entries in ((0, b""), (640, b"x" * 96), (1 << 40, b"y" * 4096)):
-        block = LogBlock(
-            leadership_term_id=7, start_position=start, commit_position=3, leader_member_id=2, log_session_id=9,
-            entries=entries,
-        )  # fmt: skip
-        payload = block.encode()
-        assert log_block_end(payload) == block.end_position == start + len(entries)
-        assert log_block_end(payload[:20]) is None  # too short to hold the start position
