@@ -179,7 +179,14 @@ class ServiceProcess:
         self._node_name = f"node-{member_id}"
         self._control_head = header(Channel.CONTROL, member_id)
 
+        self._open_sockets(in_process)
+        self.storage = FileStorage(self.member_dir)
+        self._open_container(factory(), kinds[service_id])
+
+    def _open_sockets(self, in_process: InProcessChannel | None) -> None:
+        """The to-service socket (or the in-process queue), the control socket, and the link to the node."""
         security = self.security
+        member_id, service_id = self.member_id, self.service_id
         self.to_node: Link | InProcessLink
         if in_process is None:
             self.inbound, _ = bind(
@@ -201,7 +208,7 @@ class ServiceProcess:
         if in_process is None:
             self.to_node = Link(
                 self.zctx,
-                own.from_service,
+                self.own.from_service,
                 sndhwm=0,
                 immediate=False,
                 routing_id=service_routing_id(member_id, service_id),
@@ -216,11 +223,11 @@ class ServiceProcess:
             self.to_node = in_process.from_service[service_id]
             self._node_connected = True
 
-        self.storage = FileStorage(self.member_dir)
-        service = factory()
+    def _open_container(self, service: ClusteredService, kind: str) -> None:
+        """The service's container on this process's storage and ports, started from its recovery plan."""
         self.container = ServiceContainer(
-            service_id,
-            member_id,
+            self.service_id,
+            self.member_id,
             service,
             self.storage,
             to_consensus_module=self._to_node,
@@ -237,8 +244,8 @@ class ServiceProcess:
         self.snapshots = self.container.snapshots
         recording_id = self.container.recovery_snapshot()
         self.log(
-            f"started pid={os.getpid()} incarnation={incarnation} service={kinds[service_id]} service_id={service_id} "
-            f"snapshot={recording_id}"
+            f"started pid={os.getpid()} incarnation={self.incarnation} service={kind} "
+            f"service_id={self.service_id} snapshot={recording_id}"
         )
         self.start_failure: str | None = self.container.start(recording_id)  # the node closes (Aeron)
         self._flush_applied()  # a loaded snapshot's row
