@@ -401,15 +401,7 @@ class LocalCluster:
         self.member_count = len(self.config.members)
         self.service_kinds = [service_kind(s) for s in range(self.config.service_count)]
         self._import_roots = import_roots(self.config.service_kinds)  # a user's service, importable in members
-        self._member_kinds = [NODE, *self.service_kinds]
-        # What is launched per member: its node then its services, or its one process (which answers
-        # for the node and the services: _launch files it under each of their kinds).
-        self._node_kind = NODE
-        self._service_processes = list(self.service_kinds)
-        if self.member_process == "single":
-            self._member_kinds = [NODE]
-            self._node_kind = MEMBER
-            self._service_processes = []
+        self._plan_processes()
         self.timeouts = self.config.timeouts
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         self.zctx = new_context()
@@ -437,33 +429,49 @@ class LocalCluster:
         self.recorder: RunRecorder | None = None
         self.trace_dir: Path | None = None
         if record:
-            if trace_dir is None:
-                trace_dir = self.directory / "trace"
-                if (trace_dir / "run.json").exists():  # a restarted directory: a new run beside the old
-                    trace_dir = self.directory / f"trace-{self.run_id}"
-            self.trace_dir = Path(trace_dir).resolve()  # members run with their own working directory
-            self.recorder = RunRecorder(
-                self.trace_dir,
-                self.run_id,
-                scenario=scenario,
-                seed=self.config.seed,
-                members=[asdict(m) for m in self.config.members],
-                config={
-                    "timeouts": asdict(self.timeouts),
-                    "endpoints": {str(m.member_id): asdict(m) for m in self.config.members},
-                    "service": self.config.service,
-                    **({"services": self.config.services} if self.config.service_count > 1 else {}),
-                    "transport": self.config.transport,
-                    "appointed_leader_id": self.config.appointed_leader_id,
-                    "cluster_dir": str(self.directory),
+            self._open_recorder(trace_dir, scenario)
+
+    def _plan_processes(self) -> None:
+        """What is launched per member: its node then its services, or its one process (which answers
+        for the node and the services: _launch files it under each of their kinds)."""
+        self._member_kinds = [NODE, *self.service_kinds]
+        self._node_kind = NODE
+        self._service_processes = list(self.service_kinds)
+        if self.member_process == "single":
+            self._member_kinds = [NODE]
+            self._node_kind = MEMBER
+            self._service_processes = []
+
+    def _open_recorder(self, trace_dir: Path | str | None, scenario: str) -> None:
+        """The run's recorder: ``trace_dir``, or ``trace`` in the cluster directory (``trace-<run id>``
+        beside an earlier run's)."""
+        if trace_dir is None:
+            trace_dir = self.directory / "trace"
+            if (trace_dir / "run.json").exists():  # a restarted directory: a new run beside the old
+                trace_dir = self.directory / f"trace-{self.run_id}"
+        self.trace_dir = Path(trace_dir).resolve()  # members run with their own working directory
+        self.recorder = RunRecorder(
+            self.trace_dir,
+            self.run_id,
+            scenario=scenario,
+            seed=self.config.seed,
+            members=[asdict(m) for m in self.config.members],
+            config={
+                "timeouts": asdict(self.timeouts),
+                "endpoints": {str(m.member_id): asdict(m) for m in self.config.members},
+                "service": self.config.service,
+                **({"services": self.config.services} if self.config.service_count > 1 else {}),
+                "transport": self.config.transport,
+                "appointed_leader_id": self.config.appointed_leader_id,
+                "cluster_dir": str(self.directory),
+            },
+            extra={
+                "harness": "LocalCluster",
+                "hash_seeds": {
+                    str(m.member_id): member_hash_seed(self.config.seed, m.member_id) for m in self.config.members
                 },
-                extra={
-                    "harness": "LocalCluster",
-                    "hash_seeds": {
-                        str(m.member_id): member_hash_seed(self.config.seed, m.member_id) for m in self.config.members
-                    },
-                },
-            )
+            },
+        )
 
     def _init(
         self,

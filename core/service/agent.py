@@ -533,15 +533,7 @@ class ClusteredServiceAgent:
         except DecodeError as e:
             self._ignore("undecodable service message", f"{message_name(buffer)}: {e}")
             return
-        if isinstance(msg, JoinLog):
-            self.on_join_log(msg)
-        elif isinstance(msg, ServiceTerminationPosition):
-            self.on_service_termination_position(msg.log_position)
-        elif isinstance(msg, RequestServiceAck):
-            self.on_request_service_ack(msg.log_position)
-        elif isinstance(msg, ClusterMembersResponse | ClusterMembersExtendedResponse):
-            self.cluster_members = msg
-        elif isinstance(msg, LogBlock):
+        if isinstance(msg, LogBlock):  # the common message first
             walked = msg.walk()
             if walked.error is not None:
                 # A damaged block is the sender's problem, not a reason to stop: count it, apply nothing.
@@ -556,6 +548,14 @@ class ClusteredServiceAgent:
                 block=msg.entries,
                 block_position=msg.start_position,
             )
+        elif isinstance(msg, JoinLog):
+            self.on_join_log(msg)
+        elif isinstance(msg, ServiceTerminationPosition):
+            self.on_service_termination_position(msg.log_position)
+        elif isinstance(msg, RequestServiceAck):
+            self.on_request_service_ack(msg.log_position)
+        elif isinstance(msg, ClusterMembersResponse | ClusterMembersExtendedResponse):
+            self.cluster_members = msg
         elif isinstance(msg, LogEndOfStream):
             self.on_log_end()
         else:
