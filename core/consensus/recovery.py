@@ -16,40 +16,8 @@ def recover(
 ) -> RecoveryPlan:
     """Recover one member's state from disk; returns the recovery plan the startup election starts from."""
     archive = archive_store.recording
-    # The recording log may describe more log than the archive holds (a torn tail repaired on
-    # open, or a recording truncated while the member was down): make it describe what we have,
-    # so we canvass with a true (log term, append position) and the leader walks us forward.
-    # A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
-    # recovery: this member must refetch that log and replay it from the start (a follower
-    # that lacks the snapshot's log replays from the start). Invalidated here, before the service
-    # process reads the recovery plan, so node and service agree.
-    for entry in recording_log.entries():
-        if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > archive.stop_position:
-            recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
-            st.event(
-                "snapshot_invalidated",
-                {
-                    "recording_id": entry.recording_id,
-                    "service_id": entry.service_id,
-                    "reason": "log behind the snapshot is missing",
-                },
-                pos=entry.log_position,
-            )
-    last = recording_log.find_last_term()
-    stop = archive.stop_position
-    removed = []
-    if not st.rules.repairs_torn_tail():
-        last = None  # the recording log keeps describing the lost tail
-    if last is not None and (
-        last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
-    ):
-        removed = recording_log.truncate_terms_after(stop)
-    if removed:
-        st.event(
-            "truncate",
-            {"recording_log": [e.describe() for e in removed], "reason": "recording shorter than recording log"},
-            pos=archive.stop_position,
-        )
+    _invalidate_snapshots_beyond(st, recording_log, archive.stop_position)
+    _truncate_terms_beyond(st, recording_log, archive.stop_position)
     plan = recording_log.create_recovery_plan(service_count, archive_store.recording_extent)
     if archive.repair is not None:
         r = archive.repair
@@ -95,3 +63,42 @@ def recover(
         },
     )
     return plan
+
+
+def _invalidate_snapshots_beyond(st: ModuleState, recording_log: RecordingLog, stop: int) -> None:
+    """A snapshot beyond the end of the recorded log (the log behind it was lost) cannot anchor a
+    recovery: this member must refetch that log and replay it from the start (a follower that lacks the
+    snapshot's log replays from the start). Invalidated here, before the service process reads the
+    recovery plan, so node and service agree."""
+    for entry in recording_log.entries():
+        if entry.type == EntryType.SNAPSHOT and entry.is_valid and entry.log_position > stop:
+            recording_log.invalidate_entry(entry.leadership_term_id, entry.entry_index)
+            st.event(
+                "snapshot_invalidated",
+                {
+                    "recording_id": entry.recording_id,
+                    "service_id": entry.service_id,
+                    "reason": "log behind the snapshot is missing",
+                },
+                pos=entry.log_position,
+            )
+
+
+def _truncate_terms_beyond(st: ModuleState, recording_log: RecordingLog, stop: int) -> None:
+    """The recording log may describe more log than the archive holds (a torn tail repaired on open, or
+    a recording truncated while the member was down): make it describe what we have, so we canvass with
+    a true (log term, append position) and the leader walks us forward."""
+    last = recording_log.find_last_term()
+    removed = []
+    if not st.rules.repairs_torn_tail():
+        last = None  # the recording log keeps describing the lost tail
+    if last is not None and (
+        last.term_base_log_position > stop or (last.log_position != NULL_POSITION and last.log_position > stop)
+    ):
+        removed = recording_log.truncate_terms_after(stop)
+    if removed:
+        st.event(
+            "truncate",
+            {"recording_log": [e.describe() for e in removed], "reason": "recording shorter than recording log"},
+            pos=stop,
+        )

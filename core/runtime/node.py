@@ -259,17 +259,7 @@ class Node:
         self._sockets.append(self.control)
         self.cycle.register(self.control, self._on_control_readable)
 
-        # One link per service id (Aeron: each service subscribes to the module's service stream), all
-        # fed the same messages; the services' offers and acks share the one from-service socket.
-        self.to_services: list[Link | InProcessLink] = []
-        self._service_monitors: list[zmq.Socket] = []
-        self.service_kinds = config.service_kinds
-        if self.service_kinds and in_process is not None:
-            self._attach_in_process(in_process)
-        elif self.service_kinds:
-            self._connect_services()
-        self.to_service: Link | InProcessLink | None = self.to_services[0] if self.to_services else None  # service 0's
-        self._service_peers = [service_process_name(member_id, s) for s in range(len(self.to_services))]
+        self._open_service_links(in_process)
 
         self.log(
             f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
@@ -279,6 +269,19 @@ class Node:
             self._start_module()
         else:
             self.log("waiting for the members' endpoints (MembersConfig on the control socket)")
+
+    def _open_service_links(self, in_process: InProcessChannel | None) -> None:
+        """One link per service id (Aeron: each service subscribes to the module's service stream), all
+        fed the same messages; the services' offers and acks share the one from-service socket."""
+        self.to_services: list[Link | InProcessLink] = []
+        self._service_monitors: list[zmq.Socket] = []
+        self.service_kinds = self.config.service_kinds
+        if self.service_kinds and in_process is not None:
+            self._attach_in_process(in_process)
+        elif self.service_kinds:
+            self._connect_services()
+        self.to_service: Link | InProcessLink | None = self.to_services[0] if self.to_services else None  # service 0's
+        self._service_peers = [service_process_name(self.member_id, s) for s in range(len(self.to_services))]
 
     def _bind_member_sockets(self) -> ClusterMember:
         """Bind the member-facing sockets the configuration names (tcp :0 -> an OS-assigned port; a port
