@@ -344,7 +344,21 @@ def check_run_arguments(
 ) -> RunArguments:
     """:func:`run_scenario`'s arguments checked before anything starts: ValueError naming the first
     that is wrong (a size or time out of clusterlab.chaos.limits, a service or planted bug that does
-    not fit), KeyError for an unknown scenario (listing the known ones)."""
+    not fit), KeyError for an unknown scenario (listing the known ones).
+
+    ``service``: ``kv`` (put/get/cas/delete), ``counter`` (add/get), ``timers`` or a user's
+    ``package.module:factory`` (a ClusteredService; then ``workload`` is required); ``workload``: the
+    service's workload, ``package.module:factory`` (clusterlab.chaos.workload_api; default: the
+    sample service's); ``rate``: ops per second the
+    workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
+    on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
+    concurrent clients (default: :func:`run_clients`; their history is checked for linearizability);
+    ``fault_stale_read``: the planted stale read (kv only; see
+    ``clusterlab.harness.services.planted.stale_read_service``);
+    ``mutants``: planted bugs to switch on, by name (clusterlab.testing.mutants; test-only);
+    ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
+    service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
+    (clusterlab.core.service.addressed)."""
     chosen = mutant_set(mutants)  # UnknownMutant (a ValueError) lists the valid names
     spec = name if isinstance(name, Scenario) else find_scenario(name)
     if services:
@@ -403,37 +417,74 @@ def run_scenario(
     buggify: bool = False,
     member_process: str = "split",
 ) -> RunResult:
-    """Run scenario ``name`` once and verify its trace; never raises for a failed run (see
-    ``RunResult.ok`` / ``error``), only for bad arguments (ValueError, KeyError for an unknown
-    scenario). Every process started is stopped.
+    """Run scenario ``name`` once and verify its trace; never raises for a failed run (see ``RunResult.ok`` /
+    ``error``), only for bad arguments (ValueError, KeyError for an unknown scenario). Every process started is
+    stopped. ``service``, ``workload``, ``rate``, ``settle_s``, ``clients``, ``fault_stale_read``, ``mutants`` and
+    ``services``: as :func:`check_run_arguments` describes them.
 
-    ``service``: ``kv`` (put/get/cas/delete), ``counter`` (add/get), ``timers`` or a user's
-    ``package.module:factory`` (a ClusteredService; then ``workload`` is required); ``workload``: the
-    service's workload, ``package.module:factory`` (clusterlab.chaos.workload_api; default: the
-    sample service's); ``rate``: ops per second the
-    workload offers (default 200 on real processes, 100 in the simulator); ``settle_s``: the bound
-    on the final healed phase (a leader, an acknowledged op, every member caught up); ``clients``:
-    concurrent clients (default: :func:`run_clients`; their history is checked for linearizability);
-    ``fault_stale_read``: the planted stale read (kv only; see
-    ``clusterlab.harness.services.planted.stale_read_service``);
-    ``mutants``: planted bugs to switch on, by name (clusterlab.testing.mutants; test-only);
-    ``services``: several clustered services per member (``["kv", "counter"]``); the workload drives
-    service 0 (``service`` is ``services[0]``), the others apply every entry and ignore its messages
-    (clusterlab.core.service.addressed).
+    ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit steps
+    (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the seed's; the seed still
+    drives victims and the workload, so the same steps and seed replay exactly. ``determinism`` adds the replay
+    checks to the verdict (clusterlab.chaos.determinism). ``verify=False`` leaves ``result.verdict`` None for the
+    caller to judge (a sweep judges its runs in batches, :func:`clusterlab.chaos.verdict.verify_runs`; then
+    :func:`apply_verdict`). ``on_progress`` gets a :class:`RunProgress` at each step and every
+    :data:`PROGRESS_INTERVAL_S` of wall time. ``tripwire``: watch the services' callbacks for wall-clock reads,
+    global randomness, threads and role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire``
+    check judges them); ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs
+    leave it off. ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim``
+    only). ``member_process``: ``"split"`` runs each real member as its node and service processes, ``"single"``
+    as one process (``clusterlab.core.runtime.member``); a schedule that kills a service alone needs ``split``."""
+    result, plan = _prepare_run(
+        name,
+        seed,
+        members=members,
+        duration_s=duration_s,
+        sim=sim,
+        directory=directory,
+        trace_dir=trace_dir,
+        settle_s=settle_s,
+        fault_ack_before_append=fault_ack_before_append,
+        service=service,
+        rate=rate,
+        clients=clients,
+        fault_stale_read=fault_stale_read,
+        mutants=mutants,
+        schedule=schedule,
+        services=services,
+        workload=workload,
+        tripwire=tripwire,
+        buggify=buggify,
+        member_process=member_process,
+    )
+    _run_and_verify(result, plan, on_progress, verify=verify, determinism=determinism)
+    return result
 
-    ``name``: a scenario's name or a :class:`Scenario` (a user-defined one); ``schedule``: explicit
-    steps (``clusterlab.chaos.schedule.schedule_spec``, e.g. a shrunk schedule) run instead of the
-    seed's; the seed still drives victims and the workload, so the same steps and seed replay exactly.
-    ``determinism`` adds the replay checks to the verdict (clusterlab.chaos.determinism).
-    ``verify=False`` leaves ``result.verdict`` None for the caller to judge (a sweep judges its runs in
-    batches, :func:`clusterlab.chaos.verdict.verify_runs`; then :func:`apply_verdict`). ``on_progress``
-    gets a :class:`RunProgress` at each step and every :data:`PROGRESS_INTERVAL_S` of wall time.
-    ``tripwire``: watch the services' callbacks for wall-clock reads, global randomness, threads and
-    role-dependent state changes (clusterlab.harness.tripwire; the ``tripwire`` check judges them);
-    ``clusterlab run`` and the pytest plugin's chaos runs turn it on, sweeps and mutant runs leave it off.
-    ``buggify``: switch on the simulator's seeded fault points (clusterlab.testing.buggify; ``sim`` only).
-    ``member_process``: ``"split"`` runs each real member as its node and service processes, ``"single"`` as
-    one process (``clusterlab.core.runtime.member``); a schedule that kills a service alone needs ``split``."""
+
+def _prepare_run(
+    name: str | Scenario,
+    seed: int,
+    *,
+    members: int,
+    duration_s: float | None,
+    sim: bool,
+    directory: Path | str | None,
+    trace_dir: Path | str | None,
+    settle_s: float,
+    fault_ack_before_append: bool,
+    service: str,
+    rate: float | None,
+    clients: int | None,
+    fault_stale_read: bool,
+    mutants: Iterable[str],
+    schedule: list[dict[str, Any]] | None,
+    services: list[str] | None,
+    workload: str | None,
+    tripwire: bool,
+    buggify: bool,
+    member_process: str,
+) -> tuple[RunResult, Schedule]:
+    """Checks :func:`run_scenario`'s arguments, plans the run's steps and makes its directory; returns the
+    run's RunResult (not yet run) and its schedule."""
     _check_run_modes(sim=sim, buggify=buggify, member_process=member_process)
     checked = check_run_arguments(
         name,
@@ -450,18 +501,10 @@ def run_scenario(
         services=services,
         workload=workload,
     )
-    spec, chosen, service, services = checked.spec, checked.mutants, checked.service, checked.services
-    clients = checked.clients
-    duration = spec.default_duration_s if duration_s is None else duration_s
-    plan = scenario_schedule(spec, seed, duration, sim=sim, members=members, schedule=schedule)
-    if schedule is not None:
-        check_dedupe(spec, service, workload, plan)
-    check_member_process(spec, plan, member_process)
-    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
-    root.mkdir(parents=True, exist_ok=True)
-    trace = Path(trace_dir) if trace_dir is not None else root / "trace"
+    duration, plan = _checked_plan(checked, seed, duration_s, members, schedule, workload, member_process, sim=sim)
+    root, trace = _run_directories(checked.spec, directory, trace_dir)
     result = RunResult(
-        spec.name,
+        checked.spec.name,
         seed,
         members,
         sim,
@@ -470,27 +513,65 @@ def run_scenario(
         trace,
         plan.describe(),
         fault_ack_before_append=fault_ack_before_append,
-        service=service,
-        clients=clients,
+        service=checked.service,
+        clients=checked.clients,
         fault_stale_read=fault_stale_read,
-        mutants=chosen,
+        mutants=checked.mutants,
         steps=schedule_spec(plan),
         explicit=schedule is not None,
-        services=list(services or []),
+        services=list(checked.services or []),
         rate=rate,
         settle_s=settle_s,
         workload=workload,
         tripwire=tripwire,
-        client_resends=spec.client_resends or loses_replies(plan) or duplicates_ingress(plan),
+        client_resends=checked.spec.client_resends or loses_replies(plan) or duplicates_ingress(plan),
         buggify=buggify,
         member_process=member_process,
     )
+    return result, plan
+
+
+def _checked_plan(
+    checked: RunArguments,
+    seed: int,
+    duration_s: float | None,
+    members: int,
+    schedule: list[dict[str, Any]] | None,
+    workload: str | None,
+    member_process: str,
+    *,
+    sim: bool,
+) -> tuple[float, Schedule]:
+    """The run's duration and its steps, an explicit ``schedule`` checked against the service (requests
+    delivered twice) and every schedule against ``member_process``."""
+    spec = checked.spec
+    duration = spec.default_duration_s if duration_s is None else duration_s
+    plan = scenario_schedule(spec, seed, duration, sim=sim, members=members, schedule=schedule)
+    if schedule is not None:
+        check_dedupe(spec, checked.service, workload, plan)
+    check_member_process(spec, plan, member_process)
+    return duration, plan
+
+
+def _run_directories(spec: Scenario, directory: Path | str | None, trace_dir: Path | str | None) -> tuple[Path, Path]:
+    """The run's directory (``directory``, else a new temporary one), made, and its trace directory
+    (``trace_dir``, else ``trace`` in the run's directory)."""
+    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=f"clusterlab-{spec.name}-"))
+    root.mkdir(parents=True, exist_ok=True)
+    trace = Path(trace_dir) if trace_dir is not None else root / "trace"
+    return root, trace
+
+
+def _run_and_verify(
+    result: RunResult, plan: Schedule, on_progress: OnProgress | None, *, verify: bool, determinism: bool
+) -> None:
+    """Runs ``plan`` in the run's target, verifies the trace it wrote when ``verify`` asks, and times both into
+    ``result.elapsed_s``."""
     started = time.monotonic()
-    _run_in_target(result, plan, root, trace, settle_s, on_progress, rate)
+    _run_in_target(result, plan, result.run_dir, result.trace_dir, result.settle_s, on_progress, result.rate)
     if verify and result.trace_dir.is_dir():
         apply_verdict(result, verify_run(result.trace_dir, determinism=determinism))
     result.elapsed_s = time.monotonic() - started
-    return result
 
 
 def _check_run_modes(*, sim: bool, buggify: bool, member_process: str) -> None:

@@ -295,17 +295,7 @@ def shrink_run(
             on_try(phase, c, fails)
         return fails, tokens
 
-    # The run replayed from its recorded steps must fail again (and names the target by default).
-    state.target = target or ""
-    _, tokens = attempt("replay", original)
-    if not tokens:
-        raise ShrinkError(f"{path}: the recorded schedule replayed passes; nothing to shrink")
-    if target is None:
-        state.target = default_target(tokens)
-    elif target not in tokens:
-        raise ShrinkError(f"{path}: the replay fails {', '.join(sorted(tokens))}, not {target}")
-    state.log[-1] += f" (target: {state.target})"
-
+    _replay_original(state, attempt, path, target)
     _shrink_faults(state, attempt)
     _shrink_phases(state, attempt)
     _shrink_workload(state, attempt)
@@ -314,6 +304,20 @@ def shrink_run(
 
 
 Attempt = Callable[[str, Candidate], tuple[bool, set[str]]]
+
+
+def _replay_original(state: ShrinkResult, attempt: Attempt, path: Path | str, target: str | None) -> None:
+    """Replays the run from its recorded steps, which must fail again, and settles the target: ``target``,
+    which the replay must fail, or by default the :func:`default_target` of the replay's failures."""
+    state.target = target or ""
+    _, tokens = attempt("replay", state.original)
+    if not tokens:
+        raise ShrinkError(f"{path}: the recorded schedule replayed passes; nothing to shrink")
+    if target is None:
+        state.target = default_target(tokens)
+    elif target not in tokens:
+        raise ShrinkError(f"{path}: the replay fails {', '.join(sorted(tokens))}, not {target}")
+    state.log[-1] += f" (target: {state.target})"
 
 
 def _shrink_faults(state: ShrinkResult, attempt: Attempt) -> None:

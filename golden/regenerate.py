@@ -24,11 +24,13 @@ few times before the recipe is reported as failed; a simulator run is exact and 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.golden.store import (
@@ -42,6 +44,9 @@ from clusterlab.golden.store import (
     load_manifest,
     save_manifest,
 )
+
+if TYPE_CHECKING:
+    from clusterlab.golden.coverage import Measurement
 
 REAL_ATTEMPTS = 3
 MAX_GOLDEN_BYTES = 1024 * 1024  # each golden stays small enough for git
@@ -136,80 +141,122 @@ def select(
     drop the simulator goldens not chosen; returns the chosen names. ``budget_messages``: the most
     message rows the chosen simulator goldens may add up to (re-running and diffing them is what
     ``golden verify`` spends its time on; rows, not seconds, so the choice does not depend on load)."""
-    import json
-
     from clusterlab.golden.candidates import candidates
-    from clusterlab.golden.coverage import CATEGORIES, greedy_cover, measure_recipe
 
     pool = [r for r in candidates() if not names or r.name in names]
     if not pool:
         raise GoldenError(f"no candidate named {', '.join(names)}")
     work = Path(tempfile.mkdtemp(prefix="clusterlab-select-"))
     try:
-        measured = []
-        runs: dict[str, Path] = {}
-        for r in pool:
-            m, trace = measure_recipe(r, work, keep=True)
-            outcome = "FAILED " + m.error.splitlines()[0] if m.error else "measured"
-            say(f"{r.name}: {outcome} ({m.elapsed_s:.1f} s)")
-            measured.append(m)
-            if trace is not None:
-                runs[r.name] = trace
+        measured, runs = _measure_candidates(pool, work, say)
         recipes = [r for r in load_manifest(manifest) if r.driver != "sim"]
-        blessed: set[str] = set()
-        while True:
-            chosen = greedy_cover(measured, min_lines=min_lines, budget_messages=budget_messages)
-            too_big = None
-            for m in chosen:
-                if m.name in blessed:
-                    continue
-                assert m.recipe is not None
-                g = bless(
-                    runs[m.name],
-                    m.name,
-                    traces=traces,
-                    duration_s=m.recipe.duration_s,
-                    summary=m.recipe.summary,
-                    force=True,
-                    manifest=work / "scratch-manifest.json",  # the real one is written once, below
-                )
-                size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
-                if size > MAX_GOLDEN_BYTES:
-                    shutil.rmtree(g.directory)
-                    m.error = f"its golden would be {size / 1024:.0f} KiB, over {MAX_GOLDEN_BYTES // 1024} KiB"
-                    say(f"{m.name}: {m.error}; choosing again without it")
-                    too_big = m
-                    break
-                blessed.add(m.name)
-                say(f"chose {m.name} ({size / 1024:.0f} KiB)")
-            if too_big is None:
-                break
+        chosen = _bless_chosen(
+            measured, runs, work, traces=traces, min_lines=min_lines, budget_messages=budget_messages, say=say
+        )
         recipes += [m.recipe for m in chosen if m.recipe is not None]
         keep = {r.name for r in recipes}  # a blessed golden dropped when choosing again goes too
-        for name in golden_names(traces):
-            if name not in keep and (traces / name / "messages").is_dir():  # a simulator golden not chosen
-                shutil.rmtree(traces / name)
-                say(f"removed {name}")
+        _remove_unchosen(traces, keep, say)
         save_manifest(recipes, manifest)
-        (traces / "selection.json").write_text(
-            json.dumps(
-                {
-                    "about": "How the simulator goldens were chosen: python -m clusterlab.golden.regenerate --select",
-                    "budget_messages": budget_messages,
-                    "min_lines": min_lines,
-                    "chosen": [m.name for m in chosen],
-                    "candidates": [
-                        {**m.to_json(), **{c: len(m.items[c]) for c in CATEGORIES}, "chosen": m in chosen}
-                        for m in measured
-                    ],
-                },
-                indent=1,
-            )
-            + "\n"
-        )
+        _write_selection(traces, measured, chosen, budget_messages=budget_messages, min_lines=min_lines)
         return [m.name for m in chosen]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_candidates(
+    pool: Sequence[Recipe], work: Path, say: Callable[[str], None]
+) -> tuple[list[Measurement], dict[str, Path]]:
+    """Runs and measures each candidate of ``pool`` in ``work``, saying how each went; returns the
+    measurements and the trace of each run that kept one, by name."""
+    from clusterlab.golden.coverage import measure_recipe
+
+    measured = []
+    runs: dict[str, Path] = {}
+    for r in pool:
+        m, trace = measure_recipe(r, work, keep=True)
+        outcome = "FAILED " + m.error.splitlines()[0] if m.error else "measured"
+        say(f"{r.name}: {outcome} ({m.elapsed_s:.1f} s)")
+        measured.append(m)
+        if trace is not None:
+            runs[r.name] = trace
+    return measured, runs
+
+
+def _bless_chosen(
+    measured: list[Measurement],
+    runs: dict[str, Path],
+    work: Path,
+    *,
+    traces: Path,
+    min_lines: int,
+    budget_messages: int,
+    say: Callable[[str], None],
+) -> list[Measurement]:
+    """Chooses the set by greedy cover and blesses each chosen run into ``traces``; a run whose golden
+    would be over MAX_GOLDEN_BYTES is removed again, marked with why, and the set chosen anew without
+    it. Returns the chosen set, every one of it blessed."""
+    from clusterlab.golden.coverage import greedy_cover
+
+    blessed: set[str] = set()
+    while True:
+        chosen = greedy_cover(measured, min_lines=min_lines, budget_messages=budget_messages)
+        too_big = None
+        for m in chosen:
+            if m.name in blessed:
+                continue
+            assert m.recipe is not None
+            g = bless(
+                runs[m.name],
+                m.name,
+                traces=traces,
+                duration_s=m.recipe.duration_s,
+                summary=m.recipe.summary,
+                force=True,
+                manifest=work / "scratch-manifest.json",  # the real one is written once, by select
+            )
+            size = sum(p.stat().st_size for p in g.directory.rglob("*") if p.is_file())
+            if size > MAX_GOLDEN_BYTES:
+                shutil.rmtree(g.directory)
+                m.error = f"its golden would be {size / 1024:.0f} KiB, over {MAX_GOLDEN_BYTES // 1024} KiB"
+                say(f"{m.name}: {m.error}; choosing again without it")
+                too_big = m
+                break
+            blessed.add(m.name)
+            say(f"chose {m.name} ({size / 1024:.0f} KiB)")
+        if too_big is None:
+            return chosen
+
+
+def _remove_unchosen(traces: Path, keep: set[str], say: Callable[[str], None]) -> None:
+    """Removes every simulator golden in ``traces`` not named in ``keep``, saying which."""
+    for name in golden_names(traces):
+        if name not in keep and (traces / name / "messages").is_dir():  # a simulator golden not chosen
+            shutil.rmtree(traces / name)
+            say(f"removed {name}")
+
+
+def _write_selection(
+    traces: Path, measured: list[Measurement], chosen: list[Measurement], *, budget_messages: int, min_lines: int
+) -> None:
+    """Writes ``traces``/selection.json: the choice's bounds, the chosen names and every candidate's
+    measurement, coverage counts and whether it was chosen."""
+    from clusterlab.golden.coverage import CATEGORIES
+
+    (traces / "selection.json").write_text(
+        json.dumps(
+            {
+                "about": "How the simulator goldens were chosen: python -m clusterlab.golden.regenerate --select",
+                "budget_messages": budget_messages,
+                "min_lines": min_lines,
+                "chosen": [m.name for m in chosen],
+                "candidates": [
+                    {**m.to_json(), **{c: len(m.items[c]) for c in CATEGORIES}, "chosen": m in chosen} for m in measured
+                ],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

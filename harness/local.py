@@ -321,7 +321,35 @@ def _kill_all(processes: list[_Process]) -> None:
 
 
 class LocalCluster:
-    """See the module docstring. Operations mirror SimCluster's where they mean the same."""
+    """See the module docstring. Operations mirror SimCluster's where they mean the same.
+
+    ``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
+    failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
+    restarted from disk with its own configuration (``members`` None accepts any size).
+
+    ``secure`` (default: on with ``tcp``, off on ipc) makes a new cluster's keys and credentials
+    (clusterlab.core.runtime.security); a restarted directory keeps its own setting. The
+    directory is locked (clusterlab.core.runtime.dirlock) until ``close()``: a second
+    LocalCluster or ``cluster start`` on it raises at once, naming this process.
+
+    ``services``: several clustered services per member (``["kv", "counter"]``: service ids 0 and
+    1, each its own process with its own snapshots; see clusterlab.core.service.addressed).
+
+    ``tripwire``: the service processes watch their services' callbacks (clusterlab.harness.tripwire;
+    findings are ``tripwire`` events in the trace).
+
+    ``test_context`` (on by default: the harness's tests and chaos runs) gives every node the test
+    context (clusterlab.testing.node: planted ``mutants``, its disk behind a FaultyStorage for
+    :meth:`storage_fault`, the intercepts :meth:`stall_election` and the other test hooks arm).
+    Off, the nodes run as production nodes do: plain storage, the protocol's rules, storage faults
+    and test hooks refused (``clusterlab cluster start``). Planted bugs need it on.
+
+    ``member_process``: ``"split"`` (the default) runs each member as its node process and one
+    process per service; ``"single"`` runs each member as one process,
+    ``python -m clusterlab.core.runtime.member`` (node and services on one duty cycle, linked by
+    in-process queues). Per-member operations (kill, stop, pause, resume, restart, restart_wiped,
+    status, service_status) act on that one process (kind ``member`` in processes.json, its log
+    ``member-<i>-member-<n>.log``); :meth:`kill_service` is refused (LocalClusterError)."""
 
     def __init__(
         self,
@@ -348,33 +376,8 @@ class LocalCluster:
         test_context: bool = True,
         member_process: str = "split",
     ) -> None:
-        """``directory`` None: a fresh temporary directory, removed on a clean close (kept after a
-        failure, or with ``keep_directory``). An existing directory with a ``cluster.json`` is
-        restarted from disk with its own configuration (``members`` None accepts any size).
-
-        ``secure`` (default: on with ``tcp``, off on ipc) makes a new cluster's keys and credentials
-        (clusterlab.core.runtime.security); a restarted directory keeps its own setting. The
-        directory is locked (clusterlab.core.runtime.dirlock) until ``close()``: a second
-        LocalCluster or ``cluster start`` on it raises at once, naming this process.
-
-        ``services``: several clustered services per member (``["kv", "counter"]``: service ids 0 and
-        1, each its own process with its own snapshots; see clusterlab.core.service.addressed).
-
-        ``tripwire``: the service processes watch their services' callbacks (clusterlab.harness.tripwire;
-        findings are ``tripwire`` events in the trace).
-
-        ``test_context`` (on by default: the harness's tests and chaos runs) gives every node the test
-        context (clusterlab.testing.node: planted ``mutants``, its disk behind a FaultyStorage for
-        :meth:`storage_fault`, the intercepts :meth:`stall_election` and the other test hooks arm).
-        Off, the nodes run as production nodes do: plain storage, the protocol's rules, storage faults
-        and test hooks refused (``clusterlab cluster start``). Planted bugs need it on.
-
-        ``member_process``: ``"split"`` (the default) runs each member as its node process and one
-        process per service; ``"single"`` runs each member as one process,
-        ``python -m clusterlab.core.runtime.member`` (node and services on one duty cycle, linked by
-        in-process queues). Per-member operations (kill, stop, pause, resume, restart, restart_wiped,
-        status, service_status) act on that one process (kind ``member`` in processes.json, its log
-        ``member-<i>-member-<n>.log``); :meth:`kill_service` is refused (LocalClusterError)."""
+        """Opens the cluster directory (new, or restarted from disk), locks it and plans the members'
+        processes; the class docstring describes the parameters."""
         if member_process not in MEMBER_PROCESS_MODES:
             raise LocalClusterError(f"member_process {member_process!r}: use one of {MEMBER_PROCESS_MODES}")
         self.member_process = member_process
@@ -408,6 +411,17 @@ class LocalCluster:
         # The operator's key: the harness speaks to control sockets as "admin"; its ZAP handler
         # admits only members to its clients' response channels.
         self.security = ProcessSecurity(self.directory, self.config.secure, ADMIN, self.zctx, authenticate=True)
+        self._init_bookkeeping()
+        self._finalizer = weakref.finalize(self, _kill_all, self._all)
+        self.run_id = run_id or new_run_id(scenario)
+        self.recorder: RunRecorder | None = None
+        self.trace_dir: Path | None = None
+        if record:
+            self._open_recorder(trace_dir, scenario)
+
+    def _init_bookkeeping(self) -> None:
+        """Sets up the empty bookkeeping of a cluster not yet started: its processes, controls, link
+        rules, clients, backup, events and lifecycle flags."""
         self._all: list[_Process] = []  # every process ever started (the finalizer's list)
         self._current: dict[tuple[int, str], _Process] = {}
         # A restarted directory continues its members' incarnation numbers (log files never clash).
@@ -424,12 +438,6 @@ class LocalCluster:
         self.failed = False
         self._started = False
         self._closed = False
-        self._finalizer = weakref.finalize(self, _kill_all, self._all)
-        self.run_id = run_id or new_run_id(scenario)
-        self.recorder: RunRecorder | None = None
-        self.trace_dir: Path | None = None
-        if record:
-            self._open_recorder(trace_dir, scenario)
 
     def _plan_processes(self) -> None:
         """What is launched per member: its node then its services, or its one process (which answers

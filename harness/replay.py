@@ -142,15 +142,7 @@ def _replay(
 ) -> Replay:
     result = Replay()
     outbox = _Outbox()
-    ctx = ConsensusModuleContext(
-        member_id=0,
-        members=[ClusterMember(0)],
-        cluster_dir=directory / "node",
-        storage=MemoryStorage("replay-node"),  # the replay keeps nothing on disk
-        outbox=outbox,
-        rng=random.Random(0),
-    )
-    cm = ConsensusModule(ctx)
+    cm = _replay_module(directory, outbox)
     service_storage = MemoryStorage("replay-service")
     store = _TakenStore(service_storage, Catalogue.open(service_storage))
     cm_sessions: dict[int, tuple[int, ...]] = {}
@@ -185,33 +177,8 @@ def _replay(
     restorer = _Restorer(service_factory, store, on_restored, probes) if on_restored is not None else None
     try:
         agent.start(None)
-        position = 0
-        for r in rows:
-            entry = bytes(r["entry"])
-            start = r["log_position"] - len(entry)
-            if start != position:
-                raise ReplayError(
-                    f"the log is not contiguous: entry ending at {r['log_position']} starts at "
-                    f"{start}, the previous ended at {position}"
-                )
-            try:
-                cm.archive.append(entry, start)
-            except Exception as e:  # ArchiveError: a frame today's framing rejects
-                raise ReplayError(f"entry at {start}..{r['log_position']} rejected by the archive: {e}") from e
-            position = r["log_position"]
-        end = position
-        cm.role = Role.FOLLOWER
-        cm.s.advance_commit_position(end)
-        cm.start_log_replay(0, end, 0)
-        _pump(outbox, agent, to_module, cm, restorer)
-        polls = 0
-        while cm.consumed_position < end:
-            polls += 1
-            # A replayed SNAPSHOT action holds the log adapter until the module has its service's ack
-            # and writes its snapshot, as in a member's duty cycle (snapshot_work).
-            if polls > MAX_POLLS_PER_ENTRY * (len(rows) + 1) or not (cm.poll_log_replay(0) or cm.snapshot_work(0)):
-                raise ReplayError(f"the consensus module's log adapter stopped at {cm.consumed_position} of {end}")
-            _pump(outbox, agent, to_module, cm, restorer)
+        end = _append_log(cm, rows)
+        _replay_committed(cm, end, len(rows), outbox, agent, to_module, restorer)
         result.end_position = end
         if restorer is not None and end > 0:
             restorer.at_end(agent)
@@ -222,6 +189,65 @@ def _replay(
     finally:
         cm.close()
     return result
+
+
+def _replay_module(directory: Path, outbox: _Outbox) -> ConsensusModule:
+    """A consensus module for the replay: member 0 of a one-member cluster in ``directory``, keeping
+    nothing on disk, sending to ``outbox``."""
+    ctx = ConsensusModuleContext(
+        member_id=0,
+        members=[ClusterMember(0)],
+        cluster_dir=directory / "node",
+        storage=MemoryStorage("replay-node"),  # the replay keeps nothing on disk
+        outbox=outbox,
+        rng=random.Random(0),
+    )
+    return ConsensusModule(ctx)
+
+
+def _append_log(cm: ConsensusModule, rows: Sequence[dict[str, Any]]) -> int:
+    """Appends the rows' entries to the module's archive in order and returns the log's end position;
+    ReplayError when the log is not contiguous or the archive rejects an entry."""
+    position = 0
+    for r in rows:
+        entry = bytes(r["entry"])
+        start = r["log_position"] - len(entry)
+        if start != position:
+            raise ReplayError(
+                f"the log is not contiguous: entry ending at {r['log_position']} starts at "
+                f"{start}, the previous ended at {position}"
+            )
+        try:
+            cm.archive.append(entry, start)
+        except Exception as e:  # ArchiveError: a frame today's framing rejects
+            raise ReplayError(f"entry at {start}..{r['log_position']} rejected by the archive: {e}") from e
+        position = r["log_position"]
+    return position
+
+
+def _replay_committed(
+    cm: ConsensusModule,
+    end: int,
+    entries: int,
+    outbox: _Outbox,
+    agent: ClusteredServiceAgent,
+    to_module: list[bytes],
+    restorer: _Restorer | None,
+) -> None:
+    """Commits the archived log up to ``end`` and runs the module's log adapter over it (``entries``
+    entries), pumping what it forwards into the agent; ReplayError when the adapter stops short."""
+    cm.role = Role.FOLLOWER
+    cm.s.advance_commit_position(end)
+    cm.start_log_replay(0, end, 0)
+    _pump(outbox, agent, to_module, cm, restorer)
+    polls = 0
+    while cm.consumed_position < end:
+        polls += 1
+        # A replayed SNAPSHOT action holds the log adapter until the module has its service's ack
+        # and writes its snapshot, as in a member's duty cycle (snapshot_work).
+        if polls > MAX_POLLS_PER_ENTRY * (entries + 1) or not (cm.poll_log_replay(0) or cm.snapshot_work(0)):
+            raise ReplayError(f"the consensus module's log adapter stopped at {cm.consumed_position} of {end}")
+        _pump(outbox, agent, to_module, cm, restorer)
 
 
 def _pump(

@@ -218,6 +218,18 @@ class SimCluster:
         self._max_rounds = max_rounds_per_instant
         # Nothing is written here any more (members run on MemoryStorage); kept for callers and reports.
         self.directory = Path(directory) if directory is not None else None
+        self._create_world(members, seed, start_time_ns, log_lines_kept)
+        self._create_hosts(members, service, services, authenticator_factory)
+        self._drivers: list[MemberDriver | None] = [None] * members
+        self._ports: list[_SimPorts | None] = [None] * members
+        self._incarnations = [-1] * members
+        self._closed = False
+        for i in range(members):
+            self._start_member(i)
+
+    def _create_world(self, members: int, seed: int, start_time_ns: int, log_lines_kept: int) -> None:
+        """The members' disks, the virtual clock, the network and what the run keeps of the members
+        (events, log lines, each member's slot, deliverer and deadline)."""
         self._storages = [
             FaultyStorage(MemoryStorage(f"sim-member-{i}"), random.Random(f"{seed}:disk:{i}")) for i in range(members)
         ]
@@ -244,6 +256,15 @@ class SimCluster:
         self._deliverers: list[Callable[[int, Channel, bytes, int], object]] = [_no_delivery] * members
         self._deadlines: list[int | None] = [None] * members  # see _forget_deadlines
         self._last_counters: dict[int, ClusterCounters] = {}  # a down member's counters at its end
+
+    def _create_hosts(
+        self,
+        members: int,
+        service: str | None,
+        services: list[str] | None,
+        authenticator_factory: Callable[[], Any] | None,
+    ) -> None:
+        """The members' service hosts, the clients and other actors, and the hooks a recorder attaches to."""
         # ``services``: several clustered services per member (service ids 0..N-1, see
         # clusterlab.core.service.addressed); ``service`` alone: one. ``service_name`` is service 0's.
         self.service_names: list[str] = list(services) if services else ([service] if service else [])
@@ -265,12 +286,6 @@ class SimCluster:
         self.applied: list[dict[str, Any]] = []  # the trace's `applied` rows (member, incarnation, entry)
         self.on_applied: list[Callable[[dict[str, Any]], None]] = []  # recorder attaches here: each new row
         self.on_member_start: list[Callable[[int], None]] = []  # and here: a member (re)started, services up
-        self._drivers: list[MemberDriver | None] = [None] * members
-        self._ports: list[_SimPorts | None] = [None] * members
-        self._incarnations = [-1] * members
-        self._closed = False
-        for i in range(members):
-            self._start_member(i)
 
     # ----------------------------------------------------------------------------- accessors
 

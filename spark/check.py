@@ -212,7 +212,6 @@ def _check_sql(
     run_ids = sorted({run_id_of(r) for r in all_runs})
     if upload is None:
         upload = is_connect(spark) and trace_bytes(all_runs) <= UPLOAD_BYTES
-    results: dict[str, CheckResult] = {}
     ops: DataFrame | None = None
     tables: Tables | None = None
     if upload:
@@ -240,27 +239,7 @@ def _check_sql(
             ops = tables.read("ops")
     if runs:
         assert ops is not None
-        workloads = run_workloads(runs)  # a user's workload judges its run's history with its model
-        ship_packages(spark, set(workloads.values()))
-        small = [c for c in checks if sum(rows.get(t, 0) for t in c.tables) <= SMALL_ROWS]
-        large = [c for c in checks if c not in small]
-        with ThreadPoolExecutor(SMALL_THREADS, thread_name_prefix="clusterlab-check") as pool:
-            # Linearizability (Python workers) alongside the SQL checks (the JVM): both cores busy.
-            # No client ops (a golden, a run without a workload): nothing to judge, no Python worker.
-            linearizable = pool.submit(check_linearizability, ops, limit, workloads) if rows.get("ops") else None
-            with session_conf(spark, SMALL_CONF if small else {}):
-                counts = count_violations(spark, small, pool)
-            counts |= count_violations(spark, large)  # generated code, one after another (memory)
-            for check in checks:
-                results[check.name] = run_check(spark, check, counts[check.name], limit)
-                if check.name == "agreement":
-                    explain_agreement(
-                        results[check.name],
-                        lambda sql: _query(spark, sql),
-                        lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
-                    )
-            no_ops = CheckResult(LINEARIZABILITY, 0)
-            results[LINEARIZABILITY] = linearizable.result() if linearizable is not None else no_ops
+        results = _run_checks(spark, checks, runs, rows, ops, limit)
         if tables is not None:
             tables.drop_views()
     else:  # nothing complete to judge
@@ -282,6 +261,41 @@ def _check_sql(
     if write_json:
         report.write_json()
     return report
+
+
+def _run_checks(
+    spark: SparkSession,
+    checks: Sequence[SqlCheck],
+    runs: list[str],
+    rows: dict[str, int],
+    ops: DataFrame,
+    limit: int,
+) -> dict[str, CheckResult]:
+    """Runs every check over the views of ``runs`` registered in ``spark``, and linearizability over
+    their client ``ops`` beside them; ``rows`` (rows per table) decides which checks are small."""
+    results: dict[str, CheckResult] = {}
+    workloads = run_workloads(runs)  # a user's workload judges its run's history with its model
+    ship_packages(spark, set(workloads.values()))
+    small = [c for c in checks if sum(rows.get(t, 0) for t in c.tables) <= SMALL_ROWS]
+    large = [c for c in checks if c not in small]
+    with ThreadPoolExecutor(SMALL_THREADS, thread_name_prefix="clusterlab-check") as pool:
+        # Linearizability (Python workers) alongside the SQL checks (the JVM): both cores busy.
+        # No client ops (a golden, a run without a workload): nothing to judge, no Python worker.
+        linearizable = pool.submit(check_linearizability, ops, limit, workloads) if rows.get("ops") else None
+        with session_conf(spark, SMALL_CONF if small else {}):
+            counts = count_violations(spark, small, pool)
+        counts |= count_violations(spark, large)  # generated code, one after another (memory)
+        for check in checks:
+            results[check.name] = run_check(spark, check, counts[check.name], limit)
+            if check.name == "agreement":
+                explain_agreement(
+                    results[check.name],
+                    lambda sql: _query(spark, sql),
+                    lambda name, t: spark.createDataFrame(t).createOrReplaceTempView(name),
+                )
+        no_ops = CheckResult(LINEARIZABILITY, 0)
+        results[LINEARIZABILITY] = linearizable.result() if linearizable is not None else no_ops
+    return results
 
 
 def _arrow_frame(spark: SparkSession, data: Any) -> DataFrame:

@@ -105,8 +105,6 @@ def start(
     timeout_s: float = START_TIMEOUT_S,
 ) -> ServerInfo:
     """Start a server (or return the one already running from ``directory``)."""
-    from clusterlab.harness.local import LocalTimeout, wait_until
-
     running = status(directory)
     if running is not None:
         return running
@@ -115,13 +113,35 @@ def start(
     log = home / "server.log"
     scratch = home / "scratch"
     scratch.mkdir(exist_ok=True)
-    # clusterlab's logging (errors only) plus the server's own start line, which names its port.
+    log4j = _write_log4j(home)
+    env = _server_environment()
+    cmd = _server_command(master, driver_memory, scratch, log4j)
+    with open(log, "wb") as out:
+        # spark-submit execs the JVM: this PID is the server's.
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+    port = _await_port(proc, log, timeout_s)
+    info = ServerInfo(proc.pid, port, master, str(log))
+    (home / "server.json").write_text(json.dumps(asdict(info)))
+    return info
+
+
+def _write_log4j(home: Path) -> Path:
+    """Writes the server's log4j2.properties into ``home`` and returns its path: clusterlab's logging
+    (errors only) plus the server's own start line, which names its port."""
     log4j = home / "log4j2.properties"
     log4j.write_text(
         LOG4J.read_text()
         + "logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer\n"
         + "logger.connect.level = info\n"
     )
+    return log4j
+
+
+def _server_environment() -> dict[str, str]:
+    """The server's environment: this one, with pyspark's Spark home, loopback and this interpreter for
+    the server's Python workers."""
     env = dict(os.environ)
     env.update(
         SPARK_HOME=str(_spark_home()),
@@ -129,7 +149,13 @@ def start(
         PYSPARK_PYTHON=sys.executable,  # the server's Python workers: this interpreter (clusterlab, pyarrow)
         PYSPARK_DRIVER_PYTHON=sys.executable,
     )
-    cmd = [
+    return env
+
+
+def _server_command(master: str, driver_memory: str, scratch: Path, log4j: Path) -> list[str]:
+    """The ``spark-submit`` command line of the server: loopback, a port the OS picks, no UI, scratch
+    space in ``scratch``, its logging configured by ``log4j``."""
+    return [
         str(_spark_home() / "bin" / "spark-submit"),
         "--class",
         SERVER_CLASS,
@@ -169,11 +195,12 @@ def start(
         f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{log4j}",
         "spark-internal",
     ]
-    with open(log, "wb") as out:
-        # spark-submit execs the JVM: this PID is the server's.
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
+
+
+def _await_port(proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> int:
+    """The port the starting server ``proc`` names in its ``log``, waited for up to ``timeout_s``;
+    SparkServerError if it exits first. A server that does not start is ended before the error rises."""
+    from clusterlab.harness.local import LocalTimeout, wait_until
 
     def started() -> int | None:
         if proc.poll() is not None:
@@ -182,13 +209,10 @@ def start(
         return int(found.group(1)) if found else None
 
     try:
-        port = wait_until(started, timeout_s, "the Spark Connect server's start", interval_s=0.2)
+        return wait_until(started, timeout_s, "the Spark Connect server's start", interval_s=0.2)
     except (LocalTimeout, SparkServerError):
         end_pid(proc.pid)
         raise
-    info = ServerInfo(proc.pid, port, master, str(log))
-    (home / "server.json").write_text(json.dumps(asdict(info)))
-    return info
 
 
 def warm(info: ServerInfo, rounds: int, run_dir: Path) -> float:

@@ -104,36 +104,52 @@ def _cmd_check(args: argparse.Namespace) -> int:
     engine, why = choose_engine(args.engine, runs, master=args.master, remote=args.remote)
     console = Console()
     try:
-        if engine == "duckdb":
-            from clusterlab.chaos.checks.embedded import check_runs as embedded_check
-            from clusterlab.harness.trace import TraceError
-
-            try:
-                report = embedded_check(runs, limit=args.limit, determinism=True)
-            except TraceError as e:
-                print(f"clusterlab check: {e}", file=sys.stderr)
-                return 2
-        else:
-            from clusterlab.cli.spark_progress import SparkProgress
-            from clusterlab.harness.trace import TraceError
-            from clusterlab.spark.check import check_runs, is_connect
-            from clusterlab.spark.session import spark_session
-
-            remote = spark_remote(args.remote, args.master)
-            console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
-            spark = spark_session(args.master, remote=remote)
-            try:
-                with SparkProgress(spark):  # jobs, stages and tasks on stderr while the checks run
-                    report = check_runs(runs, spark=spark, limit=args.limit, plan=args.plan)
-            except TraceError as e:  # a run's workload (its model) cannot be imported here: not judged
-                print(f"clusterlab check: {e}", file=sys.stderr)
-                return 2
-            finally:
-                if is_connect(spark):  # release this client's session (its views) on the warm server now
-                    spark.stop()
+        report = _check_on_duckdb(args, runs) if engine == "duckdb" else _check_on_spark(args, runs, why, console)
     except SchemaVersionError as e:
         print(f"clusterlab check: {e}", file=sys.stderr)
         return 2
+    if report is None:
+        return 2
+    _print_check_report(args, report, console)
+    return report.exit_code
+
+
+def _check_on_duckdb(args: argparse.Namespace, runs: list[str]) -> Any | None:
+    """The embedded engine's report on ``runs``; None (the reason on stderr) when a run cannot be judged."""
+    from clusterlab.chaos.checks.embedded import check_runs as embedded_check
+    from clusterlab.harness.trace import TraceError
+
+    try:
+        return embedded_check(runs, limit=args.limit, determinism=True)
+    except TraceError as e:
+        print(f"clusterlab check: {e}", file=sys.stderr)
+        return None
+
+
+def _check_on_spark(args: argparse.Namespace, runs: list[str], why: str, console: Console) -> Any | None:
+    """Spark's report on ``runs`` (its jobs on stderr meanwhile); None (the reason on stderr) when a run
+    cannot be judged."""
+    from clusterlab.cli.spark_progress import SparkProgress
+    from clusterlab.harness.trace import TraceError
+    from clusterlab.spark.check import check_runs, is_connect
+    from clusterlab.spark.session import spark_session
+
+    remote = spark_remote(args.remote, args.master)
+    console.print(f"engine: Spark ({why}) on {remote or args.master or 'a local session'}", highlight=False)
+    spark = spark_session(args.master, remote=remote)
+    try:
+        with SparkProgress(spark):  # jobs, stages and tasks on stderr while the checks run
+            return check_runs(runs, spark=spark, limit=args.limit, plan=args.plan)
+    except TraceError as e:  # a run's workload (its model) cannot be imported here: not judged
+        print(f"clusterlab check: {e}", file=sys.stderr)
+        return None
+    finally:
+        if is_connect(spark):  # release this client's session (its views) on the warm server now
+            spark.stop()
+
+
+def _print_check_report(args: argparse.Namespace, report: Any, console: Console) -> None:
+    """The verdict tables, the ``--json`` report if asked for, the size of the input and the status."""
     console.print(report.table())
     if len(report.run_dirs) > 1 or not report.ok:
         console.print(runs_table(report))
@@ -145,7 +161,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     )
     console.print(f"JSON: {', '.join(written)}" + (f"; all runs: {args.json}" if args.json else ""), highlight=False)
     console.print(f"[bold {'green' if report.ok else 'red'}]{report.status}[/]")
-    return report.exit_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:

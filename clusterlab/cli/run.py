@@ -24,6 +24,7 @@ from clusterlab.chaos.limits import CLIENTS, DURATION_S, MEMBERS, RATE, SEED
 from clusterlab.chaos.runner import (
     RunArgumentError,
     RunProgress,
+    RunResult,
     check_dedupe,
     check_member_process,
     check_service,
@@ -91,6 +92,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     where = "simulator" if args.sim else "local processes"
     out.print(f"[bold]{spec.name}[/] seed {args.seed} on {args.members} members ({where}): {spec.summary}")
+    result = _run_with_progress(args, spec, mutants, steps)
+    result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
+
+    _print_run(out, result)
+    ok = result.ok
+    # A run error (no progress, a crash) is a FAIL; an unjudged trace is INCOMPLETE/CORRUPT (exit 3/4).
+    statuses = ["FAIL" if result.error or result.verdict is None else result.verdict.status]
+    spark: dict[str, Any] | None = None
+    if (report := _check_and_report_trace(args, result, out)) is not None:
+        spark = report.to_json()
+        ok = ok and report.ok
+        statuses.append(report.status)
+    out.print(f"trace: {result.trace_dir}", highlight=False, soft_wrap=True)
+    out.print(f"re-run: {result.rerun_command()}", markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({**result.summary(), "spark": spark}, indent=2, default=str) + "\n")
+    code = _run_exit_code(ok, statuses)
+    verdict = ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[code]
+    out.print(f"[bold {'green' if ok else 'red'}]{verdict}[/]")
+    return code
+
+
+def _run_with_progress(
+    args: argparse.Namespace, spec: Scenario, mutants: frozenset[str], steps: list[dict[str, Any]] | None
+) -> RunResult:
+    """Run the checked scenario with its progress on stderr; the run's result."""
     with StatusDisplay("clusterlab run") as status:
 
         def on_progress(p: RunProgress) -> None:
@@ -119,44 +146,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
             member_process=args.member_process,
         )
         status.update(status.total or 1, status.total or 1, f"stopped after {result.elapsed_s:.1f} s; verified")
-    result.write_summary(result.run_dir)  # RUN/chaos.json: what clusterlab shrink replays
+    return result
 
+
+def _print_run(out: Console, result: RunResult) -> None:
+    """The run's schedule, its measures, its error if any and the local verdict's table."""
     out.print("schedule: " + "; ".join(result.schedule))
     out.print(_metrics_table(result))
     if result.error:
         out.print(f"[red]run failed:[/] {result.error}", highlight=False)
     if result.verdict is not None:
         out.print(result.verdict.table())
-    ok = result.ok
-    # A run error (no progress, a crash) is a FAIL; an unjudged trace is INCOMPLETE/CORRUPT (exit 3/4).
-    statuses = ["FAIL" if result.error or result.verdict is None else result.verdict.status]
-    spark: dict[str, Any] | None = None
+
+
+def _check_and_report_trace(args: argparse.Namespace, result: RunResult, out: Console) -> Any | None:
+    """Write check.json and the HTML report of the run's trace (on Spark too, for ``--engine spark``,
+    ``--master`` or ``--remote``); the check report, or None with ``--no-spark`` or no trace."""
+    if args.no_spark or not result.trace_dir.is_dir():
+        return None
+    from clusterlab.golden.finish import check_and_report
+
     engine = "spark" if args.engine == "spark" or args.master or args.remote else "duckdb"
-    if not args.no_spark and result.trace_dir.is_dir():
-        from clusterlab.golden.finish import check_and_report
+    if engine == "spark":
+        from clusterlab.cli.check import spark_remote
 
-        if engine == "spark":
-            from clusterlab.cli.check import spark_remote
+        out.print("Spark check (the same SQL checks, on Spark) ...")
+        remote = spark_remote(args.remote, args.master)
+        report, _ = check_and_report(result.trace_dir, master=args.master, console=out, engine="spark", remote=remote)
+    else:  # the local verdict above is this engine's: write check.json and the report, no second table
+        report, _ = check_and_report(result.trace_dir, console=out, show=False)
+    return report
 
-            out.print("Spark check (the same SQL checks, on Spark) ...")
-            remote = spark_remote(args.remote, args.master)
-            report, _ = check_and_report(
-                result.trace_dir, master=args.master, console=out, engine="spark", remote=remote
-            )
-        else:  # the local verdict above is this engine's: write check.json and the report, no second table
-            report, _ = check_and_report(result.trace_dir, console=out, show=False)
-        spark = report.to_json()
-        ok = ok and report.ok
-        statuses.append(report.status)
-    out.print(f"trace: {result.trace_dir}", highlight=False, soft_wrap=True)
-    out.print(f"re-run: {result.rerun_command()}", markup=False, highlight=False, soft_wrap=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({**result.summary(), "spark": spark}, indent=2, default=str) + "\n")
+
+def _run_exit_code(ok: bool, statuses: list[str]) -> int:
+    """The exit code: PASS when ``ok``, else the statuses' code, a FAIL at least."""
     code = exit_code(statuses) if not ok else EXIT_PASS
     if not ok and code == EXIT_PASS:
         code = EXIT_FAIL
-    verdict = ("PASS", "FAIL", "", "INCOMPLETE", "CORRUPT")[code]
-    out.print(f"[bold {'green' if ok else 'red'}]{verdict}[/]")
     return code
 
 

@@ -20,7 +20,7 @@ from clusterlab.chaos.reach import reach_table
 from clusterlab.chaos.runner import check_service
 from clusterlab.chaos.scenarios import SCENARIOS
 from clusterlab.chaos.shrink import ShrinkError, shrink_run
-from clusterlab.chaos.sweep import SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
+from clusterlab.chaos.sweep import Mapper, SweepConfig, SweepDirError, SweepSummary, parse_seeds, run_sweep
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
@@ -96,33 +96,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if spec is None:
         return _bad(err, "sweep", f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
     seeds, members = args.seeds, args.members
-    mutants = list(args.mutant or [])
-    if args.fault_ack_before_append and "ack-before-append" not in mutants:
-        mutants.append("ack-before-append")
+    mutants = _sweep_mutants(args)
     import_from_cwd()
-    try:
-        for service in args.service.split(","):  # a mix of sample services runs them in turn
-            check_service(service, args.workload)
-    except ValueError as e:
-        return _bad(err, "sweep", str(e))
-    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+    if (error := _service_or_json_error(args)) is not None:
         return _bad(err, "sweep", error)
     directory = args.dir or tempfile.mkdtemp(prefix=f"clusterlab-sweep-{spec.name}-")
     if (error := writable_directory_error("--dir", directory)) is not None:
         return _bad(err, "sweep", error)
-    config = SweepConfig(
-        spec.name,
-        tuple(seeds),
-        members,
-        duration_s=args.duration,
-        mutants=tuple(mutants),
-        clients=args.clients,
-        service=args.service,
-        rate=args.rate,
-        settle_s=args.settle,
-        workload=args.workload,
-        buggify=args.buggify,
-    )
+    config = _sweep_config(args, spec.name, mutants)
     jobs = args.jobs or min(os.cpu_count() or 1, int(JOBS.high))
     mapper = None
     if args.master:
@@ -136,6 +117,57 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         + f"\nsweep directory: {directory}",
         highlight=False,
     )
+    try:
+        summary = _run_sweep_with_status(config, directory, jobs=jobs, mapper=mapper, keep_traces=args.keep_traces)
+    except (SweepDirError, ValueError) as e:
+        return _bad(err, "sweep", str(e))
+    _print_sweep_summary(out, summary)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    return 0 if summary.ok else 1
+
+
+def _sweep_mutants(args: argparse.Namespace) -> list[str]:
+    """The planted bugs: every ``--mutant``, and ack-before-append for ``--fault-ack-before-append``."""
+    mutants = list(args.mutant or [])
+    if args.fault_ack_before_append and "ack-before-append" not in mutants:
+        mutants.append("ack-before-append")
+    return mutants
+
+
+def _service_or_json_error(args: argparse.Namespace) -> str | None:
+    """Why ``--service``/``--workload`` cannot run or ``--json`` cannot be written, or None."""
+    try:
+        for service in args.service.split(","):  # a mix of sample services runs them in turn
+            check_service(service, args.workload)
+    except ValueError as e:
+        return str(e)
+    if args.json is not None and (error := output_file_error("--json", args.json)) is not None:
+        return error
+    return None
+
+
+def _sweep_config(args: argparse.Namespace, scenario: str, mutants: list[str]) -> SweepConfig:
+    """The sweep's configuration from its options."""
+    return SweepConfig(
+        scenario,
+        tuple(args.seeds),
+        args.members,
+        duration_s=args.duration,
+        mutants=tuple(mutants),
+        clients=args.clients,
+        service=args.service,
+        rate=args.rate,
+        settle_s=args.settle,
+        workload=args.workload,
+        buggify=args.buggify,
+    )
+
+
+def _run_sweep_with_status(
+    config: SweepConfig, directory: str, *, jobs: int, mapper: Mapper | None, keep_traces: bool
+) -> SweepSummary:
+    """Run the sweep with its progress on stderr (runs done, failures, pace, each failure noted)."""
     failed = ran = 0
 
     def on_result(record: dict[str, Any], done: int, total: int) -> None:
@@ -147,14 +179,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             status.note(f"FAIL seed {record['seed']} n{record['members']}: {record['kind']}")
 
     total, started = len(config.tasks()), time.monotonic()
-    try:
-        with StatusDisplay("clusterlab sweep") as status:
-            status.update(0, total, f"0 of {total} runs done")
-            summary = run_sweep(
-                config, directory, jobs=jobs, mapper=mapper, keep_traces=args.keep_traces, on_result=on_result
-            )
-    except (SweepDirError, ValueError) as e:
-        return _bad(err, "sweep", str(e))
+    with StatusDisplay("clusterlab sweep") as status:
+        status.update(0, total, f"0 of {total} runs done")
+        return run_sweep(config, directory, jobs=jobs, mapper=mapper, keep_traces=keep_traces, on_result=on_result)
+
+
+def _print_sweep_summary(out: Console, summary: SweepSummary) -> None:
+    """The summary tables, one block per failure (its trace and re-run command), how to shrink one, the pace."""
     for t in summary_tables(summary):
         out.print(t)
     for r in summary.failures:  # one block each, to copy from
@@ -165,9 +196,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         first = summary.failures[0]
         out.print(f"shrink one: clusterlab shrink {shlex.quote(str(first['run_dir']))}", markup=False, highlight=False)
     out.print(f"{summary.seeds_per_minute:.1f} seeds/minute ({summary.ran_now} runs in {summary.elapsed_s:.1f} s)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
-    return 0 if summary.ok else 1
 
 
 def _cmd_shrink(args: argparse.Namespace) -> int:
@@ -224,6 +252,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=_cmd_sweep.__doc__,
     )
     p.add_argument("scenario", metavar="SCENARIO", help="a simulator scenario (clusterlab scenarios lists them)")
+    _add_sweep_targets(p)
+    _add_sweep_run_shape(p)
+    _add_sweep_planted_bugs(p)
+    p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
+    p.add_argument("--json", default=None, help="also write the sweep's summary here")
+    p.set_defaults(func=_cmd_sweep)
+    _register_shrink(sub)
+
+
+def _add_sweep_targets(p: argparse.ArgumentParser) -> None:
+    """``sweep``'s seeds and sizes, and where the runs go: processes, a Spark master, the sweep directory."""
     p.add_argument(
         "--seeds",
         type=_parse_seeds,
@@ -241,6 +280,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--master", default=None, help="run the seeds on this Spark master's executors (e.g. local[2])")
     p.add_argument("--dir", default=None, help="sweep directory (resumable; default: a fresh temp dir)")
+
+
+def _add_sweep_run_shape(p: argparse.ArgumentParser) -> None:
+    """``sweep``'s length of each run, its service and workload, clients and rate."""
     p.add_argument(
         "--duration",
         type=bounded(DURATION_S),
@@ -267,6 +310,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--rate", type=bounded(RATE), default=None, help=ranged("ops per second offered (default 100)", RATE)
     )
+
+
+def _add_sweep_planted_bugs(p: argparse.ArgumentParser) -> None:
+    """``sweep``'s test-only planted bugs and the simulator's fault points."""
     p.add_argument(
         "--mutant",
         action="append",
@@ -284,10 +331,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="switch on the simulator's seeded fault points in every run (a service lagging its node, a member "
         "stalling for part of an election timeout: clusterlab.testing.buggify)",
     )
-    p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
-    p.add_argument("--json", default=None, help="also write the sweep's summary here")
-    p.set_defaults(func=_cmd_sweep)
-    _register_shrink(sub)
 
 
 def _register_shrink(sub: argparse._SubParsersAction) -> None:

@@ -296,6 +296,29 @@ class BufferClaim:
             self.abort()
 
 
+def _check_client_arguments(
+    client_id: int,
+    response_channel: str,
+    ingress_endpoints: Mapping[int, str],
+    credentials: bytes,
+    **intervals_ns: int | None,
+) -> None:
+    """Raise ValueError (TypeError for credentials) naming the first argument of a ClusterClient that
+    is out of range: an id outside [0, 2**31), an empty or non-ASCII response channel, no ingress
+    endpoint, an interval (``intervals_ns``, by name; None allowed) that is not positive."""
+    if not 0 <= client_id < 1 << 31:
+        raise ValueError(f"client_id={client_id} must be in [0, 2**31)")
+    if not response_channel or not response_channel.isascii():
+        raise ValueError(f"response_channel={response_channel!r} must be a non-empty ASCII address")
+    if not ingress_endpoints:
+        raise ValueError("ingress_endpoints is empty: give at least one member's ingress address")
+    for name, value in intervals_ns.items():
+        if value is not None and value <= 0:
+            raise ValueError(f"{name}={value} must be > 0")
+    if not isinstance(credentials, bytes):
+        raise TypeError(f"credentials must be bytes, got {type(credentials).__name__}")
+
+
 class ClusterClient:
     """One client session with the cluster (Aeron: ``AeronCluster``), driven by the caller.
 
@@ -329,23 +352,16 @@ class ClusterClient:
         on_challenge: Callable[[bytes], bytes] | None = None,
         new_leader_timeout_ns: int = NEW_LEADER_TIMEOUT_DEFAULT_NS,
     ) -> None:
-        if not 0 <= client_id < 1 << 31:
-            raise ValueError(f"client_id={client_id} must be in [0, 2**31)")
-        if not response_channel or not response_channel.isascii():
-            raise ValueError(f"response_channel={response_channel!r} must be a non-empty ASCII address")
-        if not ingress_endpoints:
-            raise ValueError("ingress_endpoints is empty: give at least one member's ingress address")
-        for name, value in (
-            ("message_timeout_ns", message_timeout_ns),
-            ("connect_retry_interval_ns", connect_retry_interval_ns),
-            ("keepalive_interval_ns", keepalive_interval_ns),
-            ("new_leader_timeout_ns", new_leader_timeout_ns),
-        ):
-            if value is not None and value <= 0:
-                raise ValueError(f"{name}={value} must be > 0")
-        if not isinstance(credentials, bytes):
-            raise TypeError(f"credentials must be bytes, got {type(credentials).__name__}")
-
+        _check_client_arguments(
+            client_id,
+            response_channel,
+            ingress_endpoints,
+            credentials,
+            message_timeout_ns=message_timeout_ns,
+            connect_retry_interval_ns=connect_retry_interval_ns,
+            keepalive_interval_ns=keepalive_interval_ns,
+            new_leader_timeout_ns=new_leader_timeout_ns,
+        )
         self.client_id = client_id
         self.response_channel = response_channel
         self.response_stream_id = response_stream_id
@@ -357,7 +373,11 @@ class ClusterClient:
         self._send = send
         self._answer_challenge = on_challenge  # Aeron: CredentialsSupplier.onChallenge
         self._endpoints: dict[int, str] = dict(ingress_endpoints)
+        self._init_session_state()
+        self._stamp()
 
+    def _init_session_state(self) -> None:
+        """A client with no session yet: no connect attempt, no leader, nothing outstanding."""
         self._state = ClientState.INIT
         self._correlation_seq = 0
         self._offer_seq = 0
@@ -389,7 +409,6 @@ class ClusterClient:
         self.close_reason: CloseReason | None = None  # None also when the detail names no CloseReason
         self.close_detail = ""
         self._ingress_header = b""
-        self._stamp()
 
     # ------------------------------------------------------------------ properties
     @property

@@ -417,8 +417,22 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
     :meth:`Message.decode`; the fast path only accepts our own exact header (block_length,
     template id, schema) and defers everything else, including every error, to the checked path.
     """
-    fixed = [name for name, _fmt in cls._FIXED]
-    namespace: dict[str, Any] = {
+    namespace = _message_namespace(cls)
+    enc = _encode_source(cls)
+    dec = _decode_source(cls, namespace)
+    exec("\n".join(enc), namespace)
+    exec("\n".join(dec), namespace)
+    cls._SOURCE = "\n".join(enc) + "\n\n" + "\n".join(dec)  # for debugging: print(Cls._SOURCE)
+    encode, decode = namespace["encode"], namespace["decode"]
+    encode.__doc__ = "Header + fixed block + groups/vars."
+    decode.__doc__ = "Decode one whole message; raises DecodeError on any malformed input."
+    encode.__qualname__, decode.__qualname__ = f"{cls.__name__}.encode", f"{cls.__name__}.decode"
+    return encode, decode
+
+
+def _message_namespace(cls: type[Message]) -> dict[str, Any]:
+    """The globals every generated ``encode``/``decode`` of ``cls`` starts from."""
+    return {
         "_pack": cls._FULL.pack,
         "_unpack": cls._FULL.unpack_from,
         "_u32": U32.pack,
@@ -428,6 +442,11 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
         "_new": object.__new__,
         "_cls": cls,
     }
+
+
+def _encode_source(cls: type[Message]) -> list[str]:
+    """The lines of the generated ``encode``: one pack of header and block, then the tails in order."""
+    fixed = [name for name, _fmt in cls._FIXED]
     head = ", ".join([str(v) for v in cls._HEAD] + [f"self.{name}" for name in fixed])
     enc = ["def encode(self):"]
     if not cls._TAILS:
@@ -448,9 +467,14 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
             value = f"self.{name}.encode('ascii')" if kind is _ASCII else f"self.{name}"
             enc += [f"    v = {value}", "    parts.append(_u32(len(v)))", "    parts.append(v)"]
         enc.append("    return b''.join(parts)")
+    return enc
 
+
+def _decode_source(cls: type[Message], namespace: dict[str, Any]) -> list[str]:
+    """The lines of the generated ``decode``; adds the enum tables, group entries and slot setters
+    they use to ``namespace``."""
     size = cls._FULL.size
-    names = [f"a{i}" for i in range(len(fixed))]
+    names = [f"a{i}" for i in range(len(cls._FIXED))]
     dec = [
         "def decode(cls, buf):",
         "    if type(buf) is not bytes:",
@@ -461,56 +485,77 @@ def _compile_message(cls: type[Message]) -> tuple[Callable[..., bytes], Callable
         f"        if block_length == {cls.BLOCK_LENGTH} and template_id == {cls.TEMPLATE_ID} "
         f"and schema_id == {SCHEMA_ID}:",
     ]
+    dec += _decode_enum_source(cls, namespace)
+    tail_lines, tail_values = _decode_tails_source(cls, namespace)
+    dec += tail_lines
+    dec.append("            o = _new(_cls)")
+    dec += _decode_build_source(cls, names + tail_values, namespace)
+    dec += ["            return o", "    return cls._decode_checked(buf, n)"]
+    return dec
+
+
+def _decode_enum_source(cls: type[Message], namespace: dict[str, Any]) -> list[str]:
+    """Decode lines turning each enum field's int into its member, deferring an unknown value."""
+    lines: list[str] = []
     for index, _name, _enum_cls, table in cls._ENUMS:
         namespace[f"_table{index}"] = table
-        dec += [
+        lines += [
             f"            a{index} = _table{index}.get(a{index})",
             f"            if a{index} is None:",
             "                return cls._decode_checked(buf, n)",
         ]
-    all_values = list(names)
+    return lines
+
+
+def _decode_tails_source(cls: type[Message], namespace: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Decode lines for the groups/vars after the block, and the names of the values they set."""
+    lines: list[str] = []
+    values: list[str] = []
     if cls._TAILS:
-        dec.append(f"            offset = {size}")
+        lines.append(f"            offset = {cls._FULL.size}")
     for i, (name, kind, entry) in enumerate(cls._TAILS):
-        all_values.append(f"t{i}")
+        values.append(f"t{i}")
         if kind is _TAIL:
-            dec += [f"            t{i} = buf[offset:]", "            offset = n"]
+            lines += [f"            t{i} = buf[offset:]", "            offset = n"]
         elif kind is _GROUP:
             namespace[f"_entry{i}"] = entry
             call = f"_decode_group('{cls.__name__}', '{name}', _entry{i}, buf, offset, n)"
-            dec.append(f"            t{i}, offset = {call}")
+            lines.append(f"            t{i}, offset = {call}")
         else:
-            dec += [
-                "            if offset + 4 > n:",
-                "                return cls._decode_checked(buf, n)",
-                "            end = offset + 4 + _u32_at(buf, offset)[0]",
-                "            if end > n:",
-                "                return cls._decode_checked(buf, n)",
-                f"            t{i} = buf[offset + 4 : end]",
-                "            offset = end",
-            ]
-            if kind is _ASCII:
-                dec += [
-                    f"            if not t{i}.isascii():",
-                    "                return cls._decode_checked(buf, n)",
-                    f"            t{i} = t{i}.decode('ascii')",
-                ]
+            lines += _decode_var_source(i, kind)
     if cls._TAILS:
-        dec += ["            if offset != n:", "                return cls._decode_checked(buf, n)"]
-    dec.append("            o = _new(_cls)")
+        lines += ["            if offset != n:", "                return cls._decode_checked(buf, n)"]
+    return lines, values
+
+
+def _decode_var_source(i: int, kind: str) -> list[str]:
+    """Decode lines for variable field ``t{i}`` (u32 length + bytes, checked ASCII for ``_ASCII``)."""
+    lines = [
+        "            if offset + 4 > n:",
+        "                return cls._decode_checked(buf, n)",
+        "            end = offset + 4 + _u32_at(buf, offset)[0]",
+        "            if end > n:",
+        "                return cls._decode_checked(buf, n)",
+        f"            t{i} = buf[offset + 4 : end]",
+        "            offset = end",
+    ]
+    if kind is _ASCII:
+        lines += [
+            f"            if not t{i}.isascii():",
+            "                return cls._decode_checked(buf, n)",
+            f"            t{i} = t{i}.decode('ascii')",
+        ]
+    return lines
+
+
+def _decode_build_source(cls: type[Message], values: list[str], namespace: dict[str, Any]) -> list[str]:
+    """Decode lines storing each decoded value in its slot of the new instance ``o``."""
+    lines: list[str] = []
     # codec() checked that cls is a dataclass; mypy cannot see it through type[Message].
-    for i, (value, f) in enumerate(zip(all_values, fields(cast(Any, cls)), strict=True)):
+    for i, (value, f) in enumerate(zip(values, fields(cast(Any, cls)), strict=True)):
         namespace[f"_set{i}"] = cls.__dict__[f.name].__set__
-        dec.append(f"            _set{i}(o, {value})")
-    dec += ["            return o", "    return cls._decode_checked(buf, n)"]
-    exec("\n".join(enc), namespace)
-    exec("\n".join(dec), namespace)
-    cls._SOURCE = "\n".join(enc) + "\n\n" + "\n".join(dec)  # for debugging: print(Cls._SOURCE)
-    encode, decode = namespace["encode"], namespace["decode"]
-    encode.__doc__ = "Header + fixed block + groups/vars."
-    decode.__doc__ = "Decode one whole message; raises DecodeError on any malformed input."
-    encode.__qualname__, decode.__qualname__ = f"{cls.__name__}.encode", f"{cls.__name__}.decode"
-    return encode, decode
+        lines.append(f"            _set{i}(o, {value})")
+    return lines
 
 
 def codec(cls: _T) -> _T:
@@ -520,12 +565,48 @@ def codec(cls: _T) -> _T:
         raise TypeError(f"@codec needs a dataclass deriving from Message or GroupEntry, got {cls!r}")
     if "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__}: use @dataclass(frozen=True, slots=True)")
+    fixed, enums, tails, describe = _field_tables(cls)
+    block_format = "".join(fmt for _name, fmt in fixed)
+    block = struct.Struct("<" + block_format)
+    declared = cls.__dict__.get("BLOCK_LENGTH")
+    if declared != block.size:
+        raise TypeError(f"{cls.__name__}: BLOCK_LENGTH {declared} but fields take {block.size} bytes")
+    cls._BLOCK = block
+    cls._FIXED = tuple(fixed)
+    cls._ENUMS = tuple(enums)
+    cls._TAILS = tuple(tails)
+    cls._DESCRIBE = tuple(describe)
+    cls._get_fixed = staticmethod(_tuple_getter([name for name, _fmt in fixed]))
+    cls._get_tails = staticmethod(_tuple_getter([name for name, _kind, _entry in tails]))
+    cls._make = staticmethod(_compile_make(cls))
+    if issubclass(cls, Message):
+        _attach_message_header(cls, block_format)
+        encode, decode = _compile_message(cls)
+        # A class that writes its own encode/decode (SessionMessageHeader) keeps them.
+        if "encode" not in cls.__dict__:
+            cls.encode = encode
+        if "decode" not in cls.__dict__:
+            cls.decode = classmethod(decode)
+    return cls
+
+
+def _field_tables(
+    cls: type[_Encodable],
+) -> tuple[
+    list[tuple[str, str]],
+    list[tuple[int, str, type[IntEnum], dict[int, IntEnum]]],
+    list[tuple[str, str, Any]],
+    list[tuple[str, str]],
+]:
+    """The fixed fields, enums, tails and describe entries read from ``cls``'s field annotations,
+    checking that fixed fields come first, then groups, then var data (or one Payload tail)."""
     hints = get_type_hints(cls, include_extras=True)
     fixed: list[tuple[str, str]] = []
     enums: list[tuple[int, str, type[IntEnum], dict[int, IntEnum]]] = []
     tails: list[tuple[str, str, Any]] = []
     describe: list[tuple[str, str]] = []
-    for f in fields(cls):
+    # codec() checked that cls is a dataclass; mypy cannot see it through type[_Encodable].
+    for f in fields(cast(Any, cls)):
         hint = hints[f.name]
         if get_origin(hint) is not Annotated:
             raise TypeError(f"{cls.__name__}.{f.name}: annotate with a wire type (Int64, AsciiVar, ...)")
@@ -556,31 +637,15 @@ def codec(cls: _T) -> _T:
             describe.append((f.name, "bytes"))
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: unknown wire marker {marker!r}")
+    return fixed, enums, tails, describe
 
-    block_format = "".join(fmt for _name, fmt in fixed)
-    block = struct.Struct("<" + block_format)
-    declared = cls.__dict__.get("BLOCK_LENGTH")
-    if declared != block.size:
-        raise TypeError(f"{cls.__name__}: BLOCK_LENGTH {declared} but fields take {block.size} bytes")
-    cls._BLOCK = block
-    cls._FIXED = tuple(fixed)
-    cls._ENUMS = tuple(enums)
-    cls._TAILS = tuple(tails)
-    cls._DESCRIBE = tuple(describe)
-    cls._get_fixed = staticmethod(_tuple_getter([name for name, _fmt in fixed]))
-    cls._get_tails = staticmethod(_tuple_getter([name for name, _kind, _entry in tails]))
-    cls._make = staticmethod(_compile_make(cls))
-    if issubclass(cls, Message):
-        template_id = cls.__dict__.get("TEMPLATE_ID")
-        if not isinstance(template_id, int) or not 0 <= template_id <= U16_MAX:
-            raise TypeError(f"{cls.__name__}: TEMPLATE_ID must be a uint16, got {template_id!r}")
-        cls._FULL = struct.Struct("<HHHH" + block_format)
-        cls._HEAD = (block.size, template_id, SCHEMA_ID, SCHEMA_VERSION)
-        cls._KEY = (block.size, template_id, SCHEMA_ID)
-        encode, decode = _compile_message(cls)
-        # A class that writes its own encode/decode (SessionMessageHeader) keeps them.
-        if "encode" not in cls.__dict__:
-            cls.encode = encode
-        if "decode" not in cls.__dict__:
-            cls.decode = classmethod(decode)
-    return cls
+
+def _attach_message_header(cls: type[Message], block_format: str) -> None:
+    """Check the message's ``TEMPLATE_ID`` and attach its header-and-block struct, header and key."""
+    template_id = cls.__dict__.get("TEMPLATE_ID")
+    if not isinstance(template_id, int) or not 0 <= template_id <= U16_MAX:
+        raise TypeError(f"{cls.__name__}: TEMPLATE_ID must be a uint16, got {template_id!r}")
+    block = cls._BLOCK
+    cls._FULL = struct.Struct("<HHHH" + block_format)
+    cls._HEAD = (block.size, template_id, SCHEMA_ID, SCHEMA_VERSION)
+    cls._KEY = (block.size, template_id, SCHEMA_ID)

@@ -221,15 +221,7 @@ class Election:
         self.leader_member_id = NULL_VALUE
         self.log_session_id = NULL_SESSION_ID
         self.leader_recording_id = NULL_VALUE
-        self.catchup_join_position = NULL_POSITION
-        self.catchup_commit_position = 0
-        self.replication_leadership_term_id = NULL_VALUE
-        self.replication_stop_position = NULL_POSITION
-        self.replication_term_base_log_position = NULL_POSITION
-        self.replication_commit_position = 0
-        self.replication_deadline_ns = 0
-        self.replication_started = False
-        self.replay_started = False
+        self._init_catchup_and_replication()
         self.nomination_deadline_ns = 0
         # A live leader's term this member refused in CANVASS because it voted in a later term: it then
         # stands itself once the canvass deadline passes, even behind (Raft's answer: its higher-term
@@ -245,12 +237,27 @@ class Election:
         self.is_state_entered = True
         self.host.on_election_state(None, ElectionState.INIT, now_ns)
         if self._is_single_member():
-            # Aeron: the constructor of a single-member election goes straight to leadership.
-            self.candidate_term_id = max(leadership_term_id + 1, node_state.candidate_term_id + 1)
-            self.leadership_term_id = self.candidate_term_id
-            self.leader_member_id = self.member_id
-            node_state.update_candidate_term_id(self.candidate_term_id, log_position, cluster_time_ms(now_ns))
-            self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
+            self._start_single_member_leadership(leadership_term_id, log_position, now_ns)
+
+    def _init_catchup_and_replication(self) -> None:
+        """No catch-up, log replication or log replay in flight (Aeron's field initialisers)."""
+        self.catchup_join_position = NULL_POSITION
+        self.catchup_commit_position = 0
+        self.replication_leadership_term_id = NULL_VALUE
+        self.replication_stop_position = NULL_POSITION
+        self.replication_term_base_log_position = NULL_POSITION
+        self.replication_commit_position = 0
+        self.replication_deadline_ns = 0
+        self.replication_started = False
+        self.replay_started = False
+
+    def _start_single_member_leadership(self, leadership_term_id: int, log_position: int, now_ns: int) -> None:
+        """Aeron: the constructor of a single-member election goes straight to leadership."""
+        self.candidate_term_id = max(leadership_term_id + 1, self.node_state.candidate_term_id + 1)
+        self.leadership_term_id = self.candidate_term_id
+        self.leader_member_id = self.member_id
+        self.node_state.update_candidate_term_id(self.candidate_term_id, log_position, cluster_time_ms(now_ns))
+        self._transition(ElectionState.LEADER_LOG_REPLICATION, now_ns)
 
     # ------------------------------------------------------------------ helpers
     @property

@@ -128,6 +128,16 @@ class ConsensusModule:
         self.consensus_publisher = ConsensusPublisher(self.outbox)
         self.log_publisher = LogPublisher(ctx.outbox)
         self.archive_publisher = ArchivePublisher(ctx.outbox)
+        self._create_subsystems(ctx)
+        # Member-to-member messages: the subsystem that owns each (validate, ignore(reason), act).
+        self._handlers: dict[type, Handler] = self._message_handlers()
+        # The subsystems' invariant checks after ModuleState's, bound once: they run after every input.
+        self._invariant_checks: tuple[Callable[[], None], ...] = self._subsystem_invariant_checks()
+        self._now_ns = 0
+
+    def _create_subsystems(self, ctx: ConsensusModuleContext) -> None:
+        """The module's subsystems over its state, archive and publishers (Aeron keeps them as the
+        ConsensusModuleAgent's fields and adapters)."""
         st = self.s
         self.catchup = Catchup(st, ctx.timeouts)
         self.term_replication = TermReplication(
@@ -183,9 +193,11 @@ class ConsensusModule:
             self.termination,
             self.control,
         )
+
+    def _message_handlers(self) -> dict[type, Handler]:
+        """Each member-to-member message type and the subsystem handler that owns it."""
         link, term_replication, log_replication = self.election_link, self.term_replication, self.log_replication
-        # Member-to-member messages: the subsystem that owns each (validate, ignore(reason), act).
-        self._handlers: dict[type, Handler] = {
+        return {
             CanvassPosition: link.on_canvass_position,
             RequestVote: link.on_request_vote,
             Vote: link.on_vote,
@@ -202,11 +214,13 @@ class ConsensusModule:
             ReplayBlock: log_replication.on_replay_block,
             ArchiveError: log_replication.on_archive_error,
         }
-        # The subsystems' invariant checks after ModuleState's, bound once: they run after every input.
-        self._invariant_checks: tuple[Callable[[], None], ...] = (
-            term_replication.check_invariants,
+
+    def _subsystem_invariant_checks(self) -> tuple[Callable[[], None], ...]:
+        """The subsystems' ``check_invariants``, in the order they run after ModuleState's."""
+        return (
+            self.term_replication.check_invariants,
             self.catchup.check_invariants,
-            log_replication.check_invariants,
+            self.log_replication.check_invariants,
             self.log_adapter.check_invariants,
             self.client_sessions.check_invariants,
             self.services.check_invariants,
@@ -214,7 +228,6 @@ class ConsensusModule:
             self.termination.check_invariants,
             self.control.check_invariants,
         )
-        self._now_ns = 0
 
     # ------------------------------------------------------------------ state other layers read
     @property

@@ -99,56 +99,8 @@ class Snapshots:
         """Write the module's snapshot (c.12) and the SNAPSHOT entries (services, then the module)."""
         st = self._s
         log_position = st.rules.snapshot_position(log_position, self._archive_store.recording.stop_position)
-        services = self._services
-        service_count = services.service_count
         term = self.snapshot_leadership_term_id
-        marker: dict[str, Any] = {
-            "type_id": int(SnapshotTypeId.CONSENSUS_MODULE),
-            "log_position": log_position,
-            "leadership_term_id": term,
-            "index": 0,
-            "time_unit": ClusterTimeUnit.MILLIS,
-            "app_version": APP_VERSION,
-        }
-        records = [SnapshotMarker(mark=SnapshotMark.BEGIN, **marker).encode()]
-        # The committed next session id, the same on every member.
-        self._sessions.commit_session_opens(log_position)
-        records.append(
-            ConsensusModuleSnapshot(
-                next_session_id=self._sessions.log_next_session_id,
-                next_service_session_id=services.next_service_session_ids[0] if service_count else 0,
-                log_service_session_id=services.log_service_session_ids[0] if service_count else 0,
-                pending_message_capacity=0,
-            ).encode()
-        )
-        for s in sorted(self._sessions.sessions.values(), key=lambda x: x.cluster_session_id):
-            records.append(
-                ClusterSessionRecord(
-                    cluster_session_id=s.cluster_session_id,
-                    correlation_id=s.correlation_id,
-                    opened_log_position=s.opened_log_position,
-                    time_of_last_activity=NULL_VALUE,  # as Aeron writes it (PROTOCOL.md g)
-                    close_reason=s.close_reason
-                    if s.state == ClusterSessionState.CLOSING and s.close_reason is not None
-                    else CloseReason.NULL_VAL,
-                    response_stream_id=s.response_stream_id,
-                    response_channel=s.response_channel,
-                ).encode()
-            )
-        for correlation_id, deadline in st.rules.snapshot_timers(services.timer_service.snapshot()):
-            records.append(TimerRecord(correlation_id=correlation_id, deadline=deadline).encode())
-        for service_id, q in enumerate(services.pending_service_messages):
-            records.append(
-                PendingMessageTracker(
-                    next_service_session_id=services.next_service_session_ids[service_id],
-                    log_service_session_id=services.log_service_session_ids[service_id],
-                    pending_message_capacity=0,
-                    service_id=service_id,
-                ).encode()
-            )
-            for m in q:
-                records.append(encode_session_message(term, m.cluster_session_id, 0, m.payload))
-        records.append(SnapshotMarker(mark=SnapshotMark.END, **marker).encode())
+        records = self._snapshot_state(log_position, term)
         recording_id = self._archive_store.snapshots.write_snapshot(
             records, term, log_position, SERVICE_ID_CONSENSUS_MODULE
         )
@@ -169,6 +121,63 @@ class Snapshots:
             term=term,
             pos=log_position,
         )
+
+    def _snapshot_state(self, log_position: int, term: int) -> list[bytes]:
+        """Aeron's ``snapshotState``: the snapshot's records between its BEGIN and END markers: the
+        module's state, the sessions, the timers and each service's pending messages."""
+        services = self._services
+        service_count = services.service_count
+        marker: dict[str, Any] = {
+            "type_id": int(SnapshotTypeId.CONSENSUS_MODULE),
+            "log_position": log_position,
+            "leadership_term_id": term,
+            "index": 0,
+            "time_unit": ClusterTimeUnit.MILLIS,
+            "app_version": APP_VERSION,
+        }
+        records = [SnapshotMarker(mark=SnapshotMark.BEGIN, **marker).encode()]
+        # The committed next session id, the same on every member.
+        self._sessions.commit_session_opens(log_position)
+        records.append(
+            ConsensusModuleSnapshot(
+                next_session_id=self._sessions.log_next_session_id,
+                next_service_session_id=services.next_service_session_ids[0] if service_count else 0,
+                log_service_session_id=services.log_service_session_ids[0] if service_count else 0,
+                pending_message_capacity=0,
+            ).encode()
+        )
+        for s in sorted(self._sessions.sessions.values(), key=lambda x: x.cluster_session_id):
+            records.append(self._snapshot_session(s))
+        for correlation_id, deadline in self._s.rules.snapshot_timers(services.timer_service.snapshot()):
+            records.append(TimerRecord(correlation_id=correlation_id, deadline=deadline).encode())
+        for service_id, q in enumerate(services.pending_service_messages):
+            records.append(
+                PendingMessageTracker(
+                    next_service_session_id=services.next_service_session_ids[service_id],
+                    log_service_session_id=services.log_service_session_ids[service_id],
+                    pending_message_capacity=0,
+                    service_id=service_id,
+                ).encode()
+            )
+            for m in q:
+                records.append(encode_session_message(term, m.cluster_session_id, 0, m.payload))
+        records.append(SnapshotMarker(mark=SnapshotMark.END, **marker).encode())
+        return records
+
+    @staticmethod
+    def _snapshot_session(s: ClusterSession) -> bytes:
+        """Aeron's ``snapshotSession``: one session's record."""
+        return ClusterSessionRecord(
+            cluster_session_id=s.cluster_session_id,
+            correlation_id=s.correlation_id,
+            opened_log_position=s.opened_log_position,
+            time_of_last_activity=NULL_VALUE,  # as Aeron writes it (PROTOCOL.md g)
+            close_reason=s.close_reason
+            if s.state == ClusterSessionState.CLOSING and s.close_reason is not None
+            else CloseReason.NULL_VAL,
+            response_stream_id=s.response_stream_id,
+            response_channel=s.response_channel,
+        ).encode()
 
     def module_state(self) -> dict[str, Any]:
         """What a consensus-module snapshot holds, summarised for the trace: counts of sessions, timers

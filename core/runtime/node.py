@@ -253,16 +253,23 @@ class Node:
         ]
         self.peer_ids = frozenset(m.member_id for m in self.members if m.member_id != member_id)
 
+        self._bind_control_socket()
+        self._open_service_links(in_process)
+        self._launch()
+
+    def _bind_control_socket(self) -> None:
+        """Bind the control socket the harness, tools and a ClusterBackup talk to this member on."""
         self.control, _ = bind(
             self.zctx, zmq.ROUTER, self.own.control, setup=lambda s: self.security.serve(s, DOMAIN_CONTROL)
         )
         self._sockets.append(self.control)
         self.cycle.register(self.control, self._on_control_readable)
 
-        self._open_service_links(in_process)
-
+    def _launch(self) -> None:
+        """Aeron's ``ConsensusModule.launch``: log the bound endpoints and start the module once every
+        member's endpoints are known, else wait for them (MembersConfig on the control socket)."""
         self.log(
-            f"started pid={os.getpid()} incarnation={incarnation} dir={self.member_dir} "
+            f"started pid={os.getpid()} incarnation={self.incarnation} dir={self.member_dir} "
             f"endpoints={self.own_member.describe()}"
         )
         if all(self._resolved(m) for m in self.members):

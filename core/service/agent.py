@@ -202,6 +202,9 @@ class LogContiguityError(AgentError):
 
 # What the agent holds back while an entry is applied: see ClusteredServiceAgent._held.
 _Held = bytes | tuple[str, int, bytes]
+# What applying an entry other than a session message does: its type and timestamp, the service callback
+# (None: none) and the undo of the agent's own change should the callback fail (ClusteredServiceAgent._entry_action).
+_EntryAction = tuple[EntryType, int, Callable[[], object] | None, Callable[[], object] | None]
 
 _digest = entry_digest  # XXH3-128 (core/codec/digests.py)
 _records_digest = records_digest
@@ -209,6 +212,17 @@ _records_digest = records_digest
 
 def _major(version: int) -> int:
     return (version >> 16) & 0xFF
+
+
+def _entry_digest_in(block: bytes | None, block_position: int, f: Frame) -> bytes:
+    """The entry digest of ``f``: hashed from its bytes in ``block`` (the LogBlock it came in, which
+    starts at ``block_position``) when it lies there (a bytes slice is cheaper to hash than a
+    memoryview slice), else from the frame built again."""
+    position = f.position
+    end = f.end_position
+    if block is not None and position >= block_position and end <= block_position + len(block):
+        return _digest(block[position - block_position : end - block_position])
+    return _digest(frame(f.payload, position, f.leadership_term_id, f.frame_type))
 
 
 def _noop_log(line: str) -> None:
@@ -728,97 +742,133 @@ class ClusteredServiceAgent:
 
     def _apply(self, f: Frame, replay: bool) -> SnapshotError | None:
         """Apply one committed entry; returns a SnapshotError to raise once the entry is done."""
-        end = f.end_position
         if f.frame_type == HDR_TYPE_PAD:
-            self._log_position = end
+            self._log_position = f.end_position
             return None
+        msg = self._decode_entry(f, replay)
+        if msg is None:
+            return None  # a session message, applied
+        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
+        snapshot_failure: list[BaseException] = []
+        entry_type, timestamp, action, undo = self._entry_action(msg, f, snapshot_failure)
+        self._run_entry(f, replay, saved, entry_type, timestamp, action, undo)
+        if snapshot_failure:
+            return SnapshotError(f.end_position, entry_type, snapshot_failure[0])
+        return None
+
+    def _decode_entry(self, f: Frame, replay: bool) -> Any:
+        """The entry's message; a session message is applied here instead and gives None. An entry
+        that does not decode fails the agent."""
         payload = f.payload
         fields = session_message_fields(payload)
         if fields is not None:
             self._apply_session_message(f, replay, fields[1], fields[2], payload[SESSION_HEADER_LENGTH:])
             return None
         try:
-            template_id = peek_template_id(payload)
-            if template_id == SessionMessageHeader.TEMPLATE_ID:
+            if peek_template_id(payload) == SessionMessageHeader.TEMPLATE_ID:
                 _term, session_id, timestamp, body = unpack_session_message(payload)
                 self._apply_session_message(f, replay, session_id, timestamp, body)
                 return None
-            msg: Any = decode(payload)
+            return decode(payload)
         except DecodeError as e:
-            self._failure = AgentError(f"undecodable committed log entry at {f.position}..{end}: {e}")
+            self._failure = AgentError(f"undecodable committed log entry at {f.position}..{f.end_position}: {e}")
             raise self._failure from e
 
-        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
-        undo: Callable[[], object] | None = None
-        snapshot_failure: list[BaseException] = []
-        action: Callable[[], object] | None
-
+    def _entry_action(self, msg: Any, f: Frame, snapshot_failure: list[BaseException]) -> _EntryAction:
+        """What applying a log entry other than a session message does: its type, its timestamp, the
+        service callback to call (None: none) and how to undo the agent's own change to its sessions
+        if that callback fails. A snapshot action's failure is put in ``snapshot_failure``."""
+        end = f.end_position
         if isinstance(msg, TimerEvent):
-            entry_type, timestamp = EntryType.TIMER, msg.timestamp
             action = partial(self.service.on_timer_event, msg.correlation_id, msg.timestamp)
-        elif isinstance(msg, SessionOpenEvent):
-            entry_type, timestamp = EntryType.SESSION_OPEN, msg.timestamp
-            if msg.cluster_session_id in self._sessions:
-                self._failure = AgentError(
-                    f"clashing open clusterSessionId={msg.cluster_session_id} "
-                    f"leadershipTermId={msg.leadership_term_id} logPosition={end}"
-                )
-                raise self._failure
-            opened = self._add_session(
-                ClientSessionRecord(
-                    cluster_session_id=msg.cluster_session_id,
-                    response_stream_id=msg.response_stream_id,
-                    response_channel=msg.response_channel,
-                    encoded_principal=msg.encoded_principal,
-                )
-            )
-            undo = partial(self._sessions.pop, opened.id, None)
-            action = partial(self.service.on_session_open, opened, msg.timestamp)
-        elif isinstance(msg, SessionCloseEvent):
-            entry_type, timestamp = EntryType.SESSION_CLOSE, msg.timestamp
-            closed = self._sessions.pop(msg.cluster_session_id, None)
-            if closed is None:
-                self._ignore("unknown session close", f"{msg.cluster_session_id} at {end}")
-                action = None
-            else:
-                undo = partial(self._sessions.__setitem__, closed.id, closed)
-                action = partial(self.service.on_session_close, closed, msg.timestamp, msg.close_reason)
-        elif isinstance(msg, ClusterActionRequest):
-            entry_type, timestamp = EntryType.CLUSTER_ACTION, msg.timestamp
+            return EntryType.TIMER, msg.timestamp, action, None
+        if isinstance(msg, SessionOpenEvent):
+            return self._session_open_action(msg, end)
+        if isinstance(msg, SessionCloseEvent):
+            return self._session_close_action(msg, end)
+        if isinstance(msg, ClusterActionRequest):
             if msg.log_position != end:
                 self._failure = AgentError(
                     f"ClusterActionRequest at {f.position}..{end} says log_position {msg.log_position}"
                 )
                 raise self._failure
-            action = None
+            snapshot: Callable[[], object] | None = None
             if msg.action is ClusterAction.SNAPSHOT and msg.flags == ClusterActionRequestFlags.DEFAULT:
-                action = partial(self._snapshot_action, msg.leadership_term_id, snapshot_failure)
-        elif isinstance(msg, NewLeadershipTermEvent):
-            entry_type, timestamp = EntryType.NEW_LEADERSHIP_TERM, msg.timestamp
-            if _major(msg.app_version) != _major(self.app_version):
-                self._failure = AgentError(
-                    f"incompatible version: {self.app_version:#x} log={msg.app_version:#x} at {end}"
-                )
-                raise self._failure
-            if msg.time_unit is not ClusterTimeUnit.NULL_VAL:
-                self._time_unit = msg.time_unit
-            action = partial(
-                self.service.on_new_leadership_term_event,
-                msg.leadership_term_id,
-                msg.log_position,
-                msg.timestamp,
-                msg.term_base_log_position,
-                msg.leader_member_id,
-                msg.log_session_id,
-                self._time_unit,
-                msg.app_version,
-            )
-        elif isinstance(msg, MembershipChangeEvent):
-            entry_type, timestamp, action = EntryType.MEMBERSHIP_CHANGE, msg.timestamp, None
-        else:
-            self._failure = AgentError(f"unexpected {type(msg).__name__} in the log at {f.position}..{end}")
-            raise self._failure
+                snapshot = partial(self._snapshot_action, msg.leadership_term_id, snapshot_failure)
+            return EntryType.CLUSTER_ACTION, msg.timestamp, snapshot, None
+        if isinstance(msg, NewLeadershipTermEvent):
+            return self._new_leadership_term_action(msg, end)
+        if isinstance(msg, MembershipChangeEvent):
+            return EntryType.MEMBERSHIP_CHANGE, msg.timestamp, None, None
+        self._failure = AgentError(f"unexpected {type(msg).__name__} in the log at {f.position}..{end}")
+        raise self._failure
 
+    def _session_open_action(self, msg: SessionOpenEvent, end: int) -> _EntryAction:
+        """Aeron ``onSessionOpen``: the session is added before ``on_session_open`` (removed again if
+        it fails); an id already open fails the agent."""
+        if msg.cluster_session_id in self._sessions:
+            self._failure = AgentError(
+                f"clashing open clusterSessionId={msg.cluster_session_id} "
+                f"leadershipTermId={msg.leadership_term_id} logPosition={end}"
+            )
+            raise self._failure
+        opened = self._add_session(
+            ClientSessionRecord(
+                cluster_session_id=msg.cluster_session_id,
+                response_stream_id=msg.response_stream_id,
+                response_channel=msg.response_channel,
+                encoded_principal=msg.encoded_principal,
+            )
+        )
+        undo = partial(self._sessions.pop, opened.id, None)
+        return EntryType.SESSION_OPEN, msg.timestamp, partial(self.service.on_session_open, opened, msg.timestamp), undo
+
+    def _session_close_action(self, msg: SessionCloseEvent, end: int) -> _EntryAction:
+        """Aeron ``onSessionClose``: the session is removed before ``on_session_close`` (put back if it
+        fails); an unknown session is counted as ignored and nothing is called."""
+        closed = self._sessions.pop(msg.cluster_session_id, None)
+        if closed is None:
+            self._ignore("unknown session close", f"{msg.cluster_session_id} at {end}")
+            return EntryType.SESSION_CLOSE, msg.timestamp, None, None
+        undo = partial(self._sessions.__setitem__, closed.id, closed)
+        action = partial(self.service.on_session_close, closed, msg.timestamp, msg.close_reason)
+        return EntryType.SESSION_CLOSE, msg.timestamp, action, undo
+
+    def _new_leadership_term_action(self, msg: NewLeadershipTermEvent, end: int) -> _EntryAction:
+        """Aeron ``onNewLeadershipTermEvent``: a log of another major version fails the agent; the
+        event's time unit, when set, becomes the agent's."""
+        if _major(msg.app_version) != _major(self.app_version):
+            self._failure = AgentError(f"incompatible version: {self.app_version:#x} log={msg.app_version:#x} at {end}")
+            raise self._failure
+        if msg.time_unit is not ClusterTimeUnit.NULL_VAL:
+            self._time_unit = msg.time_unit
+        action = partial(
+            self.service.on_new_leadership_term_event,
+            msg.leadership_term_id,
+            msg.log_position,
+            msg.timestamp,
+            msg.term_base_log_position,
+            msg.leader_member_id,
+            msg.log_session_id,
+            self._time_unit,
+            msg.app_version,
+        )
+        return EntryType.NEW_LEADERSHIP_TERM, msg.timestamp, action, None
+
+    def _run_entry(
+        self,
+        f: Frame,
+        replay: bool,
+        saved: tuple[int, int, int, Any, int],
+        entry_type: EntryType,
+        timestamp: int,
+        action: Callable[[], object] | None,
+        undo: Callable[[], object] | None,
+    ) -> None:
+        """The entry's position, time and term become the agent's, ``action`` runs (in the service's
+        scope), and what the service sent is released and the entry recorded; if ``action`` raises,
+        ``undo`` runs and the agent is restored to ``saved`` and fails."""
+        end = f.end_position
         self._log_position = end
         self._cluster_time = timestamp
         # Aeron takes the term from NewLeadershipTermEvent and the recovery state; the entry's own frame
@@ -840,9 +890,6 @@ class ClusteredServiceAgent:
             raise self._failed_apply(saved, e, end, entry_type) from e
         self._release_held()
         self._applied(f, entry_type, timestamp, state_digest, replay)
-        if snapshot_failure:
-            return SnapshotError(end, entry_type, snapshot_failure[0])
-        return None
 
     def _failed_apply(
         self, saved: tuple[int, int, int, Any, int], e: Exception, end: int, entry_type: EntryType
@@ -925,29 +972,22 @@ class ClusteredServiceAgent:
         """Apply ``frames[i:]`` while they are contiguous, committed (end <= ``bound``) session
         messages of the usual shape; returns the index of the first frame not applied. The same
         semantics as :meth:`_apply` + :meth:`_apply_session_message` per entry, in one loop per block
-        (no per-entry method layers: this is every member's per-entry path). With ``on_applied_run``
-        the run's rows are built as columns and given once, also when an entry of the run fails (the
-        entries before it were applied)."""
+        (this is every member's per-entry path). With ``on_applied_run`` the run's rows are built as
+        columns and given once, also when an entry of the run fails (the entries before it were applied)."""
         n = len(frames)
-        on_session_message = self.service.on_session_message
-        state_digest = self._digest_of
-        sessions_get = self._sessions.get
         on_applied = self._on_applied
         run_sink = self._on_applied_run if on_applied is not None else None
         block = self._block if on_applied is not None else None
         block_position = self._block_position
-        block_end = block_position + (len(block) if block is not None else 0)
         session_message = EntryType.SESSION_MESSAGE
-        scope = self._scope
-        # The run's columns (with run_sink): appended per entry, given once at the end.
+        # The run's columns (with run_sink): appended per entry, given once at the end as an AppliedRun.
         ends: list[int] = []
         lengths: list[int] = []
         terms: list[int] = []
         times: list[int] = []
         entry_digests: list[bytes] = []
         state_digests: list[bytes] = []
-        # One list holds each entry's sends in turn (emptied after each entry).
-        held: list[_Held] = []
+        held: list[_Held] = []  # each entry's sends in turn (emptied after each entry)
         try:
             while i < n:
                 f = frames[i]
@@ -959,67 +999,70 @@ class ClusteredServiceAgent:
                 fields = session_message_fields(payload)
                 if fields is None:
                     break
-                timestamp = fields[2]
-                term = f.leadership_term_id
                 self._buffered_end = end
                 i += 1
-                saved = (
-                    self._log_position,
-                    self._cluster_time,
-                    self._leadership_term_id,
-                    self._time_unit,
-                    self._next_ack_id,
-                )
-                self._log_position = end
-                self._cluster_time = timestamp
-                self._leadership_term_id = term
-                self._held = held
-                digest = b""
-                try:
-                    if scope is None:
-                        on_session_message(sessions_get(fields[1]), timestamp, payload[SESSION_HEADER_LENGTH:])
-                    else:
-                        scope.enter(_ON_SESSION_MESSAGE, end)
-                        try:
-                            on_session_message(sessions_get(fields[1]), timestamp, payload[SESSION_HEADER_LENGTH:])
-                        finally:
-                            scope.exit()
-                    if on_applied is not None:
-                        digest = state_digest()
-                        if type(digest) is not bytes or len(digest) != DIGEST_SIZE:
-                            digest = self._state_digest(session_message)  # raises the precise error
-                except Exception as e:
-                    raise self._failed_apply(saved, e, end, session_message) from e
-                self._held = None
-                if held:
-                    self._send_held(held)
-                    held.clear()
+                timestamp = fields[2]
+                digest = self._apply_run_entry(f, fields[1], timestamp, payload, held, on_applied is not None)
                 self.applied_count += 1
-                if on_applied is not None:
-                    # A bytes slice of the block: cheaper to hash than a memoryview slice.
-                    if block is not None and position >= block_position and end <= block_end:
-                        entry_digest = _digest(block[position - block_position : end - block_position])
-                    else:
-                        entry_digest = _digest(frame(payload, position, term, f.frame_type))
-                    if run_sink is not None:
-                        ends.append(end)
-                        lengths.append(end - position)
-                        terms.append(term)
-                        times.append(timestamp)
-                        entry_digests.append(entry_digest)
-                        state_digests.append(digest)
-                    else:
-                        # Positional: a NamedTuple built from keywords costs a third more (one per entry).
-                        on_applied(
-                            AppliedEntry(
-                                end, end - position, term, session_message, timestamp, entry_digest, digest, replay
-                            )
+                if on_applied is None:
+                    continue
+                term = f.leadership_term_id
+                entry_digest = _entry_digest_in(block, block_position, f)
+                if run_sink is not None:
+                    ends.append(end)
+                    lengths.append(end - position)
+                    terms.append(term)
+                    times.append(timestamp)
+                    entry_digests.append(entry_digest)
+                    state_digests.append(digest)
+                else:
+                    # Positional: a NamedTuple built from keywords costs a third more (one per entry).
+                    on_applied(
+                        AppliedEntry(
+                            end, end - position, term, session_message, timestamp, entry_digest, digest, replay
                         )
+                    )
         finally:
             if ends:
                 assert run_sink is not None
                 run_sink(AppliedRun(ends, lengths, terms, times, entry_digests, state_digests, replay))
         return i
+
+    def _apply_run_entry(
+        self, f: Frame, session_id: int, timestamp: int, payload: bytes, held: list[_Held], with_digest: bool
+    ) -> bytes:
+        """One session message of a run: the service applies it (in its scope), then what it sent
+        leaves; returns the state digest after it (b"" without ``with_digest``). If the service
+        raises, the agent is restored and fails, as :meth:`_apply_session_message` does."""
+        end = f.end_position
+        saved = (self._log_position, self._cluster_time, self._leadership_term_id, self._time_unit, self._next_ack_id)
+        self._log_position = end
+        self._cluster_time = timestamp
+        self._leadership_term_id = f.leadership_term_id
+        self._held = held
+        digest = b""
+        try:
+            session = self._sessions.get(session_id)
+            scope = self._scope
+            if scope is None:
+                self.service.on_session_message(session, timestamp, payload[SESSION_HEADER_LENGTH:])
+            else:
+                scope.enter(_ON_SESSION_MESSAGE, end)
+                try:
+                    self.service.on_session_message(session, timestamp, payload[SESSION_HEADER_LENGTH:])
+                finally:
+                    scope.exit()
+            if with_digest:
+                digest = self._digest_of()
+                if type(digest) is not bytes or len(digest) != DIGEST_SIZE:
+                    digest = self._state_digest(EntryType.SESSION_MESSAGE)  # raises the precise error
+        except Exception as e:
+            raise self._failed_apply(saved, e, end, EntryType.SESSION_MESSAGE) from e
+        self._held = None
+        if held:
+            self._send_held(held)
+            held.clear()
+        return digest
 
     def _release_held(self) -> None:
         """Send what the service sent while its entry was applied (it applied without error)."""
