@@ -8,7 +8,8 @@ fit in the current segment starts the next one. A position therefore maps to (se
 bisect on segment bases, and truncating the log to a frame boundary is "delete later segments, cut one file".
 
 Tail cache: the frames this store appended itself (validated on the way in, or framed here) are also
-kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB) or so, with their Frame objects. The leader reads its
+kept in memory, the last ``TAIL_CACHE_BYTES`` (32 MiB) or so: the appended blocks as they came (never
+copied, dropped oldest first) with their Frame objects. The leader reads its
 own tail once per follower, once to consume and once for its service; a follower consumes and
 forwards what it just received. Those reads are served from memory, without a second CRC pass;
 anything older, or after a truncate or purge, is read (and checked) from the files as before.
@@ -60,8 +61,10 @@ _READ_FD_CACHE_SIZE = 4
 # A frame's start and end positions, read in C for a block's frames (the tail cache's indexes).
 _START_OF = operator.attrgetter("position")
 _END_OF = operator.attrgetter("end_position")
-# Kept at least (a leader far ahead of its followers still reads from memory); trimmed at twice this.
+# Kept at least (a leader far ahead of its followers still reads from memory); the oldest blocks are
+# dropped each time TAIL_CACHE_TRIM_BYTES more are cached.
 TAIL_CACHE_BYTES = 32 * 1024 * 1024
+TAIL_CACHE_TRIM_BYTES = TAIL_CACHE_BYTES // 8
 
 
 def segment_file_name(base_position: int) -> str:
@@ -383,40 +386,85 @@ class RecordingStore:
     # ------------------------------------------------------------------ tail cache
 
     def _clear_tail_cache(self) -> None:
-        self._cache = bytearray()
+        # The appended blocks as they came (bytes, never copied), contiguous from _cache_base, with
+        # the log position of each block's first byte; and each cached frame with its start and end.
+        self._cache_chunks: list[bytes] = []
+        self._cache_chunk_starts: list[int] = []
+        self._cache_bytes = 0
         self._cache_base = self._stop
         self._cache_frames: list[Frame] = []
         self._cache_starts: list[int] = []
         self._cache_ends: list[int] = []
 
-    def _cache_append(self, data: bytes, frames: list[Frame]) -> None:
-        if self._cache_base + len(self._cache) != frames[0].position:
+    def _cache_append(self, data: bytes, frames: Sequence[Frame]) -> None:
+        if type(data) is not bytes:
+            data = bytes(data)  # a caller's buffer may change; the cache keeps an immutable copy
+        if self._cache_base + self._cache_bytes != frames[0].position:
             self._clear_tail_cache()  # not contiguous with what is cached (cannot happen: appends are at stop)
             self._cache_base = frames[0].position
-        self._cache += data
+        self._cache_chunks.append(data)
+        self._cache_chunk_starts.append(frames[0].position)
+        self._cache_bytes += len(data)
         self._cache_frames += frames
         self._cache_starts += map(_START_OF, frames)
         self._cache_ends += map(_END_OF, frames)
-        if len(self._cache) > 2 * TAIL_CACHE_BYTES:
-            keep_from = self._cache_base + len(self._cache) - TAIL_CACHE_BYTES
-            i = bisect.bisect_left(self._cache_starts, keep_from)
-            new_base = self._cache_starts[i]
-            del self._cache[: new_base - self._cache_base]
-            del self._cache_frames[:i]
-            del self._cache_starts[:i]
-            del self._cache_ends[:i]
-            self._cache_base = new_base
+        if self._cache_bytes > TAIL_CACHE_BYTES + TAIL_CACHE_TRIM_BYTES:
+            self._trim_tail_cache()
 
     def _cache_append_one(self, data: bytes, f: Frame, end_position: int) -> None:
         """:meth:`_cache_append` of one frame ending at ``end_position`` (the leader's single offer)."""
-        cache = self._cache
-        if self._cache_base + len(cache) != f.position or len(cache) + len(data) > 2 * TAIL_CACHE_BYTES:
-            self._cache_append(data, [f])
+        position = f.position
+        size = self._cache_bytes
+        if self._cache_base + size != position or size + len(data) > TAIL_CACHE_BYTES + TAIL_CACHE_TRIM_BYTES:
+            self._cache_append(data, (f,))
             return
-        cache += data
+        self._cache_chunks.append(data)
+        self._cache_chunk_starts.append(position)
+        self._cache_bytes = size + len(data)
         self._cache_frames.append(f)
-        self._cache_starts.append(f.position)
+        self._cache_starts.append(position)
         self._cache_ends.append(end_position)
+
+    def _trim_tail_cache(self) -> None:
+        """Drop the oldest whole blocks, keeping at least ``TAIL_CACHE_BYTES``. It runs every
+        ``TAIL_CACHE_TRIM_BYTES`` appended, so each trim frees a small part of the cache's frames (one
+        large trim would free hundreds of thousands at once, a pause of several milliseconds) and no
+        byte is copied (the blocks are kept as they came)."""
+        chunk_starts = self._cache_chunk_starts
+        keep_from = self._cache_base + self._cache_bytes - TAIL_CACHE_BYTES
+        k = bisect.bisect_right(chunk_starts, keep_from) - 1  # the block that holds keep_from stays
+        if k <= 0:
+            return
+        new_base = chunk_starts[k]
+        del self._cache_chunks[:k]
+        del chunk_starts[:k]
+        i = bisect.bisect_left(self._cache_starts, new_base)
+        del self._cache_frames[:i]
+        del self._cache_starts[:i]
+        del self._cache_ends[:i]
+        self._cache_bytes -= new_base - self._cache_base
+        self._cache_base = new_base
+
+    def _cached_bytes(self, start: int, end: int) -> bytes:
+        """The cached bytes of ``[start, end)`` (frame boundaries in the cache): a block returned as it
+        is, a part of one block sliced, a range across blocks joined."""
+        chunk_starts = self._cache_chunk_starts
+        chunks = self._cache_chunks
+        c = bisect.bisect_right(chunk_starts, start) - 1
+        chunk = chunks[c]
+        base = chunk_starts[c]
+        if end - base <= len(chunk):
+            if start == base and end - base == len(chunk):
+                return chunk
+            return chunk[start - base : end - base]
+        parts: list[bytes | memoryview] = [memoryview(chunk)[start - base :]]
+        c += 1
+        while end - chunk_starts[c] > len(chunks[c]):
+            parts.append(chunks[c])
+            c += 1
+        last = chunks[c]
+        parts.append(last if end - chunk_starts[c] == len(last) else memoryview(last)[: end - chunk_starts[c]])
+        return b"".join(parts)
 
     def _cached(self, from_position: int, to_position: int, max_bytes: int | None) -> tuple[int, int] | None:
         """Indices ``[i, j)`` of the cached frames :meth:`read` would return, or None if the range is not
@@ -523,9 +571,7 @@ class RecordingStore:
                 i, j = hit
                 if i == j:
                     return b""
-                base = self._cache_base
-                with memoryview(self._cache) as view:  # one copy (a bytearray slice would be a second)
-                    return bytes(view[from_position - base : self._cache_ends[j - 1] - base])
+                return self._cached_bytes(from_position, self._cache_ends[j - 1])
         chunks, _frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

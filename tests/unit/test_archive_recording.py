@@ -479,6 +479,7 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
     import clusterlab.core.archive.recording as recording
 
     monkeypatch.setattr(recording, "TAIL_CACHE_BYTES", 2048)  # trimmed many times below
+    monkeypatch.setattr(recording, "TAIL_CACHE_TRIM_BYTES", 512)
     rng = random.Random(5)
     with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as cached:
         for i in range(40):
@@ -488,7 +489,10 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
                 cached.append_entry(payload(i), leadership_term_id=0)
         starts = [f.position for f in cached.read_frames(0, cached.stop_position)]
         assert cached._cache_starts and cached._cache_base > 0, "the cache was trimmed and still holds the tail"
-        assert len(cached._cache) <= 2 * 2048 + 200
+        largest = max(map(len, cached._cache_chunks))
+        assert 2048 <= cached._cache_bytes <= 2048 + 512 + largest
+        assert cached._cache_bytes == sum(map(len, cached._cache_chunks))
+        assert cached._cache_chunk_starts[0] == cached._cache_base == cached._cache_starts[0]
         with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as files:
             assert not files._cache_starts
             for frm, to, limit in _ranges(rng, cached.stop_position, starts):

@@ -687,7 +687,9 @@ def test_contiguity_violations_names_a_gap_and_a_lost_row() -> None:
         ([None] * 2, pa.binary()),
         ([None] * 4, pa.int16()),
         ([b"a", None, b""], pa.binary()),
-        ([bytes(range(256)) * 8] * 3, pa.binary()),
+        ([bytes(range(256)) * 8] * 3, pa.binary()),  # large values: one join and an offsets buffer
+        ([bytes(1000), b"", bytes(range(200)) * 15], pa.binary()),
+        ([bytes(2000), None], pa.binary()),
         ([False] * 3, pa.bool_()),
         ([True, False], pa.bool_()),
         ([True, None], pa.bool_()),
