@@ -317,18 +317,17 @@ def _large_binary_column(values: list[Any]) -> pa.Array | None:
     batch's freed buffers go back to the OS before the next batch (mimalloc's purge), so every batch
     of large values copies and page-faults its bytes several times; a join copies them once into the
     process's own heap, which keeps freed memory (core/runtime/runner.tune_malloc)."""
+    offsets = array.array("i", [0])
     try:
-        total = sum(map(len, values))
-    except TypeError:  # a null
+        offsets.extend(itertools.accumulate(map(len, values)))
+    except (TypeError, OverflowError):  # a null; more than 2 GiB
         return None
-    if total <= _JOIN_ABOVE_BYTES * len(values) or total >= 2**31:
+    if offsets[-1] <= _JOIN_ABOVE_BYTES * len(values):
         return None
     try:
         data = b"".join(values)
     except TypeError:  # not bytes-like
         return None
-    offsets = array.array("i", [0])
-    offsets.extend(itertools.accumulate(map(len, values)))
     return pa.Array.from_buffers(_BINARY, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
