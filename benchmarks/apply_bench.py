@@ -1,14 +1,15 @@
 """CPU per applied entry of a service process's hot path, without sockets: the figure the cluster
 benchmark cannot give on a shared machine (its ops/s move with the other engineers' load).
 
-Run: ``python -m benchmarks.apply_bench [--entries N] [--block B] [--repeat R] [--out FILE]``. For a
-follower and a leader service, recording off and on, it does per LogBlock what
-``core/runtime/service.py`` does per inbound message (record the ``recv`` row, decode the block, walk
-it, ``ClusteredServiceAgent.on_log_frames`` with the block's bytes, the replies recorded as egress
-rows, the applied rows recorded in bulk; the ZeroMQ sends are left out) with the KV service and
-64 B puts of a pipelined client (one session, 1 000 keys). Figures are this thread's CPU time
-(``time.thread_time``), best of ``--repeat``: much steadier than ops/s on a loaded machine, though a
-busy machine still slows every instruction, so compare runs taken back to back. Nothing is asserted.
+Run: ``python -m benchmarks.apply_bench [--entries N] [--block B] [--repeat R] [--payload BYTES]
+[--out FILE]``. For a follower and a leader service, recording off and on, it does per LogBlock what
+``core/runtime/service.py`` does per inbound message (record the ``recv`` row, its entries by reference
+as a real service's recorder keeps them, decode the block, walk it, ``ClusteredServiceAgent.on_log_frames``
+with the block's bytes, the replies recorded as egress rows, the applied rows recorded in bulk; the
+ZeroMQ sends are left out) with the KV service and puts of ``--payload`` bytes (64 by default) of a
+pipelined client (one session, 1 000 keys). Figures are this thread's CPU time (``time.thread_time``),
+best of ``--repeat``: much steadier than ops/s on a loaded machine, though a busy machine still slows
+every instruction, so compare runs taken back to back. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -54,7 +55,11 @@ def build_blocks(entries: int, per_block: int, payload: int = 64) -> list[bytes]
 
 def run_once(blocks: list[bytes], role: Role, recording: bool, directory: str) -> tuple[float, int]:
     """(CPU seconds, entries applied) of applying every block as the service process does."""
-    rec: Any = ProcessRecorder(directory, "bench", f"service-{int(role)}-{recording}", 0, 0) if recording else None
+    rec: Any = (
+        ProcessRecorder(directory, "bench", f"service-{int(role)}-{recording}", 0, 0, committed_refs=True)
+        if recording
+        else None
+    )
     rec = rec or NullRecorder()
     pending: list[AppliedEntry] = []
     egress: dict[str, list[bytes]] = {}
@@ -114,10 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--block", type=int, default=64, help="entries per LogBlock (default 64)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--payload", type=int, default=64, help="bytes of each put's value (default 64)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    blocks = build_blocks(args.entries, args.block)
-    results: dict[str, Any] = {"entries": args.entries, "entries_per_block": args.block, "us_per_entry": {}}
+    if args.payload < 1:
+        parser.error(f"--payload must be at least 1 byte, got {args.payload}")
+    blocks = build_blocks(args.entries, args.block, args.payload)
+    results: dict[str, Any] = {
+        "entries": args.entries,
+        "entries_per_block": args.block,
+        "payload_bytes": args.payload,
+        "us_per_entry": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for role in (Role.FOLLOWER, Role.LEADER):
             for recording in (False, True):

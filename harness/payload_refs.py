@@ -16,6 +16,10 @@ References are made twice:
 - **when recorded**, by a real process's recorder, for a LogBlock on the ``service`` channel (node ↔
   its clustered services): the node sends its services committed entries only, so those bytes are in
   the committed log by construction (:func:`committed_block_ref`);
+- **when a node's rows are written** (each record batch), for a LogBlock it sent or received on the
+  ``log`` channel whose entries its own log then holds at the block's start position, committed, byte
+  for byte (``ProcessRecorder.refer_committed``; the node answers from its archive's tail cache): most
+  blocks are committed within a few milliseconds, well inside the 100 ms a row waits for its batch;
 - **when the run finishes**, by :func:`compact_messages`, for every other LogBlock or ReplayBlock in a
   closed ``messages`` file whose entries it finds, byte for byte, in the committed log at the block's
   ``start_position``, and for every SessionMessageHeader (a client's request as the leader received it)
@@ -27,12 +31,13 @@ committed log's ``length`` bytes from ``position``.
 
 All three are null on a row whose payload is inline: every other message, entries that were never
 committed (an uncommitted tail a new leader truncated), entries that differ from the committed log (a
-bug under test), and the log-channel rows of a torn or unclosed file (a killed process's file
-is evidence as it was written). :func:`resolve_payloads` (called by ``harness.trace.open_run``) puts the
-bytes back, checking each digest, so every reader of a run sees the payloads as they were sent; a
-reference it cannot answer stays short and is counted (open_run reports it as a completeness note: the
-manifest proves the files whole, so it means a service was sent entries that were never committed). The
-checks' SQL views read only small consensus messages and never need the entries.
+bug under test), and the log-channel rows of a torn or unclosed file that were not referenced when
+written (a killed process's file is evidence as it was written). :func:`resolve_payloads` (called by
+``harness.trace.open_run``) puts the bytes back, checking each digest, so every reader of a run sees the
+payloads as they were sent; a reference it cannot answer stays short and is counted (open_run reports it
+as a completeness note: the manifest proves the files whole, so it means a service was sent entries that
+were never committed). The checks' SQL views read only small consensus messages and never need the
+entries.
 
 The simulator's traces stay inline: goldens compare their message tables byte for byte.
 """
@@ -63,6 +68,7 @@ from clusterlab.harness import arrow_stream
 REF_POSITION = "payload_ref_position"
 REF_LENGTH = "payload_ref_length"
 REF_DIGEST = "payload_ref_digest"
+REF_NAMES = (REF_POSITION, REF_LENGTH, REF_DIGEST)
 REF_FIELDS = (
     pa.field(REF_POSITION, pa.int64(), True),
     pa.field(REF_LENGTH, pa.int32(), True),
@@ -140,6 +146,7 @@ class CompactionStats:
     rows: int = 0
     referenced_rows: int = 0
     inline_block_rows: int = 0  # entry blocks whose bytes are not the committed log's
+    verified_rows: int = 0  # referenced when recorded, and the committed log holds those bytes
     unverified_rows: int = 0  # referenced when recorded, but the committed log lacks those bytes
     bytes_before: int = 0
     bytes_after: int = 0
@@ -151,15 +158,16 @@ class CompactionStats:
             "rows": self.rows,
             "referenced_rows": self.referenced_rows,
             "inline_block_rows": self.inline_block_rows,
+            "verified_rows": self.verified_rows,
             "unverified_rows": self.unverified_rows,
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
         }
 
 
-def committed_block_ref(payload: bytes) -> tuple[bytes, int, int, bytes] | None:
-    """A LogBlock of committed entries as (payload without its entries, start position, entries length,
-    entries digest), read from its fixed layout; None for anything else (kept inline)."""
+def log_block_layout(payload: bytes) -> tuple[int, int] | None:
+    """A LogBlock's (start position, entries length), read from its fixed layout (its entries are the
+    payload's last ``length`` bytes); None for anything else or a block without entries."""
     if len(payload) <= _ENTRIES_AT or _LOG_BLOCK_HEAD.unpack_from(payload) != (
         LogBlock.BLOCK_LENGTH,
         LogBlock.TEMPLATE_ID,
@@ -169,6 +177,16 @@ def committed_block_ref(payload: bytes) -> tuple[bytes, int, int, bytes] | None:
     if length != len(payload) - _ENTRIES_AT:
         return None
     (start,) = _I64.unpack_from(payload, _START_AT)
+    return start, length
+
+
+def committed_block_ref(payload: bytes) -> tuple[bytes, int, int, bytes] | None:
+    """A LogBlock of committed entries as (payload without its entries, start position, entries length,
+    entries digest), read from its fixed layout; None for anything else (kept inline)."""
+    layout = log_block_layout(payload)
+    if layout is None:
+        return None
+    start, length = layout
     return payload[:_ENTRIES_AT], start, length, entry_digest(memoryview(payload)[_ENTRIES_AT:])
 
 
@@ -227,6 +245,8 @@ def _compact_batch(batch: pa.RecordBatch, committed: CommittedBytes, stats: Comp
         if lengths[i] is not None:  # referenced when recorded: the digest proves the committed log has it
             if resolves(committed, positions[i], lengths[i], digests[i]) is None:
                 stats.unverified_rows += 1
+            else:
+                stats.verified_rows += 1
             continue
         payloads = payloads or batch.column(names.index("payload")).to_pylist()
         if payloads[i] is None:

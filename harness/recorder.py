@@ -99,7 +99,7 @@ from clusterlab.core.archive.recording import list_segments
 from clusterlab.core.archive.storage import Storage
 from clusterlab.core.atomic import write_atomically
 from clusterlab.core.codec import AppendPosition, CommitPosition, LogBlock, encode_session_message
-from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME
+from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest
 from clusterlab.core.codec.framing import HDR_TYPE_PAD, frame, walk_frames
 from clusterlab.core.codec.registry import REGISTRY, message_name
 from clusterlab.core.consensus.context import Channel
@@ -110,7 +110,14 @@ from clusterlab.core.runtime.recording import NullRecorder
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
 from clusterlab.harness.completeness import SCHEMA_VERSION, manifest, sealed_json
-from clusterlab.harness.payload_refs import REF_FIELDS, CommittedBytes, committed_block_ref, compact_messages
+from clusterlab.harness.payload_refs import (
+    REF_FIELDS,
+    REF_NAMES,
+    CommittedBytes,
+    committed_block_ref,
+    compact_messages,
+    log_block_layout,
+)
 from clusterlab.harness.promotion import COMPILED as PROMOTION_COMPILED
 from clusterlab.harness.promotion import promote_fixed, promote_one
 
@@ -444,6 +451,9 @@ class TableWriter:
         self.on_error = on_error
         self.failed: OSError | None = None
         self._fault = fault
+        # Called with True just before the buffered rows become a batch (they may still be edited), and
+        # with False when they are discarded (a disk fault): the owner's bookkeeping of buffered rows.
+        self.on_batch: Callable[[bool], None] | None = None
 
     @property
     def next_seq(self) -> int:
@@ -491,6 +501,8 @@ class TableWriter:
         return self._deadline_ns
 
     def _discard(self) -> None:
+        if self.on_batch is not None:
+            self.on_batch(False)
         for column in self.columns:
             column.clear()
         self.buffered = 0
@@ -549,6 +561,8 @@ class TableWriter:
             return
         if self._writer is None:
             self._open()
+        if self.on_batch is not None:
+            self.on_batch(True)
         arrays = []
         schema = self.schema
         by_name = dict(zip(self.varying, self.columns, strict=True))
@@ -780,6 +794,11 @@ class ProcessRecorder:
         # A LogBlock on the service channel holds committed entries only: with ``committed_refs`` its
         # entries are recorded as a reference into the committed log (harness/payload_refs.py).
         self.committed_refs = committed_refs
+        # A LogBlock between members (the log channel) holds entries that may never be committed: with
+        # :meth:`refer_committed` its row is written inline and turned into a reference when its batch
+        # is written, if by then the entries are committed in this member's log, byte for byte.
+        self._holds_committed: Callable[[int, memoryview], bool] | None = None
+        self._log_blocks: list[tuple[int, bytes]] = []  # (row in the messages buffer, payload)
         self.closed = False
         self._writers: dict[str, TableWriter] = {}
         # Hot path of message(): the writer and its columns' bound append methods, once opened.
@@ -793,6 +812,38 @@ class ProcessRecorder:
         self._reserve: Path | None = None
         if close_at_exit:
             atexit.register(self.close)
+
+    def refer_committed(self, holds_committed: Callable[[int, memoryview], bool]) -> None:
+        """Reference the entries of the log channel's LogBlocks this process sends or receives when
+        ``holds_committed(start_position, entries)`` says, as their rows' batch is written, that this
+        member's log holds exactly those entries at that position, committed (harness/payload_refs.py).
+        Only a node has a log to ask; other processes keep those rows inline. A request the leader
+        received stays inline until the run finishes: finding its body in the log costs more per
+        request than writing it."""
+        if self.committed_refs:
+            self._holds_committed = holds_committed
+
+    def _refer_committed(self, kept: bool) -> None:
+        """The messages writer's ``on_batch``: the buffered log-channel LogBlocks whose entries are
+        committed in this member's log become references; the rest stay inline."""
+        blocks, self._log_blocks = self._log_blocks, []
+        holds = self._holds_committed
+        w = self._writers.get("messages")
+        if not kept or holds is None or w is None:
+            return
+        columns = dict(zip(w.varying, w.columns, strict=True))
+        c_payload, c_position, c_length, c_digest = (columns[name] for name in ("payload", *REF_NAMES))
+        for row, payload in blocks:
+            layout = log_block_layout(payload)
+            if layout is None:
+                continue
+            start, length = layout
+            entries = memoryview(payload)[len(payload) - length :]
+            if holds(start, entries):
+                c_payload[row] = payload[: len(payload) - length]
+                c_position[row] = start
+                c_length[row] = length
+                c_digest[row] = entry_digest(entries)
 
     def __repr__(self) -> str:
         return f"ProcessRecorder({self.process} incarnation={self.incarnation} dir={self.run_dir})"
@@ -829,6 +880,8 @@ class ProcessRecorder:
                 fault=self._fault,
                 flush_in_poll=self.flush_in_poll,
             )
+            if table == "messages":
+                w.on_batch = self._refer_committed
             if self.stopped is not None:
                 w.stop(OSError(self.stopped["reason"]))
             self._writers[table] = w
@@ -928,8 +981,11 @@ class ProcessRecorder:
             self._msg_appends
         )
         ref = None
-        if msg_type == "LogBlock" and self.committed_refs and channel == Channel.SERVICE:
-            ref = committed_block_ref(payload)
+        if msg_type == "LogBlock" and self.committed_refs:
+            if channel == Channel.SERVICE:
+                ref = committed_block_ref(payload)
+            elif channel == Channel.LOG and direction != DROP and self._holds_committed is not None:
+                self._log_blocks.append((w.buffered, payload))
         if ref is None:
             a_ref[0](None)
             a_ref[1](None)

@@ -575,6 +575,28 @@ class RecordingStore:
         chunks, _frames, _end = self._collect(from_position, to_position, max_bytes, want_frames=False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def holds(self, position: int, data: bytes | memoryview) -> bool:
+        """Whether the recording holds exactly ``data`` at ``position``, answered from the tail cache
+        (False for a range that is not wholly cached): each cached block is compared where it lies
+        (``bytes.startswith`` at an offset is a memcmp), nothing is joined or read from the files."""
+        end = position + len(data)
+        if self._closed or position < self._cache_base or end > self._cache_base + self._cache_bytes:
+            return False
+        view = memoryview(data)
+        chunk_starts = self._cache_chunk_starts
+        chunks = self._cache_chunks
+        c = bisect.bisect_right(chunk_starts, position) - 1
+        at = position
+        while at < end:
+            chunk = chunks[c]
+            offset = at - chunk_starts[c]
+            n = min(len(chunk) - offset, end - at)
+            if not chunk.startswith(view[at - position : at - position + n], offset):
+                return False
+            at += n
+            c += 1
+        return True
+
     def read_frames(self, from_position: int, to_position: int, max_bytes: int | None = None) -> list[Frame]:
         """Like :meth:`read` but decoded into frames."""
         if from_position >= self._cache_base and to_position >= from_position and not self._closed:

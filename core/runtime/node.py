@@ -207,6 +207,9 @@ class Node:
         self._with_ids = not isinstance(self.rec, NullRecorder)
         self._msg_base = ((member_id + 1) << 52) | (incarnation << 36)
         self._msg_seq = 0
+        refer_committed = getattr(self.rec, "refer_committed", None)  # a recorder of the user's may not
+        if refer_committed is not None:
+            refer_committed(self._holds_committed)
         self.member_id = member_id
         self.incarnation = incarnation
         self.own = config.member(member_id)
@@ -502,6 +505,16 @@ class Node:
     def _send_egress(self, response_channel: str, payload: bytes) -> None:
         self.rec.message(SEND, Channel.EGRESS, NO_MEMBER, payload)
         self.egress.send(response_channel, payload)
+
+    def _holds_committed(self, position: int, entries: memoryview) -> bool:
+        """Whether this member's log holds exactly ``entries`` at ``position``, committed: the recorder
+        then keeps a LogBlock's entries as a reference into the committed log (harness/payload_refs.py)."""
+        module = self.module
+        return (
+            module is not None
+            and position + len(entries) <= module.commit_position
+            and module.archive.holds(position, entries)
+        )
 
     def _next_msg_id(self) -> int | None:
         if not self._with_ids:

@@ -48,6 +48,9 @@ class NullRecorder:
     def applied_run(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def refer_committed(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def poll(self, now_ns: int | None = None) -> int:
         return 0
 

@@ -495,11 +495,22 @@ def test_reads_from_the_tail_cache_equal_reads_from_the_files(log_dir: Path, mon
         assert cached._cache_chunk_starts[0] == cached._cache_base == cached._cache_starts[0]
         with RecordingStore.open(FileStorage(log_dir), segment_length=SEGMENT) as files:
             assert not files._cache_starts
+            files_bytes = bytes(cached.start_position) + files.read(cached.start_position, cached.stop_position)
             for frm, to, limit in _ranges(rng, cached.stop_position, starts):
                 assert cached.read(frm, to, max_bytes=limit) == files.read(frm, to, max_bytes=limit)
                 assert cached.read_frames(frm, to, max_bytes=limit) == files.read_frames(frm, to, max_bytes=limit)
         with pytest.raises(ArchiveError, match="not a frame boundary"):
             cached.read(starts[-1] + 32, cached.stop_position)
+        # holds(): the cached bytes compared where they lie, across blocks; False for anything else.
+        base, stop = cached._cache_base, cached.stop_position
+        for _ in range(200):
+            frm = rng.randrange(base, stop)
+            data = files_bytes[frm:stop][: rng.randrange(1, 3000)]
+            assert cached.holds(frm, data)
+            flipped = rng.randrange(len(data))
+            assert not cached.holds(frm, data[:flipped] + bytes([data[flipped] ^ 1]) + data[flipped + 1 :])
+        assert not cached.holds(base - 1, files_bytes[base - 1 : base + 10])  # begins before the cache
+        assert not cached.holds(stop - 4, files_bytes[stop - 4 : stop] + b"x")  # ends past the log
 
 
 def test_append_entries_frames_like_append_entry(tmp_path: Path) -> None:

@@ -268,3 +268,43 @@ def test_a_service_log_block_is_a_reference_when_recorded(tmp_path: Path) -> Non
     sim.close()
     [sim_path] = (tmp_path / "sim" / "messages").glob("*.arrow")
     assert read_stream(str(sim_path)).table.column("payload").to_pylist() == [block]
+
+
+def test_a_log_block_is_a_reference_once_its_entries_are_committed_in_the_members_log(tmp_path: Path) -> None:
+    """A node's log-channel LogBlock is written inline unless, when its rows' batch is written, the node's
+    log holds its entries at its start position, committed: then it is a reference with their digest.
+    Entries past the commit position, other bytes at that position, and drop rows stay inline."""
+    rows = _log(6)
+    log = b"".join(r.entry for r in rows)
+    at = [r.log_position - len(r.entry) for r in rows]
+    run_dir = tmp_path / "run"
+    RunRecorder(run_dir, "refs", members=[{"member_id": 0}]).write_log(rows)
+    commit = {"position": at[3]}  # the member's commit position, moved by the test
+
+    def holds_committed(position: int, entries: memoryview) -> bool:
+        end = position + len(entries)
+        return end <= commit["position"] and log[position:end] == entries
+
+    rec = process_recorder(run_dir, "refs", "node-0", member_id=0, max_rows=100)
+    rec.refer_committed(holds_committed)
+    early, late, changed = _block(log[: at[3]], 0), _block(log[at[3] :], at[3]), _block(log[:-1] + b"!", 0)
+    rec.message("send", Channel.LOG, 1, early, peer_process="node-1")  # committed when recorded
+    rec.message("recv", Channel.LOG, 1, late, peer_process="node-1")  # committed by the time it is written
+    rec.message("drop", Channel.LOG, 1, early, peer_process="node-1", reason="unreachable")
+    rec.message("send", Channel.LOG, 1, changed, peer_process="node-1")  # not the log's bytes
+    commit["position"] = len(log)
+    rec.flush()
+    rec.message("send", Channel.LOG, 1, _block(log + frame(b"tail", len(log), TERM), 0), peer_process="node-1")
+    rec.close()  # past the commit position when written
+    [path] = (run_dir / "messages").glob("*.arrow")
+    raw = read_stream(str(path)).table
+    assert raw.column(REF_LENGTH).to_pylist() == [at[3], len(log) - at[3], None, None, None]
+    assert raw.column(REF_POSITION).to_pylist()[:2] == [0, at[3]]
+    assert raw.column(REF_DIGEST).to_pylist()[:2] == [entry_digest(log[: at[3]]), entry_digest(log[at[3] :])]
+    heads = [len(early) - at[3], len(late) - len(log) + at[3], len(early)]
+    assert [len(p) for p in raw.column("payload").to_pylist()[:3]] == heads
+    stats = compact_messages(run_dir, CommittedBytes.of([r.log_position for r in rows], [r.entry for r in rows]))
+    assert (stats.verified_rows, stats.unverified_rows) == (2, 0)
+    run = open_run(run_dir)
+    assert run.messages.column("payload").to_pylist()[:4] == [early, late, early, changed]
+    assert not [f for f in run.completeness.findings + run.completeness.notes if f.file == "messages/"]
