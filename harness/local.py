@@ -614,6 +614,9 @@ class LocalCluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONHASHSEED"] = str(member_hash_seed(self.config.seed, member_id))  # hash order differs per member
+        # A member process is single-threaded; OpenBLAS's threads (numpy, imported by pyarrow) spin at start
+        # for ~0.2 s of CPU per process otherwise. A value the user set is kept.
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
         for name in (TEST_CONTEXT_ENV, MUTANTS_ENV):
             env.pop(name, None)  # only this cluster's own test context reaches its members
         if self.test_context:

@@ -30,10 +30,20 @@ def test_a_leader_is_elected_on_start_and_every_member_follows_it(tmp_path: Path
         assert {s.leadership_term_id for s in statuses.values()} == {statuses[leader].leadership_term_id}
         assert {s.leader_member_id for s in statuses.values()} == {leader}
         assert len(c.running_pids()) == 6, "a node and a service process per member"
+        expected = os.environ.get("OPENBLAS_NUM_THREADS", "1")
+        assert {_environment(pid).get("OPENBLAS_NUM_THREADS") for pid in c.running_pids()} == {expected}
 
 
-def test_kv_operations_through_a_client(tmp_path: Path) -> None:
+def _environment(pid: int) -> dict[str, str]:
+    """A running process's environment, from /proc."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_kv_operations_through_a_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")  # the user's setting reaches the members unchanged
     with running_cluster(tmp_path) as c:
+        assert {_environment(pid)["OPENBLAS_NUM_THREADS"] for pid in c.running_pids()} == {"3"}
         client = c.client()
         assert client.put("k", "v1") == {"id": 1, "ok": True, "value": None, "revision": 1}
         assert client.get("k")["value"] == "v1"
