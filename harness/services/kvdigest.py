@@ -24,11 +24,22 @@ def _length(n: int) -> bytes:
     return _LENGTHS[n] if n < 1024 else n.to_bytes(4, "little")
 
 
+class _Item:
+    """One key's part of the sum: its item encoding up to the value (head, length, key, ``S``:
+    keys are rewritten far more often than they are new, and this part never changes) and its
+    item hash as of the last digest (0 until it is first hashed)."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+        self.hash = 0
+
+
 class KeyDigests:
     """The sum of the item hashes of ``{key: (value, mod_revision)}`` plus the revision's counter
-    item, kept lazily: :meth:`written` and :meth:`deleted` only take a key's hash out of the sum;
-    :meth:`digest` hashes the keys written since the last digest (each once, however often it was
-    written) and adds ``revision * revision_constant``.
+    item, kept lazily: :meth:`written` only marks the key; :meth:`digest` hashes the keys written
+    since the last digest (each once, however often it was written), replaces their old hashes in
+    the sum with the new ones, and adds ``revision * revision_constant``. A key's prefix and hash
+    live in one ``_Item``, so a rehash is one lookup and two attribute writes.
 
     ``head`` is the item encoding's prefix up to the key's length: the domain prefix, the encoded
     tag and the key's type byte (``S``); an item hash is ``int_digest(head + len(key) + key + "S" +
@@ -39,62 +50,61 @@ class KeyDigests:
         self.head = head
         self.revision_constant = revision_constant
         self.int_digest = int_digest
-        self.hashes: dict[str, int] = {}
-        # key -> its item's encoding up to the value (head, length, key, "S"): keys are rewritten far
-        # more often than they are new, and this part of the item never changes.
-        self.prefixes: dict[str, bytes] = {}
-        self.total = 0  # sum of ``hashes``' values (not reduced until a digest)
-        self.dirty: set[str] = set()
+        self.items: dict[str, _Item] = {}
+        self.total = 0  # sum of the items' hashes, reduced mod 2**128 only in a digest's bytes
+        self.dirty: set[str] = set()  # keys written since the last digest
 
-    def item_hash(self, key: str, value: str, mod_revision: int) -> int:
-        """The hash of one ``(key, value, mod_revision)`` item."""
-        prefix = self.prefixes.get(key)
-        if prefix is None:
+    def _item(self, key: str) -> _Item:
+        item = self.items.get(key)
+        if item is None:
             kb = key.encode("utf-8")
-            prefix = self.prefixes[key] = b"".join([self.head, _length(len(kb)), kb, b"S"])
+            item = self.items[key] = _Item(b"".join([self.head, _length(len(kb)), kb, b"S"]))
+        return item
+
+    def _hash(self, prefix: bytes, value: str, mod_revision: int) -> int:
         vb = value.encode("utf-8")
         nb = str(mod_revision).encode("ascii")
         return self.int_digest(b"".join([prefix, _length(len(vb)), vb, b"I", _length(len(nb)), nb]))
 
+    def item_hash(self, key: str, value: str, mod_revision: int) -> int:
+        """The hash of one ``(key, value, mod_revision)`` item."""
+        kb = key.encode("utf-8")
+        return self._hash(b"".join([self.head, _length(len(kb)), kb, b"S"]), value, mod_revision)
+
     def reset(self, entries: dict[str, tuple[str, int]]) -> None:
         """Start over from a whole store (after a snapshot is loaded)."""
-        self.prefixes = {}
-        self.hashes = {key: self.item_hash(key, value, rev) for key, (value, rev) in entries.items()}
+        self.items = {}
         total = 0
-        for h in self.hashes.values():
-            total += h
-        self.total = total & MASK
+        for key, (value, mod_revision) in entries.items():
+            item = self._item(key)
+            item.hash = self._hash(item.prefix, value, mod_revision)
+            total += item.hash
+        self.total = total
         self.dirty = set()
 
     def written(self, key: str) -> None:
         """``key`` was (re)written: its hash waits for the next digest."""
-        dirty = self.dirty
-        if key not in dirty:
-            old = self.hashes.pop(key, None)
-            if old is not None:
-                self.total -= old
-            dirty.add(key)
+        self.dirty.add(key)
 
     def deleted(self, key: str) -> None:
         """``key`` left the store."""
-        self.prefixes.pop(key, None)
-        if key in self.dirty:
-            self.dirty.discard(key)
-        else:
-            self.total -= self.hashes.pop(key)
+        self.dirty.discard(key)
+        item = self.items.pop(key, None)
+        if item is not None:
+            self.total -= item.hash
 
     def digest(self, entries: dict[str, tuple[str, int]], revision: int) -> bytes:
         """The 16-byte state digest of ``entries`` (the store this object follows) at ``revision``."""
         dirty = self.dirty
         if dirty:
-            hashes = self.hashes
             total = self.total
             for key in dirty:
                 value, mod_revision = entries[key]
-                h = self.item_hash(key, value, mod_revision)
-                hashes[key] = h
-                total += h
-            self.total = total & MASK
+                item = self._item(key)
+                h = self._hash(item.prefix, value, mod_revision)
+                total += h - item.hash
+                item.hash = h
+            self.total = total
             dirty.clear()
         return ((self.total + revision * self.revision_constant) & MASK).to_bytes(16, "little")
 

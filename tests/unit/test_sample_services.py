@@ -186,6 +186,36 @@ def test_key_digests_follow_writes_and_deletes_like_a_multiset_digest(module: Mo
     assert fresh.digest(entries, 9) == digests.digest(entries, 9)
 
 
+key_digest_steps = st.lists(
+    st.tuples(st.sampled_from(["write", "delete", "digest", "reset"]), st.sampled_from("abc"), st.sampled_from("xy")),
+    max_size=40,
+)
+
+
+@pytest.mark.parametrize("module", KVDIGEST_MODULES, ids=["built", "interpreted"])
+@given(steps=key_digest_steps)
+def test_key_digests_equal_a_multiset_digest_whatever_falls_between_digests(
+    module: ModuleType, steps: list[tuple[str, str, str]]
+) -> None:
+    # Several writes and deletes of one key between two digests (written, deleted, written again)
+    # must count the key once, with its last value, or not at all.
+    digests = module.KeyDigests(str_item_head(b"t", "entry"), 7, xxhash.xxh3_128_intdigest)
+    entries: dict[str, tuple[str, int]] = {}
+    for revision, (op, key, value) in enumerate(steps, 1):
+        if op == "write":
+            entries[key] = (value, revision)
+            digests.written(key)
+        elif op == "delete" and key in entries:
+            del entries[key]
+            digests.deleted(key)
+        elif op == "reset":
+            digests.reset(entries)
+        expected = MultisetDigest.of(b"t", [("entry", k, v, rev) for k, (v, rev) in entries.items()])
+        want = ((expected.value + revision * 7) % (1 << 128)).to_bytes(16, "little")
+        if op == "digest" or revision == len(steps):
+            assert digests.digest(entries, revision) == want
+
+
 def test_the_build_compiled_kvdigest_when_an_extension_is_present() -> None:
     # setup.py compiles it with mypyc (pip install -e .); the interpreted source is the fallback.
     built = any(p.name.startswith("kvdigest.") and p.suffix != ".py" for p in Path(kvdigest.__file__).parent.iterdir())
