@@ -42,7 +42,9 @@ from clusterlab.chaos.sample_workloads import COUNTER_MIX, KV_MIX, TIMERS_MIX, W
 from clusterlab.chaos.target import LocalTarget, SimTarget, Target
 from clusterlab.chaos.workload_api import Op, ServiceWorkload, load_workload
 from clusterlab.core.client.client import CLUSTER_UNAVAILABLE
+from clusterlab.core.client.errors import ConnectError
 from clusterlab.core.consensus.context import SECOND
+from clusterlab.core.consensus.sessions import SESSION_LIMIT
 from clusterlab.harness.invariants import SafetyViolation
 from clusterlab.harness.local import LocalClientTimeout, tag_client
 from clusterlab.harness.sim_errors import SimTimeout
@@ -282,11 +284,19 @@ class LocalWorkload(Workload):
     service applies a resend once) has the client resend an unanswered request every
     ``attempt_timeout_s`` (and reconnect after two silent attempts), which rides through a leader
     change; without such deduplication (the counter) an op is sent once.
-    A request with no reply within ``request_timeout_s`` is an unknown outcome (``info``)."""
+    A request with no reply within ``request_timeout_s`` is an unknown outcome (``info``).
+
+    A connect refused for the cluster's concurrent session limit is retried like a connect with no
+    leader: a client that reconnects while its leader is gone cannot close its old session, which
+    stays open on the cluster until the session timeout, so a leader change can leave the limit full
+    of this workload's own stale sessions for a while. A refusal that lasts ``session_limit_wait_s``
+    (None: twice the cluster's session timeout, by which every stale session has expired) is raised."""
 
     cluster: Any = None
     request_timeout_s: float = 3.0
     attempt_timeout_s: float = 0.5
+    session_limit_wait_s: float | None = None
+    _session_limit_since: float | None = None  # when connects began to be refused for the session limit
     _client: Any = None
     _clients: list[Any] = field(default_factory=list)  # concurrent: one LocalClient per client
     _flights: dict[int, _Flight] = field(default_factory=dict)  # concurrent: client -> its op in flight
@@ -306,11 +316,8 @@ class LocalWorkload(Workload):
             self._client.attempt_timeout_s = (
                 self.attempt_timeout_s if self.service_workload.resend else self.request_timeout_s
             )
-        if not self._client.client.is_connected:
-            try:
-                self._client.connect(self.attempt_timeout_s)
-            except LocalClientTimeout:
-                return  # no leader to talk to (yet): nothing invoked
+        if not self._connected(self._client):
+            return  # no leader to talk to (yet): nothing invoked
         op = self._new_op(time.monotonic())
         if op is None:
             return
@@ -351,11 +358,8 @@ class LocalWorkload(Workload):
                 continue
             if not self._due(now):
                 continue
-            if not c.client.is_connected:
-                try:
-                    c.connect(self.attempt_timeout_s)
-                except LocalClientTimeout:
-                    continue  # no leader to talk to (yet): nothing invoked
+            if not self._connected(c):
+                continue  # no leader to talk to (yet): nothing invoked
             op = self._new_op(time.monotonic(), i)
             if op is None:
                 continue
@@ -365,6 +369,36 @@ class LocalWorkload(Workload):
             waiting = False
         if waiting:
             time.sleep(0.001)  # pacing the poll of replies, not synchronisation
+
+    def _connected(self, c: Any) -> bool:
+        """Whether ``c`` has a session, opening one if not: False while there is no leader to open it
+        with, or while the cluster refuses it for its session limit (see the class docstring)."""
+        if c.client.is_connected:
+            return True
+        try:
+            c.connect(self.attempt_timeout_s)
+        except LocalClientTimeout:
+            return False
+        except ConnectError as e:
+            if SESSION_LIMIT not in e.detail:
+                raise
+            now = time.monotonic()
+            if self._session_limit_since is None:
+                self._session_limit_since = now
+            wait_s = self.session_limit_wait_s
+            if wait_s is None:
+                wait_s = 2 * self.cluster.config.timeouts.session_timeout_ns / SECOND
+            if now - self._session_limit_since > wait_s:
+                raise ConnectError(
+                    e.client_id,
+                    e.code,
+                    f"{e.detail}, still after {wait_s:g} s: the cluster's other sessions, not stale ones of "
+                    f"this workload's {self.clients} client(s), fill it",
+                    e.member_id,
+                ) from e
+            return False
+        self._session_limit_since = None
+        return True
 
     def close(self) -> None:
         now = time.monotonic()

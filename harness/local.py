@@ -90,6 +90,7 @@ from clusterlab.core.consensus.context import (
     Timeouts,
 )
 from clusterlab.core.consensus.counters import ClusterCounters
+from clusterlab.core.consensus.sessions import SESSION_LIMIT
 from clusterlab.core.runtime.backup import BackupStatusError, read_backup_status
 from clusterlab.core.runtime.client import ClusterConnection
 from clusterlab.core.runtime.config import (
@@ -1545,8 +1546,9 @@ class LocalClient:
                 last = e
             except ConnectError as e:
                 last = e
-                # Definitive answers: retrying cannot change them (wrong credentials, full cluster).
-                if "session limit" in str(e) or e.code == EventCode.AUTHENTICATION_REJECTED:
+                # Answers a retry within this connect does not change: wrong credentials; a full
+                # cluster (until sessions close or expire: the caller decides whether to wait).
+                if SESSION_LIMIT in e.detail or e.code == EventCode.AUTHENTICATION_REJECTED:
                     raise
         raise LocalClientTimeout(f"no session within {timeout_s} s: {last}; {self.conn.client.describe()}")
 

@@ -38,7 +38,7 @@ from clusterlab.core.consensus.context import (
     Role,
 )
 from clusterlab.core.consensus.module_state import ModuleState
-from clusterlab.core.consensus.sessions import ClusterSession, ClusterSessionState
+from clusterlab.core.consensus.sessions import SESSION_LIMIT, ClusterSession, ClusterSessionState
 
 MAX_HELD_INGRESS = 10_000  # ingress messages held while SUSPENDED/SNAPSHOT
 
@@ -205,7 +205,7 @@ class ClientSessions:
             self.session_event(s, EventCode.ERROR, f"invalid client version {msg.version}")
             return
         if len(self.pending_sessions) + len(self.sessions) >= self._max_concurrent_sessions:
-            self.session_event(s, EventCode.ERROR, "concurrent session limit")
+            self.session_event(s, EventCode.ERROR, SESSION_LIMIT)
             return
         s.cluster_session_id = self.next_session_id
         self.next_session_id += 1

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
 from clusterlab.core.codec.enums import CloseReason
 from clusterlab.core.consensus.context import NULL_POSITION, NULL_VALUE
+
+# The detail of the SessionEvent ERROR that refuses a connect while the leader holds
+# ``max_concurrent_sessions`` sessions (Aeron: "concurrent session limit").
+SESSION_LIMIT: Final = "concurrent session limit"
 
 
 class ClusterSessionState(IntEnum):
