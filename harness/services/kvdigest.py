@@ -54,11 +54,15 @@ class KeyDigests:
         self.total = 0  # sum of the items' hashes, reduced mod 2**128 only in a digest's bytes
         self.dirty: set[str] = set()  # keys written since the last digest
 
+    def _prefix(self, key: str) -> bytes:
+        """``key``'s item encoding up to the value: head, length, key, ``S``."""
+        kb = key.encode("utf-8")
+        return b"".join([self.head, _length(len(kb)), kb, b"S"])
+
     def _item(self, key: str) -> _Item:
         item = self.items.get(key)
         if item is None:
-            kb = key.encode("utf-8")
-            item = self.items[key] = _Item(b"".join([self.head, _length(len(kb)), kb, b"S"]))
+            item = self.items[key] = _Item(self._prefix(key))
         return item
 
     def _hash(self, prefix: bytes, value: str, mod_revision: int) -> int:
@@ -68,8 +72,7 @@ class KeyDigests:
 
     def item_hash(self, key: str, value: str, mod_revision: int) -> int:
         """The hash of one ``(key, value, mod_revision)`` item."""
-        kb = key.encode("utf-8")
-        return self._hash(b"".join([self.head, _length(len(kb)), kb, b"S"]), value, mod_revision)
+        return self._hash(self._prefix(key), value, mod_revision)
 
     def reset(self, entries: dict[str, tuple[str, int]]) -> None:
         """Start over from a whole store (after a snapshot is loaded)."""
