@@ -214,9 +214,18 @@ def import_from_cwd() -> None:
         sys.path.insert(0, here)
 
 
+def made_by(spec: str, what: str, factory: Callable[[], Any]) -> Any:
+    """What ``factory`` (named by ``spec``) makes; WorkloadSpecError naming the spec if calling it raises
+    (it needs arguments, or fails as it builds)."""
+    try:
+        return factory()
+    except Exception as e:
+        raise WorkloadSpecError(f"{what} {spec!r}: calling the factory raised {type(e).__name__}: {e}") from None
+
+
 def check_service_factory(spec: str) -> None:
     """Fail early, with one line, when ``package.module:factory`` does not make a ClusteredService."""
-    made = import_factory(spec, "service")()
+    made = made_by(spec, "service", import_factory(spec, "service"))
     if not isinstance(made, ClusteredService):
         raise WorkloadSpecError(f"service {spec!r} made {type(made).__name__} object, not a ClusteredService")
 
@@ -241,7 +250,7 @@ def load_workload(spec: str, builtin: dict[str, Callable[[], ServiceWorkload]]) 
             f"no workload {spec!r}: use one of {', '.join(builtin)}, package.module:factory "
             f"or an installed {ENTRY_POINT_GROUP} entry point"
         )
-    made = import_factory(target)()
+    made = made_by(spec, "workload", import_factory(target))
     if not isinstance(made, ServiceWorkload):
         raise WorkloadSpecError(f"workload {spec!r}: {target} returned {type(made).__name__}, not a ServiceWorkload")
     return made

@@ -20,7 +20,17 @@ def import_object(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ValueError(f"{spec!r}: cannot import {module_name} ({e})") from None
+    except Exception as e:  # the module itself is broken: a syntax error, or raising as it runs
+        raise ValueError(f"{spec!r}: importing {module_name} raised {_described(e)}") from None
     try:
         return getattr(module, attribute)
     except AttributeError:
         raise ValueError(f"{spec!r}: module {module_name} has no {attribute!r}") from None
+
+
+def _described(error: BaseException) -> str:
+    """One line for an error a user's module raised: its type and message, and for a syntax error the
+    file and line."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"SyntaxError: {error.msg} ({error.filename}, line {error.lineno})"
+    return f"{type(error).__name__}: {error}"

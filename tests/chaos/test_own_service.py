@@ -97,6 +97,57 @@ def test_a_bad_service_or_workload_is_one_line_and_exit_2(tmp_path: Path, args: 
     assert not (tmp_path / "run").exists()  # nothing started
 
 
+# A user's module that is itself broken, and factories that cannot make what they name.
+_BROKEN = {
+    "syntax.py": "def make(:\n",
+    "raiser.py": "raise RuntimeError('boom at import')\n",
+    "factories.py": (
+        "from ledger.service import make as _make\n"
+        "def needs_arg(x):\n    return _make()\n"
+        "def fails():\n    raise ValueError('factory boom')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--service", "mine.syntax:make"], "importing mine.syntax raised SyntaxError: invalid syntax ("),
+        (["--service", "mine.raiser:make"], "importing mine.raiser raised RuntimeError: boom at import"),
+        (["--service", "mine.factories:needs_arg"], "'mine.factories:needs_arg': calling the factory raised TypeError"),
+        (
+            ["--service", "mine.factories:fails"],
+            "'mine.factories:fails': calling the factory raised ValueError: factory boom",
+        ),
+        (
+            ["--service", "ledger.service:make", "--workload", "mine.raiser:make"],
+            "importing mine.raiser raised RuntimeError",
+        ),
+    ],
+)
+def test_a_broken_module_or_factory_of_the_user_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in _BROKEN.items():
+        (package / name).write_text(text)
+    if "--workload" not in args:
+        args = [*args, "--workload", "ledger.workload:make"]
+    env = {**os.environ, "PYTHONPATH": str(LEDGER)}
+    got = subprocess.run(
+        [str(CLUSTERLAB), "run", "leader-kill", "--sim", *args, "--dir", str(tmp_path / "run")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 2 and message in got.stderr and len(got.stderr.strip().splitlines()) == 1, got.stderr
+    assert "Traceback" not in got.stderr and not (tmp_path / "run").exists()
+
+
 @pytest.mark.timeout(1800)  # its golden's verify starts a Spark session
 def test_the_ledgers_own_pytest_suite_passes_with_the_plugin() -> None:
     got = subprocess.run(
