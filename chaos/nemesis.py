@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from clusterlab.chaos.target import ChaosTimeout, LocalTarget, SimTarget, Target, Unsupported
 from clusterlab.core.archive.storage import Storage
@@ -31,6 +31,14 @@ class Nemesis:
     victims: list[int] = field(default_factory=list)
     applied_at: float | None = None
     healed_at: float | None = None
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}  # an option's allowed values
+
+    def options_error(self) -> str | None:
+        """Why this nemesis's options cannot run, or None: an option outside its ``choices``."""
+        for option, allowed in self.choices.items():
+            if (value := getattr(self, option)) not in allowed:
+                return f"{option} must be one of {', '.join(allowed)}, not {value!r}"
+        return None
 
     @property
     def leader_fault(self) -> bool:
@@ -218,6 +226,17 @@ class Kill(Nemesis):
     wipe: bool = False
     member: int | None = None  # who="member": this one (a rolling restart)
     hit_leader: bool = False
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "who": ("leader", "follower", "random", "all", "minority", "member")
+    }
+
+    def options_error(self) -> str | None:
+        if (self.who == "member") != (self.member is not None):
+            return (
+                "who='member' goes with member=N (and member= with who='member'), "
+                f"not who={self.who!r}, member={self.member!r}"
+            )
+        return super().options_error()
 
     def detail(self) -> dict[str, Any]:
         return {"who": self.who, "wipe": self.wipe, "member": self.member}
@@ -271,6 +290,10 @@ class DiskFault(Kill):
     name: str = "disk"
     who: str = "follower"
     fault: str = "truncate"
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        **Kill.choices,
+        "fault": ("truncate", "torn", "flip", "unflushed", "snapshot"),
+    }
     n_bytes: int = 512
     at: int | None = None  # truncate: cut at this stream position instead of n_bytes from the end
     position: int | None = None  # the stream position the damage left (for the report)
@@ -311,6 +334,7 @@ class DiskFull(Nemesis):
     name: str = "disk-full"
     who: str = "leader"
     code: int = errno.ENOSPC
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"who": ("leader", "follower")}
 
     @property
     def leader_fault(self) -> bool:
@@ -340,6 +364,7 @@ class Pause(Nemesis):
 
     name: str = "pause"
     who: str = "leader"
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"who": ("leader", "random")}
 
     @property
     def leader_fault(self) -> bool:

@@ -256,7 +256,35 @@ def step_from_spec(spec: dict[str, Any]) -> Step:
             f"schedule step {spec!r}: {name} has no option {', '.join(unknown)}; "
             f"its options: {', '.join(sorted(allowed))}"
         )
-    return fault(cls(**options), seconds)
+    fresh = cls()
+    for option, value in options.items():
+        if (error := _option_type_error(option, value, getattr(fresh, option))) is not None:
+            raise ValueError(f"schedule step {spec!r}: {name} {error}")
+    nemesis = cls(**options)
+    if (error := nemesis.options_error()) is not None:
+        raise ValueError(f"schedule step {spec!r}: {name} {error}")
+    return fault(nemesis, seconds)
+
+
+def _option_type_error(option: str, value: Any, default: Any) -> str | None:
+    """Why ``value`` is not of the option's kind (that of its default: a bool, a whole number, a number,
+    a string, a list, an object), or None; an option whose default is None takes any JSON value."""
+    kinds: tuple[type, ...]
+    if default is None:
+        return None
+    if isinstance(default, bool):
+        kinds, what = (bool,), "true or false"
+    elif isinstance(default, int):
+        kinds, what = (int,), "a whole number"
+    elif isinstance(default, float):
+        kinds, what = (int, float), "a number"
+    elif isinstance(default, str):
+        kinds, what = (str,), "a string"
+    else:
+        kinds, what = (type(default),), f"a {type(default).__name__}"
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        return f"option {option} must be {what}, not {value!r}"
+    return None
 
 
 def _seconds(spec: dict[str, Any], value: Any) -> float:

@@ -346,7 +346,7 @@ def _deterministic_replay(run: Run, run_dir: Path | str, service: str, workload:
     """Today's replay of the run's committed log, which must give the states the members recorded."""
     replay = replay_log(run.log.to_pylist(), golden_service(service, workload, str(run_dir)))
     if replay.error is not None:
-        raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}")
+        raise GoldenError(f"{run_dir}: today's code cannot replay the committed log: {replay.error}", "FAIL")
     recorded = _recorded_states(run.applied)
     for entry in replay.entries:
         got = recorded.get(entry.log_position)
@@ -354,7 +354,8 @@ def _deterministic_replay(run: Run, run_dir: Path | str, service: str, workload:
             raise GoldenError(
                 f"{run_dir}: replaying the committed log gives state {entry.state_digest.hex()} at position "
                 f"{entry.log_position}, the run's members recorded {sorted(s.hex() for _, s in got)}: "
-                f"the service is not deterministic, or the log is not the one the members applied"
+                f"the service is not deterministic, or the log is not the one the members applied",
+                "FAIL",
             )
     return replay
 

@@ -107,3 +107,14 @@ def services_error(text: str, first_kinds: Collection[str] | None = None) -> str
         allowed = ", ".join(first_kinds)
         return f"--services {text}: the first service drives the workload, so it must be one of {allowed}"
     return None
+
+
+def unnamed_service_error(service: str | None, workload: str | None) -> str | None:
+    """Why ``--workload`` without ``--service`` cannot run, or None: a workload drives the service it was
+    written for, so the service is named rather than taken to be the default kv."""
+    if service is None and workload is not None:
+        return (
+            f"--workload {workload}: name the service it drives, --service package.module:factory "
+            "(or --service kv for the sample key-value service)"
+        )
+    return None

@@ -37,7 +37,14 @@ from clusterlab.chaos.schedule import load_schedule_option
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
-from clusterlab.cli.paths import bounded, output_file_error, ranged, services_error, writable_directory_error
+from clusterlab.cli.paths import (
+    bounded,
+    output_file_error,
+    ranged,
+    services_error,
+    unnamed_service_error,
+    writable_directory_error,
+)
 from clusterlab.harness.completeness import EXIT_FAIL, EXIT_PASS, exit_code
 from clusterlab.testing.mutants import UnknownMutant, misplanted, mutant_set
 
@@ -214,6 +221,9 @@ def _checked_service_and_bugs(args: argparse.Namespace, spec: Scenario) -> froze
         if error is not None:
             raise _BadArgument(error)
         args.service = args.services.split(",")[0].strip()
+    elif (error := unnamed_service_error(args.service, args.workload)) is not None:
+        raise _BadArgument(error)
+    args.service = args.service or "kv"
     import_from_cwd()
     try:
         check_service(args.service, args.workload)
@@ -327,7 +337,7 @@ def _add_workload(p: argparse.ArgumentParser) -> None:
     """``run``'s service, workload, clients and schedule."""
     p.add_argument(
         "--service",
-        default="kv",
+        default=None,
         metavar="NAME|MODULE:FACTORY",
         help=f"the service: {', '.join(SERVICES)} (with their workloads; default kv) or package.module:factory "
         "(a ClusteredService; give --workload too)",

@@ -24,7 +24,7 @@ from clusterlab.chaos.sweep import Mapper, SweepConfig, SweepDirError, SweepSumm
 from clusterlab.chaos.workload import SERVICES
 from clusterlab.chaos.workload_api import import_from_cwd
 from clusterlab.cli.display import StatusDisplay, stdout_console
-from clusterlab.cli.paths import bounded, output_file_error, ranged, writable_directory_error
+from clusterlab.cli.paths import bounded, output_file_error, ranged, unnamed_service_error, writable_directory_error
 from clusterlab.testing.mutants import MUTANTS
 
 # A bad option is reported as one line, exit 2 (as clusterlab run does).
@@ -136,7 +136,11 @@ def _sweep_mutants(args: argparse.Namespace) -> list[str]:
 
 
 def _service_or_json_error(args: argparse.Namespace) -> str | None:
-    """Why ``--service``/``--workload`` cannot run or ``--json`` cannot be written, or None."""
+    """Why ``--service``/``--workload`` cannot run or ``--json`` cannot be written, or None (``args.service``
+    set to kv when neither is given)."""
+    if (error := unnamed_service_error(args.service, args.workload)) is not None:
+        return error
+    args.service = args.service or "kv"
     try:
         for service in args.service.split(","):  # a mix of sample services runs them in turn
             check_service(service, args.workload)
@@ -298,7 +302,7 @@ def _add_sweep_run_shape(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--service",
-        default="kv",
+        default=None,
         metavar="NAME[,NAME...]|MODULE:FACTORY",
         help=f"the service: {', '.join(SERVICES)} (default kv), a mix such as kv,counter,timers (each seed "
         "runs one, in turn) or package.module:factory with --workload",

@@ -94,6 +94,9 @@ def test_clusterlab_check_finds_hash_order_from_the_trace_alone(tmp_path: Path) 
     assert "FAIL" in _row(checked.stdout, REPLAY_EQUIVALENCE)
     # This process's hash seed is not the recording's either: the snapshot is not blamed for hash order.
     assert "FAIL" not in _row(checked.stdout, SNAPSHOT_ROUNDTRIP), checked.stdout[-3000:]
+    # Nor can it be blessed: a failing run, exit 1 as for any FAIL.
+    blessed = _cli("golden", "bless", str(tmp_path / "run" / "trace"), "--name", "ho", "--dir", str(tmp_path / "g"))
+    assert blessed.returncode == 1 and "the service is not deterministic" in blessed.stderr, blessed.stderr
 
 
 def test_a_run_whose_service_cannot_be_imported_here_is_not_judged(tmp_path: Path) -> None:

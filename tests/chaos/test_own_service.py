@@ -97,6 +97,20 @@ def test_a_bad_service_or_workload_is_one_line_and_exit_2(tmp_path: Path, args: 
     assert not (tmp_path / "run").exists()  # nothing started
 
 
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_workload_without_its_service_is_refused_not_run_against_kv(tmp_path: Path, command: str) -> None:
+    extra = ["--seeds", "1"] if command == "sweep" else ["--sim"]
+    got = subprocess.run(
+        [str(CLUSTERLAB), command, "leader-kill", *extra, "--workload", "ledger.workload:make", "--dir", str(tmp_path)],
+        cwd=LEDGER,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 2 and "name the service it drives" in got.stderr, got.stdout[-2000:] + got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
 # A user's module that is itself broken, and factories that cannot make what they name.
 _BROKEN = {
     "syntax.py": "def make(:\n",
