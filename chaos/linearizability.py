@@ -88,9 +88,15 @@ class Operation:
             "add": f"add {self.value}",
             "get": f"get {self.key}" if self.key is not None else "get",
             "delete": f"delete {self.key}",
-        }.get(self.f, f"{self.f} {self.key}")
+        }.get(self.f) or self._describe_call()
         outcome = f"({self.status})" if self.status != OK else f"= {self.result!r}" if self.checked else "= ?"
         return f"c{self.client} #{self.op_id} {call} {outcome}"
+
+    def _describe_call(self) -> str:
+        """A call the built-in models do not name: ``transfer a1 arg=b2 value=10`` (what is set)."""
+        parts = [self.f, *([str(self.key)] if self.key is not None else [])]
+        parts += [f"{name}={v}" for name, v in (("arg", self.arg), ("value", self.value)) if v is not None]
+        return " ".join(parts)
 
     def as_dict(self, text: str | None = None) -> dict[str, Any]:
         """Plain data (JSON): what check.json and the report keep of a minimal sub-history; ``text``:

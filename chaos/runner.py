@@ -825,13 +825,15 @@ def _final_heal(
     deadline = healed_at + settle_s
     while workload.acked == acked_before:
         if t.now_s() > deadline:
-            raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal")
+            raise ChaosTimeout(f"no acknowledged op within {settle_s} s of the final heal{workload.refusal_note()}")
         t.advance(0.01, work)  # in the simulator time passes only by advancing it
     # Every key read once more: an acknowledged write that is not there fails the run.
     workload.begin_final_reads()
     while not workload.final_done:
         if t.now_s() > deadline:
-            raise ChaosTimeout(f"final reads not answered within {settle_s} s of the final heal")
+            raise ChaosTimeout(
+                f"final reads not answered within {settle_s} s of the final heal{workload.refusal_note()}"
+            )
         t.advance(0.01, work)
     while not t.converged():
         if t.now_s() > deadline:

@@ -76,6 +76,8 @@ class Workload:
     spec: ServiceWorkload | None = None
     history: list[Op] = field(default_factory=list)
     unknown: int = 0
+    refused_replies: int = 0  # egress messages decode_reply refused (ValueError: not a reply)
+    first_refusal: str | None = None
     _rng: random.Random = field(init=False)
     _generation: dict[int, int] = field(default_factory=dict)  # key slot -> retirements
     _busy: set[str] = field(default_factory=set)  # keys with an op outstanding
@@ -265,8 +267,21 @@ class Workload:
         """A reply of the service's (None if ``payload`` is none)."""
         try:
             return self.service_workload.decode_reply(payload)
-        except ValueError:
+        except ValueError as e:
+            self.refused_replies += 1
+            if self.first_refusal is None:
+                self.first_refusal = f"{type(e).__name__}: {e} (payload {payload[:32]!r})"
             return None
+
+    def refusal_note(self) -> str:
+        """What decode_reply refused, for a run that saw no acknowledgement (else empty): a workload that
+        cannot read its service's replies acknowledges nothing."""
+        if not self.refused_replies:
+            return ""
+        return (
+            f"; the workload's decode_reply refused {self.refused_replies} egress message(s) as not a reply, "
+            f"the first {self.first_refusal}"
+        )
 
     # --- driving
     def step(self) -> None:

@@ -228,6 +228,18 @@ def check_service_factory(spec: str) -> None:
     made = made_by(spec, "service", import_factory(spec, "service"))
     if not isinstance(made, ClusteredService):
         raise WorkloadSpecError(f"service {spec!r} made {type(made).__name__} object, not a ClusteredService")
+    for name in _CALLBACKS:
+        if not callable(callback := getattr(made, name)):
+            raise WorkloadSpecError(
+                f"service {spec!r} made {type(made).__name__} whose {name} is {callback!r}, not a method; "
+                f"define it with def, or leave it out for the default"
+            )
+
+
+# What the node calls on a service (each a method: a ClusteredService's own default when not defined).
+_CALLBACKS = tuple(
+    name for name, value in vars(ClusteredService).items() if not name.startswith("_") and callable(value)
+)
 
 
 def _entry_point(name: str) -> str | None:

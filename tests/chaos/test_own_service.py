@@ -119,6 +119,7 @@ _BROKEN = {
         "from ledger.service import make as _make\n"
         "def needs_arg(x):\n    return _make()\n"
         "def fails():\n    raise ValueError('factory boom')\n"
+        "def no_digest():\n    s = _make()\n    s.state_digest = None\n    return s\n"
     ),
 }
 
@@ -133,6 +134,7 @@ _BROKEN = {
             ["--service", "mine.factories:fails"],
             "'mine.factories:fails': calling the factory raised ValueError: factory boom",
         ),
+        (["--service", "mine.factories:no_digest"], "made Ledger whose state_digest is None, not a method"),
         (
             ["--service", "ledger.service:make", "--workload", "mine.raiser:make"],
             "importing mine.raiser raised RuntimeError",
@@ -160,6 +162,28 @@ def test_a_broken_module_or_factory_of_the_user_is_one_line_and_exit_2(
     )
     assert got.returncode == 2 and message in got.stderr and len(got.stderr.strip().splitlines()) == 1, got.stderr
     assert "Traceback" not in got.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_workload_that_reads_no_reply_says_so_in_the_runs_error(tmp_path: Path) -> None:
+    (tmp_path / "deaf.py").write_text(
+        "from ledger.workload import LedgerWorkload\n"
+        "class Deaf(LedgerWorkload):\n"
+        "    def decode_reply(self, payload):\n"
+        "        raise ValueError('not my format')\n"
+        "def make():\n    return Deaf()\n"
+    )
+    run = str(tmp_path / "run")
+    args = ["leader-kill", "--sim", "--duration", "2", *OWN[:2], "--workload", "deaf:make", "--dir", run]
+    got = subprocess.run(
+        [str(CLUSTERLAB), "run", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(LEDGER)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = " ".join((got.stdout + got.stderr).split())
+    assert got.returncode == 1 and "decode_reply refused" in out and "ValueError: not my format" in out, out[-3000:]
 
 
 @pytest.mark.timeout(1800)  # its golden's verify starts a Spark session

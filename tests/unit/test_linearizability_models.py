@@ -32,6 +32,13 @@ from hypothesis import strategies as st
 
 from tests.unit.test_linearizability import CASES, get, op, put, sequential_histories
 
+
+def test_an_op_the_built_in_models_do_not_name_is_described_with_what_it_carries() -> None:
+    transfer = Operation(2, 7, "transfer", "a1", 0, 5, "ok", value=10, arg="b2", result=[90, 10])
+    assert transfer.describe() == "c2 #7 transfer a1 arg=b2 value=10 = [90, 10]"
+    assert Operation(1, 3, "reset", None, 0, None, "info").describe() == "c1 #3 reset (info)"
+
+
 KV = MODELS["kv"]
 ROOT = Path(__file__).resolve().parents[2]
 
