@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -82,6 +85,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the command as Ctrl-C is: it unwinds the same way (its processes stopped by
+    their PIDs, its trace closed) and exits 143."""
+
+
+def _raise_on_sigterm(main_pid: int) -> None:
+    """Make the first SIGTERM raise :class:`Terminated` in this process, and later ones wait for the
+    cleanup it starts; a process forked from this one (a pool worker) gets the default action."""
+    raised = False
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        nonlocal raised
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        elif not raised:
+            raised = True
+            raise Terminated
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``clusterlab`` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -90,11 +115,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
+    if in_main_thread:
+        _raise_on_sigterm(os.getpid())
     try:
         return int(args.func(args) or 0)
     except TraceError as e:  # a run that cannot be judged (unreadable, its model broken): never a verdict
         print(f"clusterlab {args.command}: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("clusterlab: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("clusterlab: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if in_main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -140,3 +140,41 @@ def test_cluster_start_runs_in_the_foreground_and_ctrl_c_stops_it_cleanly(tmp_pa
     # Restarted from its directory, it still has the data.
     with LocalCluster(members=None, directory=directory) as again:
         assert again.client().get("via")["value"] == "cli"
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM (a CI timeout, a supervisor) unwinds ``clusterlab run`` as Ctrl-C does: one line, exit 143,
+    every member process stopped, the trace closed with its run.json."""
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterlab.cli", "run", "leader-kill", "--duration", "120",
+         "--dir", str(run), "--no-spark"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    listed = run / "cluster" / "processes.json"
+    processes: list[dict] = []
+    try:
+
+        def all_started() -> bool:
+            nonlocal processes
+            assert proc.poll() is None, proc.communicate()
+            try:
+                processes = json.loads(listed.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being written
+                return False
+            return len(processes) == 6 and all(pid_alive(p["pid"]) for p in processes)
+
+        wait_until(all_started, 60, "the run started its 6 member processes", interval_s=0.2)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the test failed: stop the CLI by force
+            proc.kill()
+            proc.communicate()
+        for row in json.loads(listed.read_text()) if listed.exists() else []:
+            if pid_alive(row["pid"]):
+                os.kill(row["pid"], signal.SIGKILL)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "clusterlab: terminated (SIGTERM)", err
+    assert not [p["pid"] for p in processes if pid_alive(p["pid"])]
+    assert (run / "trace" / "run.json").is_file()
