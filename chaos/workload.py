@@ -274,8 +274,8 @@ class Workload:
             return None
 
     def refusal_note(self) -> str:
-        """What decode_reply refused, for a run that saw no acknowledgement (else empty): a workload that
-        cannot read its service's replies acknowledges nothing."""
+        """What decode_reply refused (empty when nothing), for the error of a run whose replies did not come:
+        a workload that cannot read its service's replies acknowledges nothing."""
         if not self.refused_replies:
             return ""
         return (

@@ -223,6 +223,12 @@ def made_by(spec: str, what: str, factory: Callable[[], Any]) -> Any:
         raise WorkloadSpecError(f"{what} {spec!r}: calling the factory raised {type(e).__name__}: {e}") from None
 
 
+# What the node calls on a service (each a method: a ClusteredService's own default when not defined).
+_CALLBACKS = tuple(
+    name for name, value in vars(ClusteredService).items() if not name.startswith("_") and callable(value)
+)
+
+
 def check_service_factory(spec: str) -> None:
     """Fail early, with one line, when ``package.module:factory`` does not make a ClusteredService."""
     made = made_by(spec, "service", import_factory(spec, "service"))
@@ -234,12 +240,6 @@ def check_service_factory(spec: str) -> None:
                 f"service {spec!r} made {type(made).__name__} whose {name} is {callback!r}, not a method; "
                 f"define it with def, or leave it out for the default"
             )
-
-
-# What the node calls on a service (each a method: a ClusteredService's own default when not defined).
-_CALLBACKS = tuple(
-    name for name, value in vars(ClusteredService).items() if not name.startswith("_") and callable(value)
-)
 
 
 def _entry_point(name: str) -> str | None:
