@@ -8,12 +8,14 @@ compare their state digests:
   must equal the digest of the replay that went on without restoring, at the snapshot's position
   and at every later one. A snapshot that forgets state is caught even when no
   member restarted from it; both replays run in one process, so hash order is not blamed on it.
-* ``replay-equivalence``: the whole log replayed into a fresh service in another process, started
-  with a different ``PYTHONHASHSEED``, must reproduce the live digests the members recorded (the
-  ``applied`` table) at every position. A state that depends on the iteration order of hash-ordered
-  sets or dicts of strings is caught, also in the simulator, where every member shares one process
-  and one hash seed; so is any other state that does not follow from the log alone (a clock, a
-  random number, a snapshot restored on a member that forgot something).
+* ``replay-equivalence``: the whole log replayed into fresh services in :data:`REPLAYS_ELSEWHERE`
+  other processes, each started with its own ``PYTHONHASHSEED``, must reproduce the live digests the
+  members recorded (the ``applied`` table) at every position. A state that depends on the iteration
+  order of hash-ordered sets of strings is caught, also in the simulator, where every member shares
+  one process and one hash seed; so is any other state that does not follow from the log alone (a
+  clock, a random number, a snapshot restored on a member that forgot something). Several seeds,
+  because one other seed orders a set of two strings as the run did half the time: each replay
+  misses such a state with probability 1/2 at worst, all of them with 1/2**REPLAYS_ELSEWHERE.
 
 Each violation names the first diverging log position, the member(s) whose live digest differs,
 and the callback that applied the entry. Both need only the trace directory, so ``clusterlab check
@@ -49,6 +51,7 @@ SNAPSHOT_ROUNDTRIP = "snapshot-roundtrip"
 REPLAY_EQUIVALENCE = "replay-equivalence"
 DETERMINISM_CHECKS = (SNAPSHOT_ROUNDTRIP, REPLAY_EQUIVALENCE)
 REPLAY_TIMEOUT_S = 300.0  # the other process's replay; a loaded 2-core machine replays ~10k entries/s
+REPLAYS_ELSEWHERE = 3  # replays in other processes per service, each with its own hash seed
 
 CALLBACKS = {
     "SessionMessage": "on_session_message",
@@ -149,9 +152,16 @@ def _first_restore_divergence(entries: Iterable[Entry], uninterrupted: dict[int,
             continue
         agreeing = sorted(m for m, d in live.get(position, {}).items() if d == want)
         members = f" and member(s) {', '.join(map(str, agreeing))}" if agreeing else ""
+        unlike_live = (
+            "; no member held the replay's state there either: the service does not follow the log alone "
+            "(a clock, randomness, hash order), whatever its snapshot holds"
+            if live.get(position) and not agreeing
+            else ""
+        )
         return (
             f"log position {position}: the restored service holds {digest.hex()[:12]}, the replay without "
             f"the snapshot{members} {want.hex()[:12]}, after {entry_type} ({CALLBACKS.get(entry_type, entry_type)})"
+            + unlike_live
         )
     return None
 
@@ -168,10 +178,10 @@ def replayed_digests(run_dir: Path | str, service_id: int = 0) -> dict[str, Any]
     return {"entries": entries, "error": replay.error, "hash_seed": os.environ.get("PYTHONHASHSEED")}
 
 
-def other_hash_seed(run: Run) -> int:
-    """A ``PYTHONHASHSEED`` for the replaying process, different from this process's and from every
-    member's recorded in run.json (deterministic per run)."""
-    taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
+def other_hash_seed(run: Run, avoid: Iterable[int] = ()) -> int:
+    """A ``PYTHONHASHSEED`` for a replaying process of its own, different from this process's, from
+    every member's recorded in run.json and from ``avoid`` (deterministic per run)."""
+    taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()} | {str(s) for s in avoid}
     taken.add(os.environ.get("PYTHONHASHSEED", ""))
     seed = zlib.crc32(str(run.meta.get("run_id", "")).encode()) % 4_000_000_000 + 1
     while str(seed) in taken:
@@ -281,22 +291,32 @@ class ReplayWorkerError(Exception):
     """The replay process could not give a result (died, failed, timed out)."""
 
 
-_WORKERS: dict[tuple[str, ...], ReplayWorker] = {}
-MAX_WORKERS = 2  # workers kept alive at once (one per import path; the least recent one is stopped)
+_WORKERS: dict[tuple[tuple[str, ...], int], ReplayWorker] = {}
+MAX_WORKERS = 2 * REPLAYS_ELSEWHERE  # workers kept alive at once (by import path and seed; the least recent stopped)
 
 
-def worker_hash_seed() -> int:
-    """This process's replay workers' ``PYTHONHASHSEED``: fixed per process, never its own."""
-    seed = zlib.crc32(f"replay-{os.getpid()}".encode()) % 4_000_000_000 + 1
-    return seed + 1 if str(seed) == os.environ.get("PYTHONHASHSEED") else seed
+def worker_hash_seeds() -> tuple[int, ...]:
+    """This process's replay workers' ``PYTHONHASHSEED`` values, :data:`REPLAYS_ELSEWHERE` of them:
+    distinct, fixed per process (another process draws others, so a sweep's pool samples many hash
+    orders), never this process's own."""
+    own = os.environ.get("PYTHONHASHSEED")
+    seeds: list[int] = []
+    for i in range(REPLAYS_ELSEWHERE):
+        seed = zlib.crc32(f"replay-{os.getpid()}-{i}".encode()) % 4_000_000_000 + 1
+        while str(seed) == own or seed in seeds:
+            seed += 1
+        seeds.append(seed)
+    return tuple(seeds)
 
 
-def replay_worker(path: list[str]) -> ReplayWorker:
-    """The live replay worker of this process for import path ``path`` (started if needed)."""
-    key = tuple(path)
+def replay_worker(path: list[str], seed: int | None = None) -> ReplayWorker:
+    """The live replay worker of this process for import path ``path`` and hash seed ``seed`` (the
+    first of :func:`worker_hash_seeds` by default), started if needed."""
+    seed = worker_hash_seeds()[0] if seed is None else seed
+    key = (tuple(path), seed)
     worker = _WORKERS.pop(key, None)
     if worker is None or not worker.alive():
-        worker = ReplayWorker(worker_hash_seed(), path)
+        worker = ReplayWorker(seed, path)
     _WORKERS[key] = worker  # the most recent last
     while len(_WORKERS) > MAX_WORKERS:
         _WORKERS.pop(next(iter(_WORKERS))).stop()
@@ -311,26 +331,28 @@ def stop_replay_workers() -> None:
 
 
 class ReplayElsewhere:
-    """The replayed digests of ``run`` from a process with another hash seed than this one's and the
-    members': this process's worker when its seed is free, else a process of its own. Started when
-    made, so that this process can replay too meanwhile (the machine's other core); :meth:`result`
-    (which must be called) waits for it and gives the seed and the result, or why there is none."""
+    """The replayed digests of ``run`` from a process with hash seed ``seed`` (one of
+    :func:`worker_hash_seeds`): this process's worker of that seed when no member of the run had it,
+    else a process of its own with another seed. Started when made, so that this process can replay
+    too meanwhile (the machine's other core); :meth:`result` (which must be called) waits for it and
+    gives the seed and the result, or why there is none."""
 
-    def __init__(self, run: Run, service_id: int, timeout_s: float) -> None:
+    def __init__(self, run: Run, service_id: int, timeout_s: float, seed: int | None = None) -> None:
         from clusterlab.harness.services import import_roots
 
         self.timeout_s = timeout_s
         inherited = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
         path = [*import_roots(services_of(run)), os.getcwd(), *inherited]
         taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
+        seed = worker_hash_seeds()[0] if seed is None else seed
         self.worker: ReplayWorker | None = None
         self.proc: subprocess.Popen[str] | None = None
-        if str(worker_hash_seed()) not in taken:
-            self.worker = replay_worker(path)
+        if str(seed) not in taken:
+            self.worker = replay_worker(path, seed)
             self.seed = self.worker.hash_seed
             self.pending = self.worker.submit(run.directory, service_id)
             return
-        self.seed = other_hash_seed(run)
+        self.seed = other_hash_seed(run, avoid=worker_hash_seeds())
         env = {**os.environ, "PYTHONHASHSEED": str(self.seed), "PYTHONPATH": os.pathsep.join(path)}
         command = [sys.executable, "-m", "clusterlab.chaos.determinism", str(run.directory), str(service_id)]
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -358,23 +380,38 @@ class ReplayElsewhere:
 def replay_equivalence(run: Run, service_id: int = 0, timeout_s: float = REPLAY_TIMEOUT_S) -> list[str]:
     """The ``replay-equivalence`` violations of service ``service_id`` of ``run`` (see the module
     docstring)."""
-    return _equivalence_findings(run, service_id, ReplayElsewhere(run, service_id, timeout_s))
+    return _equivalence_findings(run, service_id, replays_elsewhere(run, service_id, timeout_s))
 
 
-def _equivalence_findings(run: Run, service_id: int, elsewhere: ReplayElsewhere) -> list[str]:
-    seed, got = elsewhere.result()
-    if isinstance(got, str):
-        return [f"the replay with PYTHONHASHSEED={seed} {got}"]
-    entries = [(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]]
-    first = first_divergence(entries, live_digests(run.applied, service_id))
-    found = []
-    if first is not None:
-        found.append(
-            f"replayed in another process (PYTHONHASHSEED={seed}): {first}; the state does not follow from "
-            "the log alone (hash order, a clock, randomness, or a member restored from a snapshot that forgot it)"
+def replays_elsewhere(run: Run, service_id: int, timeout_s: float) -> list[ReplayElsewhere]:
+    """The replays of ``run``'s service ``service_id`` in other processes, one per seed of
+    :func:`worker_hash_seeds`, all started (collect each with :meth:`ReplayElsewhere.result`)."""
+    return [ReplayElsewhere(run, service_id, timeout_s, seed) for seed in worker_hash_seeds()]
+
+
+def _equivalence_findings(run: Run, service_id: int, elsewheres: list[ReplayElsewhere]) -> list[str]:
+    """Every replay's findings against the live digests: a replay that gave no result (not judged),
+    one that stopped, and the first divergence of the replays that diverged, with their seeds."""
+    found: list[str] = []
+    diverged: list[tuple[int, str]] = []
+    live = live_digests(run.applied, service_id)
+    for seed, got in [e.result() for e in elsewheres]:
+        if isinstance(got, str):
+            found.append(f"the replay with PYTHONHASHSEED={seed} {got}")
+            continue
+        first = first_divergence([(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]], live)
+        if first is not None:
+            diverged.append((seed, first))
+        if got["error"] is not None:
+            found.append(f"the replay with PYTHONHASHSEED={seed} stopped: {got['error']}")
+    if diverged:
+        seed, first = diverged[0]
+        found.insert(
+            0,
+            f"replayed in another process (PYTHONHASHSEED={seed}; {len(diverged)} of {len(elsewheres)} replays "
+            f"diverged): {first}; the state does not follow from the log alone (hash order, a clock, "
+            "randomness, or a member restored from a snapshot that forgot it)",
         )
-    if got["error"] is not None:
-        found.append(f"the replay with PYTHONHASHSEED={seed} stopped: {got['error']}")
     return found
 
 
@@ -399,7 +436,7 @@ def determinism_violations(trace_dir: Path | str, *, run: Run | None = None) -> 
                 f"{run.directory}: cannot load the run's service {name!r} to replay its log "
                 f"({type(e).__name__}: {e}); check it where that package is importable"
             ) from None
-        elsewhere = ReplayElsewhere(run, service_id, REPLAY_TIMEOUT_S)  # replays beside this process's replay
+        elsewhere = replays_elsewhere(run, service_id, REPLAY_TIMEOUT_S)  # replay beside this process's replay
         try:
             roundtrip = snapshot_roundtrip(run, factory, service_id)
         finally:

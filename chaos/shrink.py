@@ -115,7 +115,8 @@ class ShrinkResult:
             f'"""Shrunk by clusterlab shrink from a failing {self.run["scenario"]} run (seed {self.run["seed"]},'
             f" {self.run['members']} members):",
             f"{self.original.faults} faults -> {self.minimal.faults}, {self.original.seconds():.1f} s ->"
-            f" {self.minimal.seconds():.1f} s of schedule; with the planted bug it fails {self.target}."
+            f" {self.minimal.seconds():.1f} s of schedule; {'with the planted bug ' if self.bug_kwargs() else ''}"
+            f"it fails {self.target}."
             '"""',
             "",
             "from pathlib import Path",
@@ -347,7 +348,8 @@ def _shrink_faults(state: ShrinkResult, attempt: Attempt) -> None:
 
 
 def _shrink_phases(state: ShrinkResult, attempt: Attempt) -> None:
-    """Drop quiet phases, halve each phase while it still fails, then round the phases to 10 ms."""
+    """Drop quiet phases, halve each phase while it still fails, then round the phases to 10 ms (else
+    to 1 ms: a halved phase carries float noise such as 0.22499999999999998)."""
     i = 0
     while i < len(state.minimal.steps):
         steps = state.minimal.steps
@@ -364,9 +366,11 @@ def _shrink_phases(state: ShrinkResult, attempt: Attempt) -> None:
             steps = [*state.minimal.steps[:i], step, *state.minimal.steps[i + 1 :]]
             if not attempt(f"halve step {i + 1}", _with(state.minimal, steps))[0]:
                 break
-    rounded = [{k: round(v, 2) if k in ("quiet", "seconds") else v for k, v in s.items()} for s in state.minimal.steps]
-    if rounded != state.minimal.steps:
-        attempt("round phases to 10 ms", _with(state.minimal, rounded))
+    for digits, unit in ((2, "10 ms"), (3, "1 ms")):
+        steps = state.minimal.steps
+        rounded = [{k: round(v, digits) if k in ("quiet", "seconds") else v for k, v in s.items()} for s in steps]
+        if rounded == steps or attempt(f"round phases to {unit}", _with(state.minimal, rounded))[0]:
+            break
 
 
 def _with(c: Candidate, steps: list[dict[str, Any]]) -> Candidate:

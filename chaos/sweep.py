@@ -94,6 +94,7 @@ class SweepConfig:
     settle_s: float = 30.0
     workload: str | None = None  # the service's workload, package.module:factory (None: the sample's)
     buggify: bool = False  # the simulator's seeded fault points (clusterlab.testing.buggify)
+    determinism: bool = True  # the replay checks in each run's verdict (clusterlab.chaos.determinism)
 
     def tasks(self) -> list[Task]:
         return [(seed, m) for seed in self.seeds for m in self.members]
@@ -108,6 +109,8 @@ class SweepConfig:
             del d["workload"]  # a sweep of a sample service resumes as before workloads were named
         if not d["buggify"]:
             del d["buggify"]  # and one without fault points as before they existed
+        if d["determinism"]:
+            del d["determinism"]  # and one with the replay checks as before they could be left out
         return d
 
     @property
@@ -181,23 +184,25 @@ def guarded_run(
         first = (str(e).splitlines() or [""])[0]
         result.error = f"{type(e).__name__}: {first}"
         if verify and result.trace_dir.is_dir():
-            result.verdict = judge_traces([result.trace_dir]).get(str(result.trace_dir))
+            judged = judge_traces([result.trace_dir], determinism=bool(kwargs.get("determinism")))
+            result.verdict = judged.get(str(result.trace_dir))
         return result
 
 
-def judge_traces(trace_dirs: list[Path]) -> dict[str, Verdict]:
+def judge_traces(trace_dirs: list[Path], *, determinism: bool = False) -> dict[str, Verdict]:
     """The verdicts of these traces, judged together (one DuckDB for all: its fixed cost per query
     is most of a small run's verdict); a trace that cannot be judged (cut off mid-write, say) has
-    none, and the others are then judged one by one. Keyed by ``str(trace_dir)``."""
+    none, and the others are then judged one by one. ``determinism`` adds the replay checks. Keyed
+    by ``str(trace_dir)``."""
     if not trace_dirs:
         return {}
     try:
-        return verify_runs(trace_dirs)
+        return verify_runs(trace_dirs, determinism=determinism)
     except Exception:  # one unreadable trace must not cost the others their verdicts
         out: dict[str, Verdict] = {}
         for d in trace_dirs:
             try:
-                out[str(d)] = verify_run(d)
+                out[str(d)] = verify_run(d, determinism=determinism)
             except Exception:  # a trace cut off mid-write: the run's error is the finding
                 continue
         return out
@@ -253,7 +258,7 @@ class SeedRunner:
             done.append(((seed, members), run_dir, result, time.monotonic() - started, time.process_time() - cpu))
         started, cpu = time.monotonic(), time.process_time()
         unjudged = [r.trace_dir for _t, _d, r, _e, _c in done if r.verdict is None and r.trace_dir.is_dir()]
-        verdicts = judge_traces(unjudged)
+        verdicts = judge_traces(unjudged, determinism=self.config.determinism)
         # Each run's share of the joint verdict, so elapsed_s and cpu_s stay what one run costs.
         share = max(1, len(unjudged))
         judge_elapsed, judge_cpu = (time.monotonic() - started) / share, (time.process_time() - cpu) / share

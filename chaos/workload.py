@@ -215,7 +215,7 @@ class Workload:
             if got.verdict == VIOLATION:
                 raise SafetyViolation(
                     f"acknowledged history broken: key {key} is not linearizable across {self.clients} clients "
-                    "(an acknowledged write is missing, or a read is stale); "
+                    "(an acknowledged write is missing, a read is stale, or the model does not describe the service); "
                     + ("minimal sub-history: " if got.minimal_complete else "sub-history (not minimal): ")
                     + "; ".join(got.texts())
                 )

@@ -236,9 +236,11 @@ def check_service_factory(spec: str) -> None:
         raise WorkloadSpecError(f"service {spec!r} made {type(made).__name__} object, not a ClusteredService")
     for name in _CALLBACKS:
         if not callable(callback := getattr(made, name)):
+            required = name in ClusteredService.__abstractmethods__
+            fix = "every service defines it" if required else "or leave it out for the default"
             raise WorkloadSpecError(
                 f"service {spec!r} made {type(made).__name__} whose {name} is {callback!r}, not a method; "
-                f"define it with def, or leave it out for the default"
+                f"define it with def, {fix}"
             )
 
 

@@ -7,7 +7,8 @@ what the callback gives it. :class:`Tripwire` is the agent's callback scope
 profile function (``sys.setprofile``, per thread) watches what the service calls and reports
 
 * a wall-clock read: ``time.time``/``time_ns``/``monotonic``/``perf_counter`` (and their ``_ns``),
-  ``datetime.now``/``utcnow``/``today``, ``date.today``;
+  ``datetime.now``/``utcnow``/``today``, ``date.today``; a CPU clock read: ``time.process_time``,
+  ``time.thread_time`` (and their ``_ns``);
 * the module-level ``random`` (the global ``Random``'s functions; a seeded ``random.Random(x)`` is fine);
 * ``os.urandom``, ``uuid.uuid1``/``uuid4``, anything of ``secrets``;
 * a thread started (``threading.Thread.start``);
@@ -47,6 +48,7 @@ WALL_CLOCK = "read the wall clock"
 GLOBAL_RANDOM = "used the module-level random"
 OS_RANDOMNESS = "read OS randomness"
 THREAD = "started a thread"
+CPU_CLOCK = "read a CPU clock"
 ROLE_STATE = "read cluster.role and then changed its state"
 
 _C_FUNCTIONS: dict[int, tuple[str, str]] = {
@@ -58,6 +60,10 @@ _C_FUNCTIONS: dict[int, tuple[str, str]] = {
         (time.monotonic_ns, WALL_CLOCK, "time.monotonic_ns"),
         (time.perf_counter, WALL_CLOCK, "time.perf_counter"),
         (time.perf_counter_ns, WALL_CLOCK, "time.perf_counter_ns"),
+        (time.process_time, CPU_CLOCK, "time.process_time"),
+        (time.process_time_ns, CPU_CLOCK, "time.process_time_ns"),
+        (time.thread_time, CPU_CLOCK, "time.thread_time"),
+        (time.thread_time_ns, CPU_CLOCK, "time.thread_time_ns"),
         (os.urandom, OS_RANDOMNESS, "os.urandom"),
     )
 }

@@ -133,27 +133,42 @@ def plan_partitions(files: list[TraceFile], max_bytes: int, *, stripe: bool = Tr
     return out
 
 
+RUN_SEARCH_DEPTH = 3  # a sweep directory's runs are runs/<run>/trace: three levels below it
+
+
 def find_runs(path_option: str) -> list[str]:
-    """The run directories named by ``path_option`` (comma-separated; a parent of runs expands)."""
+    """The run directories named by ``path_option`` (comma-separated): a run itself, or every run
+    under a directory that holds runs, up to :data:`RUN_SEARCH_DEPTH` levels down (a ``clusterlab run
+    --dir`` directory, a directory of those, a sweep directory with its kept runs), in path order."""
     runs: list[str] = []
     for raw in (p.strip() for p in path_option.split(",")):
         if not raw:
             continue
         if not os.path.isdir(raw):
             raise TraceSourceError(f"clustertrace: {raw}: no such directory")
-        if _is_run(raw):
-            runs.append(raw)
-            continue
-        children = sorted(os.path.join(raw, c) for c in os.listdir(raw))
-        found = [c for c in children if os.path.isdir(c) and _is_run(c)]
+        found = _runs_under(raw, RUN_SEARCH_DEPTH)
         if not found:
             raise TraceSourceError(
                 f"clustertrace: {raw}: not a run directory (no run.json or table folders) and holds no runs"
+                f" (searched {RUN_SEARCH_DEPTH} levels down)"
             )
         runs.extend(found)
     if not runs:
         raise TraceSourceError("clustertrace: no path given (load(path) or option('path', ...))")
     return runs
+
+
+def _runs_under(directory: str, depth: int) -> list[str]:
+    """``directory`` if it is a run, else the runs below it up to ``depth`` levels (not inside a run)."""
+    if _is_run(directory):
+        return [directory]
+    if depth == 0:
+        return []
+    try:
+        children = sorted(os.path.join(directory, c) for c in os.listdir(directory))
+    except OSError:
+        return []
+    return [run for c in children if os.path.isdir(c) for run in _runs_under(c, depth - 1)]
 
 
 def _is_run(directory: str) -> bool:

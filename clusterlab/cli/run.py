@@ -162,6 +162,12 @@ def _print_run(out: Console, result: RunResult) -> None:
     out.print(_metrics_table(result))
     if result.error:
         out.print(f"[red]run failed:[/] {result.error}", highlight=False)
+        if result.error.startswith("SafetyViolation") and result.verdict is not None and result.verdict.failed():
+            out.print(
+                "  (found while the run ran, at what members had reported by then; the table below judges the "
+                "whole trace and names each check's first violation)",
+                highlight=False,
+            )
     if result.verdict is not None:
         out.print(result.verdict.table())
 

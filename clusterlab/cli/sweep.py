@@ -165,6 +165,7 @@ def _sweep_config(args: argparse.Namespace, scenario: str, mutants: list[str]) -
         settle_s=args.settle,
         workload=args.workload,
         buggify=args.buggify,
+        determinism=not args.no_determinism,
     )
 
 
@@ -260,6 +261,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_sweep_run_shape(p)
     _add_sweep_planted_bugs(p)
     p.add_argument("--keep-traces", action="store_true", help="keep passing runs' traces too (failing ones always)")
+    p.add_argument(
+        "--no-determinism",
+        action="store_true",
+        help="leave the replay checks (snapshot-roundtrip, replay-equivalence) out of each run's verdict",
+    )
     p.add_argument("--json", default=None, help="also write the sweep's summary here")
     p.set_defaults(func=_cmd_sweep)
     _register_shrink(sub)

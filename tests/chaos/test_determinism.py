@@ -12,14 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from clusterlab.chaos import determinism
 from clusterlab.chaos.determinism import (
     REPLAY_EQUIVALENCE,
+    REPLAYS_ELSEWHERE,
     SNAPSHOT_ROUNDTRIP,
     ReplayWorkerError,
     determinism_violations,
     first_divergence,
     replay_equivalence,
     replay_worker,
+    worker_hash_seeds,
 )
 from clusterlab.chaos.runner import run_scenario
 from clusterlab.core.service.api import UNDIGESTED, ClusteredService, digest_due, has_own_digest, snapshot_digest
@@ -28,6 +31,7 @@ from clusterlab.harness.local import member_hash_seed
 from clusterlab.harness.services.kv import KeyValueService
 from clusterlab.harness.trace import TraceError, open_run
 
+from tests.chaos import pair_order
 from tests.golden import plant
 
 LEDGER = Path(__file__).resolve().parents[2] / "examples" / "ledger"
@@ -202,8 +206,11 @@ def test_a_replay_elsewhere_that_cannot_answer_is_not_judged_and_frees_its_worke
     r = run_scenario("leader-kill", 5, sim=True, duration_s=2.0, directory=tmp_path, clients=1, service="kv")
     assert r.verdict is not None and r.verdict.ok, r.failure_message()
     run = open_run(r.trace_dir, whole_payloads=False)
-    [late] = replay_equivalence(run, timeout_s=0.0)
-    assert late.startswith("the replay with PYTHONHASHSEED=") and "did not finish in 0s (not judged)" in late
+    late = replay_equivalence(run, timeout_s=0.0)  # the first replay overruns (the later ones may finish meanwhile)
+    assert late, "a replay that did not finish is never a PASS"
+    assert all(
+        f.startswith("the replay with PYTHONHASHSEED=") and "did not finish in 0s (not judged)" in f for f in late
+    )
     assert replay_equivalence(run) == []
     assert determinism_violations(r.trace_dir) == {SNAPSHOT_ROUNDTRIP: [], REPLAY_EQUIVALENCE: []}
 
@@ -220,3 +227,42 @@ def test_a_replay_worker_that_is_gone_is_reported_and_its_request_released(tmp_p
         worker.replay(run.directory, 0, timeout_s=30.0)
     assert not worker.lock.locked() and not worker.alive()
     assert replay_equivalence(run) == []
+
+
+def _seeds_ordering_the_pair(want_same: int, want_other: int) -> tuple[list[int], list[int]]:
+    """Hash seeds whose process puts the same name of tests.chaos.pair_order first as this process
+    does (``want_same`` of them), and seeds that put the other first (``want_other``)."""
+    mine = pair_order.first_side()
+    same: list[int] = []
+    other: list[int] = []
+    for seed in range(1, 200):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        got = subprocess.run(
+            [sys.executable, "-c", "from tests.chaos.pair_order import first_side; print(first_side())"],
+            env=env, capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        (same if got == mine else other).append(seed)
+        if len(same) >= want_same and len(other) >= want_other:
+            return same[:want_same], other[:want_other]
+    raise AssertionError("no hash seeds order the pair both ways")
+
+
+def test_every_replay_elsewhere_is_compared_so_one_seed_that_orders_differently_is_enough(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A set of two names orders as this process did in half the hash seeds, so one other process
+    misses such a state half the time. With replays in several processes the check fails when any
+    one of them diverges, and names it; replays that all order as the run did see nothing."""
+    assert len(set(worker_hash_seeds())) == REPLAYS_ELSEWHERE >= 3
+    assert str(os.environ.get("PYTHONHASHSEED")) not in {str(s) for s in worker_hash_seeds()}
+    same, [other] = _seeds_ordering_the_pair(REPLAYS_ELSEWHERE, 1)
+    monkeypatch.setattr(determinism, "worker_hash_seeds", lambda: (*same[: REPLAYS_ELSEWHERE - 1], other))
+    r = run_scenario(
+        "leader-kill", 2, sim=True, duration_s=2.0, directory=tmp_path / "a", clients=1,
+        services=["kv", "tests.chaos.pair_order:make"], determinism=True,
+    )  # fmt: skip
+    assert r.verdict is not None and r.verdict.failed() == [REPLAY_EQUIVALENCE], r.failure_message()
+    [found] = r.verdict.violations[REPLAY_EQUIVALENCE]
+    assert found.startswith(f"service 1: replayed in another process (PYTHONHASHSEED={other}; 1 of 3 replays"), found
+    monkeypatch.setattr(determinism, "worker_hash_seeds", lambda: tuple(same))
+    assert determinism_violations(r.trace_dir) == {SNAPSHOT_ROUNDTRIP: [], REPLAY_EQUIVALENCE: []}

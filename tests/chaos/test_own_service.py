@@ -216,6 +216,9 @@ def test_a_bug_planted_in_the_ledger_fails_the_run_named_by_its_check(tmp_path: 
     assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
     s = _summary(tmp_path / "s.json")
     assert not s["ok"] and check in s["failed_checks"], s["failed_checks"]
+    # The online check stopped the run where it saw the bug; the table's first violation may be earlier.
+    stopped = got.stdout.split("run failed: SafetyViolation: ", 1)[1].splitlines()
+    assert stopped[1].strip().startswith("(found while the run ran,"), got.stdout[-3000:]
 
 
 def test_a_seed_sweep_of_the_ledger_runs_every_seed_with_its_workload(tmp_path: Path) -> None:
@@ -356,3 +359,21 @@ def test_cluster_start_runs_the_ledger_on_member_processes(tmp_path: Path) -> No
     assert "(service ledger.service:make," in out_path.read_text().splitlines()[0]
     assert reply.returncode == 1 and "bad request: op 'get'" in reply.stdout, reply.stdout + reply.stderr
     assert not [p["pid"] for p in processes if pid_alive(p["pid"])]
+
+
+def test_a_sweep_runs_the_replay_checks_and_check_finds_the_runs_a_sweep_kept(tmp_path: Path) -> None:
+    """A snapshot that forgets state fails every seed of a sweep by snapshot-roundtrip (no member
+    restarts from a snapshot in leader-kill, so nothing else sees it) unless the sweep leaves the
+    replay checks out; ``check`` given that sweep's directory finds the runs it kept and fails them."""
+    forgetful = ["--service", "ledger.planted:forgets_snapshot_field", "--workload", "ledger.workload:make"]
+    common = ["sweep", "leader-kill", "--seeds", "1-2", "--jobs", "1", "--duration", "2", *forgetful]
+    got = _cli(*common, "--dir", str(tmp_path / "sweep"), "--json", str(tmp_path / "s.json"))
+    assert got.returncode == 1, got.stdout[-3000:] + got.stderr[-2000:]
+    s = _summary(tmp_path / "s.json")
+    assert s["runs"] == 2 and s["failed"] == 2, s
+    assert all(f["failed_checks"] == ["snapshot-roundtrip"] for f in s["failures"]), s["failures"]
+    quick = _cli(*common, "--no-determinism", "--keep-traces", "--dir", str(tmp_path / "quick"))
+    assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-2000:]
+    checked = _cli("check", str(tmp_path / "quick"), "--engine", "duckdb")
+    assert checked.returncode == 1, checked.stdout[-3000:] + checked.stderr[-2000:]
+    assert "check of 2 run(s): FAIL" in checked.stdout and "snapshot-roundtrip" in checked.stdout, checked.stdout

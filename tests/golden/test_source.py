@@ -81,6 +81,22 @@ def test_torn_tail_is_tolerated_and_counted(spark, sim_run: Path, tmp_path: Path
     assert torn[0]["rows"] == expected.table.num_rows
 
 
+def test_runs_are_found_up_to_three_levels_down_and_not_inside_a_run(tmp_path: Path) -> None:
+    """A sweep directory keeps its runs as runs/<run>/trace; a run's own folders are not searched."""
+    for run in ("sweep/runs/n3-s1/trace", "sweep/runs/n3-s2/trace", "one/trace"):
+        (tmp_path / run).mkdir(parents=True)
+        (tmp_path / run / "run.json").write_text("{}")
+    (tmp_path / "one" / "trace" / "nested" / "trace").mkdir(parents=True)
+    (tmp_path / "one" / "trace" / "nested" / "trace" / "run.json").write_text("{}")
+    (tmp_path / "deep" / "a" / "b" / "c" / "d").mkdir(parents=True)
+    (tmp_path / "deep" / "a" / "b" / "c" / "d" / "run.json").write_text("{}")
+    assert find_runs(str(tmp_path / "sweep")) == [str(tmp_path / f"sweep/runs/n3-s{i}/trace") for i in (1, 2)]
+    assert find_runs(str(tmp_path / "one")) == [str(tmp_path / "one" / "trace")]
+    assert find_runs(str(tmp_path / "sweep" / "runs" / "n3-s2")) == [str(tmp_path / "sweep/runs/n3-s2/trace")]
+    with pytest.raises(TraceSourceError, match="holds no runs"):
+        find_runs(str(tmp_path / "deep"))  # four levels down: not searched
+
+
 def test_bad_paths_say_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(TraceSourceError, match="no such directory"):
         find_runs(str(tmp_path / "missing"))

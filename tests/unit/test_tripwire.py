@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 from clusterlab.core.service.agent import ClusteredServiceAgent
 from clusterlab.harness.services.kv import KeyValueService
-from clusterlab.harness.tripwire import GLOBAL_RANDOM, OS_RANDOMNESS, ROLE_STATE, THREAD, WALL_CLOCK, Tripwire
+from clusterlab.harness.tripwire import (
+    CPU_CLOCK,
+    GLOBAL_RANDOM,
+    OS_RANDOMNESS,
+    ROLE_STATE,
+    THREAD,
+    WALL_CLOCK,
+    Tripwire,
+)
 
 HERE = "tests/unit/test_tripwire.py"
 
@@ -63,6 +71,10 @@ def _reads_the_imported_clock() -> float:
     return imported_time()  # IMPORTED
 
 
+def _reads_the_cpu_clock() -> float:
+    return time.process_time()  # CPU_CLOCK
+
+
 def _draws_global_random() -> int:
     return random.randint(1, 6)  # RANDINT
 
@@ -95,6 +107,7 @@ def _starts_a_thread() -> None:
         (_reads_the_clock, "CLOCK", WALL_CLOCK, "time.time"),
         (_reads_datetime, "DATETIME", WALL_CLOCK, "datetime.now"),
         (_reads_the_imported_clock, "IMPORTED", WALL_CLOCK, "time.time"),
+        (_reads_the_cpu_clock, "CPU_CLOCK", CPU_CLOCK, "time.process_time"),
         (_draws_global_random, "RANDINT", GLOBAL_RANDOM, "random.randint"),
         (_draws_global_random_c, "RANDOM", GLOBAL_RANDOM, "random.random"),
         (_makes_uuid, "UUID4", OS_RANDOMNESS, "uuid.uuid4"),
