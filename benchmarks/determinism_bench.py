@@ -4,8 +4,8 @@ the kv store and the example ledger, and the simulator sweep's throughput (seeds
 
 Each seed runs as a sweep runs it (one process, a verdict per run); the checks are then timed on the
 run's trace: ``snapshot-roundtrip`` (an in-process replay with every snapshot restored) and
-``replay-equivalence`` (a replay in the process's replay worker, which has another hash seed; the
-worker's start, paid once per process, is timed apart as ``replay_worker_start_s``). Per applied
+``replay-equivalence`` (a replay in each of the process's replay workers, which have other hash
+seeds; the workers' start, paid once per process, is timed apart as ``replay_worker_start_s``). Per applied
 entry = the check's time / the committed log's entries.
 Prints a table and writes JSON (default benchmarks/determinism.json).
 Run: python -m benchmarks.determinism_bench [--seeds N] [--out FILE]
