@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -172,10 +173,21 @@ def replayed_digests(run_dir: Path | str, service_id: int = 0) -> dict[str, Any]
     replay's error (what the other process of :func:`replay_equivalence` prints)."""
     from clusterlab.harness.replay import replay_log
 
+    cpu = time.process_time()
     run = open_run(run_dir, whole_payloads=False)  # the replay reads the committed log only
     replay = replay_log(run.log.to_pylist(), _factory(run, service_id))
     entries = [[e.log_position, e.entry_type, e.state_digest.hex()] for e in replay.entries]
-    return {"entries": entries, "error": replay.error, "hash_seed": os.environ.get("PYTHONHASHSEED")}
+    hash_seed = os.environ.get("PYTHONHASHSEED")
+    return {"entries": entries, "error": replay.error, "hash_seed": hash_seed, "cpu_s": time.process_time() - cpu}
+
+
+_ELSEWHERE_CPU_S = [0.0]  # the CPU seconds the replays in other processes reported (written by one function)
+
+
+def elsewhere_cpu_s() -> float:
+    """The CPU seconds every replay in another process has reported to this process so far: a sweep
+    adds its share to a run's CPU, which would otherwise leave the replay workers out."""
+    return _ELSEWHERE_CPU_S[0]
 
 
 def other_hash_seed(run: Run, avoid: Iterable[int] = ()) -> int:
@@ -399,6 +411,7 @@ def _equivalence_findings(run: Run, service_id: int, elsewheres: list[ReplayElse
         if isinstance(got, str):
             found.append(f"the replay with PYTHONHASHSEED={seed} {got}")
             continue
+        _ELSEWHERE_CPU_S[0] += float(got.get("cpu_s", 0.0))
         first = first_divergence([(p, t, bytes.fromhex(d)) for p, t, d in got["entries"]], live)
         if first is not None:
             diverged.append((seed, first))

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterlab.chaos.determinism import elsewhere_cpu_s
 from clusterlab.chaos.limits import JOBS, MAX_SEEDS, SEED, SEED_COUNT, run_arguments_error
 from clusterlab.chaos.reach import SweepReach, run_reach
 from clusterlab.chaos.runner import RunResult, apply_verdict, check_dedupe, check_run_arguments, run_scenario
@@ -256,12 +257,13 @@ class SeedRunner:
                 spec, seed, members=members, directory=run_dir, verify=False, **self.config.run_kwargs(seed)
             )
             done.append(((seed, members), run_dir, result, time.monotonic() - started, time.process_time() - cpu))
-        started, cpu = time.monotonic(), time.process_time()
+        started, cpu = time.monotonic(), time.process_time() + elsewhere_cpu_s()
         unjudged = [r.trace_dir for _t, _d, r, _e, _c in done if r.verdict is None and r.trace_dir.is_dir()]
         verdicts = judge_traces(unjudged, determinism=self.config.determinism)
         # Each run's share of the joint verdict, so elapsed_s and cpu_s stay what one run costs.
         share = max(1, len(unjudged))
-        judge_elapsed, judge_cpu = (time.monotonic() - started) / share, (time.process_time() - cpu) / share
+        judge_cpu = (time.process_time() + elsewhere_cpu_s() - cpu) / share  # the replay workers' CPU too
+        judge_elapsed = (time.monotonic() - started) / share
         records = []
         for (seed, members), run_dir, result, elapsed, cpu_s in done:
             verdict = verdicts.get(str(result.trace_dir))

@@ -19,6 +19,7 @@ from clusterlab.chaos.determinism import (
     SNAPSHOT_ROUNDTRIP,
     ReplayWorkerError,
     determinism_violations,
+    elsewhere_cpu_s,
     first_divergence,
     replay_equivalence,
     replay_worker,
@@ -211,7 +212,9 @@ def test_a_replay_elsewhere_that_cannot_answer_is_not_judged_and_frees_its_worke
     assert all(
         f.startswith("the replay with PYTHONHASHSEED=") and "did not finish in 0s (not judged)" in f for f in late
     )
+    cpu = elsewhere_cpu_s()
     assert replay_equivalence(run) == []
+    assert elsewhere_cpu_s() > cpu  # the workers' CPU reaches this process (a sweep's CPU per run counts it)
     assert determinism_violations(r.trace_dir) == {SNAPSHOT_ROUNDTRIP: [], REPLAY_EQUIVALENCE: []}
 
 
