@@ -211,6 +211,8 @@ class RunResult:
             cmd += ["--workload", self.workload]
         if self.clients != DEFAULT_CLIENTS:
             cmd += ["--clients", str(self.clients)]
+        if self.rate is not None:
+            cmd += ["--rate", f"{self.rate:g}"]
         if self.sim:
             cmd.append("--sim")
         if self.fault_ack_before_append:

@@ -132,13 +132,40 @@ class FileFacts:
         }
 
 
+TABLES = ("messages", "applied", "events", "ops", "log")  # a run's table folders (docs/trace-schema.md)
+
+
+def trace_file_paths(folder: Path) -> list[Path]:
+    """The regular ``*.arrow`` files of one table folder, sorted: what every reader reads. Anything
+    else there is a stray (:func:`strays`)."""
+    return sorted(p for p in folder.glob("*.arrow") if p.is_file())
+
+
+def strays(run_dir: Path | str) -> list[Finding]:
+    """Every entry of a run's table folders that is not a regular ``*.arrow`` file (another name, a
+    directory, a link to nowhere): CORRUPT, the run writes nothing else there."""
+    out = []
+    for table in TABLES:
+        folder = Path(run_dir) / table
+        for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+            if path.name.endswith(".arrow") and path.is_file():
+                continue
+            what = (
+                "a directory" if path.is_dir() else "not a regular file" if not path.is_file() else "not a trace file"
+            )
+            out.append(
+                Finding(Status.CORRUPT, f"{table}/{path.name}", f"{what} in a table folder: the run did not write it")
+            )
+    return out
+
+
 def scan(run_dir: Path | str, tables: Iterable[str]) -> list[FileFacts]:
     """The facts of every ``<table>/*.arrow`` file of a run, read with the shared torn-stream reader
     (memory-mapped: only the facts are kept, never the batches)."""
     directory = Path(run_dir)
     out = []
     for table in tables:
-        for path in sorted((directory / table).glob("*.arrow")):
+        for path in trace_file_paths(directory / table):
             out.append(FileFacts.of(f"{table}/{path.name}", table, read_stream(str(path), memory_map=True)))
     return out
 
@@ -565,6 +592,7 @@ def judge(
     if meta_finding is not None:
         c.findings.append(meta_finding)
     c.findings.extend(sidecars)
+    c.findings.extend(strays(run_dir))
     if meta is None:
         return c
     c.schema_version = schema_version_of(meta)
@@ -594,7 +622,7 @@ def assess(run_dir: Path | str, tables: Iterable[str]) -> Completeness:
     meta, meta_finding = read_meta(run_dir)
     facts = scan(run_dir, tables)
     events: list[dict[str, Any]] = []
-    for path in sorted((Path(run_dir) / "events").glob("*.arrow")) if "events" in tables else []:
+    for path in trace_file_paths(Path(run_dir) / "events") if "events" in tables else []:
         events.extend(kill_rows(read_stream(str(path)).table()))
     return judge(
         run_dir, meta, facts, kills_from_events(events), meta_finding=meta_finding, sidecars=read_sidecars(run_dir)

@@ -109,7 +109,7 @@ from clusterlab.core.runtime.recording import SEND as SEND
 from clusterlab.core.runtime.recording import NullRecorder
 from clusterlab.core.runtime.storage import FileStorage
 from clusterlab.core.service.agent import EntryType
-from clusterlab.harness.completeness import SCHEMA_VERSION, manifest, sealed_json
+from clusterlab.harness.completeness import SCHEMA_VERSION, TABLES, manifest, sealed_json
 from clusterlab.harness.payload_refs import (
     REF_FIELDS,
     REF_NAMES,
@@ -123,7 +123,6 @@ from clusterlab.harness.promotion import promote_fixed, promote_one
 
 # ---------------------------------------------------------------------------------------------- schemas
 
-TABLES = ("messages", "applied", "events", "ops", "log")
 # A process whose recording stopped on a disk fault writes RUN/incomplete/<process>.json (the
 # contract with the trace readers, which then call the run INCOMPLETE); the page it needs is set
 # aside in incomplete/.reserve/ when recording starts and released at a clean close.

@@ -38,6 +38,7 @@ from clusterlab.harness.completeness import (
     kills_from_events,
     read_meta,
     read_sidecars,
+    trace_file_paths,
 )
 from clusterlab.harness.invariants import Contiguity
 from clusterlab.harness.payload_refs import resolve_payloads, unresolved_payloads
@@ -146,7 +147,7 @@ def open_run(run_dir: Path | str, *, whole_payloads: bool = True) -> Run:
     unclosed: list[Path] = []
     facts: list[FileFacts] = []
     for name in TABLES:
-        paths = sorted((directory / name).glob("*.arrow"))
+        paths = trace_file_paths(directory / name)
         files[name] = paths
         parts: list[pa.Table] = []
         for path in paths:

@@ -201,7 +201,7 @@ def trace_files(run_dirs: list[str], table: str, *, by_directory: bool = False) 
             if os.path.isdir(folder):
                 for n in sorted(os.listdir(folder)):
                     path = os.path.join(folder, n)
-                    if n.endswith(".arrow"):
+                    if n.endswith(".arrow") and os.path.isfile(path):  # anything else: a stray (judged CORRUPT)
                         out.append(TraceFile(path, run_id, t, os.path.getsize(path), digest, by_directory))
     return out
 

@@ -24,9 +24,11 @@ def run_id_of(run_dir: str) -> str:
     """run.json's ``run_id``, or the directory name when there is no run.json."""
     try:
         with open(os.path.join(run_dir, "run.json")) as f:
-            return str(json.load(f).get("run_id") or os.path.basename(os.path.normpath(run_dir)))
+            meta = json.load(f)
     except (OSError, ValueError):
-        return os.path.basename(os.path.normpath(run_dir))
+        meta = None
+    run_id = meta.get("run_id") if isinstance(meta, dict) else None  # not an object: completeness says so
+    return str(run_id or os.path.basename(os.path.normpath(run_dir)))
 
 
 def trace_bytes(run_dirs: Sequence[str | Path]) -> int:

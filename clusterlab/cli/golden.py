@@ -21,7 +21,7 @@ from clusterlab.cli.display import stdout_console
 from clusterlab.cli.paths import bounded, ranged
 from clusterlab.golden import regenerate
 from clusterlab.golden.store import MANIFEST, TRACES, GoldenError, bless, golden_names, load_golden, load_manifest
-from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE
+from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE, exit_code
 
 
 def _err(message: str) -> int:
@@ -32,7 +32,11 @@ def _err(message: str) -> int:
 def _cmd_bless(args: argparse.Namespace) -> int:
     """Store RUN as golden NAME (and its recipe in goldens.json)."""
 
+    from clusterlab.cli.paths import writable_directory_error
+
     traces = Path(args.traces) if args.traces else TRACES
+    if (error := writable_directory_error("--dir", traces)) is not None:
+        return _err(error)
     try:
         g = bless(args.run, args.name, traces=traces, duration_s=args.duration, summary=args.summary, force=args.force)
     except GoldenError as e:
@@ -82,7 +86,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             covered = report.coverage.ok
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=2, default=str))
-    return 0 if report.ok and covered else 1
+    if not report.verdicts:
+        return EXIT_FAIL  # nothing verified is never a pass
+    code = exit_code(v.verdict for v in report.verdicts)  # a divergence 1, else a damaged golden 4 or 3
+    return code if code != 0 or covered else EXIT_FAIL
 
 
 def _cmd_coverage(args: argparse.Namespace) -> int:

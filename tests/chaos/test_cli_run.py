@@ -137,3 +137,17 @@ def test_spark_check_agrees_with_the_local_verdict(tmp_path: Path, capsys: pytes
     report = tmp_path / "run" / "trace" / "report.html"
     assert f"report: {report}" in out.replace("\n", "")
     assert report.is_file() and "durability" in report.read_text()
+
+
+@pytest.mark.sim
+def test_the_rerun_command_carries_the_offered_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run's outcome depends on its rate (too slow a rate acknowledges nothing): the printed re-run
+    command repeats it, and running that command gives the same run."""
+    argv = ["run", "leader-kill", "--sim", "--seed", "4", "--duration", "2", "--rate", "40", "--no-spark"]
+    assert main([*argv, "--dir", str(tmp_path / "a")]) == 0
+    rerun = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("re-run: "))
+    assert rerun.split()[1:] == ["clusterlab", "run", "leader-kill", "--seed", "4", "--members", "3", "--duration", "2",
+                                 "--rate", "40", "--sim"], rerun  # fmt: skip
+    assert main([*rerun.split()[2:], "--no-spark", "--dir", str(tmp_path / "b")]) == 0
+    ops = [open_run(tmp_path / d / "trace").ops.num_rows for d in ("a", "b")]
+    assert ops[0] == ops[1] > 0

@@ -409,7 +409,52 @@ def test_a_file_the_manifest_does_not_list_or_bytes_past_its_end_are_corrupt(sim
     assert (finding.status, finding.file) == (Status.CORRUPT, "log/committed.arrow") and "4 B after" in finding.problem
 
 
+def test_anything_but_a_stream_file_in_a_table_folder_is_corrupt(sim_run: Path, tmp_path: Path) -> None:
+    """A copy kept beside a stream file, a note, a directory, a stream file turned into a directory: the
+    readers read only regular ``*.arrow`` files, so each is named as a stray, and the run never passes."""
+    run = copy_run(sim_run, tmp_path / "strays", "run-strays")
+    shutil.copy(run / "applied" / "service-0-i0.arrow", run / "applied" / "service-0-i0.arrow.bak")
+    (run / "messages" / "README.txt").write_text("notes")
+    (run / "ops" / "old").mkdir()
+    got = {(f.status, f.file, f.problem.split(" in a table folder")[0]) for f in assess(run, TABLES).findings}
+    assert got == {
+        (Status.CORRUPT, "applied/service-0-i0.arrow.bak", "not a trace file"),
+        (Status.CORRUPT, "messages/README.txt", "not a trace file"),
+        (Status.CORRUPT, "ops/old", "a directory"),
+    }
+    assert _status(run) == "CORRUPT"
+    for stray in ("applied/service-0-i0.arrow.bak", "messages/README.txt", "ops/old"):
+        target = run / stray
+        target.rmdir() if target.is_dir() else target.unlink()
+    assert _status(run) == "PASS"
+    (run / "events" / "node-0-i0.arrow").unlink()
+    (run / "events" / "node-0-i0.arrow").mkdir()  # a reader that opened it would raise IsADirectoryError
+    found = {(f.status, f.file) for f in assess(run, TABLES).findings}
+    assert {(Status.CORRUPT, "events/node-0-i0.arrow"), (Status.INCOMPLETE, "events/node-0-i0.arrow")} <= found
+    assert _status(run) == "CORRUPT"
+
+
+@pytest.mark.parametrize("content", ["[]", '"run"', "7"])
+def test_a_run_json_that_is_not_an_object_is_incomplete_on_the_command_line(
+    sim_run: Path, tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = copy_run(sim_run, tmp_path / "not-an-object", "run-not-an-object")
+    (run / "run.json").write_text(content)
+    assert cli_main(["check", str(run), "--engine", "duckdb"]) == 3
+    out = capsys.readouterr().out
+    assert "INCOMPLETE" in out and "run.json" in out, out
+
+
 # ------------------------------------------------------------------------------------------ goldens
+
+
+def test_bless_into_a_dir_that_is_a_file_is_one_line_and_exit_2(
+    sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "goldens").write_text("not a directory")
+    assert cli_main(["golden", "bless", str(sim_run), "--name", "g", "--dir", str(tmp_path / "goldens")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"clusterlab golden: --dir {tmp_path / 'goldens'}: is a file, not a directory", err
 
 
 def _drop_last_log_rows(golden: Path) -> str:

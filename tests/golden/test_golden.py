@@ -152,8 +152,15 @@ def test_a_corrupt_golden_fails_with_a_clear_error(
     # A torn golden file is INCOMPLETE (rows lost), named.
     error = report.verdicts[0].errors[0]
     assert not report.ok and error.startswith("INCOMPLETE golden g-bad: log/committed.arrow: truncated"), error
-    assert main(["golden", "verify", "g-bad", "--traces", str(broken)]) == 1
+    assert main(["golden", "verify", "g-bad", "--traces", str(broken)]) == 3  # the golden's fault, not the code's
     assert "INCOMPLETE golden" in capsys.readouterr().out
+    shutil.copytree(traces / "g-sim", broken / "g-flipped")
+    flipped = broken / "g-flipped" / "log" / "committed.arrow"
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x10  # a byte inside a stream message: its CRC no longer matches
+    flipped.write_bytes(bytes(data))
+    assert main(["golden", "verify", "g-flipped", "g-bad", "--traces", str(broken)]) == 4  # corrupt wins
+    assert "CORRUPT golden" in capsys.readouterr().out
     assert main(["golden", "verify", "nosuch", "--traces", str(broken)]) == 2
     err = capsys.readouterr().err
     assert "no golden named 'nosuch'" in err and len(err.strip().splitlines()) == 1

@@ -1,5 +1,6 @@
 """No damaged trace ever passes: random damage to real traces — a file or directory deleted, a file cut
-short, grown or with a flipped byte, a file added, any run.json field (nested ones too) edited or
+short, grown or with a flipped byte, a file added (a stream file or any other), a stream file turned into
+a directory, any run.json field (nested ones too) edited or
 dropped, a manifest entry edited and run.json resealed, several of these at once — and the verdict of
 ``clusterlab check``'s path (completeness, then the DuckDB engine, then check.json) is never PASS: it is
 INCOMPLETE, CORRUPT or a clear error (a newer schema version). A golden's damage also makes
@@ -111,7 +112,7 @@ def damage_once(run: Path, data: st.DataObject) -> str:
     """One random damage to the trace in ``run``; returns what was done."""
     files = _files(run)
     kind = data.draw(
-        st.sampled_from(["delete", "rmdir", "truncate", "flip", "append", "add", "edit", "reseal"]), label="kind"
+        st.sampled_from(["delete", "rmdir", "truncate", "flip", "append", "add", "dir", "edit", "reseal"]), label="kind"
     )
     if kind in ("edit", "reseal") and (said := edit_run_json(run, data, reseal=kind == "reseal")) is not None:
         return said
@@ -137,13 +138,19 @@ def damage_once(run: Path, data: st.DataObject) -> str:
         extra = data.draw(st.binary(min_size=1, max_size=64), label="bytes")
         victim.write_bytes(content + extra)
         return f"appended {len(extra)} B to {rel}"
-    if kind == "add":  # a stream file beside the others, or a recorder sidecar (only those are the trace's)
-        copy = victim.with_name(f"extra-{victim.name}")
+    if kind == "add":  # a stream file beside the others, any other file, or a recorder sidecar
+        name = data.draw(st.sampled_from([f"extra-{victim.name}", f"{victim.name}.bak", "notes.txt"]), label="name")
+        copy = victim.with_name(name)
         if victim.parent == run:
             copy = run / "incomplete" / f"{victim.stem}.json"
             copy.parent.mkdir(exist_ok=True)
         copy.write_bytes(content)
         return f"added {copy.relative_to(run)}"
+    if kind == "dir" and victim.parent != run:  # a stream file that became a directory (with a file in it)
+        victim.unlink()
+        victim.mkdir()
+        (victim / "x").write_bytes(content[:16])
+        return f"replaced {rel} with a directory"
     victim.unlink()
     return f"deleted {rel}"
 
