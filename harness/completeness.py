@@ -88,6 +88,7 @@ class FileFacts:
     error: str | None
     chunks: tuple[tuple[int, int], ...]  # (end offset, crc32) of each complete stream message
     parsed: bool = True  # a readable schema
+    schema: str | None = None  # its columns, ``name:type`` comma-joined (schema_fingerprint); None: unknown
 
     @classmethod
     def of(cls, path: str, table: str, got: StreamRead) -> FileFacts:
@@ -101,6 +102,7 @@ class FileFacts:
             got.error,
             tuple(got.chunks),
             got.schema is not None,
+            schema_fingerprint(got.schema),
         )
 
     @property
@@ -156,6 +158,50 @@ def strays(run_dir: Path | str) -> list[Finding]:
             out.append(
                 Finding(Status.CORRUPT, f"{table}/{path.name}", f"{what} in a table folder: the run did not write it")
             )
+    return out
+
+
+def schema_fingerprint(schema: pa.Schema | None) -> str | None:
+    """A stream's columns as ``name:type`` comma-joined (None without a readable schema): what the
+    files of one table must share."""
+    if schema is None:
+        return None
+    try:
+        return ",".join(f"{f.name}:{f.type}" for f in schema)
+    except (UnicodeDecodeError, pa.ArrowException):  # garbled names: the file's CRC names the damage
+        return None
+
+
+def schema_findings(facts: Iterable[FileFacts]) -> list[Finding]:
+    """CORRUPT for each file whose columns differ from those most files of its table have: a table has
+    one schema (docs/trace-schema.md), and a reader would read a missing column as nulls."""
+    by_table: dict[str, list[FileFacts]] = {}
+    for f in facts:
+        if f.schema is not None:
+            by_table.setdefault(f.table, []).append(f)
+    out = []
+    for table, files in sorted(by_table.items()):
+        counts: dict[str, int] = {}
+        for f in files:
+            counts[f.schema or ""] = counts.get(f.schema or "", 0) + 1
+        usual = max(counts, key=lambda s: (counts[s], s))
+        want = dict(c.split(":", 1) for c in usual.split(",") if c)
+        for f in files:
+            if f.schema != usual:
+                got = dict(c.split(":", 1) for c in (f.schema or "").split(",") if c)
+                missing = [n for n in want if n not in got]
+                extra = [n for n in got if n not in want]
+                retyped = [n for n in want if n in got and got[n] != want[n]]
+                what = "; ".join(
+                    f"{label} {', '.join(names)}"
+                    for label, names in (("missing", missing), ("extra", extra), ("other type", retyped))
+                    if names
+                )
+                out.append(
+                    Finding(
+                        Status.CORRUPT, f.path, f"its columns differ from the other {table} files' ({what or 'order'})"
+                    )
+                )
     return out
 
 
@@ -593,6 +639,7 @@ def judge(
         c.findings.append(meta_finding)
     c.findings.extend(sidecars)
     c.findings.extend(strays(run_dir))
+    c.findings.extend(schema_findings(facts))
     if meta is None:
         return c
     c.schema_version = schema_version_of(meta)

@@ -365,6 +365,7 @@ def establish_completeness(
                     f["error"],
                     tuple(zip(f["chunk_ends"] or [], f["chunk_crcs"] or [], strict=True)),
                     bool(f["chunk_ends"]),
+                    f["schema"],
                 )
             )
         unclosed = any(not f.closed or f.torn for fs in facts.values() for f in fs)

@@ -434,6 +434,22 @@ def test_anything_but_a_stream_file_in_a_table_folder_is_corrupt(sim_run: Path, 
     assert _status(run) == "CORRUPT"
 
 
+def test_a_file_whose_columns_differ_from_its_tables_is_corrupt_even_resealed(
+    sim_run: Path, tmp_path: Path, spark
+) -> None:
+    """One member's applied file without its state_digest column, the manifest and seal rewritten to
+    match: a reader would take the column as nulls and find nothing to disagree with."""
+    run = copy_run(sim_run, tmp_path / "columns", "run-columns")
+    victim = plant.applied_file(run, 1)
+    plant.write_file(victim, plant.read_file(victim).drop_columns(["state_digest"]))
+    plant.reseal(run)
+    [finding] = assess(run, TABLES).findings
+    assert (finding.status, finding.file) == (Status.CORRUPT, f"applied/{victim.name}"), finding
+    assert finding.problem == "its columns differ from the other applied files' (missing state_digest)"
+    assert _status(run) == "CORRUPT"
+    assert check_runs([run], spark=spark, write_json=False).status == "CORRUPT"  # Spark judges it the same
+
+
 @pytest.mark.parametrize("content", ["[]", '"run"', "7"])
 def test_a_run_json_that_is_not_an_object_is_incomplete_on_the_command_line(
     sim_run: Path, tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
