@@ -354,7 +354,10 @@ class ReplayElsewhere:
 
         self.timeout_s = timeout_s
         inherited = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
-        path = [*import_roots(services_of(run)), os.getcwd(), *inherited]
+        # A Spark executor imports clusterlab (and a user's package) from zips put on sys.path, not on
+        # PYTHONPATH: the replaying process needs them too.
+        zips = [p for p in sys.path if p.endswith(".zip") and os.path.isfile(p)]
+        path = [*import_roots(services_of(run)), os.getcwd(), *inherited, *zips]
         taken = {str(s) for s in (run.meta.get("hash_seeds") or {}).values()}
         seed = worker_hash_seeds()[0] if seed is None else seed
         self.worker: ReplayWorker | None = None
