@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -88,7 +89,7 @@ class FileFacts:
     error: str | None
     chunks: tuple[tuple[int, int], ...]  # (end offset, crc32) of each complete stream message
     parsed: bool = True  # a readable schema
-    schema: str | None = None  # its columns, ``name:type`` comma-joined (schema_fingerprint); None: unknown
+    schema: str | None = None  # its columns (schema_fingerprint); None: unknown
 
     @classmethod
     def of(cls, path: str, table: str, got: StreamRead) -> FileFacts:
@@ -162,12 +163,12 @@ def strays(run_dir: Path | str) -> list[Finding]:
 
 
 def schema_fingerprint(schema: pa.Schema | None) -> str | None:
-    """A stream's columns as ``name:type`` comma-joined (None without a readable schema): what the
-    files of one table must share."""
+    """A stream's columns, one ``name<TAB>type`` line each (None without a readable schema): what the
+    files of one table must share. Tab and newline, because a type may hold commas and colons."""
     if schema is None:
         return None
     try:
-        return ",".join(f"{f.name}:{f.type}" for f in schema)
+        return "\n".join(f"{f.name}\t{f.type}" for f in schema)
     except (UnicodeDecodeError, pa.ArrowException):  # garbled names: the file's CRC names the damage
         return None
 
@@ -181,14 +182,12 @@ def schema_findings(facts: Iterable[FileFacts]) -> list[Finding]:
             by_table.setdefault(f.table, []).append(f)
     out = []
     for table, files in sorted(by_table.items()):
-        counts: dict[str, int] = {}
-        for f in files:
-            counts[f.schema or ""] = counts.get(f.schema or "", 0) + 1
-        usual = max(counts, key=lambda s: (counts[s], s))
-        want = dict(c.split(":", 1) for c in usual.split(",") if c)
+        counts = Counter(f.schema for f in files)
+        usual = max(counts, key=lambda s: (counts[s], s or ""))
+        want = _columns(usual)
         for f in files:
             if f.schema != usual:
-                got = dict(c.split(":", 1) for c in (f.schema or "").split(",") if c)
+                got = _columns(f.schema)
                 missing = [n for n in want if n not in got]
                 extra = [n for n in got if n not in want]
                 retyped = [n for n in want if n in got and got[n] != want[n]]
@@ -203,6 +202,11 @@ def schema_findings(facts: Iterable[FileFacts]) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _columns(fingerprint: str | None) -> dict[str, str]:
+    """A :func:`schema_fingerprint`'s columns, name -> type."""
+    return dict(line.partition("\t")[::2] for line in (fingerprint or "").split("\n") if line)
 
 
 def scan(run_dir: Path | str, tables: Iterable[str]) -> list[FileFacts]:

@@ -51,12 +51,11 @@ import pyarrow.ipc as ipc
 from clusterlab.chaos.checks.views import derived_columns, derived_fields
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_name_of_run, entry_digest_named
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
-from clusterlab.harness.completeness import schema_fingerprint
+from clusterlab.harness.completeness import TABLES, schema_fingerprint
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-TABLES = ("messages", "applied", "events", "ops", "log")
 FILES = "files"
 DEFAULT_PARTITION_BYTES = 64 << 20  # as spark.sql.files.maxPartitionBytes
 # A log entry: 32-byte frame header (int32 frame length first), the 8-byte message header

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from clusterlab.chaos.limits import DURATION_S
 from clusterlab.cli.display import stdout_console
-from clusterlab.cli.paths import bounded, ranged
+from clusterlab.cli.paths import bounded, ranged, writable_directory_error
 from clusterlab.golden import regenerate
 from clusterlab.golden.store import MANIFEST, TRACES, GoldenError, bless, golden_names, load_golden, load_manifest
 from clusterlab.harness.completeness import EXIT_CORRUPT, EXIT_FAIL, EXIT_INCOMPLETE, exit_code
@@ -31,8 +31,6 @@ def _err(message: str) -> int:
 
 def _cmd_bless(args: argparse.Namespace) -> int:
     """Store RUN as golden NAME (and its recipe in goldens.json)."""
-
-    from clusterlab.cli.paths import writable_directory_error
 
     traces = Path(args.traces) if args.traces else TRACES
     if (error := writable_directory_error("--dir", traces)) is not None:
