@@ -721,6 +721,12 @@ def linearizability_html(verdict: dict[str, Any], max_keys: int = 5) -> str:
 
 def render(run_dir: Path | str) -> str:
     """The report of ``run_dir`` as one HTML document."""
+    return render_with_status(run_dir)[0]
+
+
+def render_with_status(run_dir: Path | str) -> tuple[str, str]:
+    """The report of ``run_dir`` as one HTML document, and the verdict it shows (``PASS``, ``FAIL``,
+    ``INCOMPLETE`` or ``CORRUPT``)."""
     directory = Path(run_dir)
     try:
         run = open_run(directory)
@@ -760,7 +766,9 @@ def render(run_dir: Path | str) -> str:
     )
     legend = "".join(f'<span style="background:{c}">{r.lower()}</span>' for r, c in ROLE_COLOURS.items())
     legend += '<span style="background:rgba(227,26,28,0.15)">fault</span>'
-    return f"""<!DOCTYPE html>
+    status = str(verdict.get("status") or ("PASS" if verdict.get("ok") else "FAIL"))
+    return (
+        f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>clusterlab run {_esc(meta.get("run_id", directory.name))}</title>
 <style>{_CSS}</style></head><body>
 <h1>clusterlab run report</h1>
@@ -778,13 +786,21 @@ report written {time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}</p>
 <h2>Linearizability: minimal non-linearizable sub-histories</h2>
 {linearizability_html(verdict)}
 </body></html>
-"""
+""",
+        status,
+    )
 
 
 def write_report(run_dir: Path | str, out: Path | str | None = None) -> Path:
     """Write the HTML report of ``run_dir`` (default ``RUN/report.html``); returns its path."""
+    return write_report_with_status(run_dir, out)[0]
+
+
+def write_report_with_status(run_dir: Path | str, out: Path | str | None = None) -> tuple[Path, str]:
+    """Write the HTML report of ``run_dir`` (default ``RUN/report.html``); returns its path and the
+    verdict it shows."""
     path = Path(out) if out is not None else Path(run_dir) / "report.html"
-    document = render(run_dir)
+    document, status = render_with_status(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(document)
-    return path
+    return path, status

@@ -442,6 +442,12 @@ def load_golden(name: str, traces: Path = TRACES) -> Golden:
             f"golden {name}: {directory / 'run.json'} is missing or corrupt "
             f"({type(e).__name__}: {e}); re-bless it (python -m clusterlab.golden.regenerate {name})"
         ) from e
+    if info["driver"] not in DRIVERS:  # a re-run needs its driver: never skipped for one it cannot name
+        raise GoldenError(
+            f"CORRUPT golden {name}: run.json's golden.driver {info['driver']!r} is none of {', '.join(DRIVERS)}; "
+            f"re-bless it (python -m clusterlab.golden.regenerate {name})",
+            "CORRUPT",
+        )
     log = read_stream_whole(directory / "log" / "committed.arrow")
     applied = read_stream_whole(directory / "applied" / "golden.arrow")
     for table, schema, what in ((log, SCHEMAS["log"], "log"), (applied, SCHEMAS["applied"], "applied")):

@@ -15,15 +15,17 @@ manifest, and returns a :class:`Completeness`:
 - ``INCOMPLETE`` — run.json missing or unreadable, without its seal, manifest, run id or a finished
   outcome, a recorder sidecar, a table or file missing, rows lost to truncation, or a torn tail that no
   SIGKILL of its process (a ``kill`` event) explains;
-- ``CORRUPT`` — run.json changed after the run sealed it, a malformed manifest entry, a file the
-  manifest does not list, or a file whose bytes differ (CRC) from what the run recorded or that grew
-  past them: named with the offset of the first changed stream message;
+- ``CORRUPT`` — run.json changed after the run sealed it, a malformed manifest entry or run.json value,
+  a file the manifest does not list, a file whose bytes differ (CRC) from what the run recorded or that
+  grew past them (named with the offset of the first changed stream message), or rows that are not the
+  run's own (:func:`value_findings`: these hold even when the manifest and seal were rewritten);
 - ``COMPLETE`` — otherwise; torn tails a kill explains are kept in ``notes`` and shown.
 
 Whatever its schema version, a run.json without a manifest is never judged. A newer schema version
 than :data:`SCHEMA_VERSION` is a :class:`SchemaVersionError`, never a guess.
 
-This module imports only the standard library, pyarrow and :mod:`clusterlab.harness.arrow_stream`, so the local
+This module imports only the standard library, pyarrow, orjson, :mod:`clusterlab.harness.arrow_stream` and the
+digest names of :mod:`clusterlab.core.codec.digests`, so the local
 verdict, the Spark check (which computes the same :class:`FileFacts` on its executors), golden
 bless/verify, the report and ``trace summary`` share one judgement.
 """
@@ -41,7 +43,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
+from clusterlab.core.codec.digests import ENTRY_DIGESTS
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
 
 SCHEMA_VERSION = 4  # 1: no version key; 2: + the manifest; 3: + the seal; 4: + payload references
@@ -90,6 +95,7 @@ class FileFacts:
     chunks: tuple[tuple[int, int], ...]  # (end offset, crc32) of each complete stream message
     parsed: bool = True  # a readable schema
     schema: str | None = None  # its columns (schema_fingerprint); None: unknown
+    values: str | None = None  # what its rows say of whose they are (row_values); None: unknown
 
     @classmethod
     def of(cls, path: str, table: str, got: StreamRead) -> FileFacts:
@@ -104,6 +110,7 @@ class FileFacts:
             tuple(got.chunks),
             got.schema is not None,
             schema_fingerprint(got.schema),
+            row_values(table, got.batches),
         )
 
     @property
@@ -204,6 +211,103 @@ def schema_findings(facts: Iterable[FileFacts]) -> list[Finding]:
     return out
 
 
+ROW_VALUE_COLUMNS = ("run_id", "member_id", "detail")  # the columns row_values reads
+
+
+def row_values(table: str, batches: Iterable[pa.RecordBatch]) -> str | None:
+    """What one file's rows say of whose they are, as JSON: the distinct ``run_id`` and ``member_id``
+    values and, in ``events``, how many ``detail`` values are not a JSON object (with the first). The
+    checks take these on trust (a row's run, its member, a detail they parse), so :func:`value_findings`
+    holds them against run.json and the file's name. None when the batches are not valid Arrow (their
+    CRC names that damage)."""
+    run_ids: set[Any] = set()
+    members: set[Any] = set()
+    bad_details, first_bad = 0, None
+    try:
+        for batch in batches:
+            columns = [c for c in ROW_VALUE_COLUMNS if c in batch.schema.names]
+            if not columns or not batch.num_rows:
+                continue
+            part = batch.select(columns)
+            part.validate(full=True)
+            if "run_id" in columns:
+                run_ids.update(pc.unique(part.column("run_id")).to_pylist())
+            if "member_id" in columns:
+                members.update(pc.unique(part.column("member_id")).to_pylist())
+            if table == "events" and "detail" in columns:
+                for detail in part.column("detail").to_pylist():
+                    if detail is not None and not _json_object(detail):
+                        bad_details += 1
+                        first_bad = detail[:80] if first_bad is None else first_bad
+    except (pa.ArrowException, UnicodeDecodeError):
+        return None
+    doc = {"run_ids": sorted(run_ids, key=repr), "member_ids": sorted(members, key=repr), "bad_details": bad_details}
+    return json.dumps({**doc, "first_bad_detail": first_bad}, sort_keys=True)
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(orjson.loads(text), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def value_findings(meta: Mapping[str, Any], facts: Iterable[FileFacts]) -> list[Finding]:
+    """CORRUPT for each file whose rows are not the run's own: a ``run_id`` other than run.json's (a file
+    of another run), a ``member_id`` other than its member's in a member process's file, a member the run
+    does not have, or an event ``detail`` that is not a JSON object. Each holds for every file the
+    recorder writes, so only a changed (or resealed) trace breaks one; the checks would judge it as it
+    claims to be."""
+    facts = list(facts)
+    run_id = meta.get("run_id")
+    members = _run_members(meta, facts)
+    out = []
+    for f in facts:
+        v = _values(f)
+        if v is None:
+            continue
+        others = [r for r in v["run_ids"] if r != run_id]
+        if isinstance(run_id, str) and others:
+            out.append(Finding(Status.CORRUPT, f.path, f"rows of run {others[0]!r}, not of run.json's {run_id!r}"))
+        own = _MEMBER_PROCESS.match(f.process)
+        strangers = [m for m in v["member_ids"] if m != -1 and m not in members]
+        if own is not None and set(v["member_ids"]) - {int(own["member"])}:
+            wrong = sorted(set(v["member_ids"]) - {int(own["member"])}, key=repr)
+            out.append(Finding(Status.CORRUPT, f.path, f"rows of member_id {wrong[0]!r} in {f.process}'s file"))
+        elif members and strangers:
+            known = ", ".join(str(m) for m in sorted(members))
+            out.append(Finding(Status.CORRUPT, f.path, f"member_id {strangers[0]!r} is no member of the run ({known})"))
+        if v["bad_details"]:
+            out.append(
+                Finding(
+                    Status.CORRUPT,
+                    f.path,
+                    f"{v['bad_details']} rows' detail is not a JSON object (first: {v['first_bad_detail']!r})",
+                )
+            )
+    return out
+
+
+def _values(f: FileFacts) -> dict[str, Any] | None:
+    """A file's :func:`row_values`, or None when unknown or not what row_values writes."""
+    try:
+        v = json.loads(f.values) if f.values else None
+    except ValueError:
+        return None
+    keys = {"run_ids", "member_ids", "bad_details", "first_bad_detail"}
+    return v if isinstance(v, dict) and keys <= v.keys() else None
+
+
+def _run_members(meta: Mapping[str, Any], facts: Iterable[FileFacts]) -> set[int]:
+    """The run's member ids: run.json's ``members`` and every member process that recorded a file."""
+    out = {m["member_id"] for m in meta.get("members") or [] if isinstance(m, dict) and _is_int(m.get("member_id"))}
+    for f in facts:
+        own = _MEMBER_PROCESS.match(f.process)
+        if own is not None:
+            out.add(int(own["member"]))
+    return out
+
+
 def _columns(fingerprint: str | None) -> dict[str, str]:
     """A :func:`schema_fingerprint`'s columns, name -> type."""
     return dict(line.partition("\t")[::2] for line in (fingerprint or "").split("\n") if line)
@@ -284,6 +388,7 @@ class Completeness:
     schema_version: int | None
     findings: list[Finding] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)  # acceptable: torn tails a kill explains
+    outcome: str | None = None  # run.json's ``outcome``: a finished run ``ok`` or ``failed``
 
     @property
     def status(self) -> Status:
@@ -302,6 +407,7 @@ class Completeness:
     def to_json(self) -> dict[str, Any]:
         return {
             "status": str(self.status),
+            "outcome": self.outcome,
             "schema_version": self.schema_version,
             "findings": [f.to_json() for f in self.findings],
             "notes": [n.to_json() for n in self.notes],
@@ -531,6 +637,7 @@ def _manifest(meta: Mapping[str, Any], c: Completeness) -> dict[str, dict[str, A
 def _process_triples(processes: Any) -> set[tuple[Any, Any, Any]] | None:
     """(process, incarnation, table) of run.json's ``processes``; None when it is malformed."""
     out: set[tuple[Any, Any, Any]] = set()
+    seen: set[tuple[Any, Any]] = set()
     for p in processes if isinstance(processes, list) else [None]:
         if not isinstance(p, dict) or not {"process", "incarnation", "tables"} <= p.keys():
             return None
@@ -540,16 +647,66 @@ def _process_triples(processes: Any) -> set[tuple[Any, Any, Any]] | None:
         tables = p["tables"]
         if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
             return None
-        if len(set(tables)) != len(tables):
-            return None
+        if len(set(tables)) != len(tables) or (p["process"], p["incarnation"]) in seen:
+            return None  # a process incarnation or a table listed twice
+        seen.add((p["process"], p["incarnation"]))
         out.update((p["process"], p["incarnation"], t) for t in p["tables"])
     return out
+
+
+# run.json's keys the readers take a value of, and the JSON type each value has (when present and not
+# null); a value of another type is CORRUPT, never read as absent or guessed at.
+_META_TYPES: dict[str, type] = {
+    "scenario": str,
+    "seed": int,
+    "members": list,
+    "config": dict,
+    "workload": dict,
+    "trace_format": dict,
+    "committed_log": dict,
+    "payload_refs": dict,
+    "recording_stopped": list,
+    "golden": dict,
+    "source": dict,
+    "sim": dict,
+    "hash_seeds": dict,
+}
+_NESTED_STRINGS = (("trace_format", "entry_digest"), ("workload", "workload"), ("workload", "service"))
+
+
+def meta_type_findings(meta: Mapping[str, Any]) -> list[Finding]:
+    """CORRUPT for each run.json value the readers use whose JSON type is not the one the run writes
+    (:data:`_META_TYPES`; ``trace_format.entry_digest``, ``workload.workload`` and ``workload.service``
+    are strings, the digest one this clusterlab knows)."""
+    out = []
+    for key, kind in _META_TYPES.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            out.append(Finding(Status.CORRUPT, "run.json", f"{key!r} is {_json_kind(value)}, not {_json_kind(kind())}"))
+    for outer, inner in _NESTED_STRINGS:
+        container = meta.get(outer)
+        value = container.get(inner) if isinstance(container, dict) else None
+        if value is not None and not isinstance(value, str):
+            out.append(Finding(Status.CORRUPT, "run.json", f"'{outer}.{inner}' is {_json_kind(value)}, not a string"))
+    digest = meta["trace_format"].get("entry_digest") if isinstance(meta.get("trace_format"), dict) else None
+    if isinstance(digest, str) and digest not in ENTRY_DIGESTS:
+        known = ", ".join(ENTRY_DIGESTS)
+        out.append(Finding(Status.CORRUPT, "run.json", f"'trace_format.entry_digest' {digest!r} is none of {known}"))
+    return out
+
+
+def _json_kind(value: Any) -> str:
+    """``value``'s JSON type, with its article (``an object``, ``a string``, ...)."""
+    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string")):
+        if isinstance(value, kind):
+            return name
+    return "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else "null"
 
 
 def _meta_findings(meta: Mapping[str, Any], version: int, sidecars: list[Finding]) -> list[Finding]:
     """What run.json itself says against its run: no seal where one is due, not finished, no run id, a
     recorder that stopped (its sidecar gone) or a committed log that could not be written."""
-    out = []
+    out = meta_type_findings(meta)
     if version >= SEALED_SINCE and SEAL not in meta:
         out.append(Finding(Status.INCOMPLETE, "run.json", f"no seal ('{SEAL}'): what it declares cannot be trusted"))
     outcome = meta.get("outcome")
@@ -647,12 +804,14 @@ def judge(
     if meta is None:
         return c
     c.schema_version = schema_version_of(meta)
+    c.outcome = meta.get("outcome") if isinstance(meta.get("outcome"), str) else None
     c.findings.extend(_meta_findings(meta, c.schema_version, sidecars))
     files = _manifest(meta, c)
     if files is not None:
         _compare_files(c, files, {f.path: f for f in facts}, kills)
         _golden_counts(c, meta, facts)
         c.findings.extend(_members_recorded(meta, files))
+        c.findings.extend(value_findings(meta, facts))
     return c
 
 

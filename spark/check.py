@@ -366,6 +366,7 @@ def establish_completeness(
                     tuple(zip(f["chunk_ends"] or [], f["chunk_crcs"] or [], strict=True)),
                     bool(f["chunk_ends"]),
                     f["schema"],
+                    f["values"],
                 )
             )
         unclosed = any(not f.closed or f.torn for fs in facts.values() for f in fs)

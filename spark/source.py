@@ -51,7 +51,7 @@ import pyarrow.ipc as ipc
 from clusterlab.chaos.checks.views import derived_columns, derived_fields
 from clusterlab.core.codec.digests import ENTRY_DIGEST_NAME, entry_digest_name_of_run, entry_digest_named
 from clusterlab.harness.arrow_stream import StreamRead, read_stream
-from clusterlab.harness.completeness import TABLES, schema_fingerprint
+from clusterlab.harness.completeness import TABLES, row_values, schema_fingerprint
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -80,6 +80,7 @@ FILES_SCHEMA = pa.schema(
         ("chunk_ends", pa.list_(pa.int64())),
         ("chunk_crcs", pa.list_(pa.int64())),
         ("schema", pa.string()),
+        ("values", pa.string()),
     ]
 )
 
@@ -358,6 +359,7 @@ def file_row(part: TraceFile, got: StreamRead) -> dict[str, Any]:
         "chunk_ends": [end for end, _crc in got.chunks],
         "chunk_crcs": [crc for _end, crc in got.chunks],
         "schema": schema_fingerprint(got.schema),
+        "values": row_values(part.table, got.batches),
     }
 
 

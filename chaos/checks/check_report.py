@@ -164,6 +164,15 @@ class CheckReport:
         for name, c in self.checks.items():
             first = _describe(c.violations[0]) if c.violations else ""
             t.add_row(name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", str(c.count), first)
+        failed = sorted(r for r, c in self.completeness.items() if c.ok and c.outcome == "failed")
+        if failed:  # the checks judge the trace's safety; the run's own failure (no progress, an error) is its
+            t.add_row(
+                "run outcome",
+                "[yellow]failed[/]",
+                str(len(failed)),
+                f"{failed[0]}: the run itself failed (run.json outcome 'failed': no progress, a violation its "
+                "harness stopped on, or an error; `clusterlab run` printed why); the checks judge its trace",
+            )
         return t
 
 

@@ -76,8 +76,9 @@ def runs_table(report: Any) -> Table:
 def _cmd_check(args: argparse.Namespace) -> int:
     """Check runs (the embedded DuckDB engine by default; Spark with --engine spark, --master, --remote
     or many/large runs); print the verdict tables; exit 0 (PASS), 1 (FAIL: a violation in a complete
-    run), 2 (bad input), 3 (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's
-    bytes changed; not judged)."""
+    run), 2 (bad input, or a run of a schema this clusterlab cannot read: the others are still judged), 3
+    (INCOMPLETE: a run lacks data it declares; not judged), 4 (CORRUPT: a file's bytes changed; not
+    judged)."""
     # Imported here, not at the top: pyspark, which only this command and `golden verify` need.
     from clusterlab.cli.paths import directory_error, output_file_error
     from clusterlab.harness.completeness import SchemaVersionError
@@ -101,6 +102,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.engine == "duckdb" and args.plan != "auto":
         print("clusterlab check: --plan chooses how Spark plans the checks; it needs --engine spark", file=sys.stderr)
         return 2
+    runs, unreadable = _newer_schema_runs(runs)
+    for error in unreadable:
+        print(f"clusterlab check: {error} (not judged)", file=sys.stderr)
+    if not runs:
+        return 2
     engine, why = choose_engine(args.engine, runs, master=args.master, remote=args.remote)
     console = Console()
     try:
@@ -111,7 +117,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if report is None:
         return 2
     _print_check_report(args, report, console)
+    if unreadable and report.exit_code != 1:  # a violation found in a complete run still wins
+        return 2
     return report.exit_code
+
+
+def _newer_schema_runs(runs: list[str]) -> tuple[list[str], list[str]]:
+    """The runs this clusterlab can read, and an error for each of a trace schema it cannot (newer, or
+    not a version): those are left out, so the others are still judged."""
+    from clusterlab.harness.completeness import SchemaVersionError, read_meta, schema_version_of
+
+    readable, errors = [], []
+    for run in runs:
+        meta, _finding = read_meta(run)
+        try:
+            if meta is not None:
+                schema_version_of(meta)
+        except SchemaVersionError as e:
+            errors.append(f"{run}: {e}")
+            continue
+        readable.append(run)
+    return readable, errors
 
 
 def _check_on_duckdb(args: argparse.Namespace, runs: list[str]) -> Any | None:

@@ -222,3 +222,29 @@ def test_a_run_of_a_newer_trace_schema_is_refused_on_the_driver(
     (run / "run.json").write_bytes(sealed_json(meta))  # sealed as written: only the version is wrong
     with pytest.raises((TraceError, SchemaVersionError), match="newer than this clusterlab reads"):
         check_runs([run], spark=spark, write_json=False, plan=plan)
+
+
+def test_a_run_of_a_newer_schema_is_left_out_and_the_others_are_still_judged(
+    planted: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One run a later clusterlab wrote does not stop `check` of many: it is named (exit 2), the others
+    are judged, and a violation in one of them still exits 1."""
+    from clusterlab.harness.completeness import SEAL, sealed_json
+
+    from clusterlab.cli import main as cli_main
+    from tests.golden import plant
+
+    newer = plant.copy_run(planted["clean"]["dir"], tmp_path / "newer", "run-newer")
+    meta = json.loads((newer / "run.json").read_text())
+    meta.pop(SEAL)
+    meta["schema_version"] = 999
+    (newer / "run.json").write_bytes(sealed_json(meta))
+    clean = plant.copy_run(planted["clean"]["dir"], tmp_path / "clean", "run-clean")
+    assert cli_main(["check", str(newer), str(clean), "--engine", "duckdb"]) == 2
+    captured = capsys.readouterr()
+    assert f"{newer}: run.json: trace schema version 999 is newer" in captured.err and "(not judged)" in captured.err
+    assert json.loads((clean / "check.json").read_text())["status"] == "PASS"
+    assert not (newer / "check.json").exists()
+    failing = plant.copy_run(planted["state"]["dir"], tmp_path / "state", "run-state")
+    assert cli_main(["check", str(newer), str(failing), "--engine", "duckdb"]) == 1
+    assert cli_main(["check", str(newer), "--engine", "duckdb"]) == 2

@@ -556,3 +556,20 @@ def test_cli_bless_exits_3_for_incomplete_and_4_for_corrupt(damaged, tmp_path: P
         assert cli_main(["golden", "bless", str(run), "--name", "x", "--traces", str(tmp_path)]) == code
         err = capsys.readouterr().err
         assert file in err and "not PASS" in err and len(err.strip().splitlines()) == 1
+
+
+def test_check_of_a_run_that_itself_failed_says_so_beside_the_verdict_on_its_trace(
+    sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run whose harness gave up (outcome ``failed``: no progress, an error) has a trace the checks can
+    still judge; ``check`` shows the run's own failure beside that verdict, and check.json carries it."""
+    run = copy_run(sim_run, tmp_path / "failed", "run-failed")
+    meta = json.loads((run / "run.json").read_text())
+    meta.pop("seal")
+    meta["outcome"] = "failed"
+    (run / "run.json").write_bytes(plant.sealed_json(meta))
+    assert cli_main(["check", str(run), "--engine", "duckdb"]) == 0
+    out = capsys.readouterr().out
+    assert "run outcome" in out and "the run itself failed" in out
+    [judged] = json.loads((run / "check.json").read_text())["completeness"].values()
+    assert judged["outcome"] == "failed"

@@ -13,6 +13,7 @@ from clusterlab.golden.regenerate import regenerate
 from clusterlab.golden.spark_diff import Comparison, diff_positions
 from clusterlab.golden.store import GoldenError, Recipe, applied_table, bless, load_golden, load_manifest
 from clusterlab.golden.verify import _write_replay, describe_position_diff, pattern, verify_goldens
+from clusterlab.harness.completeness import sealed_json
 from clusterlab.harness.replay import replay_log
 from clusterlab.harness.trace import open_run
 
@@ -164,6 +165,13 @@ def test_a_corrupt_golden_fails_with_a_clear_error(
     assert main(["golden", "verify", "nosuch", "--traces", str(broken)]) == 2
     err = capsys.readouterr().err
     assert "no golden named 'nosuch'" in err and len(err.strip().splitlines()) == 1
+    shutil.copytree(traces / "g-sim", broken / "g-driver")
+    meta = json.loads((broken / "g-driver" / "run.json").read_text())
+    meta.pop("seal")
+    meta["golden"]["driver"] = "simulator"  # resealed: only the value gives it away; its re-run must not be skipped
+    (broken / "g-driver" / "run.json").write_bytes(sealed_json(meta))
+    assert main(["golden", "verify", "g-driver", "--traces", str(broken)]) == 4
+    assert "golden.driver 'simulator' is none of sim, real" in capsys.readouterr().out
     (broken / "g-bad" / "run.json").write_text("{")
     with pytest.raises(GoldenError, match=r"INCOMPLETE golden g-bad: run\.json: does not parse"):
         load_golden("g-bad", broken)

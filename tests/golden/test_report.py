@@ -91,3 +91,25 @@ def test_report_cli(sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
     assert "no such run directory" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(ReportError):
         write_report(tmp_path / "missing")
+
+
+def test_report_cli_exits_as_check_does_for_the_verdict_it_shows(
+    sim_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report is written for every verdict, and its exit code is check's: a script that reports a
+    damaged or failing run must not read 0."""
+    from tests.golden import plant
+
+    clean = plant.copy_run(sim_run, tmp_path / "clean", "clean")
+    assert main(["report", str(clean)]) == 0
+    assert "verdict: PASS" in capsys.readouterr().out
+    failing = plant.copy_run(sim_run, tmp_path / "failing", "failing")
+    plant.plant_state_digest(failing, 1, plant.middle_entry(failing, 1)["log_position"])
+    assert main(["report", str(failing)]) == 1
+    assert "verdict: FAIL" in capsys.readouterr().out and (failing / "report.html").is_file()
+    corrupt = plant.copy_run(sim_run, tmp_path / "corrupt", "corrupt")
+    victim = plant.applied_file(corrupt, 1)
+    victim.write_bytes(victim.read_bytes()[:-9] + b"x" * 9)
+    assert main(["report", str(corrupt)]) == 4
+    out = capsys.readouterr().out
+    assert "verdict: CORRUPT (not judged)" in out and (corrupt / "report.html").is_file()

@@ -1,10 +1,11 @@
 """No damaged trace ever passes: random damage to real traces — a file or directory deleted, a file cut
 short, grown or with a flipped byte, a file added (a stream file or any other), a stream file turned into
-a directory, any run.json field (nested ones too) edited or
-dropped, a manifest entry edited and run.json resealed, several of these at once — and the verdict of
-``clusterlab check``'s path (completeness, then the DuckDB engine, then check.json) is never PASS: it is
-INCOMPLETE, CORRUPT or a clear error (a newer schema version). A golden's damage also makes
-``load_golden`` (what ``golden verify`` reads) refuse it.
+a directory, any run.json field (nested ones too) edited or dropped, a manifest entry edited and run.json
+resealed, a row given a value no run records (another run's id, no member's id, an event detail that is
+not JSON) and run.json resealed, several of these at once — and the verdict of ``clusterlab check``'s
+path (completeness, then the DuckDB engine, then check.json) is never PASS: it is INCOMPLETE, CORRUPT or
+a clear error (a newer schema version). A golden's damage also makes ``load_golden`` (what ``golden
+verify`` reads) refuse it.
 
 The traces are built once per session (a simulator leader-kill run, a run whose process a real SIGKILL
 tore, a golden blessed from the simulator run) and copied per case; 3 x 400 cases, one per trace kind,
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from clusterlab.chaos.checks.embedded import check_runs
 from clusterlab.golden.store import GoldenError, bless, load_golden
@@ -26,6 +28,7 @@ from clusterlab.harness.trace import TraceError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.golden import plant
 from tests.golden.plant import killed_run
 
 CASES_PER_TRACE = 400  # x 3 trace kinds: 1,200 damaged traces per run of the suite
@@ -108,13 +111,57 @@ def edit_run_json(run: Path, data: st.DataObject, *, reseal: bool) -> str | None
     return f"run.json {'drop' if drop else f'set {value!r}'} at {list(path)}{' (resealed)' if reseal else ''}"
 
 
+FORGED_DETAILS = ("", "{", "not json", "[1]", '"text"', "null", "7")
+
+
+def forge_row(run: Path, data: st.DataObject) -> str | None:
+    """Give one row of a stream file a value no run records — another run's ``run_id``, a ``member_id``
+    no member has, an event ``detail`` that is not a JSON object — and reseal run.json as if the run had
+    written it so. None when there is no readable file with such a column, or run.json is gone."""
+    try:
+        meta = json.loads((run / "run.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    files = [p for p in _files(run) if p.parent.name in ("messages", "applied", "events", "ops")]
+    if not isinstance(meta, dict) or not files:
+        return None
+    victim = data.draw(st.sampled_from(files), label="forged file")
+    try:
+        table = plant.read_file(victim)
+    except (OSError, pa.ArrowException):
+        return None
+    columns = [c for c in ("run_id", "member_id", "detail") if c in table.column_names]
+    if not columns or not table.num_rows:
+        return None
+    column = data.draw(st.sampled_from(columns), label="column")
+    row = data.draw(st.integers(0, table.num_rows - 1), label="row")
+    value: Any
+    if column == "run_id":
+        value = "forged-" + data.draw(st.text(max_size=8), label="run id")
+    elif column == "member_id":
+        value = data.draw(st.one_of(st.integers(-(2**15), -2), st.integers(10, 2**15 - 1)), label="member")
+    else:
+        value = data.draw(st.sampled_from(FORGED_DETAILS), label="detail")
+    rows = table.to_pylist()
+    rows[row][column] = value
+    plant.write_file(victim, pa.Table.from_pylist(rows, schema=table.schema))
+    try:
+        plant.reseal(run)
+    except (OSError, ValueError, pa.ArrowException):  # an earlier damage left nothing to reseal
+        return f"forged {column} {value!r} in row {row} of {victim.relative_to(run)} (not resealed)"
+    return f"forged {column} {value!r} in row {row} of {victim.relative_to(run)} (resealed)"
+
+
 def damage_once(run: Path, data: st.DataObject) -> str:
     """One random damage to the trace in ``run``; returns what was done."""
     files = _files(run)
     kind = data.draw(
-        st.sampled_from(["delete", "rmdir", "truncate", "flip", "append", "add", "dir", "edit", "reseal"]), label="kind"
+        st.sampled_from(["delete", "rmdir", "truncate", "flip", "append", "add", "dir", "edit", "reseal", "forge"]),
+        label="kind",
     )
     if kind in ("edit", "reseal") and (said := edit_run_json(run, data, reseal=kind == "reseal")) is not None:
+        return said
+    if kind == "forge" and (said := forge_row(run, data)) is not None:
         return said
     if not files:
         shutil.rmtree(run)
