@@ -98,7 +98,9 @@ class FileFacts:
     values: str | None = None  # what its rows say of whose they are (row_values); None: unknown
 
     @classmethod
-    def of(cls, path: str, table: str, got: StreamRead) -> FileFacts:
+    def of(cls, path: str, table: str, got: StreamRead, *, values: bool = True) -> FileFacts:
+        """The facts of one read file; ``values=False`` leaves its :func:`row_values` out (the manifest,
+        which does not record them, need not read every row)."""
         return cls(
             path,
             table,
@@ -110,7 +112,7 @@ class FileFacts:
             tuple(got.chunks),
             got.schema is not None,
             schema_fingerprint(got.schema),
-            row_values(table, got.batches),
+            row_values(table, got.batches) if values else None,
         )
 
     @property
@@ -313,21 +315,22 @@ def _columns(fingerprint: str | None) -> dict[str, str]:
     return dict(line.partition("\t")[::2] for line in (fingerprint or "").split("\n") if line)
 
 
-def scan(run_dir: Path | str, tables: Iterable[str]) -> list[FileFacts]:
+def scan(run_dir: Path | str, tables: Iterable[str], *, values: bool = True) -> list[FileFacts]:
     """The facts of every ``<table>/*.arrow`` file of a run, read with the shared torn-stream reader
-    (memory-mapped: only the facts are kept, never the batches)."""
+    (memory-mapped: only the facts are kept, never the batches); ``values`` as in :meth:`FileFacts.of`."""
     directory = Path(run_dir)
     out = []
     for table in tables:
         for path in trace_file_paths(directory / table):
-            out.append(FileFacts.of(f"{table}/{path.name}", table, read_stream(str(path), memory_map=True)))
+            got = read_stream(str(path), memory_map=True)
+            out.append(FileFacts.of(f"{table}/{path.name}", table, got, values=values))
     return out
 
 
 def manifest(run_dir: Path | str, tables: Iterable[str]) -> dict[str, Any]:
     """run.json's manifest of a finished run: ``schema_version``, ``files`` and ``processes`` (each
     process incarnation with the tables it wrote)."""
-    facts = scan(run_dir, tables)
+    facts = scan(run_dir, tables, values=False)
     processes: dict[tuple[str, int | None], set[str]] = {}
     for f in facts:
         processes.setdefault((f.process, f.incarnation), set()).add(f.table)

@@ -90,7 +90,9 @@ def test_member_sends_pair_with_one_recv_or_drop(traced: tuple[Run, dict[str, An
     for send in match.unmatched_sends:
         if send["wall_ns"] >= facts["close_ns"]:
             continue
-        assert _member(send["peer_process"]) == killed and send["wall_ns"] < facts["restart_ns"], send
+        assert _member(send["peer_process"]) == killed and send["wall_ns"] < facts["restart_ns"], _explain(
+            send, match, facts
+        )
     # Receipts without a send: the killed incarnation's own last sends (its unflushed tail).
     for row in match.orphan_rows:
         assert _member(row["peer_process"]) == killed and row["wall_ns"] < facts["restart_ns"], row
@@ -105,6 +107,19 @@ def test_member_sends_pair_with_one_recv_or_drop(traced: tuple[Run, dict[str, An
     summary = summarize(run)
     assert summary.match.unmatched_at_kill >= match.unmatched_at_kill and summary.members == [0, 1, 2]
     assert {r["channel"] for r in messages} >= {"consensus", "log", "service", "ingress", "egress", "control"}
+
+
+def _explain(send: dict[str, Any], match: Any, facts: dict[str, Any]) -> str:
+    """What a failure needs to be diagnosed: the send in full, the times around the restart, and how
+    many sends went unmatched after it."""
+    row = {k: v for k, v in send.items() if k != "payload"}
+    late = [s for s in match.unmatched_sends if facts["restart_ns"] <= s["wall_ns"] < facts["close_ns"]]
+    return (
+        f"an unmatched send {(send['wall_ns'] - facts['restart_ns']) / 1e9:+.3f} s after the restart of "
+        f"member {facts['killed']} (kill {(facts['kill_ns'] - facts['restart_ns']) / 1e9:+.3f} s, close "
+        f"{(facts['close_ns'] - facts['restart_ns']) / 1e9:+.3f} s); {len(late)} such sends, "
+        f"{sorted({(s['process'], s['peer_process'], s['channel']) for s in late})}: {row}"
+    )
 
 
 def test_applied_rows_contiguous_and_states_agree(traced: tuple[Run, dict[str, Any]]) -> None:
