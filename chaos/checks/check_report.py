@@ -170,8 +170,8 @@ class CheckReport:
                 "run outcome",
                 "[yellow]failed[/]",
                 str(len(failed)),
-                f"{failed[0]}: the run itself failed (run.json outcome 'failed': no progress, a violation its "
-                "harness stopped on, or an error; `clusterlab run` printed why); the checks judge its trace",
+                f"{failed[0]}: the run itself failed (run.json outcome 'failed': no progress, a violation or "
+                "an error stopped it); the checks judge its trace",
             )
         return t
 
